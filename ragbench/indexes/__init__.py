@@ -1,0 +1,62 @@
+"""Vector and text indexes behind one :class:`Index` protocol.
+
+``create(name, dim=..., metric=..., **build_params)`` builds an empty index;
+``build(data)`` adds the corpus; ``search(queries, k, **query_params)``
+returns ``(ids int64 (nq, k), scores float32 (nq, k))`` padded with ``-1``.
+Scores are similarities (higher is better) for ``ip``/``cosine`` and
+negated squared distances for ``l2``, so every backend sorts the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from .._registry import Registry
+
+if TYPE_CHECKING:
+    from os import PathLike
+
+    import numpy as np
+
+__all__ = ["Index", "create", "load", "names", "register", "registry"]
+
+
+@runtime_checkable
+class Index(Protocol):
+    """An index over a corpus of vectors (or texts, when ``input_kind == "texts"``)."""
+
+    name: str
+    input_kind: Literal["vectors", "texts"]
+    metric: str
+    build_params: dict[str, Any]
+    query_params: frozenset[str]
+
+    def build(self, data: Any) -> None: ...
+    def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]: ...
+    def memory_bytes(self) -> int: ...
+    def save(self, path: str | PathLike[str]) -> None: ...
+    @property
+    def ntotal(self) -> int: ...
+
+
+registry: Registry[Index] = Registry(
+    "indexes",
+    {
+        "flat": "ragbench.indexes.faiss_indexes:FlatIndex",
+        "hnsw": "ragbench.indexes.hnswlib_index:HnswIndex",
+        "faiss-hnsw": "ragbench.indexes.faiss_indexes:FaissHnswIndex",
+        "ivf": "ragbench.indexes.faiss_indexes:IvfIndex",
+        "lsh": "ragbench.indexes.faiss_indexes:LshIndex",
+        "minhash-lsh": "ragbench.indexes.minhash:MinHashLshIndex",
+    },
+)
+create = registry.create
+names = registry.names
+register = registry.register
+
+
+def load(path: str | PathLike[str]) -> Index:
+    """Load an index written by ``Index.save`` (library format + JSON header)."""
+    from .persist import load_index
+
+    return load_index(path)

@@ -1,0 +1,45 @@
+"""Exact re-scoring of retrieval candidates behind one :class:`Reranker` protocol.
+
+``rerank(query (d,), candidate_ids int64 (n,), vectors float32 (N, d), k)``
+returns the k best candidates, sorted best first, ties broken by smaller id,
+as ``(ids int64 (k,), scores float32 (k,))`` padded with ``-1``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .._registry import Registry
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Reranker", "create", "names", "register", "registry"]
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    name: str
+    metric: str
+
+    def rerank(self, query: Any, candidate_ids: Any, vectors: Any, k: int
+               ) -> tuple[np.ndarray, np.ndarray]: ...
+    def rerank_batch(self, queries: Any, candidate_ids: Any, vectors: Any, k: int
+                     ) -> tuple[np.ndarray, np.ndarray]: ...
+    def warmup(self, dim: int) -> int:
+        """Compile/prepare; return the nanoseconds it took (0 if nothing to do)."""
+        ...
+
+
+registry: Registry[Reranker] = Registry(
+    "rerankers",
+    {
+        "numba": "ragbench.rerankers.numba_reranker:NumbaReranker",
+        "numpy": "ragbench.rerankers.numpy_reranker:NumpyReranker",
+        "python": "ragbench.rerankers.python_reranker:PythonReranker",
+        "none": "ragbench.rerankers.none_reranker:NoReranker",
+    },
+)
+create = registry.create
+names = registry.names
+register = registry.register
