@@ -1,0 +1,85 @@
+"""One thread setting for every library ragbench drives.
+
+Thread counts change latency more than most code changes do, so they are
+pinned in one place and recorded in every record. ``set_threads(n)`` sets the
+count used for batch work (faiss OpenMP, hnswlib ``num_threads``, numba
+parallel kernels, torch); single-query latency is always measured on one
+thread by the callers that measure it.
+
+The default comes from ``RAGBENCH_THREADS`` or the number of usable cores.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["apply", "get_threads", "set_threads", "settings"]
+
+
+def _default() -> int:
+    env = os.environ.get("RAGBENCH_THREADS")
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise ConfigError(f"RAGBENCH_THREADS must be a positive integer, got {env!r}") from None
+        if value >= 1:
+            return value
+        raise ConfigError(f"RAGBENCH_THREADS must be a positive integer, got {env!r}")
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+_threads: int | None = None
+
+
+def get_threads() -> int:
+    """The pinned thread count for batch work."""
+    global _threads
+    if _threads is None:
+        _threads = _default()
+    return _threads
+
+
+def set_threads(n: int) -> None:
+    """Pin the thread count for batch work in every library already loaded and later."""
+    global _threads
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"threads must be a positive integer, got {n!r}")
+    _threads = n
+    apply()
+
+
+def apply() -> None:
+    """Push the setting into the libraries that are loaded (never imports one)."""
+    n = get_threads()
+    if "faiss" in sys.modules:
+        sys.modules["faiss"].omp_set_num_threads(n)
+    if "numba" in sys.modules:
+        import numba
+
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+
+
+def settings() -> dict[str, Any]:
+    """What every record stores about threads: the pin, env vars and library values."""
+    out: dict[str, Any] = {"ragbench_threads": get_threads()}
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                "NUMBA_NUM_THREADS", "RAGBENCH_THREADS"):
+        if var in os.environ:
+            out[var] = os.environ[var]
+    if "faiss" in sys.modules:
+        out["faiss_omp_max_threads"] = int(sys.modules["faiss"].omp_get_max_threads())
+    if "numba" in sys.modules:
+        out["numba_threads"] = int(sys.modules["numba"].get_num_threads())
+    if "torch" in sys.modules:
+        out["torch_threads"] = int(sys.modules["torch"].get_num_threads())
+    return out
