@@ -1,0 +1,60 @@
+# Two commands for a fresh machine:
+#   make run   creates .venv, installs ragbench with the real embedder, runs `ragbench compare` on pydocs
+#   make test  creates .venv if needed, installs the dev extras, runs the test suite
+#
+# torch is installed first as the CPU build (torch==2.13.0); a bare `torch`
+# requirement would pull a multi-GB CUDA build and nvidia-* packages.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH := torch==2.13.0
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: run test bench protos lint typecheck clean check-no-cuda
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.core: $(PY) pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.embed: $(VENV)/.core
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[embed]' $(TORCH)
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.embed
+	$(PIP) install -q -e '.[dev,embed]' $(TORCH)
+	touch $@
+
+check-no-cuda:
+	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
+		echo "error: nvidia-* packages found in $(VENV); torch must be the CPU build ($(TORCH))"; exit 1; fi
+
+run: $(VENV)/.embed check-no-cuda
+	$(VENV)/bin/ragbench compare --dataset pydocs --embed minilm --index flat,hnsw,lsh \
+		--rerank numba --codec json,orjson,protobuf --queries 200 --warmup 20
+
+test: $(VENV)/.dev check-no-cuda
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.dev
+	$(PY) -m pytest bench -p no:cacheprovider --benchmark-only -q -s
+
+protos: $(VENV)/.dev
+	$(PY) tools/gen_protos.py
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check ragbench tests bench tools
+	$(VENV)/bin/ruff format --check ragbench tests bench tools
+
+typecheck: $(VENV)/.dev
+	$(VENV)/bin/mypy ragbench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

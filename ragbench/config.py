@@ -1,0 +1,142 @@
+"""Pipeline configuration: one table per stage, validated before anything runs.
+
+A config is a TOML file or the same nested dict. Each stage table names its
+``backend``; other keys are that backend's parameters and are checked by the
+backend itself (an unknown one raises :class:`ConfigError` naming it). Keys
+ragbench owns are checked here. Leaving a table out uses its defaults.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["DEFAULTS", "STAGE_TABLES", "load_config", "merge", "normalize"]
+
+#: Stage tables whose extra keys are backend parameters.
+OPEN_TABLES = ("embed", "rerank", "serialize", "transport", "generate")
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "dataset": {"name": "pydocs"},
+    "run": {"queries": 200, "warmup": 20, "k": 10, "k_candidates": 100, "threads": None,
+            "label": None},
+    "embed": {"backend": None},
+    "cache": {"backend": "none", "size": 1024, "ttl_s": 300.0},
+    "retrieve": {"backend": "hnsw", "metric": None, "build": {}, "search": {}},
+    "rerank": {"backend": "numba"},
+    "serialize": {"backend": "protobuf", "with_embeddings": False, "with_metadata": True},
+    "transport": {"backend": "inproc"},
+    "prompt": {"max_tokens": 2048, "template": None},
+    "generate": {"backend": "none"},
+}
+
+#: Keys ragbench owns in each table (closed tables reject anything else).
+OWN_KEYS: dict[str, set[str]] = {
+    "dataset": {"name", "path", "n", "dim", "n_queries", "seed"},
+    "run": set(DEFAULTS["run"]),
+    "cache": set(DEFAULTS["cache"]),
+    "retrieve": set(DEFAULTS["retrieve"]),
+    "prompt": set(DEFAULTS["prompt"]),
+}
+
+STAGE_TABLES = tuple(DEFAULTS)
+
+_INT_KEYS = {("run", "queries"): 1, ("run", "warmup"): 0, ("run", "k"): 1,
+             ("run", "k_candidates"): 1, ("cache", "size"): 1, ("prompt", "max_tokens"): 1}
+
+
+def load_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """Read a TOML file (or take a mapping) and return the normalized config."""
+    if isinstance(source, Mapping):
+        return normalize(source)
+    path = Path(source)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return normalize(data)
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``override`` into a copy of ``base`` (tables merge, values replace)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and key not in ("build", "search"):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate table and key names, fill defaults, and check the values ragbench owns."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a config must be a table/dict, got {type(data).__name__}")
+    unknown = [k for k in data if k not in DEFAULTS]
+    if unknown:
+        raise ConfigError(
+            f"unknown config table [{unknown[0]}]; valid tables: {', '.join(STAGE_TABLES)}"
+        )
+    cfg: dict[str, dict[str, Any]] = {}
+    for table, defaults in DEFAULTS.items():
+        given = data.get(table, {})
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"[{table}] must be a table, got {type(given).__name__}")
+        own = OWN_KEYS.get(table)
+        if own is not None:
+            bad = [k for k in given if k not in own]
+            if bad:
+                raise ConfigError(
+                    f"unknown key {bad[0]!r} in [{table}]; valid keys: {', '.join(sorted(own))}"
+                )
+        merged = dict(defaults)
+        merged.update(copy.deepcopy(dict(given)))
+        cfg[table] = merged
+    for (table, key), low in _INT_KEYS.items():
+        value = cfg[table][key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"[{table}] {key} must be an integer >= {low}, got {value!r}")
+    run = cfg["run"]
+    if run["k_candidates"] < run["k"]:
+        raise ConfigError(
+            f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']})"
+        )
+    threads = run["threads"]
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"[run] threads must be a positive integer, got {threads!r}")
+    for table in ("retrieve",):
+        for sub in ("build", "search"):
+            if not isinstance(cfg[table][sub], Mapping):
+                raise ConfigError(f"[{table}] {sub} must be a table of parameters")
+    if cfg["cache"]["backend"] not in ("none", "lru"):
+        raise ConfigError(f"[cache] backend must be 'none' or 'lru', got {cfg['cache']['backend']!r}")
+    for table in STAGE_TABLES:
+        if "backend" in DEFAULTS[table]:
+            b = cfg[table]["backend"]
+            if b is not None and not isinstance(b, str):
+                raise ConfigError(f"[{table}] backend must be a string, got {b!r}")
+    ds = cfg["dataset"]
+    if "path" in ds and "name" in data.get("dataset", {}):
+        raise ConfigError("[dataset] give either name or path, not both")
+    return cfg
+
+
+def backend_params(cfg: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """The backend parameters of an open stage table (everything but ragbench's keys)."""
+    skip = {"backend"}
+    if table == "serialize":
+        skip |= {"with_embeddings", "with_metadata"}
+    return {k: v for k, v in cfg[table].items() if k not in skip}

@@ -1,0 +1,276 @@
+"""Numba kernels behind :class:`ragbench.rerankers.numba_reranker.NumbaReranker`.
+
+Private module: import it only from the numba reranker (it imports numba).
+
+Every kernel takes arrays whose *types* were checked in Python (float32 query
+and C-contiguous ``(N, d)`` float32 vectors, C-contiguous int64 ids) and
+starts with a value check of its own: every id in ``[-1, N)`` and every query
+component finite. Rows of ``vectors`` are read only after that check passed;
+otherwise the kernel returns a status code and the Python side raises. The
+check lives in the kernel because the same two passes done with numpy
+(``ids.min()``, ``ids.max()``, ``np.isfinite(q).all()``) cost about 5 µs of
+ufunc overhead, more than the whole rerank of 100 candidates.
+
+Scores are accumulated in float32 with ``fastmath={"reassoc", "contract"}``
+so LLVM vectorises the dot product (several partial sums, FMA). Only those two
+flags are used: ``nnan``/``ninf`` would let LLVM drop the NaN tests that the
+ordering relies on. Every row goes through the same compiled loop, so two
+identical rows always get bit-identical scores and ties are broken by id.
+
+Ordering ("better" first): real scores descending (``+inf`` first, ``-inf``
+last among them), then NaN scores; equal scores (and NaN vs NaN) by smaller
+id.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+IP = 0
+COSINE = 1
+L2 = 2
+
+OK = 0
+BAD_ID = 1
+NONFINITE_QUERY = 2
+
+_FASTMATH = {"reassoc", "contract"}
+_NEG_INF = np.float32(-np.inf)
+
+
+@njit(cache=True)
+def _worse(s1, i1, s2, i2):  # type: ignore[no-untyped-def]
+    """True when (s1, i1) ranks after (s2, i2)."""
+    if s1 != s1:
+        if s2 != s2:
+            return i1 > i2
+        return True
+    if s2 != s2:
+        return False
+    if s1 < s2:
+        return True
+    if s1 > s2:
+        return False
+    return i1 > i2
+
+
+@njit(cache=True)
+def _sift_up(hs, hi, c):  # type: ignore[no-untyped-def]
+    # Root holds the worst kept entry, so a child must never be worse than its parent.
+    while c > 0:
+        p = (c - 1) >> 1
+        if _worse(hs[c], hi[c], hs[p], hi[p]):
+            hs[c], hs[p] = hs[p], hs[c]
+            hi[c], hi[p] = hi[p], hi[c]
+            c = p
+        else:
+            break
+
+
+@njit(cache=True)
+def _sift_down(hs, hi, c, m):  # type: ignore[no-untyped-def]
+    while True:
+        left = 2 * c + 1
+        if left >= m:
+            break
+        w = left
+        right = left + 1
+        if right < m and _worse(hs[right], hi[right], hs[left], hi[left]):
+            w = right
+        if _worse(hs[w], hi[w], hs[c], hi[c]):
+            hs[c], hs[w] = hs[w], hs[c]
+            hi[c], hi[w] = hi[w], hi[c]
+            c = w
+        else:
+            break
+
+
+@njit(cache=True)
+def _contains(hi, m, row):  # type: ignore[no-untyped-def]
+    for t in range(m):
+        if hi[t] == row:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _offer(hs, hi, m, s, row):  # type: ignore[no-untyped-def]
+    """Offer (s, row) to the bounded heap holding m entries; return the new count."""
+    k = hs.shape[0]
+    if m == k:
+        # One compare rejects most candidates; it is False when either side is
+        # NaN, which falls through to the exact tie- and NaN-aware test.
+        if s < hs[0]:
+            return m
+        if not _worse(hs[0], hi[0], s, row):
+            return m
+        # A duplicate id has a bit-identical score, so it can only reach this
+        # point while its first copy is still kept.
+        if _contains(hi, m, row):
+            return m
+        hs[0] = s
+        hi[0] = row
+        _sift_down(hs, hi, 0, m)
+        return m
+    if _contains(hi, m, row):
+        return m
+    hs[m] = s
+    hi[m] = row
+    _sift_up(hs, hi, m)
+    return m + 1
+
+
+@njit(cache=True)
+def _finish(hs, hi, m):  # type: ignore[no-untyped-def]
+    """Heap-sort the m kept entries best first in place, then pad to k."""
+    end = m
+    while end > 1:
+        end -= 1
+        hs[0], hs[end] = hs[end], hs[0]
+        hi[0], hi[end] = hi[end], hi[0]
+        _sift_down(hs, hi, 0, end)
+    for t in range(m, hs.shape[0]):
+        hs[t] = _NEG_INF
+        hi[t] = -1
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _score(vectors, row, q, metric, qnorm):  # type: ignore[no-untyped-def]
+    d = q.shape[0]
+    if metric == IP:
+        acc = np.float32(0.0)
+        for j in range(d):
+            acc += vectors[row, j] * q[j]
+        return acc
+    if metric == L2:
+        acc = np.float32(0.0)
+        for j in range(d):
+            t = vectors[row, j] - q[j]
+            acc += t * t
+        return -acc
+    dot = np.float32(0.0)
+    xx = np.float32(0.0)
+    for j in range(d):
+        x = vectors[row, j]
+        dot += x * q[j]
+        xx += x * x
+    if xx == 0.0 or qnorm == 0.0:
+        return np.float32(0.0)
+    return np.float32(dot / (np.sqrt(xx) * qnorm))
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def _scan(q, ids, start, stop, vectors, metric, qnorm, hs, hi):  # type: ignore[no-untyped-def]
+    """The fused pass: score ids[start:stop] in place, keep the best in (hs, hi)."""
+    m = 0
+    for p in range(start, stop):
+        row = ids[p]
+        if row < 0:
+            continue
+        s = _score(vectors, row, q, metric, qnorm)
+        m = _offer(hs, hi, m, s, row)
+    return m
+
+
+@njit(cache=True)
+def _query_norm(q):  # type: ignore[no-untyped-def]
+    acc = np.float32(0.0)
+    for j in range(q.shape[0]):
+        acc += q[j] * q[j]
+    return np.float32(np.sqrt(acc))
+
+
+@njit(cache=True)
+def _check_ids(ids, n_rows):  # type: ignore[no-untyped-def]
+    lo = np.int64(0)
+    hi = np.int64(-1)
+    for p in range(ids.shape[0]):
+        v = ids[p]
+        lo = min(lo, v)
+        hi = max(hi, v)
+    if lo < -1:
+        return lo
+    if hi >= n_rows:
+        return hi
+    return np.int64(-1)
+
+
+@njit(cache=True)
+def _finite(q):  # type: ignore[no-untyped-def]
+    # x - x is NaN exactly when x is NaN or +-inf (no fastmath here).
+    acc = np.float32(0.0)
+    for j in range(q.shape[0]):
+        acc += q[j] - q[j]
+    return acc == 0.0
+
+
+@njit(cache=True, fastmath=_FASTMATH)
+def rerank_serial(q, ids, vectors, k, metric):  # type: ignore[no-untyped-def]
+    """One query, one thread. Returns (status, bad_value, ids (k,), scores (k,))."""
+    out_s = np.empty(k, dtype=np.float32)
+    out_i = np.empty(k, dtype=np.int64)
+    bad = _check_ids(ids, vectors.shape[0])
+    if bad != -1:
+        return BAD_ID, bad, out_i, out_s
+    if not _finite(q):
+        return NONFINITE_QUERY, np.int64(0), out_i, out_s
+    qnorm = _query_norm(q) if metric == COSINE else np.float32(0.0)
+    m = _scan(q, ids, 0, ids.shape[0], vectors, metric, qnorm, out_s, out_i)
+    _finish(out_s, out_i, m)
+    return OK, np.int64(0), out_i, out_s
+
+
+@njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def rerank_chunked(q, ids, vectors, k, metric):  # type: ignore[no-untyped-def]
+    """One query, candidates split across threads; each keeps its own top-k, then merge."""
+    out_s = np.empty(k, dtype=np.float32)
+    out_i = np.empty(k, dtype=np.int64)
+    bad = _check_ids(ids, vectors.shape[0])
+    if bad != -1:
+        return BAD_ID, bad, out_i, out_s
+    if not _finite(q):
+        return NONFINITE_QUERY, np.int64(0), out_i, out_s
+    qnorm = _query_norm(q) if metric == COSINE else np.float32(0.0)
+    n = ids.shape[0]
+    chunks = numba.get_num_threads()
+    part_s = np.empty((chunks, k), dtype=np.float32)
+    part_i = np.empty((chunks, k), dtype=np.int64)
+    part_m = np.zeros(chunks, dtype=np.int64)
+    for c in prange(chunks):
+        start = c * n // chunks
+        stop = (c + 1) * n // chunks
+        part_m[c] = _scan(q, ids, start, stop, vectors, metric, qnorm, part_s[c], part_i[c])
+    m = 0
+    for c in range(chunks):
+        for t in range(part_m[c]):
+            m = _offer(out_s, out_i, m, part_s[c, t], part_i[c, t])
+    _finish(out_s, out_i, m)
+    return OK, np.int64(0), out_i, out_s
+
+
+@njit(cache=True, parallel=True, fastmath=_FASTMATH)
+def rerank_many(queries, ids, vectors, k, metric):  # type: ignore[no-untyped-def]
+    """Many queries, one per thread at a time. ids is (nq, n). Status as above;
+    for a non-finite query, bad_value is its row."""
+    nq = queries.shape[0]
+    out_s = np.empty((nq, k), dtype=np.float32)
+    out_i = np.empty((nq, k), dtype=np.int64)
+    bad = np.int64(-1)
+    for r in range(nq):
+        bad = _check_ids(ids[r], vectors.shape[0])
+        if bad != -1:
+            break
+    if bad != -1:
+        return BAD_ID, bad, out_i, out_s
+    for r in range(nq):
+        if not _finite(queries[r]):
+            return NONFINITE_QUERY, np.int64(r), out_i, out_s
+    n = ids.shape[1]
+    for r in prange(nq):
+        q = queries[r]
+        qnorm = _query_norm(q) if metric == COSINE else np.float32(0.0)
+        m = _scan(q, ids[r], 0, n, vectors, metric, qnorm, out_s[r], out_i[r])
+        _finish(out_s[r], out_i[r], m)
+    return OK, np.int64(0), out_i, out_s

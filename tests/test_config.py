@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ragbench.config import load_config, merge
+from ragbench.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_configs_load() -> None:
+    for path in (ROOT / "bench" / "configs").glob("*.toml"):
+        cfg = load_config(path)
+        assert cfg["run"]["k"] >= 1, path
+
+
+def test_defaults_fill_missing_tables() -> None:
+    cfg = load_config({"retrieve": {"backend": "flat"}})
+    assert cfg["retrieve"]["backend"] == "flat"
+    assert cfg["serialize"]["backend"] == "protobuf"
+    assert cfg["run"]["k_candidates"] >= cfg["run"]["k"]
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"retreive": {}}, "retreive"),
+        ({"run": {"querys": 3}}, "querys"),
+        ({"retrieve": {"backend": "hnsw", "ef": 3}}, "'ef'"),
+        ({"dataset": {"name": "pydocs", "sizes": 3}}, "sizes"),
+        ({"prompt": {"max_token": 3}}, "max_token"),
+    ],
+)
+def test_unknown_table_or_key_is_named(config: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_config(config)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"run": {"k": 0}},
+        {"run": {"k": 10, "k_candidates": 5}},
+        {"run": {"queries": "many"}},
+        {"run": {"threads": 0}},
+        {"cache": {"backend": "redis"}},
+        {"retrieve": {"build": 3}},
+        {"embed": "minilm"},
+    ],
+)
+def test_bad_values_are_config_errors(config: dict) -> None:
+    with pytest.raises(ConfigError):
+        load_config(config)
+
+
+def test_bad_toml_file(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text("[run\nqueries = 3\n")
+    with pytest.raises(ConfigError, match="TOML"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_merge_is_deep_and_does_not_mutate() -> None:
+    base = {"run": {"k": 10, "queries": 5}}
+    out = merge(base, {"run": {"k": 3}})
+    assert out == {"run": {"k": 3, "queries": 5}}
+    assert base == {"run": {"k": 10, "queries": 5}}
