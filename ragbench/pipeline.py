@@ -54,20 +54,16 @@ class RequestContext:
     )
 
     def __init__(self, index: int, query_id: str, query: str) -> None:
+        # Only what a later stage may read before an earlier one writes it is
+        # set here; the rest is written by the stage that owns it.
         self.index = index
         self.query_id = query_id
         self.query = query
-        self.query_vector: np.ndarray | None = None
         self.cached = False
-        self.candidate_ids: np.ndarray | None = None
-        self.candidate_scores: np.ndarray | None = None
         self.hit_ids: np.ndarray | None = None
-        self.hit_scores: np.ndarray | None = None
         self.payload = b""
         self.far: transports.FarSide | None = None
-        self.prompt = ""
         self.prompt_tokens = 0
-        self.first_token = ""
 
 
 # ---------------------------------------------------------------- stages
@@ -261,12 +257,7 @@ class Pipeline:
         self.cache_events: list[dict[str, Any]] = []
         self._stages: list[Callable[[RequestContext], None]] = []
         self._closers: list[Callable[[], None]] = []
-        self._rows: list[list[int]] = []
-        self._far: list[tuple[int, int, int, int]] = []
-        self._hit_ids: list[np.ndarray] = []
-        self._payload_bytes: list[int] = []
-        self._prompt_tokens: list[int] = []
-        self._query_index: list[int] = []
+        self._records: list[tuple[Any, ...]] = []
         self._cache: LruTtlCache | None = None
         self._ready = False
         self._info: dict[str, Any] = {}
@@ -464,14 +455,9 @@ class Pipeline:
         ctx = self._context(i)
         stamps = self._stamps
         run_stages(self._stages, ctx, stamps)
-        self._rows.append(stamps.copy())
-        far = ctx.far
-        self._far.append((far.decode_ns, far.prompt_ns, far.wire_bytes_sent, far.wire_bytes_received)
-                         if far is not None else (0, 0, 0, 0))
-        self._hit_ids.append(ctx.hit_ids if ctx.hit_ids is not None else np.empty(0, np.int64))
-        self._payload_bytes.append(len(ctx.payload))
-        self._prompt_tokens.append(ctx.prompt_tokens)
-        self._query_index.append(ctx.index)
+        # one append per request; everything else is derived in report()
+        self._records.append((stamps.copy(), ctx.far, ctx.hit_ids, len(ctx.payload),
+                              ctx.prompt_tokens, ctx.index))
 
     def run(self, dataset: Dataset | None = None, *, queries: int | None = None,
             warmup: int | None = None, progress: Callable[[int], None] | None = None) -> Report:
@@ -502,8 +488,12 @@ class Pipeline:
 
         if not self._ready or self.dataset is None:
             raise NotBuiltError("the pipeline has not run")
-        loop = np.diff(np.asarray(self._rows, dtype=np.int64).reshape(-1, len(self._stages) + 1), axis=1)
-        far = np.asarray(self._far, dtype=np.int64).reshape(-1, 4)
+        recs = self._records
+        nst = len(self._stages)
+        loop = np.diff(np.asarray([r[0] for r in recs], dtype=np.int64).reshape(-1, nst + 1), axis=1)
+        far = np.asarray([(f.decode_ns, f.prompt_ns, f.wire_bytes_sent, f.wire_bytes_received)
+                          if (f := r[1]) is not None else (0, 0, 0, 0) for r in recs],
+                         dtype=np.int64).reshape(-1, 4)
         columns: dict[str, np.ndarray] = {}
         for j, name in enumerate(self._loop_names):
             if name == "transport":
@@ -522,9 +512,9 @@ class Pipeline:
             stage_names=list(self.stage_names),
             samples_ns=samples,
             recall=recall,
-            payload_bytes=np.asarray(self._payload_bytes, dtype=np.int64),
+            payload_bytes=np.asarray([r[3] for r in recs], dtype=np.int64),
             wire_bytes=far[:, 2] + far[:, 3],
-            prompt_tokens=np.asarray(self._prompt_tokens, dtype=np.int64),
+            prompt_tokens=np.asarray([r[4] for r in recs], dtype=np.int64),
             setup_ns=dict(self.setup_ns),
             cache_hits=self._cache.hits if self._cache else None,
             cache_lookups=(self._cache.hits + self._cache.misses) if self._cache else None,
@@ -537,28 +527,21 @@ class Pipeline:
         )
 
     def _recall(self) -> np.ndarray:
-        """Tie-aware recall@k of each request's final hits against exact search.
+        """Tie-aware recall@k of each request's final hits against exact search."""
+        from .metrics import recall_at_k
 
-        A returned id counts when its exact score is at least the k-th best
-        exact score (so equal-scored neighbours are interchangeable).
-        """
         k = self.config["run"]["k"]
-        if not self._hit_ids:
+        if not self._records:
             return np.zeros(0)
-        X, Q = self._corpus_vectors, self._query_vectors
-        out = np.empty(len(self._hit_ids))
-        for r, (qi, ids) in enumerate(zip(self._query_index, self._hit_ids, strict=True)):
-            truth = self._truth[qi][:k]
-            truth = truth[truth >= 0]
-            valid = np.unique(ids[ids >= 0])
-            if truth.size == 0:
-                out[r] = 1.0
-                continue
-            kth = _exact_scores(Q[qi], X, truth, self._metric).min()
-            got = _exact_scores(Q[qi], X, valid, self._metric)
-            tol = 1e-5 * max(1.0, abs(float(kth)))
-            out[r] = min(1.0, float(np.count_nonzero(got >= kth - tol)) / truth.size)
-        return out
+        found = np.full((len(self._records), k), -1, dtype=np.int64)
+        for r, rec in enumerate(self._records):
+            ids = rec[2]
+            if ids is not None:
+                n = min(k, len(ids))
+                found[r, :n] = ids[:n]
+        rows = np.asarray([rec[5] for rec in self._records], dtype=np.int64)
+        return recall_at_k(found, self._truth, self._corpus_vectors, self._query_vectors, k,
+                           self._metric, query_rows=rows)
 
     def close(self) -> None:
         """Stop every server this pipeline started (idempotent)."""
@@ -578,17 +561,6 @@ class Pipeline:
 
 def _rerank_metric(metric: str) -> str:
     return metric if metric in ("ip", "cosine", "l2") else "ip"
-
-
-def _exact_scores(q: np.ndarray, X: np.ndarray, ids: np.ndarray, metric: str) -> np.ndarray:
-    rows = X[ids].astype(np.float64)
-    qd = q.astype(np.float64)
-    if metric == "l2":
-        return -((rows - qd) ** 2).sum(axis=1)
-    s = rows @ qd
-    if metric == "cosine":
-        s = s / np.maximum(np.linalg.norm(rows, axis=1) * np.linalg.norm(qd), 1e-30)
-    return s
 
 
 def _info(index: Any) -> dict[str, Any]:

@@ -1,0 +1,54 @@
+"""MessagePack codec (via ``msgspec.msgpack``).
+
+The document is a map with the proto field names (like the JSON codecs),
+embeddings as msgpack ``bin`` and scores as float64, so NaN, +-inf and -0.0
+round-trip natively (``NaN != NaN``: compare such results with ``math.isnan``).
+Decoding is strict: typed structs, unknown fields rejected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..errors import DecodeError, InputError
+from ..types import RetrievalResult
+from ._common import DEFAULT_MAX_PAYLOAD_BYTES, BaseCodec, WireResult, result_from_wire
+
+__all__ = ["MsgpackCodec"]
+
+
+class MsgpackCodec(BaseCodec):
+    """``encode(RetrievalResult) -> bytes``; ``decode(bytes | bytearray | memoryview)
+    -> RetrievalResult``; :class:`DecodeError` on bad payloads."""
+
+    name = "msgpack"
+    content_type = "application/msgpack"
+
+    def __init__(
+        self, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, **options: Any
+    ) -> None:
+        super().__init__(max_payload_bytes, options)
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder(WireResult)
+
+    def encode(self, result: RetrievalResult) -> bytes:
+        """Serialize ``result``; :class:`InputError` on unserializable field values."""
+        try:
+            # msgspec walks the slotted dataclasses itself: no intermediate tree.
+            return self._encoder.encode(result)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InputError(
+                f"{self.name}: cannot encode RetrievalResult: {exc}; fields must be str, "
+                "float (score) and bytes or None (embedding)"
+            ) from None
+
+    def decode(self, payload: bytes | bytearray | memoryview) -> RetrievalResult:
+        """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
+        self._check_payload(payload)
+        try:
+            wire = self._decoder.decode(payload)
+        except (msgspec.DecodeError, RecursionError) as exc:  # ValidationError included
+            raise DecodeError(self.name, str(exc)) from None
+        return result_from_wire(wire, self.name)

@@ -1,0 +1,707 @@
+"""Datasets: a corpus, its queries, and cached vectors and exact neighbours.
+
+::
+
+    ds = rb.datasets.load("pydocs")                       # bundled text corpus
+    ds = rb.datasets.load("synthetic", n=10_000, dim=384, n_queries=200, seed=0)
+    ds = rb.datasets.load("/data/sift")                   # field formats, see below
+    X = ds.corpus_vectors("minilm")                       # float32 (n, 384), cached on disk
+    truth = ds.exact_neighbors(10)                        # int64 (nq, 10)
+
+Field formats (:mod:`ragbench._formats`): ann-benchmarks HDF5, texmex
+``.fvecs``/``.bvecs`` (+ ``.ivecs`` ground truth), BEIR folders, ``.npy``
+matrices and ragbench JSONL.
+
+Vectors and neighbours are cached under ``$RAGBENCH_CACHE_DIR`` (default
+``~/.cache/ragbench``), keyed by the dataset's content hash and the embedder's
+fingerprint; every entry is verified against a sidecar before it is used, and
+each use is recorded in :attr:`Dataset.cache_events`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _formats
+from ._cache import ArrayCache, CacheEvent, cache_dir
+from ._registry import check_params
+from ._validate import check_k
+from .errors import ConfigError, DatasetError, InputError
+
+if TYPE_CHECKING:
+    from .embedders import Embedder
+
+__all__ = [
+    "CacheEvent",
+    "Corpus",
+    "Dataset",
+    "Queries",
+    "datasets_dir",
+    "describe",
+    "load",
+    "names",
+    "synthetic",
+]
+
+log = logging.getLogger("ragbench.datasets")
+
+METRICS = ("ip", "cosine", "l2")
+SYNTHETIC_DEFAULTS: dict[str, int] = {"n": 10_000, "dim": 384, "n_queries": 200, "seed": 0}
+_SYNTHETIC_VERSION = "synthetic-v1"
+_KNOWN_FILE = "known_datasets.json"
+_NEIGHBORS_BLOCK_BYTES = 64 << 20  # score block size: bounded memory on 1M-row corpora
+
+
+def datasets_dir() -> Path:
+    """Where bundled datasets live: ``$RAGBENCH_DATASETS_DIR`` or the repository's ``datasets/``."""
+    env = os.environ.get("RAGBENCH_DATASETS_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[1] / "datasets"
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """The documents: ``ids[i]``, ``texts[i]`` and ``metadata[i]`` describe row ``i``.
+
+    Metadata dicts may be shared between rows (the synthetic corpus shares one
+    per cluster): treat them as read-only.
+    """
+
+    ids: list[str]
+    texts: list[str]
+    metadata: list[dict[str, str]]
+
+    def __post_init__(self) -> None:
+        if not (len(self.ids) == len(self.texts) == len(self.metadata)):
+            raise DatasetError(
+                f"corpus: {len(self.ids)} ids, {len(self.texts)} texts and "
+                f"{len(self.metadata)} metadata entries must have the same length"
+            )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Queries:
+    """The questions: ``ids[i]`` and ``texts[i]`` describe query ``i``."""
+
+    ids: list[str]
+    texts: list[str]
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.texts):
+            raise DatasetError(
+                f"queries: {len(self.ids)} ids and {len(self.texts)} texts must have the same length"
+            )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _hash_texts(sha: Any, ids: Sequence[str], texts: Sequence[str]) -> None:
+    # Length-prefixed so that ("ab", "c") and ("a", "bc") hash differently.
+    for doc_id, text in zip(ids, texts, strict=True):
+        i = doc_id.encode("utf-8", "surrogatepass")
+        t = text.encode("utf-8", "surrogatepass")
+        sha.update(len(i).to_bytes(8, "little"))
+        sha.update(i)
+        sha.update(len(t).to_bytes(8, "little"))
+        sha.update(t)
+
+
+def _hash_array(sha: Any, arr: np.ndarray | None) -> None:
+    if arr is None:
+        sha.update(b"none")
+        return
+    sha.update(f"{arr.dtype.str}{arr.shape}".encode())
+    sha.update(memoryview(np.ascontiguousarray(arr)).cast("B"))
+
+
+# --------------------------------------------------------------------------- dataset
+
+
+class Dataset:
+    """A corpus, its queries, optional shipped vectors/ground truth, and cached derivations.
+
+    Attributes: ``name``; ``corpus`` (:class:`Corpus`); ``queries``
+    (:class:`Queries`); ``metric`` (``"ip"``, ``"cosine"`` or ``"l2"``);
+    ``vectors`` (float32 ``(n, d)`` or None); ``query_vectors_precomputed``
+    (float32 ``(nq, d)`` or None); ``ground_truth`` (int64 ``(nq, K)`` or
+    None); ``default_embedder`` (``"precomputed"`` when vectors ship, else
+    ``"minilm"``); ``cache_events`` (list of :class:`CacheEvent`);
+    ``source`` and ``notes`` (strings describing where it came from).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        corpus: Corpus,
+        queries: Queries,
+        *,
+        metric: str = "ip",
+        vectors: np.ndarray | None = None,
+        query_vectors_precomputed: np.ndarray | None = None,
+        ground_truth: np.ndarray | None = None,
+        source: str = "",
+        notes: Sequence[str] = (),
+        corpus_hash: str | None = None,
+        queries_hash: str | None = None,
+    ) -> None:
+        if metric not in METRICS:
+            raise ConfigError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+        if len(corpus) == 0:
+            raise DatasetError(f"{name}: the corpus is empty")
+        if len(queries) == 0:
+            raise DatasetError(f"{name}: there are no queries")
+        if (vectors is None) != (query_vectors_precomputed is None):
+            raise DatasetError(f"{name}: corpus and query vectors must ship together")
+        if vectors is not None and query_vectors_precomputed is not None:
+            if vectors.dtype != np.float32 or vectors.ndim != 2 or len(vectors) != len(corpus):
+                raise DatasetError(
+                    f"{name}: vectors must be float32 ({len(corpus)}, d), got "
+                    f"{vectors.dtype}{vectors.shape}"
+                )
+            qv = query_vectors_precomputed
+            if qv.dtype != np.float32 or qv.shape != (len(queries), vectors.shape[1]):
+                raise DatasetError(
+                    f"{name}: query vectors must be float32 ({len(queries)}, "
+                    f"{vectors.shape[1]}), got {qv.dtype}{qv.shape}"
+                )
+            vectors = np.ascontiguousarray(vectors)
+            query_vectors_precomputed = np.ascontiguousarray(qv)
+        if ground_truth is not None:
+            gt = ground_truth
+            if gt.dtype != np.int64 or gt.ndim != 2 or gt.shape[0] != len(queries):
+                raise DatasetError(
+                    f"{name}: ground truth must be int64 ({len(queries)}, K), got {gt.dtype}{gt.shape}"
+                )
+        self.name = name
+        self.corpus = corpus
+        self.queries = queries
+        self.metric = metric
+        self.vectors = vectors
+        self.query_vectors_precomputed = query_vectors_precomputed
+        self.ground_truth = ground_truth
+        self.default_embedder = "precomputed" if vectors is not None else "minilm"
+        self.source = source
+        self.notes = list(notes)
+        self.cache_events: list[CacheEvent] = []
+        self._corpus_hash = corpus_hash
+        self._queries_hash = queries_hash
+
+    def __repr__(self) -> str:
+        dim = f", dim={self.vectors.shape[1]}" if self.vectors is not None else ""
+        return (
+            f"Dataset({self.name!r}, corpus={len(self.corpus)}, queries={len(self.queries)}"
+            f"{dim}, metric={self.metric!r})"
+        )
+
+    # -- hashes ----------------------------------------------------------------
+
+    @property
+    def corpus_hash(self) -> str:
+        """sha256 hex of the corpus ids, texts and shipped vectors (computed once)."""
+        if self._corpus_hash is None:
+            sha = hashlib.sha256(b"corpus\0")
+            _hash_texts(sha, self.corpus.ids, self.corpus.texts)
+            _hash_array(sha, self.vectors)
+            self._corpus_hash = sha.hexdigest()
+        return self._corpus_hash
+
+    @property
+    def queries_hash(self) -> str:
+        """sha256 hex of the query ids, texts and shipped query vectors."""
+        if self._queries_hash is None:
+            sha = hashlib.sha256(b"queries\0")
+            _hash_texts(sha, self.queries.ids, self.queries.texts)
+            _hash_array(sha, self.query_vectors_precomputed)
+            self._queries_hash = sha.hexdigest()
+        return self._queries_hash
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 hex of corpus and queries (ids, texts, shipped vectors); the cache key base."""
+        return hashlib.sha256(f"{self.corpus_hash}:{self.queries_hash}".encode()).hexdigest()
+
+    # -- vectors -----------------------------------------------------------------
+
+    def _embedder(self, embedder: str | Embedder, params: dict[str, Any]) -> Embedder | None:
+        """The embedder to use, or None for the dataset's own shipped vectors."""
+        if isinstance(embedder, str):
+            if embedder == "precomputed":
+                if params:
+                    raise ConfigError(
+                        f"precomputed vectors take no parameters, got {', '.join(sorted(params))}"
+                    )
+                return None
+            from . import embedders
+
+            return embedders.create(embedder, **params)
+        if params:
+            raise ConfigError("pass embedder parameters only with an embedder name, not an instance")
+        if getattr(embedder, "name", None) == "precomputed":
+            return None
+        return embedder
+
+    def _shipped(self, which: str) -> np.ndarray:
+        arr = self.vectors if which == "corpus" else self.query_vectors_precomputed
+        if arr is None:
+            raise DatasetError(
+                f"{self.name}: the dataset ships no precomputed vectors; use a text embedder "
+                "such as 'minilm' or 'hashing'"
+            )
+        return arr
+
+    def _embed_cached(self, which: str, emb: Embedder) -> np.ndarray:
+        texts = self.corpus.texts if which == "corpus" else self.queries.texts
+        content = self.corpus_hash if which == "corpus" else self.queries_hash
+        key = _key(self.name, f"{which}-{emb.name}", content, emb.fingerprint)
+
+        def compute() -> np.ndarray:
+            return _embed_all(emb, texts)
+
+        return ArrayCache().get_or_compute(
+            key,
+            f"{which}_vectors[{emb.name}]",
+            compute,
+            self.cache_events,
+            info={"dataset": self.name, "embedder": emb.fingerprint, "content": content},
+        )
+
+    def corpus_vectors(self, embedder: str | Embedder = "minilm", **params: Any) -> np.ndarray:
+        """Corpus vectors: float32 ``(n, d)``, C-contiguous.
+
+        ``"precomputed"`` returns the shipped vectors as they are; a text
+        embedder (name plus its parameters, or an instance) gives L2-normalized
+        vectors, cached on disk and recorded in :attr:`cache_events`. Do not
+        modify the returned array in place.
+        """
+        emb = self._embedder(embedder, params)
+        if emb is None:
+            return self._shipped("corpus")
+        return self._embed_cached("corpus", emb)
+
+    def query_vectors(self, embedder: str | Embedder = "minilm", **params: Any) -> np.ndarray:
+        """Query vectors: float32 ``(nq, d)``, C-contiguous; same rules as :meth:`corpus_vectors`."""
+        emb = self._embedder(embedder, params)
+        if emb is None:
+            return self._shipped("queries")
+        return self._embed_cached("queries", emb)
+
+    def exact_neighbors(
+        self,
+        k: int,
+        *,
+        embedder: str | Embedder | None = None,
+        metric: str | None = None,
+    ) -> np.ndarray:
+        """Exact top-``k`` corpus rows per query: int64 ``(nq, k)``, best first.
+
+        Uses the shipped ground truth when the dataset has one, the vectors are
+        the shipped ones, the metric is the dataset's and ``k`` fits; otherwise
+        brute force (float32 matmul in blocks; equal scores rank the smaller
+        row first), cached on disk. ``embedder`` defaults to
+        :attr:`default_embedder`, ``metric`` to :attr:`metric`.
+        """
+        k = check_k(k, len(self.corpus))
+        metric = self.metric if metric is None else metric
+        if metric not in METRICS:
+            raise ConfigError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+        emb = self._embedder(self.default_embedder if embedder is None else embedder, {})
+        gt = self.ground_truth
+        if emb is None and gt is not None and metric == self.metric and k <= gt.shape[1]:
+            return np.ascontiguousarray(gt[:, :k])
+        fingerprint = "precomputed" if emb is None else emb.fingerprint
+        label = "precomputed" if emb is None else emb.name
+        key = _key(self.name, f"neighbors-{label}-{metric}-k{k}", self.content_hash, fingerprint)
+
+        def compute() -> np.ndarray:
+            if emb is None:
+                base, queries = self._shipped("corpus"), self._shipped("queries")
+            else:
+                base, queries = self.corpus_vectors(emb), self.query_vectors(emb)
+            return brute_force_neighbors(queries, base, k, metric)
+
+        return ArrayCache().get_or_compute(
+            key,
+            f"exact_neighbors[{label},{metric},k={k}]",
+            compute,
+            self.cache_events,
+            info={"dataset": self.name, "embedder": fingerprint, "metric": metric, "k": k},
+        )
+
+    def subset(self, n_queries: int) -> Dataset:
+        """The same corpus with only the first ``n_queries`` queries (ground truth sliced too)."""
+        n = check_k(n_queries, len(self.queries), what="the number of queries")
+        queries = Queries(self.queries.ids[:n], self.queries.texts[:n])
+        qv = self.query_vectors_precomputed
+        gt = self.ground_truth
+        out = Dataset(
+            self.name,
+            self.corpus,
+            queries,
+            metric=self.metric,
+            vectors=self.vectors,
+            query_vectors_precomputed=None if qv is None else qv[:n],
+            ground_truth=None if gt is None else np.ascontiguousarray(gt[:n]),
+            source=self.source,
+            notes=self.notes,
+            corpus_hash=self._corpus_hash,
+        )
+        out.default_embedder = self.default_embedder
+        return out
+
+
+def _key(name: str, what: str, content: str, fingerprint: str) -> str:
+    digest = hashlib.sha256(f"{content}\0{fingerprint}\0{what}".encode()).hexdigest()[:24]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{name}-{what}")[:80]
+    return f"{safe}-{digest}"
+
+
+def _embed_all(emb: Embedder, texts: Sequence[str], batch: int = 4096) -> np.ndarray:
+    parts = [emb.embed(list(texts[i : i + batch])) for i in range(0, len(texts), batch)]
+    out = np.concatenate(parts) if parts else np.zeros((0, emb.dim), np.float32)
+    out = np.ascontiguousarray(out, dtype=np.float32)
+    if out.shape != (len(texts), emb.dim):
+        raise InputError(
+            f"embedder {emb.name!r} returned {out.shape} for {len(texts)} texts of dim {emb.dim}"
+        )
+    if not np.isfinite(out).all():
+        raise InputError(f"embedder {emb.name!r} returned NaN or inf")
+    return out
+
+
+def brute_force_neighbors(
+    queries: np.ndarray, base: np.ndarray, k: int, metric: str = "ip"
+) -> np.ndarray:
+    """Exact top-``k`` rows of ``base`` for each query: int64 ``(nq, k)``.
+
+    ``queries`` float32 ``(nq, d)``, ``base`` float32 ``(n, d)``. ``"ip"`` and
+    ``"cosine"`` rank by descending similarity, ``"l2"`` by ascending distance;
+    equal scores rank the smaller row first. Scores are computed in float32
+    blocks of corpus rows so memory stays bounded.
+    """
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    x = np.ascontiguousarray(base, dtype=np.float32)
+    n, nq = x.shape[0], q.shape[0]
+    k = check_k(k, n)
+    if metric == "cosine":
+        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), np.float32(1e-30))
+    block = max(k, min(n, _NEIGHBORS_BLOCK_BYTES // (4 * max(nq, 1))))
+    best_scores = np.full((nq, 0), -np.inf, np.float32)
+    best_ids = np.zeros((nq, 0), np.int64)
+    for start in range(0, n, block):
+        xb = x[start : start + block]
+        if metric == "cosine":
+            xb = xb / np.maximum(np.linalg.norm(xb, axis=1, keepdims=True), np.float32(1e-30))
+        scores = q @ xb.T
+        if metric == "l2":
+            # ||q-x||^2 = ||q||^2 - 2 q.x + ||x||^2; ||q||^2 is constant per row, so rank by the rest.
+            scores = 2 * scores - np.einsum("ij,ij->i", xb, xb)[None, :]
+        top_scores, top_ids = _block_topk(scores, min(k, scores.shape[1]))
+        all_scores = np.concatenate([best_scores, top_scores], axis=1)
+        all_ids = np.concatenate([best_ids, top_ids + start], axis=1)
+        order = np.lexsort((all_ids, -all_scores), axis=1)[:, :k]
+        best_scores = np.take_along_axis(all_scores, order, axis=1)
+        best_ids = np.take_along_axis(all_ids, order, axis=1)
+    return np.ascontiguousarray(best_ids, dtype=np.int64)
+
+
+def _block_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of each row with ties at the cut broken toward smaller columns."""
+    nq, m = scores.shape
+    if k >= m:
+        ids = np.broadcast_to(np.arange(m, dtype=np.int64), (nq, m))
+        return scores, np.ascontiguousarray(ids)
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
+    # argpartition picks arbitrary members of a tie at the cut; redo those rows exactly.
+    tied = np.flatnonzero((scores >= kth[:, None]).sum(axis=1) > k)
+    for row in tied:
+        s = scores[row]
+        above = np.flatnonzero(s > kth[row])
+        equal = np.flatnonzero(s == kth[row])[: k - above.size]
+        part[row] = np.concatenate([above, equal])
+    ids = part.astype(np.int64)
+    return np.take_along_axis(scores, part, axis=1), ids
+
+
+# --------------------------------------------------------------------------- synthetic
+
+_SYLLABLES = [
+    "ka", "lo", "mi", "ren", "tu", "sa", "vo", "pel", "dri", "an", "om", "gus", "ti", "ne",
+    "zor", "bu", "li", "ha", "qua", "ex", "fi", "mon", "ru", "sel", "da", "ko", "ve", "nis",
+]  # fmt: skip
+
+
+def _vocabulary(rng: np.random.Generator, size: int) -> list[str]:
+    words: set[str] = set()
+    out: list[str] = []
+    while len(out) < size:
+        n = int(rng.integers(2, 4))
+        word = "".join(_SYLLABLES[i] for i in rng.integers(0, len(_SYLLABLES), n))
+        if word not in words:
+            words.add(word)
+            out.append(word)
+    return out
+
+
+def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int = 0) -> Dataset:
+    """A clustered synthetic dataset, deterministic from ``seed``.
+
+    ``n_clusters = round(sqrt(n))`` centres on the unit sphere with Zipf-sized
+    clusters (size ∝ 1/rank^1.1, each at least one point). A point is its
+    centre plus zero-mean noise (uniform, Gaussian's variance), L2-normalized (float32). A query is the centre
+    of a random corpus point's cluster plus fresh noise, so it is never a copy
+    of a corpus point. Each text is 12-20 words, ~85% drawn from its cluster's
+    60-word list and the rest from a shared vocabulary, so text similarity
+    follows vector similarity. Metadata gives the cluster number (one dict
+    shared per cluster). ``default_embedder`` is ``"precomputed"``.
+    """
+    for pname, value, lo in (("n", n, 1), ("dim", dim, 2), ("n_queries", n_queries, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+            raise ConfigError(f"synthetic: {pname} must be an integer >= {lo}, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"synthetic: seed must be a non-negative integer, got {seed!r}")
+    n, dim, n_queries, seed = int(n), int(dim), int(n_queries), int(seed)
+    vec_seq, text_seq = np.random.SeedSequence([seed, 0x5A6B]).spawn(2)
+    rng = np.random.default_rng(vec_seq)
+
+    n_clusters = max(1, min(n, round(math.sqrt(n))))
+    weights = 1.0 / np.arange(1, n_clusters + 1) ** 1.1
+    sizes = 1 + np.floor((n - n_clusters) * weights / weights.sum()).astype(np.int64)
+    sizes[: n - int(sizes.sum())] += 1  # hand the rounding remainder to the largest clusters
+    labels = rng.permutation(np.repeat(np.arange(n_clusters, dtype=np.int64), sizes))
+
+    centers = rng.standard_normal((n_clusters, dim), dtype=np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    # Noise norm ~0.9 against a unit centre: neighbours within a cluster are
+    # close but not trivially separable, like real embedding clusters.
+    sigma = np.float32(0.5 / math.sqrt(dim))
+
+    def points(rows: np.ndarray, gen: np.random.Generator) -> np.ndarray:
+        out = np.empty((rows.size, dim), np.float32)
+        for s in range(0, rows.size, 65_536):
+            lab = rows[s : s + 65_536]
+            # Uniform noise with the Gaussian's variance: in hundreds of dimensions
+            # it looks the same to a nearest-neighbour search and is ~7x cheaper.
+            blk = gen.random((lab.size, dim), dtype=np.float32)
+            blk -= np.float32(0.5)
+            blk *= sigma * np.float32(math.sqrt(12.0))
+            blk += centers[lab]
+            blk /= np.linalg.norm(blk, axis=1, keepdims=True)
+            out[s : s + lab.size] = blk
+        return out
+
+    vectors = points(labels, rng)
+    query_labels = labels[rng.integers(0, n, n_queries)]
+    query_vectors = points(query_labels, rng)
+
+    trng = np.random.default_rng(text_seq)
+    vocab = _vocabulary(trng, 4096)
+    cluster_words = trng.integers(0, len(vocab), (n_clusters, 60))
+
+    def texts(rows: np.ndarray) -> list[str]:
+        lengths = trng.integers(12, 21, rows.size)
+        own = cluster_words[rows[:, None], trng.integers(0, 60, (rows.size, 20))]
+        shared = trng.integers(0, len(vocab), (rows.size, 20))
+        words = np.where(trng.random((rows.size, 20)) < 0.85, own, shared).tolist()
+        return [
+            " ".join([vocab[w] for w in row[:length]])
+            for row, length in zip(words, lengths.tolist(), strict=True)
+        ]
+
+    corpus_texts: list[str] = []
+    for s in range(0, n, 65_536):
+        corpus_texts.extend(texts(labels[s : s + 65_536]))
+    width = max(7, len(str(n - 1)))
+    qwidth = max(4, len(str(n_queries - 1)))
+    meta = [{"cluster": str(c)} for c in range(n_clusters)]
+    corpus = Corpus(
+        [f"s{i:0{width}d}" for i in range(n)],
+        corpus_texts,
+        [meta[c] for c in labels.tolist()],
+    )
+    queries = Queries([f"q{i:0{qwidth}d}" for i in range(n_queries)], texts(query_labels))
+    params = json.dumps({"n": n, "dim": dim, "n_queries": n_queries, "seed": seed}, sort_keys=True)
+    # Everything is a function of the parameters, so hash those instead of ~GBs of arrays.
+    corpus_hash = hashlib.sha256(f"{_SYNTHETIC_VERSION}:corpus:{params}".encode()).hexdigest()
+    queries_hash = hashlib.sha256(f"{_SYNTHETIC_VERSION}:queries:{params}".encode()).hexdigest()
+    return Dataset(
+        f"synthetic-n{n}-d{dim}-q{n_queries}-s{seed}",
+        corpus,
+        queries,
+        metric="ip",
+        vectors=vectors,
+        query_vectors_precomputed=query_vectors,
+        source=f"ragbench synthetic generator ({_SYNTHETIC_VERSION}), {params}",
+        corpus_hash=corpus_hash,
+        queries_hash=queries_hash,
+    )
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _bundled() -> dict[str, Path]:
+    root = datasets_dir()
+    if not root.is_dir():
+        return {}
+    return {
+        p.name: p
+        for p in sorted(root.iterdir())
+        if p.is_dir() and (p / "corpus.jsonl").is_file() and (p / "queries.jsonl").is_file()
+    }
+
+
+def _known_path() -> Path:
+    return cache_dir() / _KNOWN_FILE
+
+
+def _read_known() -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(_known_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember(ds: Dataset, path: Path) -> None:
+    """Record a dataset loaded from a path so ``names()`` lists it and ``load(name)`` finds it."""
+    known = _read_known()
+    entry = {"path": str(path), "n": len(ds.corpus), "n_queries": len(ds.queries)}
+    if known.get(ds.name) == entry:
+        return
+    known[ds.name] = entry
+    target = _known_path()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:
+        log.warning("could not record dataset %s in %s: %s", ds.name, target, exc)
+
+
+def names() -> list[str]:
+    """Bundled dataset names, ``"synthetic"``, then datasets loaded from paths before."""
+    out = list(_bundled()) + ["synthetic"]
+    for name, entry in sorted(_read_known().items()):
+        if name not in out and isinstance(entry, dict) and Path(str(entry.get("path"))).exists():
+            out.append(name)
+    return out
+
+
+def describe() -> list[dict[str, Any]]:
+    """One dict per bundled dataset: ``name``, ``size``, ``source``, ``description`` (+ extras)."""
+    out: list[dict[str, Any]] = []
+    for name, path in _bundled().items():
+        info: dict[str, Any] = {"name": name, "path": str(path)}
+        try:
+            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = {}
+        n_corpus = meta.get("n_corpus")
+        n_queries = meta.get("n_queries")
+        info["size"] = (
+            f"{n_corpus} passages, {n_queries} queries" if n_corpus else "see corpus.jsonl"
+        )
+        info["source"] = meta.get("source", str(path))
+        info["description"] = meta.get("description", "")
+        for extra in ("licence", "python_version", "corpus_chars"):
+            if extra in meta:
+                info[extra] = meta[extra]
+        out.append(info)
+    d = SYNTHETIC_DEFAULTS
+    out.append(
+        {
+            "name": "synthetic",
+            "path": "",
+            "size": f"parametric (default n={d['n']}, dim={d['dim']}, n_queries={d['n_queries']})",
+            "source": "generated by ragbench from a seed",
+            "description": "clustered, L2-normalized float32 vectors with Zipf-sized clusters "
+            "and cluster-vocabulary texts; ships its own vectors",
+        }
+    )
+    return out
+
+
+def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
+    """Load a dataset by name or path.
+
+    Names: ``"pydocs"`` (bundled, no parameters), ``"synthetic"`` (``n``,
+    ``dim``, ``n_queries``, ``seed``), or a dataset loaded from a path earlier.
+    Paths: see the module docstring; they accept ``metric`` to override what
+    the file says. Unknown names raise :class:`DatasetError` listing the known
+    ones; unknown parameters raise :class:`ConfigError` naming them.
+    """
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise DatasetError(f"dataset must be a name or a path, got {type(name_or_path).__name__}")
+    text = os.fspath(name_or_path)
+    if text == "synthetic":
+        check_params("dataset 'synthetic'", params, set(SYNTHETIC_DEFAULTS))
+        return synthetic(**{**SYNTHETIC_DEFAULTS, **params})
+    bundled = _bundled()
+    if text in bundled:
+        check_params(f"dataset {text!r}", params, set())
+        raw = _formats.read_jsonl_folder(bundled[text])
+        return _from_raw(raw, source=f"bundled: {bundled[text]}")
+    known = _read_known()
+    if text in known and not _formats.is_dataset_path(text):
+        return _load_path(Path(str(known[text].get("path"))), params)
+    if _formats.is_dataset_path(text):
+        return _load_path(Path(text).expanduser(), params)
+    raise DatasetError(
+        f"unknown dataset {text!r}; known: {', '.join(names())}; or pass a path to an .hdf5, "
+        ".fvecs/.bvecs, .npy or .jsonl file or a BEIR/texmex folder"
+    )
+
+
+def _load_path(path: Path, params: dict[str, Any]) -> Dataset:
+    check_params(f"dataset {str(path)!r}", params, {"metric"})
+    raw = _formats.read_path(path)
+    if "metric" in params:
+        metric = params["metric"]
+        if metric not in _formats.METRIC_NAMES:
+            raise ConfigError(
+                f"metric must be one of ip, cosine, l2 (or angular/euclidean/dot), got {metric!r}"
+            )
+        chosen = _formats.METRIC_NAMES[metric]
+        if chosen != raw.metric and raw.ground_truth is not None:
+            # Shipped neighbours were ranked under the file's metric, not this one.
+            raw.ground_truth = None
+            raw.notes.append(f"shipped ground truth dropped: metric overridden to {chosen}")
+        raw.metric = chosen
+    ds = _from_raw(raw, source=str(path))
+    _remember(ds, path.resolve())
+    return ds
+
+
+def _from_raw(raw: _formats.RawDataset, source: str) -> Dataset:
+    return Dataset(
+        raw.name,
+        Corpus(raw.corpus_ids, raw.corpus_texts, raw.corpus_metadata),
+        Queries(raw.query_ids, raw.query_texts),
+        metric=raw.metric,
+        vectors=raw.vectors,
+        query_vectors_precomputed=raw.query_vectors,
+        ground_truth=raw.ground_truth,
+        source=source,
+        notes=raw.notes,
+    )

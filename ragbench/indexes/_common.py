@@ -1,0 +1,314 @@
+"""Shared machinery for the index backends: parameter checks, query validation, padding.
+
+Every backend keeps its ``search`` hot path inline (attribute look-ups and a
+single BLAS call to check finiteness); the slower, complete checks live here
+and run only when the fast checks cannot vouch for the input.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from .. import __version__ as _RAGBENCH_VERSION
+from .._registry import check_params
+from .._validate import as_matrix
+from ..errors import ConfigError, IndexFileError, InputError, NonFiniteError, NotBuiltError
+from ..threads import get_threads
+
+__all__ = [
+    "BaseIndex",
+    "F32",
+    "I64",
+    "VectorIndex",
+    "bool_param",
+    "fix_padding",
+    "int_param",
+]
+
+F32 = np.dtype(np.float32)
+I64 = np.dtype(np.int64)
+INF = math.inf
+
+# Accept at most this many bytes of query parameters cache keys (one entry): a
+# cache keyed by the last params dict is enough because callers sweep one
+# setting at a time and reuse it for thousands of calls.
+_NO_PARAMS: tuple[dict[str, Any], Any] = ({}, None)
+
+
+def int_param(owner: str, name: str, value: Any, *, lo: int = 1, hi: int | None = None) -> int:
+    """Return ``value`` as an int in ``[lo, hi]`` or raise :class:`ConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{owner}: {name} must be an integer, got {value!r}")
+    value = int(value)
+    if value < lo or (hi is not None and value > hi):
+        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"{owner}: {name} must be {bounds}, got {value}")
+    return value
+
+
+def bool_param(owner: str, name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool or raise :class:`ConfigError`."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{owner}: {name} must be true or false, got {value!r}")
+    return bool(value)
+
+
+def fix_padding(ids: np.ndarray, scores: np.ndarray) -> None:
+    """In place: ``-inf`` scores where ``ids == -1``, each row re-sorted best first.
+
+    Libraries pad with ``±FLT_MAX`` (faiss) or leave holes anywhere in a row;
+    the contract is ``-1`` ids with ``-inf`` scores at the end of the row.
+    Only called on the rare path where a pad was seen.
+    """
+    pads = ids < 0
+    ids[pads] = -1
+    scores[pads] = -INF
+    # Stable, so equal scores keep the library's order.
+    order = np.argsort(-scores, axis=1, kind="stable")
+    ids[...] = np.take_along_axis(ids, order, axis=1)
+    scores[...] = np.take_along_axis(scores, order, axis=1)
+
+
+class BaseIndex:
+    """What every backend shares: parameters, ``info()``, ``save`` and restore.
+
+    Subclasses set the class attributes and implement ``build``, ``search``,
+    ``memory_bytes``, ``_payload`` and ``_attach``.
+    """
+
+    name: ClassVar[str] = ""
+    input_kind: ClassVar[Literal["vectors", "texts"]] = "vectors"
+    library: ClassVar[str] = ""
+    supported_metrics: ClassVar[tuple[str, ...]] = ("ip", "cosine", "l2")
+    build_defaults: ClassVar[Mapping[str, Any]] = {}
+    query_defaults: ClassVar[Mapping[str, Any]] = {}
+    payload_format: ClassVar[str] = ""
+
+    metric: str
+    dim: int | None
+    build_params: dict[str, Any]
+    query_params: frozenset[str]
+    default_query_params: dict[str, Any]
+    build_seconds: float | None
+
+    def _init_common(self, dim: int | None, metric: str, build_params: dict[str, Any]) -> None:
+        check_params(f"index {self.name!r}", build_params, frozenset(self.build_defaults))
+        if not isinstance(metric, str) or metric not in self.supported_metrics:
+            raise ConfigError(
+                f"index {self.name!r} does not support metric {metric!r}; "
+                f"it supports: {', '.join(self.supported_metrics)}"
+            )
+        self.metric = metric
+        self.dim = dim
+        params = dict(self.build_defaults)
+        params.update(build_params)
+        self.build_params = self._check_build_params(params)
+        self.query_params = frozenset(self.query_defaults)
+        self.default_query_params = dict(self.query_defaults)
+        self.build_seconds = None
+        self._n = 0
+        # (last params dict, its compiled form): one tuple so a concurrent
+        # caller never pairs one call's params with another's compiled value.
+        self._last_query: tuple[dict[str, Any], Any] = _NO_PARAMS
+        self._default_compiled = self._compile_query(dict(self.query_defaults))
+
+    # -- parameters -----------------------------------------------------------------
+
+    def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        return params
+
+    def _check_query_value(self, name: str, value: Any) -> Any:
+        return int_param(f"index {self.name!r}", name, value)
+
+    def _compile_query(self, params: dict[str, Any]) -> Any:
+        """Turn validated query params (defaults filled in) into what search needs."""
+        return None
+
+    def _parse_query(self, params: dict[str, Any]) -> Any:
+        """Validate per-call params; cache the compiled form for the next identical call."""
+        check_params(f"index {self.name!r} search", params, self.query_params)
+        merged = dict(self.query_defaults)
+        for key, value in params.items():
+            merged[key] = self._check_query_value(key, value)
+        compiled = self._compile_query(merged)
+        self._last_query = (dict(params), compiled)
+        return compiled
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def ntotal(self) -> int:
+        """Number of items in the index (0 before ``build``)."""
+        return self._n
+
+    def _not_built(self) -> NotBuiltError:
+        return NotBuiltError(f"index {self.name!r}: call build(data) before search/save")
+
+    def _timed_build(self, fn: Callable[[], None]) -> None:
+        start = time.perf_counter()
+        fn()
+        self.build_seconds = time.perf_counter() - start
+
+    def library_version(self) -> str:
+        from importlib.metadata import PackageNotFoundError, version
+
+        dist = {"faiss": "faiss-cpu"}.get(self.library, self.library)
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return "unknown"
+
+    def extra_info(self) -> dict[str, Any]:
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        """JSON-able description for records: backend, params, library, threads."""
+        out: dict[str, Any] = {
+            "backend": self.name,
+            "input_kind": self.input_kind,
+            "metric": self.metric,
+            "dim": self.dim,
+            "params": dict(self.build_params),
+            "query_params": dict(self.default_query_params),
+            "library": self.library,
+            "library_version": self.library_version(),
+            "threads": get_threads(),
+            "ntotal": self._n,
+            "build_seconds": self.build_seconds,
+        }
+        out.update(self.extra_info())
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.name!r} metric={self.metric!r} dim={self.dim} "
+            f"ntotal={self._n} params={self.build_params!r}>"
+        )
+
+    # -- persistence ----------------------------------------------------------------
+
+    def _payload(self) -> bytes | memoryview:
+        raise NotImplementedError
+
+    def _payload_extra(self) -> dict[str, Any]:
+        """Backend facts stored in the header and checked again on load."""
+        return {}
+
+    def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def save(self, path: Any) -> None:
+        """Write the index as one file: ragbench header + the library's own format.
+
+        See :mod:`ragbench.indexes.persist` for the layout.
+        """
+        from .persist import write_index_file
+
+        if self._n == 0:
+            raise self._not_built()
+        header = {
+            "backend": self.name,
+            "input_kind": self.input_kind,
+            "build_params": dict(self.build_params),
+            "dim": self.dim,
+            "metric": self.metric,
+            "count": self._n,
+            "library": {"name": self.library, "version": self.library_version()},
+            "ragbench_version": _RAGBENCH_VERSION,
+            "payload_format": self.payload_format,
+            "extra": self._payload_extra(),
+        }
+        write_index_file(path, header, self._payload())
+
+    @classmethod
+    def _restore(cls, header: dict[str, Any], payload: memoryview) -> BaseIndex:
+        """Rebuild an index from a verified header and payload (used by ``load``)."""
+        params = header.get("build_params")
+        if not isinstance(params, dict):
+            raise IndexFileError(f"{cls.name}: header build_params is not a table")
+        if header.get("payload_format") != cls.payload_format:
+            raise IndexFileError(
+                f"{cls.name}: payload format {header.get('payload_format')!r} is not "
+                f"{cls.payload_format!r}; the file was written by another backend or version"
+            )
+        try:
+            obj = cls(dim=header.get("dim"), metric=header.get("metric"), **params)  # type: ignore[call-arg]
+        except ConfigError as exc:
+            raise IndexFileError(f"{cls.name}: header holds invalid parameters: {exc}") from None
+        obj._attach(payload, header)
+        count = header.get("count")
+        if obj._n != count:
+            raise IndexFileError(
+                f"{cls.name}: header says {count} items but the payload holds {obj._n}"
+            )
+        return obj
+
+
+class VectorIndex(BaseIndex):
+    """Base of the dense-vector backends (``input_kind == "vectors"``)."""
+
+    input_kind: ClassVar[Literal["vectors", "texts"]] = "vectors"
+    dim: int
+
+    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
+        if dim is None:
+            raise ConfigError(f"index {self.name!r}: pass dim=<vector width>, e.g. dim=384")
+        dim = int_param(f"index {self.name!r}", "dim", dim)
+        self._init_common(dim, metric, build_params)
+        self._cosine = metric == "cosine"
+
+    def _corpus(self, data: Any) -> np.ndarray:
+        """Validate the corpus: float32 C-contiguous ``(n, dim)``, finite, non-empty.
+
+        For ``cosine`` the rows are normalized into a copy (the caller's array
+        is never modified).
+        """
+        vectors = as_matrix(data, name="corpus vectors", dim=self.dim)
+        if vectors.shape[0] == 0:
+            raise InputError(f"index {self.name!r}: the corpus is empty; pass at least one vector")
+        if self._cosine:
+            norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64))
+            zero = np.flatnonzero(norms == 0)
+            if zero.size:
+                raise InputError(
+                    f"corpus vectors: row {int(zero[0])} has zero norm; cosine similarity is "
+                    "undefined for it (drop the row or use metric='ip')"
+                )
+            vectors = (vectors / norms[:, None]).astype(np.float32)
+        return vectors
+
+    def _slow_queries(self, queries: Any) -> np.ndarray:
+        """Full validation of queries, used when the inline fast check fails.
+
+        The fast check is ``0 < vdot(q, q) < inf`` on a float32 C-contiguous
+        ``(nq, dim)`` array. It fails for all-zero queries and when finite
+        values overflow the float32 sum of squares (|x| > ~1e19), so this
+        path re-checks element by element before raising.
+        """
+        q = as_matrix(queries, name="queries", dim=self.dim, check_finite=False)
+        if q.size and not np.isfinite(q).all():
+            bad = int(np.argwhere(~np.isfinite(q))[0][0])
+            raise NonFiniteError(f"queries: row {bad} holds NaN or inf")
+        if self._cosine and q.shape[0]:
+            norms = np.einsum("ij,ij->i", q, q, dtype=np.float64)
+            zero = np.flatnonzero(norms == 0)
+            if zero.size:
+                raise InputError(
+                    f"queries: row {int(zero[0])} has zero norm; cosine similarity is undefined"
+                )
+        return q
+
+    def _normalize_queries(self, q: np.ndarray) -> np.ndarray:
+        """Unit-length copy of validated queries (cosine only; costs one pass + allocation)."""
+        if q.shape[0] == 1:
+            return q * np.float32(1.0 / math.sqrt(float(np.vdot(q, q))))
+        norms = np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64))
+        return (q / norms[:, None]).astype(np.float32)
+
+    def extra_info(self) -> dict[str, Any]:
+        return {}

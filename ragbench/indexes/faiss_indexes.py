@@ -1,0 +1,397 @@
+"""faiss backends: ``flat`` (exact), ``faiss-hnsw``, ``ivf`` and ``lsh``.
+
+Scores follow the package convention (higher is better): inner product for
+``ip``, cosine for ``cosine``, negated squared L2 for ``l2``, and for ``lsh``
+the negated Hamming distance between binary codes (see :class:`LshIndex`).
+
+``cosine`` is inner product over unit vectors: the corpus is normalized into a
+copy at build and every query batch is normalized into a new array at search
+(one extra pass over the queries and one allocation, ~1 µs for a single
+384-d query).
+
+Search calls ``index.search_c`` directly with freshly allocated result arrays
+and a cached ``faiss.SearchParameters*`` object, so the per-call cost over the
+raw ``index.search`` is a few attribute checks and one BLAS dot product for
+the NaN/inf check. Query parameters go through the ``SearchParameters``
+object of each call, never through index fields, so concurrent searches with
+different ``ef``/``nprobe`` on one index are safe.
+
+Threads: batch searches (more than one query) and builds run with
+``ragbench.threads.get_threads()`` OpenMP threads (applied when it changed);
+a single-query search runs on the caller's thread as faiss decides for
+``n == 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import faiss
+import numpy as np
+
+from .._validate import check_k
+from ..errors import ConfigError, IndexFileError
+from ..threads import get_threads
+from ._common import F32, I64, INF, VectorIndex, bool_param, fix_padding, int_param
+
+__all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
+
+_ndarray = np.ndarray
+_empty = np.empty
+_vdot = np.vdot
+_negative = np.negative
+_swig_ptr = faiss.swig_ptr
+
+
+def _sync_threads() -> None:
+    """Apply the pinned thread count to faiss's OpenMP if someone changed it."""
+    n = get_threads()
+    if faiss.omp_get_max_threads() != n:
+        faiss.omp_set_num_threads(n)
+
+
+_METRIC = {"ip": faiss.METRIC_INNER_PRODUCT, "cosine": faiss.METRIC_INNER_PRODUCT,
+           "l2": faiss.METRIC_L2}
+
+
+class _FaissIndex(VectorIndex):
+    library: ClassVar[str] = "faiss"
+    payload_format: ClassVar[str] = "faiss.serialize_index"
+    # Negate library distances into scores (L2 distances, Hamming distances).
+    _negate: bool
+
+    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
+        super().__init__(dim, metric, **build_params)
+        self._negate = metric == "l2"
+        self._index: Any = None
+        self._search_c: Any = None
+        self._memory: int | None = None
+        _sync_threads()
+
+    # -- backend hooks ----------------------------------------------------------------
+
+    def _new_index(self, vectors: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def _params_for(self, compiled: Any, k: int) -> Any:
+        """The ``faiss.SearchParameters`` for one call (``None`` = index defaults)."""
+        return None
+
+    def _check_loaded(self, index: Any) -> None:
+        """Raise IndexFileError unless ``index`` is the right faiss class and metric."""
+        raise NotImplementedError
+
+    # -- build ------------------------------------------------------------------------
+
+    def build(self, data: Any) -> None:
+        """Index ``data``: float32 ``(n, dim)``, finite, n >= 1. Replaces any earlier build."""
+        vectors = self._corpus(data)
+
+        def run() -> None:
+            _sync_threads()
+            index = self._new_index(vectors)
+            if not index.is_trained:
+                index.train(vectors)
+            index.add(vectors)
+            self._set_index(index)
+
+        self._timed_build(run)
+
+    def _set_index(self, index: Any) -> None:
+        self._index = index
+        self._search_c = index.search_c
+        self._n = int(index.ntotal)
+        self._memory = None
+        self._on_index_set()
+
+    def _on_index_set(self) -> None:
+        pass
+
+    # -- search -----------------------------------------------------------------------
+
+    def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` of each query.
+
+        Args:
+            queries: float32 ``(nq, dim)`` (a 1-D vector is one query; other
+                numeric dtypes are converted).
+            k: results per query, ``1 <= k <= ntotal``.
+            **params: query parameters (see ``query_params``), per call.
+
+        Returns:
+            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
+            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+        """
+        if params:
+            last = self._last_query
+            compiled = last[1] if params == last[0] else self._parse_query(params)
+        else:
+            compiled = self._default_compiled
+        search_c = self._search_c
+        if search_c is None:
+            raise self._not_built()
+        q = queries
+        if (
+            type(q) is not _ndarray
+            or q.dtype is not F32
+            or q.ndim != 2
+            or q.shape[1] != self.dim
+            or not q.flags.c_contiguous
+            or not 0.0 < _vdot(q, q) < INF
+        ):
+            q = self._slow_queries(q)
+        ntotal = self._n
+        if type(k) is not int or k < 1 or k > ntotal:
+            k = check_k(k, ntotal)
+        n = q.shape[0]
+        if n != 1:
+            if n == 0:
+                return _empty((0, k), I64), _empty((0, k), F32)
+            _sync_threads()
+        if self._cosine:
+            q = self._normalize_queries(q)
+        scores = _empty((n, k), F32)
+        ids = _empty((n, k), I64)
+        search_c(n, _swig_ptr(q), k, _swig_ptr(scores), _swig_ptr(ids), self._params_for(compiled, k))
+        if self._negate:
+            _negative(scores, out=scores)
+        # faiss sorts each row and puts its -1 pads last: a pad anywhere means
+        # one in the last column.
+        if ids[n - 1, k - 1] < 0 or (n > 1 and (ids[:, k - 1] < 0).any()):
+            fix_padding(ids, scores)
+        return ids, scores
+
+    # -- size, persistence ------------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """Bytes of the faiss index: its serialized size (the same arrays faiss holds)."""
+        if self._index is None:
+            raise self._not_built()
+        if self._memory is None:
+            self._memory = int(faiss.serialize_index(self._index).nbytes)
+        return self._memory
+
+    def _payload(self) -> memoryview:
+        if self._index is None:
+            raise self._not_built()
+        return memoryview(faiss.serialize_index(self._index))
+
+    def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        try:
+            index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
+            raise IndexFileError(f"{self.name}: faiss cannot read the payload: {first}") from None
+        self._check_loaded(index)
+        if int(index.d) != self.dim:
+            raise IndexFileError(
+                f"{self.name}: payload has dimension {index.d}, header says {self.dim}"
+            )
+        self._set_index(index)
+
+    def _expect(self, index: Any, cls: Any, what: str) -> None:
+        if not isinstance(index, cls):
+            raise IndexFileError(
+                f"{self.name}: payload is a faiss {type(index).__name__}, expected {what}"
+            )
+        if index.metric_type != _METRIC[self.metric]:
+            raise IndexFileError(f"{self.name}: payload metric does not match {self.metric!r}")
+
+
+class FlatIndex(_FaissIndex):
+    """Exact search: faiss ``IndexFlatIP`` (``ip``, ``cosine``) or ``IndexFlatL2`` (``l2``).
+
+    No build or query parameters. ``search`` cost is one pass over the
+    corpus per query (memory bound).
+    """
+
+    name: ClassVar[str] = "flat"
+
+    def _new_index(self, vectors: np.ndarray) -> Any:
+        return faiss.IndexFlatL2(self.dim) if self.metric == "l2" else faiss.IndexFlatIP(self.dim)
+
+    def memory_bytes(self) -> int:
+        """Bytes of stored vectors: ``ntotal * dim * 4``."""
+        if self._index is None:
+            raise self._not_built()
+        return int(self._index.ntotal) * int(self._index.code_size)
+
+    def _check_loaded(self, index: Any) -> None:
+        self._expect(index, faiss.IndexFlat, "IndexFlat")
+
+
+class FaissHnswIndex(_FaissIndex):
+    """faiss ``IndexHNSWFlat``.
+
+    Build parameters: ``M`` (graph degree, default 16), ``ef_construction``
+    (default 200). Query parameter: ``ef`` (faiss ``efSearch``, default 64),
+    passed per call through ``faiss.SearchParametersHNSW``; ``ef < k`` is
+    raised to ``k`` (a smaller beam cannot return ``k`` results).
+    """
+
+    name: ClassVar[str] = "faiss-hnsw"
+    build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200}
+    query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
+
+    def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        owner = f"index {self.name!r}"
+        params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
+        params["ef_construction"] = int_param(owner, "ef_construction", params["ef_construction"])
+        return params
+
+    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
+        # SearchParametersHNSW construction costs ~3 µs: keep one per ef value.
+        self._sp_cache: dict[int, Any] = {}
+        super().__init__(dim, metric, **build_params)
+
+    def _compile_query(self, params: dict[str, Any]) -> Any:
+        return params["ef"]
+
+    def _params_for(self, compiled: Any, k: int) -> Any:
+        ef = compiled if compiled >= k else k
+        sp = self._sp_cache.get(ef)
+        if sp is None:
+            sp = self._sp_cache[ef] = faiss.SearchParametersHNSW(efSearch=ef)
+        return sp
+
+    def _new_index(self, vectors: np.ndarray) -> Any:
+        index = faiss.IndexHNSWFlat(self.dim, self.build_params["M"], _METRIC[self.metric])
+        index.hnsw.efConstruction = self.build_params["ef_construction"]
+        return index
+
+    def _check_loaded(self, index: Any) -> None:
+        self._expect(index, faiss.IndexHNSWFlat, "IndexHNSWFlat")
+
+
+class IvfIndex(_FaissIndex):
+    """faiss ``IndexIVFFlat``: k-means lists, exact scan of the ``nprobe`` nearest.
+
+    Build parameters: ``nlist`` (number of lists; default ``None`` = about
+    ``4·sqrt(n)``, at most ``n // 39``), ``seed`` for k-means (default 1234).
+    Query parameter: ``nprobe`` (default 8, clamped to ``nlist``), passed per
+    call through ``faiss.SearchParametersIVF``.
+
+    The quantizer is trained on the corpus itself. ``nlist > n`` is a
+    :class:`ConfigError` at build. With fewer than 39 points per list faiss
+    would print a warning on stderr; ragbench lowers faiss's
+    ``min_points_per_centroid`` to ``n // nlist`` instead (the lists are then
+    poorer, which recall shows) and reports ``points_per_list`` in
+    ``info()``. Lists can hold fewer than ``k`` items: with small ``nprobe``
+    the results are ``-1`` padded.
+    """
+
+    name: ClassVar[str] = "ivf"
+    build_defaults: ClassVar[dict[str, Any]] = {"nlist": None, "seed": 1234}
+    query_defaults: ClassVar[dict[str, Any]] = {"nprobe": 8}
+
+    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
+        self._sp_cache: dict[int, Any] = {}
+        self._nlist = 0
+        super().__init__(dim, metric, **build_params)
+
+    def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        owner = f"index {self.name!r}"
+        if params["nlist"] is not None:
+            params["nlist"] = int_param(owner, "nlist", params["nlist"])
+        params["seed"] = int_param(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
+        return params
+
+    def _lists_for(self, n: int) -> int:
+        nlist = self.build_params["nlist"]
+        if nlist is None:
+            return max(1, min(round(4 * math.sqrt(n)), n // 39))
+        if nlist > n:
+            raise ConfigError(
+                f"index 'ivf': nlist={nlist} is larger than the corpus ({n} vectors); "
+                f"pass nlist <= {n} (ideally <= {max(1, n // 39)}) or nlist=None for automatic"
+            )
+        return int(nlist)
+
+    def _new_index(self, vectors: np.ndarray) -> Any:
+        n = vectors.shape[0]
+        nlist = self._lists_for(n)
+        quantizer = faiss.IndexFlatL2(self.dim) if self.metric == "l2" else faiss.IndexFlatIP(self.dim)
+        index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, _METRIC[self.metric])
+        index.cp.seed = self.build_params["seed"]
+        index.cp.min_points_per_centroid = max(1, min(39, n // nlist))
+        self._quantizer = quantizer  # the IVF index borrows it
+        return index
+
+    def _on_index_set(self) -> None:
+        self._nlist = int(self._index.nlist)
+        self._sp_cache.clear()
+
+    def _compile_query(self, params: dict[str, Any]) -> Any:
+        return params["nprobe"]
+
+    def _params_for(self, compiled: Any, k: int) -> Any:
+        sp = self._sp_cache.get(compiled)
+        if sp is None:
+            sp = self._sp_cache[compiled] = faiss.SearchParametersIVF(
+                nprobe=min(compiled, self._nlist)
+            )
+        return sp
+
+    def extra_info(self) -> dict[str, Any]:
+        if not self._nlist:
+            return {}
+        return {"nlist": self._nlist, "points_per_list": self._n / self._nlist}
+
+    def _check_loaded(self, index: Any) -> None:
+        self._expect(index, faiss.IndexIVFFlat, "IndexIVFFlat")
+
+
+class LshIndex(_FaissIndex):
+    """faiss ``IndexLSH``: random-rotation sign codes compared by Hamming distance.
+
+    Build parameters: ``nbits`` (code length, default 512), ``rotate_data``
+    (random rotation before taking signs, default True; without it the first
+    ``nbits`` coordinates are used, so ``nbits <= dim``), ``train_thresholds``
+    (per-bit median thresholds learnt from the corpus, default False). No
+    query parameters.
+
+    Metrics ``ip`` and ``cosine`` (sign codes approximate the angle). Scores
+    are **negated Hamming distances** (0 is an identical code, ``-nbits`` the
+    opposite): they rank candidates and are not comparable with other
+    indexes' scores. Use it as a candidate generator (ask for
+    ``k_candidates``) and let the rerank stage re-score exactly.
+    """
+
+    name: ClassVar[str] = "lsh"
+    supported_metrics: ClassVar[tuple[str, ...]] = ("ip", "cosine")
+    build_defaults: ClassVar[dict[str, Any]] = {
+        "nbits": 512,
+        "rotate_data": True,
+        "train_thresholds": False,
+    }
+
+    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
+        super().__init__(dim, metric, **build_params)
+        self._negate = True
+
+    def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        owner = f"index {self.name!r}"
+        params["nbits"] = int_param(owner, "nbits", params["nbits"], hi=65536)
+        params["rotate_data"] = bool_param(owner, "rotate_data", params["rotate_data"])
+        params["train_thresholds"] = bool_param(
+            owner, "train_thresholds", params["train_thresholds"]
+        )
+        return params
+
+    def _new_index(self, vectors: np.ndarray) -> Any:
+        p = self.build_params
+        if not p["rotate_data"] and p["nbits"] > self.dim:
+            raise ConfigError(
+                f"index 'lsh': nbits={p['nbits']} > dim={self.dim} needs rotate_data=True "
+                "(without rotation the codes are the signs of the first nbits coordinates)"
+            )
+        return faiss.IndexLSH(self.dim, p["nbits"], p["rotate_data"], p["train_thresholds"])
+
+    def _check_loaded(self, index: Any) -> None:
+        if not isinstance(index, faiss.IndexLSH):
+            raise IndexFileError(
+                f"{self.name}: payload is a faiss {type(index).__name__}, expected IndexLSH"
+            )
+        if int(index.nbits) != self.build_params["nbits"]:
+            raise IndexFileError(f"{self.name}: payload nbits does not match the header")

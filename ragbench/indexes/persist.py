@@ -1,0 +1,180 @@
+"""Saving and loading indexes: one file, a JSON header, then the library's own bytes.
+
+File layout (all integers little-endian)::
+
+    offset 0   14 bytes  b"ragbench-index"            magic
+    offset 14   2 bytes  uint16 format version (1)
+    offset 16   8 bytes  uint64 header length H (<= 1 MiB)
+    offset 24   H bytes  UTF-8 JSON header
+    offset 24+H          payload (exactly header["payload"]["bytes"] bytes)
+
+The header holds ``magic`` ("ragbench-index"), ``format_version``,
+``backend``, ``build_params``, ``dim``, ``metric``, ``count``, ``library``
+(name + version that wrote the payload), ``payload_format`` and
+``payload`` (``bytes`` and ``sha256``). The payload is the library's own
+serialization: ``faiss.serialize_index`` for the faiss backends,
+``hnswlib.Index.save_index`` for ``hnsw``, raw MinHash hash values for
+``minhash-lsh``. Nothing is pickled.
+
+Loading checks, in this order and before any native library sees a byte:
+magic, version, header length, JSON, total file size against the declared
+payload size (truncation), the payload's SHA-256, the backend being
+registered, then the backend's own structural checks (dimension and count
+against the header; hnswlib's binary layout is walked in Python first
+because hnswlib trusts its file). Any failure raises
+:class:`~ragbench.errors.IndexFileError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from typing import TYPE_CHECKING, Any
+
+from ..errors import IndexFileError, UnknownBackendError
+
+if TYPE_CHECKING:
+    from . import Index
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "load_index",
+    "read_index_file",
+    "read_index_header",
+    "write_index_file",
+]
+
+MAGIC = b"ragbench-index"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<14sHQ")
+_MAX_HEADER = 1 << 20
+
+
+def write_index_file(path: Any, header: dict[str, Any], payload: bytes | memoryview) -> None:
+    """Write ``header`` (completed with magic, version, payload size and hash) and ``payload``.
+
+    The file is written next to ``path`` and renamed into place, so a crash
+    never leaves a half-written index under the final name.
+    """
+    view = memoryview(payload).cast("B")
+    full = dict(header)
+    full["magic"] = MAGIC.decode()
+    full["format_version"] = FORMAT_VERSION
+    full["payload"] = {"bytes": view.nbytes, "sha256": hashlib.sha256(view).hexdigest()}
+    blob = json.dumps(full, sort_keys=True, separators=(",", ":")).encode()
+    if len(blob) > _MAX_HEADER:
+        raise IndexFileError(f"index header is {len(blob)} bytes, more than the 1 MiB limit")
+    target = os.fspath(path)
+    tmp = f"{target}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(blob)))
+            fh.write(blob)
+            fh.write(view)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _read_header(fh: Any, path: str, size: int) -> tuple[dict[str, Any], int]:
+    prefix = fh.read(_PREFIX.size)
+    if len(prefix) < _PREFIX.size or not prefix.startswith(MAGIC):
+        raise IndexFileError(
+            f"{path}: not a ragbench index file (no 'ragbench-index' magic at the start); "
+            "write indexes with Index.save() and read them with rb.indexes.load()"
+        )
+    _, version, hlen = _PREFIX.unpack(prefix)
+    if version != FORMAT_VERSION:
+        raise IndexFileError(
+            f"{path}: index file format version {version} is not supported "
+            f"(this ragbench reads version {FORMAT_VERSION})"
+        )
+    if hlen > _MAX_HEADER or _PREFIX.size + hlen > size:
+        raise IndexFileError(f"{path}: header length {hlen} is impossible: file truncated or corrupt")
+    blob = fh.read(hlen)
+    try:
+        header = json.loads(blob)
+    except (UnicodeDecodeError, ValueError):
+        raise IndexFileError(f"{path}: the JSON header is corrupt") from None
+    if not isinstance(header, dict) or header.get("magic") != MAGIC.decode():
+        raise IndexFileError(f"{path}: the header does not carry the 'ragbench-index' magic")
+    if header.get("format_version") != FORMAT_VERSION:
+        raise IndexFileError(f"{path}: header format version does not match the file prefix")
+    payload = header.get("payload")
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("bytes"), int)
+        or not isinstance(payload.get("sha256"), str)
+    ):
+        raise IndexFileError(f"{path}: the header does not describe its payload")
+    for key, kind in (("backend", str), ("metric", str), ("count", int)):
+        if not isinstance(header.get(key), kind) or isinstance(header.get(key), bool):
+            raise IndexFileError(f"{path}: header field {key!r} is missing or has the wrong type")
+    dim = header.get("dim")
+    if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or dim < 1):
+        raise IndexFileError(f"{path}: header field 'dim' must be a positive integer or null")
+    if header["count"] < 1:
+        raise IndexFileError(f"{path}: header says the index holds {header['count']} items")
+    offset = _PREFIX.size + hlen
+    expected = offset + payload["bytes"]
+    if size != expected:
+        what = "truncated" if size < expected else "has trailing bytes"
+        raise IndexFileError(
+            f"{path}: file {what}: {size} bytes on disk, the header promises {expected}"
+        )
+    return header, offset
+
+
+def read_index_header(path: Any) -> dict[str, Any]:
+    """The verified JSON header of an index file, without reading the payload."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            header, _ = _read_header(fh, name, os.fstat(fh.fileno()).st_size)
+    except OSError as exc:
+        raise IndexFileError(f"{name}: cannot read index file ({exc.strerror})") from None
+    return header
+
+
+def read_index_file(path: Any) -> tuple[dict[str, Any], memoryview]:
+    """Header and payload of an index file, after size and SHA-256 checks."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            header, _ = _read_header(fh, name, os.fstat(fh.fileno()).st_size)
+            want = header["payload"]["bytes"]
+            buf = bytearray(want)
+            got = fh.readinto(buf)
+    except OSError as exc:
+        raise IndexFileError(f"{name}: cannot read index file ({exc.strerror})") from None
+    if got != want:
+        raise IndexFileError(f"{name}: file truncated while reading the payload")
+    view = memoryview(buf)
+    if hashlib.sha256(view).hexdigest() != header["payload"]["sha256"]:
+        raise IndexFileError(f"{name}: payload checksum mismatch: the file is corrupt")
+    return header, view
+
+
+def load_index(path: Any) -> Index:
+    """Load an index written by ``Index.save``; see the module docstring for the checks."""
+    from . import registry
+
+    header, payload = read_index_file(path)
+    backend = header["backend"]
+    try:
+        factory = registry.factory(backend)
+    except UnknownBackendError as exc:
+        raise IndexFileError(f"{os.fspath(path)}: {exc}") from None
+    restore = getattr(factory, "_restore", None)
+    if not callable(restore):
+        raise IndexFileError(
+            f"{os.fspath(path)}: backend {backend!r} does not support loading saved indexes"
+        )
+    try:
+        return restore(header, payload)  # type: ignore[no-any-return]
+    except IndexFileError as exc:
+        raise IndexFileError(f"{os.fspath(path)}: {exc}") from None

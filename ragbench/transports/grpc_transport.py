@@ -1,0 +1,121 @@
+"""``grpc``: one unary gRPC call per payload to a far-side server in a child process.
+
+No generated stubs: the far side registers a generic handler for
+``/ragbench.v1.FarSide/Process`` without (de)serializers, so the request is
+the codec's payload bytes untouched and the reply is the far side's compact
+binary reply (see :mod:`ragbench.transports._farside`). The codec's content
+type travels in the ``x-ragbench-content-type`` metadata entry. Every call
+has a deadline of ``timeout`` seconds, so a stuck far side is an error, never
+a hang.
+
+Wire bytes: gRPC does not expose socket counters, so the figures are the
+bytes every call must carry -- the message, its 5-byte gRPC length prefix and
+one 9-byte HTTP/2 DATA frame header per direction. HPACK-compressed HEADERS
+frames (a few dozen bytes per call once the header table is warm) are not
+counted, so the ``grpc`` byte counts are a lower bound.
+
+Parameters: see :class:`ragbench.transports._farside.ChildTransport`
+(``host``, ``timeout``, ``startup_timeout``). Needs ``grpcio``
+(``pip install 'ragbench[grpc]'``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import MissingDependencyError, TransportError
+from . import FarSide
+from ._farside import GRPC_PATH, ChildTransport, decode_reply
+
+__all__ = ["GrpcTransport"]
+
+# 5-byte gRPC message prefix + 9-byte HTTP/2 DATA frame header.
+_FRAMING_BYTES = 5 + 9
+
+
+def _grpc() -> Any:
+    try:
+        import grpc
+    except ImportError:
+        raise MissingDependencyError("grpcio", "grpc") from None
+    return grpc
+
+
+class GrpcTransport(ChildTransport):
+    """Payloads as raw-bytes unary gRPC calls over one insecure loopback channel."""
+
+    name = "grpc"
+    kind = "grpc"
+
+    def __init__(self, **params: Any) -> None:
+        self._grpc = _grpc()  # fail at create time, before any process starts
+        super().__init__(**params)
+        self._channel: Any = None
+        self._call: Any = None
+        self._metadata: tuple[tuple[str, str], ...] = ()
+
+    def _connect(self) -> None:
+        grpc = self._grpc
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        channel = grpc.insecure_channel(
+            f"{host}:{self.port}",
+            options=[
+                ("grpc.max_send_message_length", -1),
+                ("grpc.max_receive_message_length", -1),
+                # A far side that dies must fail the next call at once,
+                # not after a long reconnect back-off.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1000),
+            ],
+        )
+        try:
+            grpc.channel_ready_future(channel).result(timeout=self.startup_timeout)
+        except grpc.FutureTimeoutError:
+            channel.close()
+            raise TransportError(
+                f"grpc transport: could not connect to {host}:{self.port} "
+                f"within {self.startup_timeout:g} s"
+            ) from None
+        self._channel = channel
+        self._call = channel.unary_unary(GRPC_PATH)
+        self._metadata = (("x-ragbench-content-type", self.content_type),)
+
+    def _disconnect(self) -> None:
+        channel, self._channel, self._call = self._channel, None, None
+        if channel is not None:
+            channel.close()
+
+    def send(self, payload: bytes, query: str) -> FarSide:
+        """Call the far side with ``payload``; return its prompt, timings and wire byte counts.
+
+        ``query`` only labels errors. Raises
+        :class:`~ragbench.errors.DecodeError` when the far side could not
+        decode the payload, :class:`TransportError` when the call failed, the
+        server died or the ``timeout`` deadline passed.
+        """
+        self._check_usable()
+        call = self._call
+        if call is None:
+            try:
+                self._connect()
+            except TransportError as exc:
+                raise self._failed(str(exc), query) from None
+            call = self._call
+        try:
+            reply = call(payload, timeout=self.timeout, metadata=self._metadata)
+        except self._grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            name = getattr(code, "name", str(code))
+            raise self._failed(f"call failed with {name}: {details}", query) from None
+        if not isinstance(reply, bytes):
+            raise TransportError(f"grpc transport: reply is {type(reply).__name__}, not bytes")
+        prompt, tokens, decode_ns, prompt_ns = decode_reply(reply, "grpc")
+        return FarSide(
+            prompt,
+            tokens,
+            decode_ns,
+            prompt_ns,
+            len(payload) + _FRAMING_BYTES,
+            len(reply) + _FRAMING_BYTES,
+        )

@@ -1,0 +1,131 @@
+"""``http``: HTTP/1.1 POST to a far-side server in a child process, over one keep-alive socket.
+
+The far side is a stdlib :class:`http.server.ThreadingHTTPServer` (HTTP/1.1,
+keep-alive) in a child process bound to ``host`` on a port the kernel picks.
+The near side speaks HTTP/1.1 directly on a socket rather than through
+:mod:`http.client`: the request goes out in one ``sendall`` and the byte
+counts reported are exactly what crossed the socket -- request line, headers
+and body sent; status line, headers and body received.
+
+Parameters: see :class:`ragbench.transports._farside.ChildTransport`
+(``host``, ``timeout``, ``startup_timeout``).
+"""
+
+from __future__ import annotations
+
+import socket
+
+from ..errors import TransportError
+from . import FarSide
+from ._farside import ChildTransport, decode_reply
+
+__all__ = ["HttpTransport"]
+
+_MAX_HEAD = 64 * 1024
+
+
+class HttpTransport(ChildTransport):
+    """Payloads as HTTP/1.1 POST bodies to ``/v1/process``; ``Content-Type`` is the codec's."""
+
+    name = "http"
+    kind = "http"
+
+    _sock: socket.socket | None = None
+    _head: bytes = b""
+    _buf: bytearray
+
+    def _connect(self) -> None:
+        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        # Request and reply are single writes; Nagle would only add delay.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        self._buf = bytearray()
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self._head = (
+            f"POST /v1/process HTTP/1.1\r\nHost: {host}:{self.port}\r\n"
+            f"Content-Type: {self.content_type}\r\nContent-Length: "
+        ).encode("latin-1")
+
+    def _disconnect(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def send(self, payload: bytes, query: str) -> FarSide:
+        """POST ``payload``; return the far side's prompt, its timings and the wire byte counts.
+
+        ``query`` only labels errors (the far side reads the question from
+        the payload). Raises :class:`~ragbench.errors.DecodeError` when the
+        far side could not decode the payload, :class:`TransportError` when
+        the server failed, died or did not answer within ``timeout``.
+        """
+        self._check_usable()
+        sock = self._sock
+        if sock is None:
+            # Only after an earlier failure closed the keep-alive socket.
+            try:
+                self._connect()
+            except OSError as exc:
+                raise self._failed(f"cannot connect: {exc}", query) from None
+            sock = self._sock
+            if sock is None:
+                raise self._failed("cannot connect", query)
+        request = b"".join((self._head, str(len(payload)).encode(), b"\r\n\r\n", payload))
+        try:
+            sock.sendall(request)
+            status, reason, body, received = self._read_response(sock)
+        except TimeoutError:
+            raise self._failed(f"no reply within {self.timeout:g} s", query) from None
+        except (OSError, ValueError) as exc:
+            raise self._failed(f"request failed: {exc}", query) from None
+        if status != 200:
+            self._disconnect()
+            text = body[:500].decode("utf-8", "replace")
+            raise TransportError(
+                f"http transport: far side answered {status} {reason}: {text} "
+                f"(query {query[:60]!r})"
+            )
+        prompt, tokens, decode_ns, prompt_ns = decode_reply(body, "http")
+        return FarSide(prompt, tokens, decode_ns, prompt_ns, len(request), received)
+
+    def _read_response(self, sock: socket.socket) -> tuple[int, str, bytes, int]:
+        """Read one response: ``(status, reason, body, bytes received)``."""
+        buf = self._buf
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            if len(buf) > _MAX_HEAD:
+                raise ValueError("response head larger than 64 KiB")
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the far side closed the connection")
+            buf += chunk
+        head = bytes(buf[:end]).decode("latin-1")
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise ValueError(f"malformed status line {lines[0][:80]!r}")
+        status, reason = int(parts[1]), parts[2] if len(parts) > 2 else ""
+        length = -1
+        close = False
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            key = name.strip().lower()
+            if key == "content-length":
+                length = int(value.strip())
+            elif key == "connection" and value.strip().lower() == "close":
+                close = True
+        if length < 0:
+            raise ValueError("response without Content-Length")
+        total = end + 4 + length
+        while len(buf) < total:
+            chunk = sock.recv(max(65536, total - len(buf)))
+            if not chunk:
+                raise ConnectionError("the far side closed the connection mid-reply")
+            buf += chunk
+        body = bytes(buf[end + 4 : total])
+        del buf[:total]
+        if close:
+            self._disconnect()
+        return status, reason, body, total

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragbench.cli import main
+
+SYN = ["--dataset", "synthetic", "--n", "2000", "--dim", "32"]
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def check_record(rec: dict) -> None:
+    assert rec["schema"] == "ragbench.run/1"
+    for stage in ("embed", "retrieve", "rerank", "serialize", "transport", "deserialize", "prompt", "generate"):
+        assert stage in rec["stages"], stage
+    samples = np.array([rec["samples_ns"][s] for s in rec["stages"]]).T
+    assert samples.shape[0] == rec["requests"] > 0
+    total = samples.sum(axis=1)
+    # per-stage times sum to the per-request total (the stamps are shared)
+    assert rec["total"]["max_us"] == pytest.approx(total.max() / 1e3)
+    assert rec["env"]["cores"] >= 1
+
+
+def test_compare_synthetic_side_by_side(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "res.jsonl"
+    code, stdout, err = cli(capsys, "compare", *SYN, "--index", "flat,hnsw", "--codec", "json,protobuf",
+                            "--queries", "25", "--warmup", "2", "--out", str(out))
+    assert code == 0, err
+    for label in ("flat/json", "flat/protobuf", "hnsw/json", "hnsw/protobuf"):
+        assert label in stdout
+    recs = read(out)
+    assert [r["label"] for r in recs] == ["flat/json", "flat/protobuf", "hnsw/json", "hnsw/protobuf"]
+    for rec in recs:
+        check_record(rec)
+    assert all(r["recall_at_k"] == 1.0 for r in recs if r["label"].startswith("flat"))
+    assert all(r["recall_at_k"] > 0.8 for r in recs)
+
+
+def test_compare_pydocs_with_hashing_embedder(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "res.jsonl"
+    code, stdout, err = cli(capsys, "compare", "--dataset", "pydocs", "--embed", "hashing",
+                            "--index", "flat,lsh", "--rerank", "numba,python",
+                            "--queries", "30", "--warmup", "2", "--out", str(out))
+    assert code == 0, err
+    recs = read(out)
+    assert len(recs) == 4
+    for rec in recs:
+        check_record(rec)
+        assert rec["dataset"]["name"] == "pydocs"
+    flat = [r for r in recs if r["label"].startswith("flat/")]
+    assert all(r["recall_at_k"] == 1.0 for r in flat)
+    assert "pydocs" in stdout
+
+
+def test_run_and_report(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[dataset]\nname = "synthetic"\nn = 1000\ndim = 16\nn_queries = 20\n'
+        '[run]\nqueries = 15\nwarmup = 1\n[retrieve]\nbackend = "flat"\n[serialize]\nbackend = "json"\n'
+    )
+    out = tmp_path / "r.jsonl"
+    code, stdout, err = cli(capsys, "run", "-c", str(cfg), "--out", str(out))
+    assert code == 0, err
+    assert "before first token" in stdout
+    code, _, err = cli(capsys, "run", "-c", str(cfg), "--out", str(out), "--set", "serialize.backend=\"protobuf\"")
+    assert code == 0, err
+    assert len(read(out)) == 2  # appended, not overwritten
+    for fmt, needle in (("table", "flat"), ("md", "| label"), ("csv", "label,"), ("json", '"label"')):
+        code, stdout, err = cli(capsys, "report", str(out), "--format", fmt)
+        assert code == 0, err
+        assert needle in stdout
+    png = tmp_path / "p.png"
+    code, stdout, err = cli(capsys, "report", str(out), "--plot", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["compare", *SYN, "--index", "nope"], "nope"),
+        (["compare", *SYN, "--codec", "xml"], "xml"),
+        (["compare", *SYN, "--k-candidates", "ten"], "ten"),
+        (["compare", "--dataset", "no-such-dataset"], "no-such-dataset"),
+        (["compare", *SYN, "--set", "retrieve.bogus=1"], "bogus"),
+        (["run", "-c", "/nonexistent.toml"], "nonexistent"),
+        (["report", "/nonexistent.jsonl"], "nonexistent"),
+        (["compare", "--frobnicate"], "frobnicate"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle) -> None:
+    code, stdout, err = cli(capsys, *argv)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert needle in lines[0]
+    assert "Traceback" not in err
+
+
+def test_malformed_results_file(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"schema": "ragbench.run/1"}\nnot json\n')
+    code, _, err = cli(capsys, "report", str(bad))
+    assert code == 2 and "bad.jsonl:2" in err
+
+
+@pytest.mark.parametrize("command", ["", "datasets", "run", "compare", "report", "stub-llm"])
+def test_help_everywhere(capsys, command) -> None:
+    code, stdout, _ = cli(capsys, *([command] if command else []), "--help")
+    assert code == 0
+    assert "Usage" in stdout
+
+
+def test_console_script_exits_2_without_traceback() -> None:
+    exe = Path(sys.executable).with_name("ragbench")
+    proc = subprocess.run([str(exe), "compare", "--index", "nope", *SYN], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_datasets_lists_bundled(capsys) -> None:
+    code, stdout, err = cli(capsys, "datasets")
+    assert code == 0, err
+    assert "pydocs" in stdout and "synthetic" in stdout

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import ragbench as rb
+from ragbench.errors import ConfigError, KTooLargeError
+from ragbench.pipeline import STAGES
+from ragbench.report import Report
+
+SMALL = {"name": "synthetic", "n": 1500, "dim": 32, "n_queries": 40, "seed": 3}
+
+
+def config(**tables):
+    cfg = {
+        "dataset": dict(SMALL),
+        "run": {"queries": 40, "warmup": 3, "k": 10, "k_candidates": 50},
+        "retrieve": {"backend": "flat"},
+        "rerank": {"backend": "numba"},
+        "serialize": {"backend": "json"},
+        "transport": {"backend": "inproc"},
+    }
+    for table, value in tables.items():
+        cfg[table] = {**cfg.get(table, {}), **value}
+    return cfg
+
+
+def run(cfg, **kw) -> Report:
+    with rb.Pipeline.from_config(cfg) as pipe:
+        return pipe.run(**kw)
+
+
+def test_flat_pipeline_times_every_stage_and_recall_is_exact() -> None:
+    report = run(config())
+    assert report.stage_names == [s for s in STAGES if s != "cache"]
+    assert report.samples_ns.shape == (40, len(report.stage_names))
+    assert (report.samples_ns >= 0).all()
+    # stages add up to the request total by construction of the stamps
+    np.testing.assert_array_equal(report.totals_ns, report.samples_ns.sum(axis=1))
+    assert report.mean_recall == 1.0
+    assert (report.payload_bytes > 0).all()
+    shares = report.shares()
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert {"index_build", "jit_compile", "warmup"} <= set(report.setup_ns)
+
+
+def test_hnsw_with_python_rerank_and_protobuf() -> None:
+    report = run(config(retrieve={"backend": "hnsw", "search": {"ef": 64}},
+                        rerank={"backend": "python"}, serialize={"backend": "protobuf"}))
+    assert report.mean_recall > 0.9
+
+
+def test_rerank_none_keeps_retriever_order() -> None:
+    report = run(config(rerank={"backend": "none"}))
+    assert report.mean_recall == 1.0  # flat already returns the exact top k
+
+
+def test_text_index_feeds_texts_and_rerank_sorts_its_candidates() -> None:
+    report = run(config(retrieve={"backend": "minhash-lsh"}, run={"k_candidates": 200}))
+    assert report.requests == 40
+    assert 0.0 <= report.mean_recall <= 1.0
+
+
+def test_lru_cache_hits_repeated_queries() -> None:
+    report = run(config(cache={"backend": "lru", "size": 100}), queries=80, warmup=0)
+    assert "cache" in report.stage_names
+    assert report.cache_hit_rate == pytest.approx(0.5)
+    assert report.mean_recall == 1.0
+
+
+def test_records_round_trip_and_are_json() -> None:
+    report = run(config(), queries=10, warmup=1)
+    (rec,) = report.to_records()
+    text = json.dumps(rec)
+    back = Report.from_record(json.loads(text))
+    np.testing.assert_array_equal(back.samples_ns, report.samples_ns)
+    assert back.mean_recall == report.mean_recall
+    assert rec["schema"] == "ragbench.run/1"
+    env = rec["env"]
+    for key in ("cpu", "cores", "python", "libraries", "threads", "protobuf_backend", "git_revision"):
+        assert key in env
+    assert set(rec["samples_ns"]) == set(report.stage_names)
+
+
+def test_table_lists_every_stage_and_share() -> None:
+    report = run(config(), queries=10, warmup=0)
+    table = report.table()
+    for name in report.stage_names:
+        assert name in table
+    assert "before first token" in table and "recall@10" in table
+
+
+def test_run_another_dataset_through_the_same_stages() -> None:
+    other = rb.datasets.load("synthetic", n=800, dim=32, n_queries=12, seed=9)
+    with rb.Pipeline.from_config(config()) as pipe:
+        report = pipe.run(other, queries=12, warmup=0)
+    assert report.dataset["n"] == 800
+
+
+def test_k_larger_than_corpus_is_an_error() -> None:
+    with pytest.raises(KTooLargeError):
+        run(config(dataset={"n": 20, "n_queries": 5}, run={"k": 30, "k_candidates": 30}))
+
+
+def test_precomputed_embedder_needs_vectors() -> None:
+    with pytest.raises(ConfigError, match="precomputed"):
+        run({"dataset": {"name": "pydocs"}, "embed": {"backend": "precomputed"}})
+
+
+def test_unknown_backend_param_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="bogus"):
+        run(config(retrieve={"backend": "hnsw", "build": {"bogus": 1}}))
