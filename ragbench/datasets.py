@@ -493,7 +493,7 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
     centers /= np.linalg.norm(centers, axis=1, keepdims=True)
     # Noise norm ~0.9 against a unit centre: neighbours within a cluster are
     # close but not trivially separable, like real embedding clusters.
-    sigma = np.float32(0.5 / math.sqrt(dim))
+    sigma = np.float32(0.65 / math.sqrt(dim))
 
     def points(rows: np.ndarray, gen: np.random.Generator) -> np.ndarray:
         out = np.empty((rows.size, dim), np.float32)

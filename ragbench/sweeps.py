@@ -342,6 +342,17 @@ def render_sweep_records(records: Sequence[Mapping[str, Any]], fmt: str = "table
 
     sweeps = [r for r in records if r.get("kind") == "sweep"]
     scales = [r for r in records if r.get("kind") == "scale"]
+    loads = [r for r in records if r.get("kind") == "load"]
+    if loads:
+        from .load import load_table
+
+        rest = [r for r in records if r.get("kind") != "load"]
+        if fmt == "json":
+            rows = [{k: v for k, v in r.items() if k not in ("env", "config")} for r in loads]
+            head = json.dumps(rows, indent=2)
+        else:
+            head = load_table(loads)
+        return head + ("\n" + render_sweep_records(rest, fmt) if rest else "")
     if fmt == "json":
         flags = pareto(sweeps) if sweeps else []
         rows = [{**{k: v for k, v in r.items() if k != "env"}, "pareto": f} for r, f in zip(sweeps, flags, strict=True)]

@@ -1,4 +1,134 @@
-"""pytest plugin (registered through the ``pytest11`` entry point).
+"""pytest fixtures for benchmark authors (a pytest plugin, loaded through ``pytest11``).
 
-Fixtures for benchmark authors; see the README's "pytest fixtures" section.
+Installing ragbench makes these fixtures available in any pytest session::
+
+    def test_protobuf_encode(benchmark, rb_result):
+        codec = rb.codecs.create("protobuf")
+        result = rb_result(n_hits=10, text_bytes=1000)
+        benchmark(codec.encode, result)
+
+- ``rb_result(n_hits=10, text_bytes=1000, metadata=3, dim=None, seed=0)``: a
+  deterministic :class:`ragbench.RetrievalResult` payload;
+- ``rb_synthetic(n=10_000, dim=384, n_queries=200, seed=0)``: a synthetic
+  dataset, cached for the session;
+- ``rb_index(name, dataset, **build_params)``: a built index, cached for the
+  session;
+- ``rb_pipeline(config)``: a set-up :class:`ragbench.Pipeline`, closed (its
+  servers stopped) at teardown.
+
+Nothing heavy is imported until a fixture is used.
 """
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .types import Hit, RetrievalResult
+
+if TYPE_CHECKING:
+    from .datasets import Dataset
+    from .pipeline import Pipeline
+
+__all__ = ["sample_result"]
+
+_WORDS = ("index vector query token latency payload chunk embedding server stream cache graph "
+          "python numpy sort score recall network codec encode decode batch thread memory").split()
+
+
+def sample_result(n_hits: int = 10, text_bytes: int = 1000, metadata: int = 3, dim: int | None = None,
+                  seed: int = 0) -> RetrievalResult:
+    """A deterministic result: ``n_hits`` chunks of ~``text_bytes`` ASCII text each.
+
+    ``metadata`` string entries per hit; ``dim`` adds float32 embeddings.
+    """
+    rng = random.Random(seed)
+    hits = []
+    for i in range(n_hits):
+        words: list[str] = []
+        size = 0
+        while size < text_bytes:
+            w = rng.choice(_WORDS)
+            words.append(w)
+            size += len(w) + 1
+        text = " ".join(words)[:text_bytes]
+        meta = {f"key{j}": f"value-{rng.randrange(10**6)}" for j in range(metadata)}
+        emb = None
+        if dim is not None:
+            import numpy as np
+
+            v = np.random.default_rng(seed * 1000 + i).standard_normal(dim).astype(np.float32)
+            emb = (v / np.linalg.norm(v)).astype("<f4").tobytes()
+        hits.append(Hit(doc_id=f"doc-{seed}-{i}", score=1.0 - i / (n_hits + 1), text=text,
+                        metadata=meta, embedding=emb))
+    return RetrievalResult(query_id=f"q{seed}", query="where does the time go before the first token?",
+                           hits=hits)
+
+
+@pytest.fixture
+def rb_result() -> Callable[..., RetrievalResult]:
+    """Factory for deterministic payloads (see :func:`sample_result`)."""
+    return sample_result
+
+
+@pytest.fixture(scope="session")
+def rb_synthetic() -> Callable[..., Dataset]:
+    """Factory for synthetic datasets, cached per parameter set for the session."""
+    cache: dict[tuple[Any, ...], Dataset] = {}
+
+    def make(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int = 0) -> Dataset:
+        from . import datasets
+
+        key = (n, dim, n_queries, seed)
+        if key not in cache:
+            cache[key] = datasets.load("synthetic", n=n, dim=dim, n_queries=n_queries, seed=seed)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def rb_index() -> Callable[..., Any]:
+    """Factory for built indexes over a dataset's vectors (or texts), cached for the session."""
+    cache: dict[tuple[Any, ...], Any] = {}
+
+    def make(name: str, dataset: Dataset, metric: str | None = None, **build: Any) -> Any:
+        from . import indexes
+
+        metric = metric or dataset.metric
+        key = (name, dataset.content_hash, metric, json.dumps(build, sort_keys=True))
+        if key not in cache:
+            factory = indexes.registry.factory(name)
+            if getattr(factory, "input_kind", "vectors") == "texts":
+                index = indexes.create(name, **build)
+                index.build(dataset.corpus.texts)
+            else:
+                vectors = dataset.corpus_vectors(dataset.default_embedder)
+                index = indexes.create(name, dim=int(vectors.shape[1]), metric=metric, **build)
+                index.build(vectors)
+            cache[key] = index
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture
+def rb_pipeline() -> Iterator[Callable[[Mapping[str, Any]], Pipeline]]:
+    """Factory for set-up pipelines; every one is closed (servers stopped) at teardown."""
+    from .pipeline import Pipeline
+
+    made: list[Pipeline] = []
+
+    def make(config: Mapping[str, Any]) -> Pipeline:
+        pipe = Pipeline.from_config(config)
+        made.append(pipe)
+        pipe.setup()
+        return pipe
+
+    yield make
+    for pipe in made:
+        pipe.close()

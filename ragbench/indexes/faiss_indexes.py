@@ -139,6 +139,8 @@ class _FaissIndex(VectorIndex):
             or q.shape[1] != self.dim
             or not q.flags.c_contiguous
             or not 0.0 < _vdot(q, q) < INF
+            # a cosine batch needs its per-row zero-norm check
+            or (self._cosine and q.shape[0] != 1)
         ):
             q = self._slow_queries(q)
         ntotal = self._n

@@ -1,0 +1,402 @@
+"""``openai``: time to first token from any OpenAI-compatible streaming endpoint.
+
+Works with vLLM, llama.cpp's server, Ollama (``/v1``), TGI's OpenAI route, the
+OpenAI API itself and ragbench's own stub (:mod:`ragbench.generators.stub_server`).
+The request is ``POST {base_url}/chat/completions`` (or ``/completions``
+with ``chat=False``) with ``"stream": true``; the server-sent events are read
+until the first non-empty content delta, and TTFT is measured on the client
+from just before the request is written to just after that delta is parsed.
+
+Connection handling: one keep-alive :mod:`http.client` connection, opened in
+:meth:`OpenAIGenerator.start` and, after it was closed, again *before* the
+TTFT clock starts. After the first token the client drains the rest of the
+stream when ``max_tokens <= 1`` (the tail is immediate) and keeps the
+connection; otherwise it closes the connection, which cancels the
+generation on the server as any client that only wanted the first token
+would.
+
+Failures -- connection refused, timeouts, a non-200 status, a body that is
+not an event stream, malformed events, a stream that ends before any
+content -- raise :class:`~ragbench.errors.GeneratorError` saying which.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import time
+import urllib.parse
+from typing import Any
+
+from .._registry import check_params
+from ..errors import ConfigError, GeneratorError, NotBuiltError
+from . import FirstToken
+
+__all__ = ["OpenAIGenerator", "StreamClient"]
+
+_MAX_LINE = 1024 * 1024
+
+
+def _positive_number(owner: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{owner}: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _positive_int(owner: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{owner}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+class StreamClient:
+    """A keep-alive client for one OpenAI-compatible base URL (``http://host:port/v1``)."""
+
+    def __init__(self, base_url: str, *, api_key: str | None, timeout: float, what: str) -> None:
+        if not isinstance(base_url, str) or not base_url:
+            raise ConfigError(f"{what}: base_url must be a URL such as http://127.0.0.1:8000/v1")
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"{what}: base_url {base_url!r} must start with http:// or https:// and name a "
+                "host, e.g. http://127.0.0.1:8000/v1"
+            )
+        try:
+            port = parts.port
+        except ValueError:
+            raise ConfigError(f"{what}: base_url {base_url!r} has a bad port") from None
+        self.what = what
+        self.base_url = base_url.rstrip("/")
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = port or (443 if parts.scheme == "https" else 80)
+        self.prefix = parts.path.rstrip("/")
+        self.timeout = timeout
+        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self._conn: http.client.HTTPConnection | None = None
+        self._used = False
+
+    # -- connection
+
+    def connect(self) -> None:
+        """Open the connection now if it is not open (outside any TTFT clock)."""
+        conn = self._conn
+        if conn is None:
+            cls = (
+                http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            )
+            conn = cls(self.host, self.port, timeout=self.timeout)
+            self._conn = conn
+        if conn.sock is None:
+            try:
+                conn.connect()
+            except ConnectionRefusedError:
+                self.close()
+                raise GeneratorError(
+                    f"{self.what}: connection to {self.base_url} refused; is the server running "
+                    "and is base_url right?"
+                ) from None
+            except TimeoutError:
+                self.close()
+                raise GeneratorError(
+                    f"{self.what}: connecting to {self.base_url} timed out after {self.timeout:g} s"
+                ) from None
+            except OSError as exc:
+                self.close()
+                raise GeneratorError(f"{self.what}: cannot connect to {self.base_url}: {exc}") from None
+            if conn.sock is not None and self.scheme == "http":
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._used = False
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- requests
+
+    def _request(self, method: str, path: str, body: bytes | None) -> http.client.HTTPResponse:
+        """Send one request and return its response; retries once on a stale keep-alive socket."""
+        for attempt in (0, 1):
+            self.connect()
+            conn = self._conn
+            if conn is None:  # pragma: no cover - connect() raised instead
+                raise GeneratorError(f"{self.what}: not connected")
+            reused = self._used
+            self._used = True
+            try:
+                conn.request(method, self.prefix + path, body=body, headers=self.headers)
+                return conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # An idle keep-alive connection the server already dropped:
+                # nothing was processed, so one fresh try is safe.
+                self.close()
+                if reused and attempt == 0:
+                    continue
+                raise GeneratorError(
+                    f"{self.what}: {self.base_url} closed the connection without answering"
+                ) from None
+            except TimeoutError:
+                self.close()
+                raise GeneratorError(
+                    f"{self.what}: no answer from {self.base_url} within {self.timeout:g} s"
+                ) from None
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                raise GeneratorError(f"{self.what}: request to {self.base_url} failed: {exc}") from None
+        raise GeneratorError(f"{self.what}: request to {self.base_url} failed")  # pragma: no cover
+
+    def _check_status(self, resp: http.client.HTTPResponse, path: str) -> None:
+        if resp.status == 200:
+            return
+        try:
+            excerpt = resp.read(2000).decode("utf-8", "replace").strip()
+        except (OSError, http.client.HTTPException):
+            excerpt = ""
+        self.close()
+        raise GeneratorError(
+            f"{self.what}: {self.base_url}{path} answered {resp.status} {resp.reason}"
+            + (f": {excerpt[:500]}" if excerpt else "")
+        )
+
+    def get_json(self, path: str) -> Any:
+        """``GET {base_url}{path}`` and parse the JSON answer."""
+        resp = self._request("GET", path, None)
+        self._check_status(resp, path)
+        try:
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise GeneratorError(f"{self.what}: reading {self.base_url}{path} failed: {exc}") from None
+        if resp.will_close:
+            self.close()
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise GeneratorError(f"{self.what}: {self.base_url}{path} did not answer JSON") from None
+
+    def first_token(self, path: str, body: dict[str, Any], *, chat: bool, drain: bool) -> FirstToken:
+        """Stream ``body`` to ``path``; return the first content token and the client-side TTFT."""
+        payload = json.dumps(body).encode()
+        self.connect()
+        t0 = time.perf_counter_ns()
+        resp = self._request("POST", path, payload)
+        try:
+            self._check_status(resp, path)
+            ctype = resp.getheader("Content-Type", "")
+            if "text/event-stream" not in ctype:
+                self.close()
+                raise GeneratorError(
+                    f"{self.what}: {self.base_url}{path} answered Content-Type {ctype!r}, not "
+                    "text/event-stream; does the endpoint support \"stream\": true?"
+                )
+            text = self._read_first(resp, chat)
+            ttft = time.perf_counter_ns() - t0
+            if drain:
+                # The response must be read to its end before the connection
+                # can carry the next request.
+                while resp.read1(65536):
+                    pass
+                if resp.will_close:
+                    self.close()
+            else:
+                # Cancel the rest of the generation: only the first token counts.
+                self.close()
+            return FirstToken(text, ttft)
+        except TimeoutError:
+            self.close()
+            raise GeneratorError(
+                f"{self.what}: no token from {self.base_url}{path} within {self.timeout:g} s"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise GeneratorError(f"{self.what}: stream from {self.base_url}{path} broke: {exc}") from None
+
+    def _read_first(self, resp: http.client.HTTPResponse, chat: bool) -> str:
+        """Read SSE lines until the first non-empty content and return it."""
+        buf = b""
+        while True:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                if len(buf) > _MAX_LINE:
+                    self.close()
+                    raise GeneratorError(f"{self.what}: malformed stream: a line over 1 MiB")
+                data = resp.read1(65536)
+                if not data:
+                    self.close()
+                    raise GeneratorError(
+                        f"{self.what}: the stream from {self.base_url} ended before any content token"
+                    )
+                buf += data
+                continue
+            line, buf = buf[:nl].rstrip(b"\r"), buf[nl + 1 :]
+            if not line or line.startswith(b":"):
+                continue  # event separator or SSE comment
+            field, _, value = line.partition(b":")
+            if field != b"data":
+                if field in (b"event", b"id", b"retry"):
+                    continue
+                self.close()
+                raise GeneratorError(
+                    f"{self.what}: malformed stream from {self.base_url}: not an SSE line: "
+                    f"{line[:120]!r}"
+                )
+            value = value[1:] if value.startswith(b" ") else value
+            if value.strip() == b"[DONE]":
+                self.close()
+                raise GeneratorError(
+                    f"{self.what}: the stream from {self.base_url} ended ([DONE]) before any "
+                    "content token"
+                )
+            text = self._content(value, chat)
+            if text:
+                return text
+
+    def _content(self, value: bytes, chat: bool) -> str:
+        try:
+            event = json.loads(value)
+        except ValueError:
+            self.close()
+            raise GeneratorError(
+                f"{self.what}: malformed stream from {self.base_url}: data is not JSON: "
+                f"{value[:120]!r}"
+            ) from None
+        if not isinstance(event, dict):
+            self.close()
+            raise GeneratorError(f"{self.what}: malformed stream: event is not a JSON object")
+        if "error" in event:
+            self.close()
+            error = event["error"]
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise GeneratorError(f"{self.what}: {self.base_url} reported an error: {message}")
+        choices = event.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return ""  # e.g. a usage-only chunk
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            self.close()
+            raise GeneratorError(f"{self.what}: malformed stream: a choice is not an object")
+        if chat:
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                return ""
+            # Reasoning models stream their thoughts first; that is the first token too.
+            content = delta.get("content") or delta.get("reasoning_content")
+        else:
+            content = choice.get("text")
+        return content if isinstance(content, str) else ""
+
+
+class OpenAIGenerator:
+    """First token from an OpenAI-compatible streaming endpoint.
+
+    Parameters (keyword; unknown ones raise :class:`ConfigError`):
+
+    ``base_url``
+        The API root including its version prefix, e.g.
+        ``http://127.0.0.1:8000/v1`` (vLLM), ``http://127.0.0.1:8080/v1``
+        (llama.cpp), ``http://127.0.0.1:11434/v1`` (Ollama). Default: the
+        ``OPENAI_BASE_URL`` environment variable.
+    ``model``
+        Model name; ``None`` asks ``GET /models`` in :meth:`start` and uses
+        the first one listed.
+    ``api_key``
+        Sent as ``Authorization: Bearer``; default ``OPENAI_API_KEY`` if set.
+    ``timeout``
+        Seconds for connecting and for each read (default 30).
+    ``max_tokens``
+        Completion length requested (default 16); see the module docstring
+        for what happens after the first token.
+    ``chat``
+        ``True`` for ``/chat/completions`` (the prompt as one user message),
+        ``False`` for ``/completions``.
+    """
+
+    name = "openai"
+    simulated = False
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_tokens: int = 16,
+        chat: bool = True,
+        **unknown: Any,
+    ) -> None:
+        check_params(
+            "openai generator",
+            unknown,
+            {"base_url", "model", "api_key", "timeout", "max_tokens", "chat"},
+        )
+        if base_url is None:
+            base_url = os.environ.get("OPENAI_BASE_URL")
+            if not base_url:
+                raise ConfigError(
+                    "openai generator: base_url is required (e.g. http://127.0.0.1:8000/v1), "
+                    "or set OPENAI_BASE_URL"
+                )
+        if model is not None and (not isinstance(model, str) or not model):
+            raise ConfigError("openai generator: model must be a non-empty string or None")
+        if not isinstance(chat, bool):
+            raise ConfigError(f"openai generator: chat must be true or false, got {chat!r}")
+        self.timeout = _positive_number("openai generator", "timeout", timeout)
+        self.max_tokens = _positive_int("openai generator", "max_tokens", max_tokens)
+        self.chat = chat
+        self.model = model
+        if api_key is None:
+            api_key = os.environ.get("OPENAI_API_KEY") or None
+        self._client = StreamClient(
+            base_url, api_key=api_key, timeout=self.timeout, what="openai generator"
+        )
+        self.base_url = self._client.base_url
+        self._started = False
+
+    def start(self) -> int:
+        """Connect (and look up the model if none was given); return the nanoseconds it took."""
+        t0 = time.perf_counter_ns()
+        self._client.connect()
+        if self.model is None:
+            listing = self._client.get_json("/models")
+            data = listing.get("data") if isinstance(listing, dict) else None
+            first = data[0] if isinstance(data, list) and data else None
+            model_id = first.get("id") if isinstance(first, dict) else None
+            if not isinstance(model_id, str) or not model_id:
+                raise GeneratorError(
+                    f"openai generator: {self.base_url}/models lists no model; pass model=..."
+                )
+            self.model = model_id
+        self._started = True
+        return time.perf_counter_ns() - t0
+
+    def first_token(self, prompt: str, prompt_tokens: int) -> FirstToken:
+        """Stream a completion of ``prompt``; return its first token and client-side TTFT (ns).
+
+        ``prompt_tokens`` is not sent (the server counts its own tokens).
+        """
+        if not self._started:
+            raise NotBuiltError("openai generator: call start() before first_token()")
+        body: dict[str, Any] = {"model": self.model, "stream": True, "max_tokens": self.max_tokens}
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+            path = "/chat/completions"
+        else:
+            body["prompt"] = prompt
+            path = "/completions"
+        return self._client.first_token(path, body, chat=self.chat, drain=self.max_tokens <= 1)
+
+    def close(self) -> None:
+        self._client.close()
+        self._started = False
+
+    def __enter__(self) -> OpenAIGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,324 @@
+"""``hnsw`` backend: hnswlib's HNSW graph.
+
+Build parameters: ``M`` (default 16), ``ef_construction`` (default 200),
+``seed`` (hnswlib ``random_seed`` for level assignment, default 100; with
+more than one build thread the graph still depends on thread timing).
+Query parameter: ``ef`` (default 64).
+
+Metric spaces: ``ip`` → hnswlib ``'ip'`` (distance ``1 - dot``), ``cosine`` →
+``'cosine'`` (hnswlib normalizes the corpus at build and each query in C++,
+distance ``1 - cos``), ``l2`` → ``'l2'`` (squared distance). Scores are
+converted in place: ``1 - distance`` for ``ip``/``cosine``, ``-distance``
+for ``l2``.
+
+``ef`` semantics: hnswlib keeps ``ef`` on the index object, not per call.
+``search`` sets it only when it changes, to ``max(ef, k)`` (hnswlib cannot
+return ``k`` results from a smaller beam). Concurrent searches on one
+``HnswIndex`` with different ``ef`` values therefore race; use one ``ef``
+per index when searching from several threads.
+
+Fewer than ``k`` results: hnswlib raises ``RuntimeError("Cannot return the
+results in a contiguous 2D array...")`` when the graph walk reaches fewer
+than ``k`` items (a disconnected graph, typically many duplicate vectors).
+ragbench then searches the failing batch row by row, finds the largest
+``k' < k`` hnswlib can return for that row (binary search over ``k'``), and
+pads the rest with ``-1`` ids and ``-inf`` scores.
+
+Threads: builds and batch searches use ``ragbench.threads.get_threads()``;
+a single query runs on the calling thread (hnswlib does not spawn threads
+for so few rows).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from typing import Any, ClassVar
+
+import hnswlib
+import numpy as np
+
+from .._validate import check_k
+from ..errors import IndexFileError
+from ..threads import get_threads
+from ._common import F32, I64, INF, VectorIndex, int_param
+
+__all__ = ["HnswIndex"]
+
+_ndarray = np.ndarray
+_empty = np.empty
+_vdot = np.vdot
+_subtract = np.subtract
+_negative = np.negative
+# A 0-d float32 operand: np.subtract with a Python float costs ~2x more.
+_ONE = np.ones((), dtype=np.float32)
+
+_SPACE = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
+
+# hnswlib 0.8 save_index header: offsetLevel0, max_elements, cur_element_count,
+# size_data_per_element, label_offset, offsetData (size_t), maxlevel (int),
+# enterpoint_node (uint32), maxM, maxM0, M (size_t), mult (double), ef_construction.
+_HNSW_HEADER = struct.Struct("<6QiI3QdQ")
+
+
+def _check_hnswlib_payload(payload: memoryview, dim: int, count: int, m: int) -> None:
+    """Walk hnswlib's file layout and reject anything it could mis-read.
+
+    hnswlib trusts its file: a wrong element size, link count or neighbour
+    id makes it read out of bounds. Every size, level and neighbour id is
+    checked here against the header before hnswlib sees the bytes.
+    """
+    data = payload
+    if len(data) < _HNSW_HEADER.size:
+        raise IndexFileError("hnsw: payload is shorter than hnswlib's header")
+    (off0, max_el, cur, per_el, label_off, data_off, maxlevel, enter, max_m, max_m0, file_m,
+     _mult, _efc) = _HNSW_HEADER.unpack_from(data, 0)
+    links0 = max_m0 * 4 + 4
+    expected = {
+        "offsetLevel0": (off0, 0),
+        "element count": (cur, count),
+        "max_elements": (max_el, count),
+        "M": (file_m, m),
+        "maxM": (max_m, m),
+        "maxM0": (max_m0, 2 * m),
+        "offsetData": (data_off, 2 * m * 4 + 4),
+        "label_offset": (label_off, 2 * m * 4 + 4 + dim * 4),
+        "size_data_per_element": (per_el, 2 * m * 4 + 4 + dim * 4 + 8),
+    }
+    for what, (got, want) in expected.items():
+        if got != want:
+            raise IndexFileError(
+                f"hnsw: payload {what} is {got}, expected {want} for dim={dim}, M={m}, "
+                f"count={count}: the payload does not match its header"
+            )
+    if not 0 <= maxlevel < 64 or enter >= count:
+        raise IndexFileError("hnsw: payload entry point or top level is out of range")
+    start = _HNSW_HEADER.size
+    end0 = start + count * per_el
+    if len(data) < end0:
+        raise IndexFileError("hnsw: payload is truncated inside the level-0 block")
+    level0 = np.frombuffer(data, dtype=np.uint8, count=count * per_el, offset=start)
+    level0 = level0.reshape(count, per_el)
+    counts = level0[:, 0:2].copy().view(np.uint16).ravel()
+    if (counts > max_m0).any():
+        raise IndexFileError("hnsw: a level-0 neighbour list is longer than maxM0")
+    neighbours = level0[:, 4:links0].copy().view(np.uint32)
+    used = np.arange(max_m0)[None, :] < counts[:, None]
+    if (neighbours[used] >= count).any():
+        raise IndexFileError("hnsw: a level-0 neighbour id is out of range")
+    labels = level0[:, label_off : label_off + 8].copy().view(np.uint64).ravel()
+    if (labels >= count).any() or np.unique(labels).size != count:
+        raise IndexFileError("hnsw: payload labels are not the row ids 0..count-1")
+    per_level = max_m * 4 + 4
+    pos = end0
+    size = len(data)
+    unpack_u32 = struct.Struct("<I").unpack_from
+    for element in range(count):
+        if pos + 4 > size:
+            raise IndexFileError("hnsw: payload is truncated inside the upper levels")
+        (nbytes,) = unpack_u32(data, pos)
+        pos += 4
+        if not nbytes:
+            if element == enter and maxlevel:
+                raise IndexFileError("hnsw: the entry point does not reach the top level")
+            continue
+        levels, rest = divmod(nbytes, per_level)
+        if rest or levels > maxlevel or pos + nbytes > size:
+            raise IndexFileError("hnsw: an upper-level link list has an impossible size")
+        if element == enter and levels != maxlevel:
+            raise IndexFileError("hnsw: the entry point does not reach the top level")
+        block = np.frombuffer(data, dtype=np.uint32, count=nbytes // 4, offset=pos)
+        block = block.reshape(levels, max_m + 1)
+        lens = block[:, 0] & 0xFFFF
+        if (lens > max_m).any():
+            raise IndexFileError("hnsw: an upper-level neighbour list is longer than M")
+        ids = block[:, 1:][np.arange(max_m)[None, :] < lens[:, None]]
+        if (ids >= count).any():
+            raise IndexFileError("hnsw: an upper-level neighbour id is out of range")
+        pos += nbytes
+    if pos != size:
+        raise IndexFileError("hnsw: payload has bytes after the last link list")
+
+
+class HnswIndex(VectorIndex):
+    """hnswlib HNSW graph; see the module docstring for ef, padding and threads."""
+
+    name: ClassVar[str] = "hnsw"
+    library: ClassVar[str] = "hnswlib"
+    payload_format: ClassVar[str] = "hnswlib.save_index"
+    build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200, "seed": 100}
+    query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
+
+    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
+        super().__init__(dim, metric, **build_params)
+        self._index: Any = None
+        self._knn: Any = None
+        self._set_ef: Any = None
+        self._ef = -1
+        self._similarity = metric != "l2"
+
+    def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        owner = f"index {self.name!r}"
+        params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
+        params["ef_construction"] = int_param(owner, "ef_construction", params["ef_construction"])
+        params["seed"] = int_param(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
+        return params
+
+    def _compile_query(self, params: dict[str, Any]) -> Any:
+        return params["ef"]
+
+    def build(self, data: Any) -> None:
+        """Index ``data``: float32 ``(n, dim)``, finite, n >= 1. Replaces any earlier build.
+
+        Row ``i`` gets id ``i``.
+        """
+        # For cosine the shared check hands over a normalized copy; hnswlib's
+        # cosine space normalizes again in C++ (idempotent).
+        vectors = self._corpus(data)
+        p = self.build_params
+
+        def run() -> None:
+            index = hnswlib.Index(space=_SPACE[self.metric], dim=self.dim)
+            index.init_index(
+                max_elements=vectors.shape[0],
+                M=p["M"],
+                ef_construction=p["ef_construction"],
+                random_seed=p["seed"],
+            )
+            index.add_items(vectors, np.arange(vectors.shape[0]), num_threads=get_threads())
+            self._set_index(index)
+
+        self._timed_build(run)
+
+    def _set_index(self, index: Any) -> None:
+        self._index = index
+        self._knn = index.knn_query
+        self._set_ef = index.set_ef
+        self._ef = -1
+        self._n = int(index.get_current_count())
+
+    def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` of each query.
+
+        Args:
+            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
+            k: results per query, ``1 <= k <= ntotal``.
+            **params: ``ef`` (per call; see the module docstring).
+
+        Returns:
+            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
+            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+        """
+        if params:
+            last = self._last_query
+            ef = last[1] if params == last[0] else self._parse_query(params)
+        else:
+            ef = self._default_compiled
+        knn = self._knn
+        if knn is None:
+            raise self._not_built()
+        q = queries
+        if (
+            type(q) is not _ndarray
+            or q.dtype is not F32
+            or q.ndim != 2
+            or q.shape[1] != self.dim
+            or not q.flags.c_contiguous
+            or not 0.0 < _vdot(q, q) < INF
+            # a cosine batch needs its per-row zero-norm check
+            or (self._cosine and q.shape[0] != 1)
+        ):
+            q = self._slow_queries(q)
+        ntotal = self._n
+        if type(k) is not int or k < 1 or k > ntotal:
+            k = check_k(k, ntotal)
+        if ef < k:
+            ef = k
+        if ef != self._ef:
+            self._set_ef(ef)
+            self._ef = ef
+        n = q.shape[0]
+        try:
+            if n == 1:
+                labels, dist = knn(q, k)
+            elif n:
+                labels, dist = knn(q, k, num_threads=get_threads())
+            else:
+                return _empty((0, k), I64), _empty((0, k), F32)
+        except RuntimeError:
+            labels, dist = self._search_padded(q, k)
+        if self._similarity:
+            _subtract(_ONE, dist, out=dist)
+        else:
+            _negative(dist, out=dist)
+        # Labels are the row ids (< 2**63): reinterpret uint64 as int64, no copy.
+        return labels.view(I64), dist
+
+    def _search_padded(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        knn = self._knn
+        labels = np.full((q.shape[0], k), np.iinfo(np.uint64).max, dtype=np.uint64)
+        dist = np.full((q.shape[0], k), np.inf, dtype=np.float32)
+        for row in range(q.shape[0]):
+            one = q[row : row + 1]
+            try:
+                got_labels, got_dist = knn(one, k, num_threads=1)
+            except RuntimeError:
+                # Largest k' hnswlib can return: the walk's reach does not
+                # depend on k' (ef >= k here), so success is monotone in k'.
+                lo, hi = 0, k - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    try:
+                        knn(one, mid, num_threads=1)
+                        lo = mid
+                    except RuntimeError:
+                        hi = mid - 1
+                if lo == 0:
+                    continue
+                got_labels, got_dist = knn(one, lo, num_threads=1)
+            width = got_labels.shape[1]
+            labels[row, :width] = got_labels[0]
+            dist[row, :width] = got_dist[0]
+        # uint64 max viewed as int64 is -1; inf distance becomes -inf score.
+        return labels, dist
+
+    def memory_bytes(self) -> int:
+        """Estimated bytes held by hnswlib.
+
+        Level-0 block exact (``n * (8M + 4 + 4·dim + 8)``); upper-level links
+        at their expected size (``n/(M-1)`` lists of ``4M + 4`` bytes); plus
+        per-element bookkeeping (~60 bytes: level, list pointer, lock, label
+        map entry) and hnswlib's fixed 65 536 label locks (~2.6 MB).
+        """
+        if self._index is None:
+            raise self._not_built()
+        n, m = self._n, self.build_params["M"]
+        level0 = n * (2 * m * 4 + 4 + self.dim * 4 + 8)
+        upper = int(n * (m * 4 + 4) / (m - 1))
+        return level0 + upper + n * 60 + 65536 * 40
+
+    def _payload(self) -> bytes:
+        if self._index is None:
+            raise self._not_built()
+        with tempfile.TemporaryDirectory(prefix="ragbench-hnsw-") as tmp:
+            path = os.path.join(tmp, "index.bin")
+            self._index.save_index(path)
+            with open(path, "rb") as fh:
+                return fh.read()
+
+    def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        count = header.get("count")
+        if not isinstance(count, int):
+            raise IndexFileError("hnsw: header count is missing")
+        _check_hnswlib_payload(payload, self.dim, count, self.build_params["M"])
+        index = hnswlib.Index(space=_SPACE[self.metric], dim=self.dim)
+        with tempfile.TemporaryDirectory(prefix="ragbench-hnsw-") as tmp:
+            path = os.path.join(tmp, "index.bin")
+            with open(path, "wb") as fh:
+                fh.write(payload)
+            try:
+                index.load_index(path, max_elements=count)
+            except RuntimeError as exc:
+                raise IndexFileError(f"hnsw: hnswlib cannot read the payload: {exc}") from None
+        self._set_index(index)

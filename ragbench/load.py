@@ -1,0 +1,118 @@
+"""Open-loop load: response time as the offered rate grows.
+
+Requests arrive on a schedule fixed in advance (Poisson or evenly spaced at
+the target rate) whether or not the previous one has finished. Response time
+is measured from each request's *scheduled* arrival, so time spent waiting
+behind a slow request counts (no coordinated omission); service time is the
+request's own run time. One worker serves requests in arrival order, like a
+single-threaded Python service process; the rate at which response time
+takes off is that process's capacity.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+
+__all__ = ["LOAD_SCHEMA", "load_points", "load_table"]
+
+LOAD_SCHEMA = "ragbench.load/1"
+
+
+def arrivals(rate: float, count: int, *, kind: str = "poisson", seed: int = 0) -> np.ndarray:
+    """Scheduled arrival offsets in ns for ``count`` requests at ``rate`` per second."""
+    if rate <= 0:
+        raise ConfigError(f"a rate must be > 0 requests per second, got {rate}")
+    if kind == "poisson":
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
+    elif kind == "uniform":
+        gaps = np.full(count, 1.0 / rate)
+    else:
+        raise ConfigError(f"arrivals must be 'poisson' or 'uniform', got {kind!r}")
+    return (np.cumsum(gaps) * 1e9).astype(np.int64)
+
+
+def run_open_loop(request: Callable[[int], None], schedule_ns: np.ndarray, *,
+                  max_seconds: float | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Serve requests on ``schedule_ns``; return (response ns, service ns, served count)."""
+    clock = time.perf_counter_ns
+    n = len(schedule_ns)
+    response = np.empty(n, dtype=np.int64)
+    service = np.empty(n, dtype=np.int64)
+    start = clock()
+    deadline = start + int(max_seconds * 1e9) if max_seconds else None
+    served = 0
+    for i in range(n):
+        due = start + int(schedule_ns[i])
+        now = clock()
+        if now < due:
+            time.sleep((due - now) / 1e9)
+        t0 = clock()
+        request(i)
+        t1 = clock()
+        response[i] = t1 - due if t1 > due else t1 - t0
+        service[i] = t1 - t0
+        served += 1
+        if deadline is not None and t1 > deadline:
+            break
+    return response[:served], service[:served], served
+
+
+def load_points(pipeline: Any, rates: Sequence[float], *, duration_s: float, kind: str = "poisson",
+                seed: int = 0, on_point: Callable[[dict[str, Any]], None],
+                progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """One record per offered rate; the pipeline must be set up and warm."""
+    out = []
+    counter = 0
+    for rate in rates:
+        count = max(1, int(round(rate * duration_s)))
+        schedule = arrivals(rate, count, kind=kind, seed=seed)
+        base = counter
+
+        def req(i: int, base: int = base) -> None:
+            pipeline.request(base + i)
+
+        t0 = time.perf_counter_ns()
+        response, service, served = run_open_loop(req, schedule, max_seconds=duration_s * 3 + 5)
+        wall = (time.perf_counter_ns() - t0) / 1e9
+        counter += served
+        pr = np.percentile(response, [50, 90, 99], method="inverted_cdf") / 1e3
+        ps = np.percentile(service, [50, 99], method="inverted_cdf") / 1e3
+        rec = {
+            "schema": LOAD_SCHEMA, "kind": "load", "label": pipeline.label, "arrivals": kind,
+            "offered_qps": float(rate), "achieved_qps": served / wall if wall > 0 else float("nan"),
+            "requests": int(served), "scheduled": int(count),
+            "response_p50_us": float(pr[0]), "response_p90_us": float(pr[1]), "response_p99_us": float(pr[2]),
+            "service_p50_us": float(ps[0]), "service_p99_us": float(ps[1]),
+            "simulated": list(pipeline.simulated), "config": pipeline.config,
+        }
+        on_point(rec)
+        out.append(rec)
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 140) -> str:
+    from rich.table import Table
+
+    from .report import _num, _render
+
+    sim = sorted({s for r in records for s in r.get("simulated", [])})
+    title = f"open-loop load — {records[0]['label']} ({records[0]['arrivals']} arrivals, one worker)"
+    if sim:
+        title += f"  [SIMULATED: {', '.join(sim)}]"
+    t = Table(title=title, title_justify="left")
+    for col in ("offered QPS", "achieved QPS", "requests", "response p50 µs", "p90 µs", "p99 µs",
+                "service p50 µs", "service p99 µs"):
+        t.add_column(col, justify="right")
+    for r in records:
+        t.add_row(_num(r["offered_qps"]), _num(r["achieved_qps"]), str(r["requests"]),
+                  _num(r["response_p50_us"]), _num(r["response_p90_us"]), _num(r["response_p99_us"]),
+                  _num(r["service_p50_us"]), _num(r["service_p99_us"]))
+    return _render(t, width)
