@@ -25,7 +25,16 @@ def read(path: Path) -> list[dict]:
 
 def check_record(rec: dict) -> None:
     assert rec["schema"] == "ragbench.run/1"
-    for stage in ("embed", "retrieve", "rerank", "serialize", "transport", "deserialize", "prompt", "generate"):
+    for stage in (
+        "embed",
+        "retrieve",
+        "rerank",
+        "serialize",
+        "transport",
+        "deserialize",
+        "prompt",
+        "generate",
+    ):
         assert stage in rec["stages"], stage
     samples = np.array([rec["samples_ns"][s] for s in rec["stages"]]).T
     assert samples.shape[0] == rec["requests"] > 0
@@ -37,13 +46,31 @@ def check_record(rec: dict) -> None:
 
 def test_compare_synthetic_side_by_side(tmp_path: Path, capsys) -> None:
     out = tmp_path / "res.jsonl"
-    code, stdout, err = cli(capsys, "compare", *SYN, "--index", "flat,hnsw", "--codec", "json,protobuf",
-                            "--queries", "25", "--warmup", "2", "--out", str(out))
+    code, stdout, err = cli(
+        capsys,
+        "compare",
+        *SYN,
+        "--index",
+        "flat,hnsw",
+        "--codec",
+        "json,protobuf",
+        "--queries",
+        "25",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     for label in ("flat/json", "flat/protobuf", "hnsw/json", "hnsw/protobuf"):
         assert label in stdout
     recs = read(out)
-    assert [r["label"] for r in recs] == ["flat/json", "flat/protobuf", "hnsw/json", "hnsw/protobuf"]
+    assert [r["label"] for r in recs] == [
+        "flat/json",
+        "flat/protobuf",
+        "hnsw/json",
+        "hnsw/protobuf",
+    ]
     for rec in recs:
         check_record(rec)
     assert all(r["recall_at_k"] == 1.0 for r in recs if r["label"].startswith("flat"))
@@ -52,9 +79,24 @@ def test_compare_synthetic_side_by_side(tmp_path: Path, capsys) -> None:
 
 def test_compare_pydocs_with_hashing_embedder(tmp_path: Path, capsys) -> None:
     out = tmp_path / "res.jsonl"
-    code, stdout, err = cli(capsys, "compare", "--dataset", "pydocs", "--embed", "hashing",
-                            "--index", "flat,lsh", "--rerank", "numba,python",
-                            "--queries", "30", "--warmup", "2", "--out", str(out))
+    code, stdout, err = cli(
+        capsys,
+        "compare",
+        "--dataset",
+        "pydocs",
+        "--embed",
+        "hashing",
+        "--index",
+        "flat,lsh",
+        "--rerank",
+        "numba,python",
+        "--queries",
+        "30",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     recs = read(out)
     assert len(recs) == 4
@@ -76,10 +118,17 @@ def test_run_and_report(tmp_path: Path, capsys) -> None:
     code, stdout, err = cli(capsys, "run", "-c", str(cfg), "--out", str(out))
     assert code == 0, err
     assert "before first token" in stdout
-    code, _, err = cli(capsys, "run", "-c", str(cfg), "--out", str(out), "--set", "serialize.backend=\"protobuf\"")
+    code, _, err = cli(
+        capsys, "run", "-c", str(cfg), "--out", str(out), "--set", 'serialize.backend="protobuf"'
+    )
     assert code == 0, err
     assert len(read(out)) == 2  # appended, not overwritten
-    for fmt, needle in (("table", "flat"), ("md", "| label"), ("csv", "label,"), ("json", '"label"')):
+    for fmt, needle in (
+        ("table", "flat"),
+        ("md", "| label"),
+        ("csv", "label,"),
+        ("json", '"label"'),
+    ):
         code, stdout, err = cli(capsys, "report", str(out), "--format", fmt)
         assert code == 0, err
         assert needle in stdout
@@ -127,7 +176,9 @@ def test_help_everywhere(capsys, command) -> None:
 
 def test_console_script_exits_2_without_traceback() -> None:
     exe = Path(sys.executable).with_name("ragbench")
-    proc = subprocess.run([str(exe), "compare", "--index", "nope", *SYN], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(exe), "compare", "--index", "nope", *SYN], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 

@@ -39,9 +39,29 @@ def test_open_loop_response_includes_service_and_serves_in_order() -> None:
 
 def test_load_cli_writes_one_record_per_rate(tmp_path: Path, capsys) -> None:
     out = tmp_path / "load.jsonl"
-    code = main(["load", "--dataset", "synthetic", "--set", "dataset.n=1000", "--set", "dataset.dim=16",
-                 "--set", "retrieve.backend=\"flat\"", "--set", "serialize.backend=\"json\"",
-                 "--qps", "100,400", "--duration", "0.3", "--warmup", "3", "--out", str(out)])
+    code = main(
+        [
+            "load",
+            "--dataset",
+            "synthetic",
+            "--set",
+            "dataset.n=1000",
+            "--set",
+            "dataset.dim=16",
+            "--set",
+            'retrieve.backend="flat"',
+            "--set",
+            'serialize.backend="json"',
+            "--qps",
+            "100,400",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     recs = [json.loads(line) for line in out.read_text().splitlines()]

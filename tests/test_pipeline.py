@@ -47,8 +47,13 @@ def test_flat_pipeline_times_every_stage_and_recall_is_exact() -> None:
 
 
 def test_hnsw_with_python_rerank_and_protobuf() -> None:
-    report = run(config(retrieve={"backend": "hnsw", "search": {"ef": 64}},
-                        rerank={"backend": "python"}, serialize={"backend": "protobuf"}))
+    report = run(
+        config(
+            retrieve={"backend": "hnsw", "search": {"ef": 64}},
+            rerank={"backend": "python"},
+            serialize={"backend": "protobuf"},
+        )
+    )
     assert report.mean_recall > 0.9
 
 
@@ -79,7 +84,15 @@ def test_records_round_trip_and_are_json() -> None:
     assert back.mean_recall == report.mean_recall
     assert rec["schema"] == "ragbench.run/1"
     env = rec["env"]
-    for key in ("cpu", "cores", "python", "libraries", "threads", "protobuf_backend", "git_revision"):
+    for key in (
+        "cpu",
+        "cores",
+        "python",
+        "libraries",
+        "threads",
+        "protobuf_backend",
+        "git_revision",
+    ):
         assert key in env
     assert set(rec["samples_ns"]) == set(report.stage_names)
 

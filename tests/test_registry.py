@@ -58,8 +58,12 @@ def test_listing_names_imports_nothing_heavy() -> None:
 def test_entry_point_plugins_are_discovered(tmp_path, monkeypatch) -> None:
     dist = tmp_path / "ragbench_plugin_demo-0.1.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ragbench-plugin-demo\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[ragbench.codecs]\ndemo-codec = collections:OrderedDict\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: ragbench-plugin-demo\nVersion: 0.1\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        "[ragbench.codecs]\ndemo-codec = collections:OrderedDict\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     reg: Registry[object] = Registry("codecs", {"json": "json:JSONDecoder"})
     assert "demo-codec" in reg.names()

@@ -29,8 +29,13 @@ def test_pareto_marks_undominated_points() -> None:
 
 
 def test_growth_exponent_of_a_linear_series_is_one() -> None:
-    recs = [{"kind": "scale", "index": "flat", "n": n, "p50_us": n / 100} for n in (1000, 10_000, 100_000)]
-    recs += [{"kind": "scale", "index": "hnsw", "n": n, "p50_us": 50.0} for n in (1000, 10_000, 100_000)]
+    recs = [
+        {"kind": "scale", "index": "flat", "n": n, "p50_us": n / 100}
+        for n in (1000, 10_000, 100_000)
+    ]
+    recs += [
+        {"kind": "scale", "index": "hnsw", "n": n, "p50_us": 50.0} for n in (1000, 10_000, 100_000)
+    ]
     exps = growth_exponents(recs)
     assert exps["flat"] == pytest.approx(1.0)
     assert exps["hnsw"] == pytest.approx(0.0, abs=1e-9)
@@ -39,9 +44,25 @@ def test_growth_exponent_of_a_linear_series_is_one() -> None:
 def test_sweep_cli_records_every_point_and_marks_pareto(tmp_path: Path, capsys) -> None:
     out = tmp_path / "sweep.jsonl"
     png = tmp_path / "frontier.png"
-    code, stdout, err = cli(capsys, "sweep", *SYN, "--index", "hnsw,ivf,lsh",
-                            "--param", "ef=8,64", "--param", "nprobe=1,16", "--param", "rescore=10,200",
-                            "--build", "nlist=32", "--out", str(out), "--plot", str(png))
+    code, stdout, err = cli(
+        capsys,
+        "sweep",
+        *SYN,
+        "--index",
+        "hnsw,ivf,lsh",
+        "--param",
+        "ef=8,64",
+        "--param",
+        "nprobe=1,16",
+        "--param",
+        "rescore=10,200",
+        "--build",
+        "nlist=32",
+        "--out",
+        str(out),
+        "--plot",
+        str(png),
+    )
     assert code == 0, err
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     by_index: dict[str, list[dict]] = {}
@@ -76,8 +97,22 @@ def test_sweep_rejects_parameters_no_index_takes(capsys) -> None:
 
 def test_scale_cli_tunes_to_the_target_and_fits_growth(tmp_path: Path, capsys) -> None:
     out = tmp_path / "scale.jsonl"
-    code, stdout, err = cli(capsys, "scale", "--index", "hnsw,flat,lsh", "--n", "1k,4k", "--dim", "16",
-                            "--queries", "30", "--recall", "0.9", "--out", str(out))
+    code, stdout, err = cli(
+        capsys,
+        "scale",
+        "--index",
+        "hnsw,flat,lsh",
+        "--n",
+        "1k,4k",
+        "--dim",
+        "16",
+        "--queries",
+        "30",
+        "--recall",
+        "0.9",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recs) == 6

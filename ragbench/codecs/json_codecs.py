@@ -49,6 +49,23 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"bare {name} is not JSON; proto3 JSON writes it as the string {name!r}")
 
 
+def _has_lone_surrogate(obj: object) -> bool:
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if type(item) is str:
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif type(item) is dict:
+            stack.extend(item)
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return False
+
+
 class _JsonCodec(BaseCodec):
     content_type = "application/json"
 
@@ -69,7 +86,7 @@ class _JsonCodec(BaseCodec):
             wire = _convert(obj, WireResult)
         except _ValidationError:
             return result_from_json_obj(obj, self.name)
-        return result_from_wire(wire, self.name)
+        return result_from_wire(wire, self.name, True)
 
 
 class StdlibJsonCodec(_JsonCodec):
@@ -104,9 +121,15 @@ class StdlibJsonCodec(_JsonCodec):
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
         self._check_payload(payload)
         try:
-            obj = self._decoder.decode(str(payload, "utf-8"))
+            text = str(payload, "utf-8")
+            obj = self._decoder.decode(text)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
             raise DecodeError(self.name, f"not valid JSON: {exc}") from None
+        # The stdlib parser turns an unpaired "\ud800" escape into a lone
+        # surrogate (orjson and msgspec refuse it); proto3 strings must be valid
+        # UTF-8. Only documents containing a \u escape need the walk.
+        if "\\u" in text and _has_lone_surrogate(obj):
+            raise DecodeError(self.name, "string with an unpaired \\u surrogate escape")
         return self._from_parsed(obj)
 
 
@@ -180,7 +203,7 @@ class MsgspecJsonCodec(_JsonCodec):
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
         self._check_payload(payload)
         try:
-            return result_from_wire(self._typed.decode(payload), self.name)
+            return result_from_wire(self._typed.decode(payload), self.name, True)
         except msgspec.ValidationError:
             pass  # valid JSON, not the exact typed shape: try the general reader
         except (msgspec.DecodeError, RecursionError) as exc:

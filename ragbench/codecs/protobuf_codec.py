@@ -5,9 +5,10 @@ backend is installed; :func:`backend` says which (``"upb"`` expected; the pure
 Python backend is ~10x slower and logged loudly at codec creation).
 
 Strictness on decode: upb rejects truncated data and invalid UTF-8 in strings;
-this codec also rejects unknown fields on the result and on each hit (random
+this codec also rejects unknown fields at the top level of the payload (random
 bytes often parse as nothing but unknown fields) and embeddings whose length is
-not a multiple of 4. Scores are doubles: NaN, +-inf and -0.0 round-trip natively.
+not a multiple of 4. Unknown fields inside a hit are ignored (proto3
+behaviour), so a newer schema may add Hit fields. Scores are doubles: NaN, +-inf and -0.0 round-trip natively.
 """
 
 from __future__ import annotations
@@ -16,8 +17,18 @@ import logging
 from typing import Any
 
 from ..errors import DecodeError, InputError
-from ..types import RetrievalResult
-from ._common import DEFAULT_MAX_PAYLOAD_BYTES, BaseCodec, new_hit, new_result
+from ..types import Hit, RetrievalResult
+from ._common import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    BaseCodec,
+    _new,
+    _set_doc_id,
+    _set_embedding,
+    _set_metadata,
+    _set_score,
+    _set_text,
+    new_result,
+)
 
 __all__ = ["ProtobufCodec", "backend"]
 
@@ -43,6 +54,7 @@ class ProtobufCodec(BaseCodec):
     ) -> None:
         super().__init__(max_payload_bytes, options)
         from google.protobuf.message import DecodeError as PbDecodeError
+        from google.protobuf.unknown_fields import UnknownFieldSet
 
         from ._pb import retrieval_pb2
 
@@ -57,6 +69,7 @@ class ProtobufCodec(BaseCodec):
         self._message = retrieval_pb2.RetrievalResult
         self._from_string = retrieval_pb2.RetrievalResult.FromString
         self._pb_decode_error = PbDecodeError
+        self._unknown_fields = UnknownFieldSet
 
     def encode(self, result: RetrievalResult) -> bytes:
         """Serialize ``result`` to the protobuf wire format; :class:`InputError` on bad fields."""
@@ -64,18 +77,15 @@ class ProtobufCodec(BaseCodec):
             message = self._message(query_id=result.query_id, query=result.query)
             add = message.hits.add
             for h in result.hits:
-                # One keyword call per hit builds it in place (no copy); the
-                # map is skipped when empty, None leaves the optional unset.
-                if h.metadata:
-                    add(
-                        doc_id=h.doc_id,
-                        score=h.score,
-                        text=h.text,
-                        metadata=h.metadata,
-                        embedding=h.embedding,
-                    )
-                else:
-                    add(doc_id=h.doc_id, score=h.score, text=h.text, embedding=h.embedding)
+                # One keyword call per hit builds it in place (hits.add, no copy;
+                # None leaves the optional embedding unset). Map entries are set
+                # one by one: ~2x cheaper than passing the dict to add() (measured).
+                hit = add(doc_id=h.doc_id, score=h.score, text=h.text, embedding=h.embedding)
+                metadata = h.metadata
+                if metadata:
+                    entries = hit.metadata
+                    for key, value in metadata.items():
+                        entries[key] = value
             return message.SerializeToString()  # type: ignore[no-any-return]
         except (TypeError, ValueError, AttributeError) as exc:
             raise InputError(
@@ -85,21 +95,25 @@ class ProtobufCodec(BaseCodec):
 
     def decode(self, payload: bytes | bytearray | memoryview) -> RetrievalResult:
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
-        size = self._check_payload(payload)
+        self._check_payload(payload)
         try:
             message = self._from_string(payload)
         except (self._pb_decode_error, RecursionError, ValueError) as exc:
             raise DecodeError(
                 self.name, f"not a valid ragbench.v1.RetrievalResult: {exc}"
             ) from None
-        # Canonical payloads with no unknown fields re-serialize to exactly their
-        # own size after unknown fields are dropped; only when that differs do we
-        # pay for the exact per-message check (non-canonical but valid encodings,
-        # e.g. repeated or reordered fields, are still accepted).
-        message.DiscardUnknownFields()
-        if message.ByteSize() != size:
-            self._reject_unknown_fields(payload)
-        hits = []
+        # Random or foreign bytes mostly parse as a message made of unknown
+        # fields: reject any at the top level (an exact check, ~0.3 us). Inside
+        # hits they are ignored, as proto3 does, so a newer schema may add Hit
+        # fields; checking every hit would cost ~10% of a decode.
+        if len(self._unknown_fields(message)):
+            numbers = sorted({field.field_number for field in self._unknown_fields(message)})
+            raise DecodeError(
+                self.name,
+                f"unknown field number(s) {numbers[:5]} in the payload: "
+                "not a ragbench.v1.RetrievalResult",
+            )
+        hits: list[Hit] = []
         append = hits.append
         for h in message.hits:
             if h.HasField("embedding"):
@@ -112,25 +126,14 @@ class ProtobufCodec(BaseCodec):
                     )
             else:
                 emb = None
-            metadata = h.metadata
-            append(
-                new_hit(h.doc_id, h.score, h.text, dict(metadata.items()) if metadata else {}, emb)
-            )
+            entries = h.metadata
+            # A comprehension over the map container reads it ~2x faster than
+            # dict(map); new_hit() is inlined (the call is ~15% of the loop).
+            hit: Hit = _new(Hit)
+            _set_doc_id(hit, h.doc_id)
+            _set_score(hit, h.score)
+            _set_text(hit, h.text)
+            _set_metadata(hit, {k: entries[k] for k in entries})
+            _set_embedding(hit, emb)
+            append(hit)
         return new_result(message.query_id, message.query, hits)
-
-    def _reject_unknown_fields(self, payload: bytes | bytearray | memoryview) -> None:
-        from google.protobuf.unknown_fields import UnknownFieldSet
-
-        message = self._from_string(payload)
-        for where, part in [
-            ("the result", message),
-            *((f"hits[{i}]", hit) for i, hit in enumerate(message.hits)),
-        ]:
-            unknown = UnknownFieldSet(part)
-            if len(unknown):
-                numbers = sorted({field.field_number for field in unknown})
-                raise DecodeError(
-                    self.name,
-                    f"unknown field number(s) {numbers[:5]} in {where}: "
-                    "not a ragbench.v1.RetrievalResult (or a newer schema)",
-                )

@@ -87,7 +87,9 @@ class StreamClient:
         conn = self._conn
         if conn is None:
             cls = (
-                http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+                http.client.HTTPSConnection
+                if self.scheme == "https"
+                else http.client.HTTPConnection
             )
             conn = cls(self.host, self.port, timeout=self.timeout)
             self._conn = conn
@@ -107,7 +109,9 @@ class StreamClient:
                 ) from None
             except OSError as exc:
                 self.close()
-                raise GeneratorError(f"{self.what}: cannot connect to {self.base_url}: {exc}") from None
+                raise GeneratorError(
+                    f"{self.what}: cannot connect to {self.base_url}: {exc}"
+                ) from None
             if conn.sock is not None and self.scheme == "http":
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._used = False
@@ -147,7 +151,9 @@ class StreamClient:
                 ) from None
             except (OSError, http.client.HTTPException) as exc:
                 self.close()
-                raise GeneratorError(f"{self.what}: request to {self.base_url} failed: {exc}") from None
+                raise GeneratorError(
+                    f"{self.what}: request to {self.base_url} failed: {exc}"
+                ) from None
         raise GeneratorError(f"{self.what}: request to {self.base_url} failed")  # pragma: no cover
 
     def _check_status(self, resp: http.client.HTTPResponse, path: str) -> None:
@@ -171,15 +177,21 @@ class StreamClient:
             data = resp.read()
         except (OSError, http.client.HTTPException) as exc:
             self.close()
-            raise GeneratorError(f"{self.what}: reading {self.base_url}{path} failed: {exc}") from None
+            raise GeneratorError(
+                f"{self.what}: reading {self.base_url}{path} failed: {exc}"
+            ) from None
         if resp.will_close:
             self.close()
         try:
             return json.loads(data)
         except ValueError:
-            raise GeneratorError(f"{self.what}: {self.base_url}{path} did not answer JSON") from None
+            raise GeneratorError(
+                f"{self.what}: {self.base_url}{path} did not answer JSON"
+            ) from None
 
-    def first_token(self, path: str, body: dict[str, Any], *, chat: bool, drain: bool) -> FirstToken:
+    def first_token(
+        self, path: str, body: dict[str, Any], *, chat: bool, drain: bool
+    ) -> FirstToken:
         """Stream ``body`` to ``path``; return the first content token and the client-side TTFT."""
         payload = json.dumps(body).encode()
         self.connect()
@@ -192,7 +204,7 @@ class StreamClient:
                 self.close()
                 raise GeneratorError(
                     f"{self.what}: {self.base_url}{path} answered Content-Type {ctype!r}, not "
-                    "text/event-stream; does the endpoint support \"stream\": true?"
+                    'text/event-stream; does the endpoint support "stream": true?'
                 )
             text = self._read_first(resp, chat)
             ttft = time.perf_counter_ns() - t0
@@ -214,7 +226,9 @@ class StreamClient:
             ) from None
         except (OSError, http.client.HTTPException) as exc:
             self.close()
-            raise GeneratorError(f"{self.what}: stream from {self.base_url}{path} broke: {exc}") from None
+            raise GeneratorError(
+                f"{self.what}: stream from {self.base_url}{path} broke: {exc}"
+            ) from None
 
     def _read_first(self, resp: http.client.HTTPResponse, chat: bool) -> str:
         """Read SSE lines until the first non-empty content and return it."""

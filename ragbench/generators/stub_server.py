@@ -115,7 +115,9 @@ class StubModel:
             ):
                 raise ConfigError(f"stub model: {key} must be a finite number >= 0, got {value!r}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ConfigError(f"stub model: max_tokens must be a positive integer, got {max_tokens!r}")
+            raise ConfigError(
+                f"stub model: max_tokens must be a positive integer, got {max_tokens!r}"
+            )
         self.prefill_ms_per_1k_tokens = float(prefill_ms_per_1k_tokens)
         self.base_ms = float(base_ms)
         self.inter_token_ms = float(inter_token_ms)
@@ -176,7 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "ragbench-stub"
     server: StubServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
             super().log_message(format, *args)
 
@@ -338,7 +340,13 @@ class _Handler(BaseHTTPRequestHandler):
                 c: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish}
             else:
                 c = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish}
-            return {"id": ident, "object": obj, "created": created, "model": MODEL_ID, "choices": [c]}
+            return {
+                "id": ident,
+                "object": obj,
+                "created": created,
+                "model": MODEL_ID,
+                "choices": [c],
+            }
 
         if chat:
             self._event(chunk({"role": "assistant", "content": ""}, None))
@@ -384,7 +392,9 @@ def serve(host: str = "127.0.0.1", port: int = 0, **model_params: Any) -> tuple[
     model = StubModel(**model_params)
     server = StubServer((host, port), model)
     thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.2},
+        daemon=True,
         name="ragbench-stub-llm",
     )
     thread.start()

@@ -224,7 +224,7 @@ class HnswIndex(VectorIndex):
             or q.dtype is not F32
             or q.ndim != 2
             or q.shape[1] != self.dim
-            or not q.flags.c_contiguous
+            # (no contiguity check: hnswlib reads any strides)
             or not 0.0 < _vdot(q, q) < INF
             # a cosine batch needs its per-row zero-norm check
             or (self._cosine and q.shape[0] != 1)

@@ -99,14 +99,10 @@ def _offer(hs, hi, m, s, row):  # type: ignore[no-untyped-def]
     """Offer (s, row) to the bounded heap holding m entries; return the new count."""
     k = hs.shape[0]
     if m == k:
-        # One compare rejects most candidates; it is False when either side is
-        # NaN, which falls through to the exact tie- and NaN-aware test.
-        if s < hs[0]:
-            return m
         if not _worse(hs[0], hi[0], s, row):
             return m
-        # A duplicate id has a bit-identical score, so it can only reach this
-        # point while its first copy is still kept.
+        # Every insertion checks for the id, so the heap never holds an id
+        # twice, whatever order duplicates arrive in.
         if _contains(hi, m, row):
             return m
         hs[0] = s
@@ -176,9 +172,12 @@ def _l2_4(vectors, r0, r1, r2, r3, q):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _cos(dot, xx, qnorm):  # type: ignore[no-untyped-def]
-    if xx == 0.0 or qnorm == 0.0:
+    # Same rule as the numpy reference: a zero denominator (a zero row or a
+    # zero query) scores 0.0.
+    den = np.float32(np.sqrt(xx)) * qnorm
+    if den == 0.0:
         return np.float32(0.0)
-    return np.float32(dot / (np.sqrt(xx) * qnorm))
+    return np.float32(dot / den)
 
 
 @njit(cache=True, fastmath=_FASTMATH)
@@ -218,59 +217,79 @@ def _score4(vectors, r0, r1, r2, r3, q, metric, qnorm):  # type: ignore[no-untyp
 
 
 @njit(cache=True)
-def _take(hs, hi, m, k, s, row):  # type: ignore[no-untyped-def]
-    # The threshold test stays out of _offer so it inlines: most candidates
-    # cost one compare after their dot product.
-    if m == k and s < hs[0]:
+def _offer_group(vectors, q, metric, qnorm, hs, hi, m, r0, r1, r2, r3):  # type: ignore[no-untyped-def]
+    """Score and offer the valid ids among r0..r3 (-1 is padding); return the count.
+
+    Padding slots repeat a valid row, so every score still comes out of the
+    same four-row loop as in the fast path.
+    """
+    first = r0
+    if first < 0:
+        first = r1
+    if first < 0:
+        first = r2
+    if first < 0:
+        first = r3
+    if first < 0:
         return m
-    return _offer(hs, hi, m, s, row)
+    s0, s1, s2, s3 = _score4(
+        vectors,
+        r0 if r0 >= 0 else first,
+        r1 if r1 >= 0 else first,
+        r2 if r2 >= 0 else first,
+        r3 if r3 >= 0 else first,
+        q,
+        metric,
+        qnorm,
+    )
+    if r0 >= 0:
+        m = _offer(hs, hi, m, s0, r0)
+    if r1 >= 0:
+        m = _offer(hs, hi, m, s1, r1)
+    if r2 >= 0:
+        m = _offer(hs, hi, m, s2, r2)
+    if r3 >= 0:
+        m = _offer(hs, hi, m, s3, r3)
+    return m
 
 
 @njit(cache=True)
 def _scan(q, ids, start, stop, vectors, metric, qnorm, hs, hi):  # type: ignore[no-untyped-def]
     """The fused pass: score ids[start:stop] in place, keep the best in (hs, hi).
 
-    Valid rows are scored four at a time; a short last group repeats its last
-    row so that every score comes out of the same compiled loop (identical
-    rows must get bit-identical scores for ties to fall to the smaller id).
+    Rows are scored four at a time. The threshold test is written out here,
+    not behind a call, so a rejected candidate costs one compare after its dot
+    product (``not s < t`` also lets NaN through to the exact NaN-aware test).
+    Groups holding padding, and the last short group, take a slower path that
+    still scores through the same four-row loop, so identical rows always get
+    bit-identical scores.
     """
     k = hs.shape[0]
     m = 0
-    r0 = np.int64(0)
-    r1 = np.int64(0)
-    r2 = np.int64(0)
-    got = 0
-    for p in range(start, stop):
-        row = ids[p]
-        if row < 0:
+    p = start
+    while p + 4 <= stop:
+        r0 = ids[p]
+        r1 = ids[p + 1]
+        r2 = ids[p + 2]
+        r3 = ids[p + 3]
+        p += 4
+        if (r0 | r1 | r2 | r3) < 0:
+            m = _offer_group(vectors, q, metric, qnorm, hs, hi, m, r0, r1, r2, r3)
             continue
-        if got == 0:
-            r0 = row
-            got = 1
-        elif got == 1:
-            r1 = row
-            got = 2
-        elif got == 2:
-            r2 = row
-            got = 3
-        else:
-            s0, s1, s2, s3 = _score4(vectors, r0, r1, r2, row, q, metric, qnorm)
-            m = _take(hs, hi, m, k, s0, r0)
-            m = _take(hs, hi, m, k, s1, r1)
-            m = _take(hs, hi, m, k, s2, r2)
-            m = _take(hs, hi, m, k, s3, row)
-            got = 0
-    if got == 1:
-        r1 = r0
-    if got <= 2:
-        r2 = r1
-    if got > 0:
-        s0, s1, s2, s3 = _score4(vectors, r0, r1, r2, r2, q, metric, qnorm)
-        m = _take(hs, hi, m, k, s0, r0)
-        if got > 1:
-            m = _take(hs, hi, m, k, s1, r1)
-        if got > 2:
-            m = _take(hs, hi, m, k, s2, r2)
+        s0, s1, s2, s3 = _score4(vectors, r0, r1, r2, r3, q, metric, qnorm)
+        if m < k or not s0 < hs[0]:
+            m = _offer(hs, hi, m, s0, r0)
+        if m < k or not s1 < hs[0]:
+            m = _offer(hs, hi, m, s1, r1)
+        if m < k or not s2 < hs[0]:
+            m = _offer(hs, hi, m, s2, r2)
+        if m < k or not s3 < hs[0]:
+            m = _offer(hs, hi, m, s3, r3)
+    if p < stop:
+        r0 = ids[p]
+        r1 = ids[p + 1] if p + 1 < stop else np.int64(-1)
+        r2 = ids[p + 2] if p + 2 < stop else np.int64(-1)
+        pass
     return m
 
 
@@ -306,7 +325,7 @@ def _finite(q):  # type: ignore[no-untyped-def]
     return acc == 0.0
 
 
-@njit(cache=True, fastmath=_FASTMATH)
+@njit(cache=True)
 def rerank_serial(q, ids, vectors, k, metric):  # type: ignore[no-untyped-def]
     """One query, one thread. Returns (status, bad_value, ids (k,), scores (k,))."""
     out_s = np.empty(k, dtype=np.float32)
@@ -322,7 +341,7 @@ def rerank_serial(q, ids, vectors, k, metric):  # type: ignore[no-untyped-def]
     return OK, np.int64(0), out_i, out_s
 
 
-@njit(cache=True, parallel=True, fastmath=_FASTMATH)
+@njit(cache=True, parallel=True)
 def rerank_chunked(q, ids, vectors, k, metric, chunks):  # type: ignore[no-untyped-def]
     """One query, candidates split in ``chunks`` parts across threads; each
     part keeps its own top-k, then the parts are merged."""
@@ -350,7 +369,7 @@ def rerank_chunked(q, ids, vectors, k, metric, chunks):  # type: ignore[no-untyp
     return OK, np.int64(0), out_i, out_s
 
 
-@njit(cache=True, parallel=True, fastmath=_FASTMATH)
+@njit(cache=True, parallel=True)
 def rerank_many(queries, ids, vectors, k, metric):  # type: ignore[no-untyped-def]
     """Many queries, one per thread at a time. ids is (nq, n). Status as above;
     for a non-finite query, bad_value is its row."""

@@ -32,8 +32,9 @@ class FarSide:
 class Transport(Protocol):
     name: str
 
-    def start(self, codec_name: str, codec_params: dict[str, Any],
-              prompt_params: dict[str, Any]) -> int:
+    def start(
+        self, codec_name: str, codec_params: dict[str, Any], prompt_params: dict[str, Any]
+    ) -> int:
         """Bring up the far side; return the nanoseconds it took."""
         ...
 

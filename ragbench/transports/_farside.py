@@ -18,12 +18,14 @@ pickles and ragbench never loads a pickle.
 Reply layout (both servers): a 21-byte little-endian header ``<BIQQ``
 (status, prompt_tokens, decode_ns, prompt_ns) followed by UTF-8 text -- the
 prompt when status is 0, else ``codec\\0problem`` (status 1, a
-:class:`~ragbench.errors.DecodeError` on the far side) or a message
-(status 2, any other far-side failure).
+:class:`~ragbench.errors.DecodeError` on the far side), or a message
+(status 3, a :class:`~ragbench.errors.ConfigError` such as a question too
+long for the prompt budget; status 2, any other far-side failure).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -54,6 +56,7 @@ __all__ = [
 REPLY_OK = 0
 REPLY_DECODE_ERROR = 1
 REPLY_ERROR = 2
+REPLY_CONFIG_ERROR = 3
 _HEAD = struct.Struct("<BIQQ")
 HEAD_SIZE = _HEAD.size
 
@@ -61,6 +64,9 @@ HEAD_SIZE = _HEAD.size
 REPLY_CONTENT_TYPE = "application/x-ragbench-farside"
 #: Largest request body the servers accept when the codec names no limit.
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
+# An oversized body up to this size is read and dropped so the 413 reply
+# arrives intact; beyond it the connection is simply closed.
+_MAX_DISCARD = 1024 * 1024 * 1024
 
 
 # ------------------------------------------------------------------ codec spec
@@ -170,6 +176,9 @@ class FarSideProcessor:
         except DecodeError as exc:
             body = f"{exc.codec}\0{exc.problem}".encode("utf-8", "replace")
             return _HEAD.pack(REPLY_DECODE_ERROR, 0, 0, 0) + body
+        except ConfigError as exc:
+            # e.g. a question too long for the prompt budget: the same error inproc raises.
+            return _HEAD.pack(REPLY_CONFIG_ERROR, 0, 0, 0) + str(exc).encode("utf-8", "replace")
         except Exception as exc:  # the far side must answer, whatever went wrong
             text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
             return _HEAD.pack(REPLY_ERROR, 0, 0, 0) + text
@@ -193,6 +202,8 @@ def decode_reply(reply: bytes, where: str) -> tuple[str, int, int, int]:
     if status == REPLY_DECODE_ERROR:
         codec, _, problem = text.partition("\0")
         raise DecodeError(codec, f"{problem} (reported by the far side over {where})")
+    if status == REPLY_CONFIG_ERROR:
+        raise ConfigError(f"{text} (reported by the far side over {where})")
     if status == REPLY_ERROR:
         raise TransportError(f"{where}: the far side failed: {text}")
     raise TransportError(f"{where}: reply has unknown status {status}")
@@ -222,10 +233,8 @@ def child_env() -> dict[str, str]:
 def _stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
     """Close the child's stdin (its signal to exit), then escalate to SIGTERM, SIGKILL."""
     if proc.stdin is not None and not proc.stdin.closed:
-        try:
+        with contextlib.suppress(OSError):
             proc.stdin.close()
-        except OSError:
-            pass
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
@@ -248,10 +257,13 @@ class ChildProcess:
     exits at its EOF. The first stdout line is the ready line.
     """
 
-    def __init__(self, argv: Sequence[str], what: str, config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], what: str, config: dict[str, Any] | None = None
+    ) -> None:
         self.what = what
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()
-        self.proc: subprocess.Popen[bytes] = subprocess.Popen(  # noqa: S603
+        # Lives as long as the child; closed in stop().
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self.proc: subprocess.Popen[bytes] = subprocess.Popen(
             list(argv),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -308,7 +320,11 @@ class ChildProcess:
                     continue
                 chunk = os.read(fd, 4096)
                 if not chunk:
-                    code = self.proc.wait(timeout=5.0)
+                    try:
+                        code: int | str = self.proc.wait(timeout=5.0)
+                    except subprocess.TimeoutExpired:
+                        self.stop(grace=0.0)
+                        code = "unknown (it closed its stdout)"
                     raise TransportError(
                         f"{self.what}: server process exited with code {code} before it was "
                         "ready" + self._tail_note()
@@ -334,10 +350,8 @@ class ChildProcess:
         """Stop the child (idempotent) and wait for it to be gone."""
         if self._finalizer.detach() is not None:
             _stop_process(self.proc, grace)
-        try:
+        with contextlib.suppress(OSError):
             self._stderr.close()
-        except OSError:
-            pass
 
 
 # ------------------------------------------------------------------ near side base
@@ -380,6 +394,7 @@ class ChildTransport:
         self.startup_timeout = float(startup_timeout)
         self.port = 0
         self.content_type = "application/octet-stream"
+        self.codec_name = ""
         self._child: ChildProcess | None = None
         self._dead: str | None = None
 
@@ -418,6 +433,7 @@ class ChildTransport:
                 f"{self.name} transport: prompt parameters must be JSON-able"
             ) from None
         self.content_type = str(getattr(codec, "content_type", "application/octet-stream"))
+        self.codec_name = codec_name
         limit = getattr(codec, "max_payload_bytes", None)
         max_body = limit if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_BODY
         config = {"codec": spec, "prompt": prompt_params, "host": self.host, "max_body": max_body}
@@ -556,7 +572,20 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
                 self._error(400, f"bad Content-Length {raw_length!r}")
                 return
             if length > max_body:
-                self._error(413, f"payload of {length} bytes exceeds the {max_body}-byte limit")
+                message = f"payload of {length} bytes exceeds the {max_body}-byte limit"
+                if length > _MAX_DISCARD:
+                    self._error(413, message)
+                    return
+                # Read and drop the body so the reply reaches the client
+                # (closing on unread data would reset the connection first).
+                left = length
+                while left > 0:
+                    got = len(self.rfile.read(min(left, 1 << 20)))
+                    if not got:
+                        self.close_connection = True
+                        return
+                    left -= got
+                self._reply(413, message.encode(), "text/plain; charset=utf-8")
                 return
             body = self.rfile.read(length)
             if len(body) != length:
@@ -570,7 +599,7 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
             else:
                 self._error(404, f"unknown path {self.path}")
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # one line per request on stderr would cost more than the request
 
     class Server(ThreadingHTTPServer):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import MissingDependencyError, TransportError
+from ..errors import DecodeError, MissingDependencyError, TransportError
 from . import FarSide
 from ._farside import GRPC_PATH, ChildTransport, decode_reply
 
@@ -90,7 +90,7 @@ class GrpcTransport(ChildTransport):
 
         ``query`` only labels errors. Raises
         :class:`~ragbench.errors.DecodeError` when the far side could not
-        decode the payload, :class:`TransportError` when the call failed, the
+        decode the payload or found it too large, :class:`TransportError` when the call failed, the
         server died or the ``timeout`` deadline passed.
         """
         self._check_usable()
@@ -107,6 +107,11 @@ class GrpcTransport(ChildTransport):
             code = exc.code() if hasattr(exc, "code") else None
             details = exc.details() if hasattr(exc, "details") else str(exc)
             name = getattr(code, "name", str(code))
+            if name == "RESOURCE_EXHAUSTED" and self.alive:
+                # The far side refused a message over its size limit.
+                raise DecodeError(
+                    self.codec_name, f"{details} (reported by the far side over grpc)"
+                ) from None
             raise self._failed(f"call failed with {name}: {details}", query) from None
         if not isinstance(reply, bytes):
             raise TransportError(f"grpc transport: reply is {type(reply).__name__}, not bytes")

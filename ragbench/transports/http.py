@@ -13,9 +13,10 @@ Parameters: see :class:`ragbench.transports._farside.ChildTransport`
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
-from ..errors import TransportError
+from ..errors import DecodeError, TransportError
 from . import FarSide
 from ._farside import ChildTransport, decode_reply
 
@@ -49,17 +50,15 @@ class HttpTransport(ChildTransport):
     def _disconnect(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
     def send(self, payload: bytes, query: str) -> FarSide:
         """POST ``payload``; return the far side's prompt, its timings and the wire byte counts.
 
         ``query`` only labels errors (the far side reads the question from
         the payload). Raises :class:`~ragbench.errors.DecodeError` when the
-        far side could not decode the payload, :class:`TransportError` when
+        far side could not decode the payload or found it too large, :class:`TransportError` when
         the server failed, died or did not answer within ``timeout``.
         """
         self._check_usable()
@@ -81,6 +80,12 @@ class HttpTransport(ChildTransport):
             raise self._failed(f"no reply within {self.timeout:g} s", query) from None
         except (OSError, ValueError) as exc:
             raise self._failed(f"request failed: {exc}", query) from None
+        if status == 413:
+            # Oversized payloads are a DecodeError wherever they are caught.
+            raise DecodeError(
+                self.codec_name,
+                f"{body[:300].decode('utf-8', 'replace')} (reported by the far side over http)",
+            )
         if status != 200:
             self._disconnect()
             text = body[:500].decode("utf-8", "replace")

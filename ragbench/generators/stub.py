@@ -1,0 +1,177 @@
+"""``stub``: first token from ragbench's own stub LLM server, run in a child process.
+
+The server (:mod:`ragbench.generators.stub_server`) models prefill time from
+the prompt's token count and labels every answer as simulated, so this
+generator's ``simulated`` is ``True`` and reports say so. The client side is
+the same streaming client as the ``openai`` generator, over one keep-alive
+connection; TTFT is measured on the client.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Any
+
+from .._registry import check_params
+from ..errors import ConfigError, GeneratorError, NotBuiltError, TransportError
+from . import FirstToken
+from .openai import StreamClient, _positive_int, _positive_number
+from .stub_server import MODEL_ID, StubModel
+
+__all__ = ["StubGenerator"]
+
+_URL_RE = re.compile(r"(https?://\S+)")
+
+
+class StubGenerator:
+    """Start the stub LLM server in a child process and stream first tokens from it.
+
+    Parameters (keyword; unknown ones raise :class:`ConfigError`): the timing
+    model's ``prefill_ms_per_1k_tokens`` (default 100), ``base_ms`` (5) and
+    ``inter_token_ms`` (20); ``max_tokens`` requested per completion
+    (default 1: only the first token is timed, and a one-token stream ends at
+    once, so the keep-alive connection is reused; a larger value makes the
+    client hang up after the first token); ``host`` to bind (default
+    ``"127.0.0.1"``); ``timeout`` seconds per read (30);
+    ``startup_timeout`` seconds for the server to come up (30).
+    """
+
+    name = "stub"
+    simulated = True
+
+    def __init__(
+        self,
+        *,
+        prefill_ms_per_1k_tokens: float = 100.0,
+        base_ms: float = 5.0,
+        inter_token_ms: float = 20.0,
+        max_tokens: int = 1,
+        host: str = "127.0.0.1",
+        timeout: float = 30.0,
+        startup_timeout: float = 30.0,
+        **unknown: Any,
+    ) -> None:
+        check_params(
+            "stub generator",
+            unknown,
+            {
+                "prefill_ms_per_1k_tokens",
+                "base_ms",
+                "inter_token_ms",
+                "max_tokens",
+                "host",
+                "timeout",
+                "startup_timeout",
+            },
+        )
+        # Checked here, so a bad value is a ConfigError now, not a dead child later.
+        self.model = StubModel(
+            prefill_ms_per_1k_tokens=prefill_ms_per_1k_tokens,
+            base_ms=base_ms,
+            inter_token_ms=inter_token_ms,
+        )
+        self.max_tokens = _positive_int("stub generator", "max_tokens", max_tokens)
+        if not isinstance(host, str) or not host:
+            raise ConfigError("stub generator: host must be a non-empty string")
+        self.host = host
+        self.timeout = _positive_number("stub generator", "timeout", timeout)
+        self.startup_timeout = _positive_number(
+            "stub generator", "startup_timeout", startup_timeout
+        )
+        self.url: str | None = None
+        self._child: Any = None
+        self._client: StreamClient | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the stub server, or ``None`` when not started."""
+        return None if self._child is None else int(self._child.pid)
+
+    @property
+    def alive(self) -> bool:
+        return self._child is not None and bool(self._child.alive)
+
+    def start(self) -> int:
+        """Start the stub server process and connect; return the nanoseconds it took."""
+        from ..transports._farside import ChildProcess
+
+        if self._child is not None:
+            raise ConfigError("stub generator: already started; close() it first")
+        t0 = time.perf_counter_ns()
+        model = self.model
+        argv = [
+            sys.executable,
+            "-m",
+            "ragbench.generators.stub_server",
+            "--host",
+            self.host,
+            "--port",
+            "0",
+            "--prefill-ms-per-1k-tokens",
+            repr(model.prefill_ms_per_1k_tokens),
+            "--base-ms",
+            repr(model.base_ms),
+            "--inter-token-ms",
+            repr(model.inter_token_ms),
+            "--max-tokens",
+            str(self.max_tokens),
+            "--exit-on-stdin-eof",
+        ]
+        child = ChildProcess(argv, "stub generator")
+        try:
+            try:
+                line = child.wait_ready(self.startup_timeout)
+            except TransportError as exc:
+                raise GeneratorError(str(exc)) from None
+            match = _URL_RE.search(line)
+            if match is None:
+                raise GeneratorError(f"stub generator: unexpected first line {line!r}")
+            self.url = match.group(1)
+            client = StreamClient(
+                self.url, api_key=None, timeout=self.timeout, what="stub generator"
+            )
+            client.connect()
+        except BaseException:
+            child.stop(grace=0.0)
+            raise
+        self._child = child
+        self._client = client
+        return time.perf_counter_ns() - t0
+
+    def first_token(self, prompt: str, prompt_tokens: int) -> FirstToken:
+        """Stream a chat completion of ``prompt``; return its first token and client-side TTFT."""
+        client = self._client
+        if client is None:
+            raise NotBuiltError("stub generator: call start() before first_token()")
+        body = {
+            "model": MODEL_ID,
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": True,
+            "max_tokens": self.max_tokens,
+        }
+        try:
+            return client.first_token(
+                "/chat/completions", body, chat=True, drain=self.max_tokens <= 1
+            )
+        except GeneratorError as exc:
+            child = self._child
+            if child is not None and not child.alive:
+                raise GeneratorError(f"{exc}; {child.death_note(0.0)}") from None
+            raise
+
+    def close(self) -> None:
+        """Close the connection and stop the server process (idempotent)."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
+
+    def __enter__(self) -> StubGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

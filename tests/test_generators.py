@@ -1,0 +1,402 @@
+"""Generators: none, the stub LLM server (in process and as a child), and the openai client."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import ragbench as rb
+from ragbench.errors import ConfigError, GeneratorError, NotBuiltError
+from ragbench.generators import FirstToken
+from ragbench.generators.openai import OpenAIGenerator
+from ragbench.generators.stub_server import MODEL_ID, StubModel, serve
+from ragbench.prompt import count_tokens
+
+LONG_PROMPT = "vector " * 1000  # 1000 tokens by count_tokens' rule (checked below)
+
+
+@pytest.fixture
+def stub_url() -> Iterator[str]:
+    """An in-process stub server with no modelled delays."""
+    server, port = serve(prefill_ms_per_1k_tokens=0, base_ms=0, inter_token_ms=1, max_tokens=5)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def slow_prefill_url() -> Iterator[str]:
+    """An in-process stub server whose prefill costs 200 ms per 1k prompt tokens."""
+    server, port = serve(prefill_ms_per_1k_tokens=200, base_ms=0, inter_token_ms=1)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def post() -> Iterator:
+    """``post(url, path, body) -> response`` on connections closed after the test."""
+    conns: list[http.client.HTTPConnection] = []
+
+    def do(url: str, path: str, body: dict) -> http.client.HTTPResponse:
+        host, port = url.split("/")[2].split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conns.append(conn)
+        conn.request(
+            "POST",
+            "/v1" + path,
+            body=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
+        return conn.getresponse()
+
+    try:
+        yield do
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def sse_events(resp: http.client.HTTPResponse) -> list[str]:
+    """Parse a whole SSE body strictly: only ``data: ...`` lines separated by blank lines."""
+    raw = resp.read().decode()
+    assert raw.endswith("\n\n")
+    events = []
+    for block in raw.split("\n\n")[:-1]:
+        assert block.startswith("data: "), block
+        assert "\n" not in block
+        events.append(block[len("data: ") :])
+    return events
+
+
+# ----------------------------------------------------------------- stub server: format
+
+
+@pytest.mark.integration
+def test_chat_stream_is_openai_chunks(stub_url: str, post) -> None:
+    resp = post(
+        stub_url,
+        "/chat/completions",
+        {
+            "model": MODEL_ID,
+            "stream": True,
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hello there"}],
+        },
+    )
+    assert resp.status == 200
+    assert resp.getheader("Content-Type") == "text/event-stream"
+    assert resp.getheader("X-Ragbench-Stub") == "simulated"
+    events = sse_events(resp)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    ids = {c["id"] for c in chunks}
+    assert len(ids) == 1
+    for c in chunks:
+        assert c["object"] == "chat.completion.chunk"
+        assert c["model"] == MODEL_ID == "ragbench-stub (simulated)"
+        assert isinstance(c["created"], int)
+        assert len(c["choices"]) == 1 and c["choices"][0]["index"] == 0
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks]
+    assert sum(1 for x in contents if x) == 4
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+
+
+@pytest.mark.integration
+def test_completions_stream_and_usage_chunk(stub_url: str, post) -> None:
+    resp = post(
+        stub_url,
+        "/completions",
+        {
+            "model": MODEL_ID,
+            "stream": True,
+            "max_tokens": 3,
+            "prompt": "one two three",
+            "stream_options": {"include_usage": True},
+        },
+    )
+    events = sse_events(resp)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]
+    assert sum(1 for t in texts if t) == 3
+    assert all(c["object"] == "text_completion" for c in chunks)
+    usage = chunks[-1]["usage"]
+    assert chunks[-1]["choices"] == []
+    assert usage == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+
+
+@pytest.mark.integration
+def test_non_streaming_models_health_and_errors(stub_url: str, post) -> None:
+    prompt = "What does the reranker do, exactly?"
+    resp = post(
+        stub_url,
+        "/chat/completions",
+        {
+            "model": MODEL_ID,
+            "max_tokens": 2,
+            "messages": [{"role": "user", "content": prompt}],
+        },
+    )
+    body = json.loads(resp.read())
+    assert resp.getheader("X-Ragbench-Stub") == "simulated"
+    assert body["object"] == "chat.completion"
+    assert body["usage"]["prompt_tokens"] == count_tokens(prompt)
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert body["choices"][0]["message"]["content"]
+
+    host, port = stub_url.split("/")[2].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", "/v1/models")
+        resp = conn.getresponse()
+        models = json.loads(resp.read())
+        assert [m["id"] for m in models["data"]] == [MODEL_ID]
+        assert resp.getheader("X-Ragbench-Stub") == "simulated"
+        conn.request("GET", "/health")  # same keep-alive connection
+        health = conn.getresponse()
+        assert health.status == 200 and json.loads(health.read())["simulated"] is True
+    finally:
+        conn.close()
+
+    bad = post(stub_url, "/chat/completions", {"model": MODEL_ID, "messages": "nope"})
+    assert bad.status == 400 and "messages" in json.loads(bad.read())["error"]["message"]
+    missing = post(stub_url, "/embeddings", {})
+    assert missing.status == 404
+    assert missing.getheader("X-Ragbench-Stub") == "simulated"
+
+
+def test_stub_model_parameters() -> None:
+    model = StubModel(prefill_ms_per_1k_tokens=200, base_ms=10)
+    assert model.prefill_seconds(0) == pytest.approx(0.010)
+    assert model.prefill_seconds(1500) == pytest.approx(0.310)
+    for bad in (
+        {"base_ms": -1},
+        {"inter_token_ms": float("nan")},
+        {"max_tokens": 0},
+        {"prefill_ms_per_1k_tokens": "fast"},
+        {"speed": 1},
+    ):
+        with pytest.raises(ConfigError):
+            StubModel(**bad)
+
+
+# ----------------------------------------------------------------- openai generator
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("chat", [True, False])
+@pytest.mark.parametrize("max_tokens", [1, 8])
+def test_openai_generator_against_the_stub(stub_url: str, chat: bool, max_tokens: int) -> None:
+    gen = rb.generators.create("openai", base_url=stub_url, chat=chat, max_tokens=max_tokens)
+    try:
+        assert gen.simulated is False
+        assert gen.start() > 0
+        assert gen.model == MODEL_ID  # picked from /v1/models
+        # Several calls: the connection is reused (max_tokens=1) or reopened (after a hang-up).
+        for _ in range(3):
+            first = gen.first_token("Tell me about HNSW.", 5)
+            assert isinstance(first, FirstToken)
+            assert first.text == "Based"
+            assert first.ttft_ns > 0
+    finally:
+        gen.close()
+
+
+@pytest.mark.integration
+def test_ttft_grows_with_prompt_tokens_per_the_model(slow_prefill_url: str) -> None:
+    assert count_tokens(LONG_PROMPT) == 1000
+    gen = OpenAIGenerator(base_url=slow_prefill_url, model=MODEL_ID, max_tokens=1)
+    try:
+        gen.start()
+        short = gen.first_token("hi", 1).ttft_ns
+        long = gen.first_token(LONG_PROMPT, 1000).ttft_ns
+    finally:
+        gen.close()
+    # The model sleeps 200 ms for 1000 tokens; a sleep is never shorter than asked.
+    assert long >= 200_000_000
+    assert short < long
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_refused_connection_is_a_generator_error() -> None:
+    gen = OpenAIGenerator(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m")
+    with pytest.raises(GeneratorError, match="refused"):
+        gen.start()
+    gen.close()
+
+
+class _BadServer(BaseHTTPRequestHandler):
+    """Serves whatever the test put in ``server.reply`` as (status, content type, body)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        status, ctype, body = self.server.reply  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def bad_server() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BadServer)
+    server.daemon_threads = True
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+    )
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("reply", "match"),
+    [
+        ((200, "text/event-stream", b"data: {not json\n\n"), "not JSON"),
+        ((200, "text/event-stream", b"hello world\n\n"), "not an SSE line"),
+        ((200, "text/event-stream", b"data: [DONE]\n\n"), "before any content"),
+        ((200, "text/event-stream", b": keep-alive\n\n"), "ended before any content"),
+        (
+            (200, "text/event-stream", b'data: {"error": {"message": "overloaded"}}\n\n'),
+            "overloaded",
+        ),
+        ((200, "application/json", b'{"choices": []}'), "not text/event-stream"),
+        ((500, "text/plain", b"internal trouble"), "500.*internal trouble"),
+        ((401, "application/json", b'{"error": "bad key"}'), "401"),
+    ],
+)
+def test_broken_endpoints_are_generator_errors(
+    bad_server: ThreadingHTTPServer, reply: tuple, match: str
+) -> None:
+    bad_server.reply = reply  # type: ignore[attr-defined]
+    gen = OpenAIGenerator(base_url=f"http://127.0.0.1:{bad_server.server_address[1]}/v1", model="m")
+    try:
+        gen.start()
+        with pytest.raises(GeneratorError, match=match):
+            gen.first_token("hello", 1)
+    finally:
+        gen.close()
+
+
+def test_openai_configuration_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="base_url"):
+        OpenAIGenerator()
+    for bad in (
+        {"base_url": "ftp://x/v1"},
+        {"base_url": "http://h/v1", "max_tokens": 0},
+        {"base_url": "http://h/v1", "timeout": -1},
+        {"base_url": "http://h/v1", "chat": 1},
+        {"base_url": "http://h/v1", "temperature": 0.2},
+    ):
+        with pytest.raises(ConfigError):
+            rb.generators.create("openai", **bad)
+    gen = OpenAIGenerator(base_url="http://127.0.0.1:9/v1", model="m")
+    with pytest.raises(NotBuiltError):
+        gen.first_token("x", 1)
+
+
+def test_api_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    gen = OpenAIGenerator(base_url="http://127.0.0.1:9/v1", model="m")
+    assert gen._client.headers["Authorization"] == "Bearer sk-test"
+
+
+# ----------------------------------------------------------------- none, stub
+
+
+def test_none_generator() -> None:
+    gen = rb.generators.create("none")
+    assert gen.simulated is False
+    assert gen.start() == 0
+    assert gen.first_token("anything", 3) == FirstToken("", 0)
+    gen.close()
+    with pytest.raises(ConfigError):
+        rb.generators.create("none", model="x")
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.integration
+def test_stub_generator_runs_the_server_in_a_child_process() -> None:
+    gen = rb.generators.create("stub", prefill_ms_per_1k_tokens=200, base_ms=0)
+    try:
+        assert gen.simulated is True
+        assert gen.start() > 0
+        pid = gen.pid
+        assert pid is not None and pid != os.getpid() and not gone(pid)
+        assert gen.url.startswith("http://127.0.0.1:")
+        short = gen.first_token("hi", 1)
+        long = gen.first_token(LONG_PROMPT, 1000)
+        again = gen.first_token("hi", 1)
+        assert short.text == long.text == again.text == "Based"
+        assert long.ttft_ns >= 200_000_000  # the modelled prefill, a lower bound
+        assert short.ttft_ns < long.ttft_ns and again.ttft_ns < long.ttft_ns
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(GeneratorError):
+            gen.first_token("hi", 1)
+    finally:
+        gen.close()
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid)
+    assert gen.pid is None
+
+
+@pytest.mark.integration
+def test_stub_generator_close_stops_the_child() -> None:
+    gen = rb.generators.create("stub", base_ms=0, prefill_ms_per_1k_tokens=0)
+    gen.start()
+    pid = gen.pid
+    try:
+        assert gen.first_token("x", 1).text == "Based"
+    finally:
+        gen.close()
+    assert gone(pid)
+    gen.close()  # idempotent
+    with pytest.raises(NotBuiltError):
+        gen.first_token("x", 1)
+
+
+def test_stub_generator_rejects_bad_parameters() -> None:
+    for bad in ({"base_ms": -5}, {"max_tokens": 0}, {"timeout": 0}, {"host": ""}, {"model": "x"}):
+        with pytest.raises(ConfigError):
+            rb.generators.create("stub", **bad)
