@@ -88,8 +88,10 @@ def built(data) -> dict[str, object]:
     ):
         index = rb.indexes.create(name, dim=DIM, metric="ip", **params)
         index.build(vectors)
-        print(f"\nbuilt {name} {params}: {index.build_seconds:.1f} s, "
-              f"{index.memory_bytes() / 1e6:.0f} MB")
+        print(
+            f"\nbuilt {name} {params}: {index.build_seconds:.1f} s, "
+            f"{index.memory_bytes() / 1e6:.0f} MB"
+        )
         out[name] = index
     return out
 
@@ -170,8 +172,13 @@ def test_wrapper_overhead_single(benchmark, data, built, name) -> None:
         threads.set_threads(before)
     ratio = w / r
     benchmark.extra_info.update(
-        wrapper_ns=w, raw_ns=r, ratio=ratio, added_ns=d,
-        small_wrapper_ns=sw_ns, small_raw_ns=sr_ns, small_added_ns=sd,
+        wrapper_ns=w,
+        raw_ns=r,
+        ratio=ratio,
+        added_ns=d,
+        small_wrapper_ns=sw_ns,
+        small_raw_ns=sr_ns,
+        small_added_ns=sd,
     )
     print(
         f"\n{name} single query, {N} x 384, ef=64: wrapper {w / 1e3:.1f} µs vs raw "
@@ -247,19 +254,32 @@ def test_recall_latency_table(benchmark, data, built) -> None:
                 _latencies(built[name].search, rows[:50], ef=ef)
                 ids, times = _latencies(built[name].search, rows, ef=ef)
                 ref_r, ref_us = ref[ef]
-                lines.append((f"{name} ef={ef}", recall(ids, truth),
-                              statistics.median(times) / 1e3, f"{ref_r} / {ref_us}"))
+                lines.append(
+                    (
+                        f"{name} ef={ef}",
+                        recall(ids, truth),
+                        statistics.median(times) / 1e3,
+                        f"{ref_r} / {ref_us}",
+                    )
+                )
         ivf = built["ivf"]
         for nprobe in (8, 32):
             _latencies(ivf.search, rows[:50], nprobe=nprobe)
             ids, times = _latencies(ivf.search, rows, nprobe=nprobe)
-            lines.append((f"ivf nlist=512 nprobe={nprobe}", recall(ids, truth),
-                          statistics.median(times) / 1e3, "-"))
+            lines.append(
+                (
+                    f"ivf nlist=512 nprobe={nprobe}",
+                    recall(ids, truth),
+                    statistics.median(times) / 1e3,
+                    "-",
+                )
+            )
         lsh = built["lsh"]
         _latencies(lsh.search, rows[:50])
         ids, times = _latencies(lsh.search, rows)
-        lines.append(("lsh 512 bits raw", recall(ids, truth), statistics.median(times) / 1e3,
-                      "0.39 / 164"))
+        lines.append(
+            ("lsh 512 bits raw", recall(ids, truth), statistics.median(times) / 1e3, "0.39 / 164")
+        )
         for depth, ref_txt in ((100, "0.91 / 257"), (1000, "0.999 / 996")):
             found = np.empty((len(rows), K), dtype=np.int64)
             times = []
@@ -270,16 +290,25 @@ def test_recall_latency_table(benchmark, data, built) -> None:
                 best = cand[0][np.argsort(-exact)[:K]]
                 times.append(perf_counter_ns() - t0)
                 found[i] = best
-            lines.append((f"lsh top-{depth} + numpy exact rescoring", recall(found, truth),
-                          statistics.median(times) / 1e3, ref_txt))
+            lines.append(
+                (
+                    f"lsh top-{depth} + numpy exact rescoring",
+                    recall(found, truth),
+                    statistics.median(times) / 1e3,
+                    ref_txt,
+                )
+            )
         flat = built["flat"]
         ids, times = _latencies(flat.search, rows[:50])
-        lines.append(("flat (exact)", recall(ids, truth[:50]), statistics.median(times) / 1e3,
-                      "1.0 / ~6300"))
+        lines.append(
+            ("flat (exact)", recall(ids, truth[:50]), statistics.median(times) / 1e3, "1.0 / ~6300")
+        )
     finally:
         threads.set_threads(before)
-    print(f"\nrecall@{K} vs p50 latency, {N} x {DIM} clustered normalized, ip, one query per "
-          f"call, 1 thread ({N_QUERIES} queries)")
+    print(
+        f"\nrecall@{K} vs p50 latency, {N} x {DIM} clustered normalized, ip, one query per "
+        f"call, 1 thread ({N_QUERIES} queries)"
+    )
     print(f"{'index':42s} {'recall@10':>10s} {'p50 µs':>9s}   PERF.md ref (recall / µs)")
     for label, rec, p50, ref_txt in lines:
         print(f"{label:42s} {rec:10.4f} {p50:9.1f}   {ref_txt}")

@@ -61,6 +61,13 @@ class Registry(Generic[T]):
             )
         self._factories[name] = factory
 
+    def unregister(self, name: str) -> None:
+        """Remove a backend (built-in, registered or plugin); unknown names are an error."""
+        self._load_entry_points()
+        if name not in self._factories:
+            raise UnknownBackendError(self.kind, str(name), self.names())
+        del self._factories[name]
+
     def factory(self, name: str) -> Factory:
         """The factory behind ``name`` (imports it if it is a lazy string)."""
         self._load_entry_points()

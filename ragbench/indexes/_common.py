@@ -44,11 +44,11 @@ def int_param(owner: str, name: str, value: Any, *, lo: int = 1, hi: int | None 
     """Return ``value`` as an int in ``[lo, hi]`` or raise :class:`ConfigError`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"{owner}: {name} must be an integer, got {value!r}")
-    value = int(value)
-    if value < lo or (hi is not None and value > hi):
+    number = int(value)
+    if number < lo or (hi is not None and number > hi):
         bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ConfigError(f"{owner}: {name} must be {bounds}, got {value}")
-    return value
+        raise ConfigError(f"{owner}: {name} must be {bounds}, got {number}")
+    return number
 
 
 def bool_param(owner: str, name: str, value: Any) -> bool:
@@ -306,9 +306,10 @@ class VectorIndex(BaseIndex):
     def _normalize_queries(self, q: np.ndarray) -> np.ndarray:
         """Unit-length copy of validated queries (cosine only; costs one pass + allocation)."""
         if q.shape[0] == 1:
-            return q * np.float32(1.0 / math.sqrt(float(np.vdot(q, q))))
+            scaled: np.ndarray = q * np.float32(1.0 / math.sqrt(float(np.vdot(q, q))))
+            return scaled
         norms = np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64))
-        return (q / norms[:, None]).astype(np.float32)
+        return np.asarray(q / norms[:, None], dtype=np.float32)
 
     def extra_info(self) -> dict[str, Any]:
         return {}

@@ -51,8 +51,11 @@ def _sync_threads() -> None:
         faiss.omp_set_num_threads(n)
 
 
-_METRIC = {"ip": faiss.METRIC_INNER_PRODUCT, "cosine": faiss.METRIC_INNER_PRODUCT,
-           "l2": faiss.METRIC_L2}
+_METRIC = {
+    "ip": faiss.METRIC_INNER_PRODUCT,
+    "cosine": faiss.METRIC_INNER_PRODUCT,
+    "l2": faiss.METRIC_L2,
+}
 
 
 class _FaissIndex(VectorIndex):
@@ -155,7 +158,9 @@ class _FaissIndex(VectorIndex):
             q = self._normalize_queries(q)
         scores = _empty((n, k), F32)
         ids = _empty((n, k), I64)
-        search_c(n, _swig_ptr(q), k, _swig_ptr(scores), _swig_ptr(ids), self._params_for(compiled, k))
+        search_c(
+            n, _swig_ptr(q), k, _swig_ptr(scores), _swig_ptr(ids), self._params_for(compiled, k)
+        )
         if self._negate:
             _negative(scores, out=scores)
         # faiss sorts each row and puts its -1 pads last: a pad anywhere means
@@ -177,7 +182,8 @@ class _FaissIndex(VectorIndex):
     def _payload(self) -> memoryview:
         if self._index is None:
             raise self._not_built()
-        return memoryview(faiss.serialize_index(self._index))
+        blob: Any = faiss.serialize_index(self._index)
+        return memoryview(blob)
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
         try:
@@ -254,7 +260,7 @@ class FaissHnswIndex(_FaissIndex):
         ef = compiled if compiled >= k else k
         sp = self._sp_cache.get(ef)
         if sp is None:
-            sp = self._sp_cache[ef] = faiss.SearchParametersHNSW(efSearch=ef)
+            sp = self._sp_cache[ef] = faiss.SearchParametersHNSW(efSearch=ef)  # type: ignore[attr-defined]
         return sp
 
     def _new_index(self, vectors: np.ndarray) -> Any:
@@ -313,7 +319,9 @@ class IvfIndex(_FaissIndex):
     def _new_index(self, vectors: np.ndarray) -> Any:
         n = vectors.shape[0]
         nlist = self._lists_for(n)
-        quantizer = faiss.IndexFlatL2(self.dim) if self.metric == "l2" else faiss.IndexFlatIP(self.dim)
+        quantizer = (
+            faiss.IndexFlatL2(self.dim) if self.metric == "l2" else faiss.IndexFlatIP(self.dim)
+        )
         index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, _METRIC[self.metric])
         index.cp.seed = self.build_params["seed"]
         index.cp.min_points_per_centroid = max(1, min(39, n // nlist))
@@ -330,7 +338,7 @@ class IvfIndex(_FaissIndex):
     def _params_for(self, compiled: Any, k: int) -> Any:
         sp = self._sp_cache.get(compiled)
         if sp is None:
-            sp = self._sp_cache[compiled] = faiss.SearchParametersIVF(
+            sp = self._sp_cache[compiled] = faiss.SearchParametersIVF(  # type: ignore[call-arg]
                 nprobe=min(compiled, self._nlist)
             )
         return sp

@@ -72,8 +72,21 @@ def _check_hnswlib_payload(payload: memoryview, dim: int, count: int, m: int) ->
     data = payload
     if len(data) < _HNSW_HEADER.size:
         raise IndexFileError("hnsw: payload is shorter than hnswlib's header")
-    (off0, max_el, cur, per_el, label_off, data_off, maxlevel, enter, max_m, max_m0, file_m,
-     _mult, _efc) = _HNSW_HEADER.unpack_from(data, 0)
+    (
+        off0,
+        max_el,
+        cur,
+        per_el,
+        label_off,
+        data_off,
+        maxlevel,
+        enter,
+        max_m,
+        max_m0,
+        file_m,
+        _mult,
+        _efc,
+    ) = _HNSW_HEADER.unpack_from(data, 0)
     links0 = max_m0 * 4 + 4
     expected = {
         "offsetLevel0": (off0, 0),
@@ -293,10 +306,10 @@ class HnswIndex(VectorIndex):
         """
         if self._index is None:
             raise self._not_built()
-        n, m = self._n, self.build_params["M"]
+        n, m = self._n, int(self.build_params["M"])
         level0 = n * (2 * m * 4 + 4 + self.dim * 4 + 8)
         upper = int(n * (m * 4 + 4) / (m - 1))
-        return level0 + upper + n * 60 + 65536 * 40
+        return int(level0 + upper + n * 60 + 65536 * 40)
 
     def _payload(self) -> bytes:
         if self._index is None:

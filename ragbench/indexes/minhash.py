@@ -58,7 +58,9 @@ def _texts(data: Any, what: str) -> list[str]:
     if isinstance(data, (str, bytes)):
         if what == "queries" and isinstance(data, str):
             return [data]
-        raise InputError(f"{what}: expected a sequence of strings, got a single {type(data).__name__}")
+        raise InputError(
+            f"{what}: expected a sequence of strings, got a single {type(data).__name__}"
+        )
     if not isinstance(data, Sequence) and not hasattr(data, "__iter__"):
         raise InputError(f"{what}: expected a sequence of strings, got {type(data).__name__}")
     texts = list(data)
@@ -83,7 +85,9 @@ class MinHashLshIndex(BaseIndex):
         "seed": 1,
     }
 
-    def __init__(self, dim: int | None = None, metric: str = "jaccard", **build_params: Any) -> None:
+    def __init__(
+        self, dim: int | None = None, metric: str = "jaccard", **build_params: Any
+    ) -> None:
         if dim is not None:
             raise ConfigError(
                 f"index {self.name!r} indexes texts, not vectors: do not pass dim (got {dim!r})"
@@ -98,8 +102,10 @@ class MinHashLshIndex(BaseIndex):
         params["shingle_size"] = int_param(owner, "shingle_size", params["shingle_size"], hi=64)
         params["seed"] = int_param(owner, "seed", params["seed"], lo=0, hi=2**32 - 1)
         threshold = params["threshold"]
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
-            0.0 < float(threshold) < 1.0
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, (int, float))
+            or not (0.0 < float(threshold) < 1.0)
         ):
             raise ConfigError(f"{owner}: threshold must be a number in (0, 1), got {threshold!r}")
         params["threshold"] = float(threshold)
@@ -203,7 +209,8 @@ class MinHashLshIndex(BaseIndex):
     def _payload(self) -> memoryview:
         if self._lsh is None:
             raise self._not_built()
-        return memoryview(np.ascontiguousarray(self._hashvalues).astype("<u4", copy=False)).cast("B")
+        values: Any = np.ascontiguousarray(self._hashvalues, dtype="<u4")
+        return memoryview(values).cast("B")
 
     def _payload_extra(self) -> dict[str, Any]:
         return {"scheme": _SCHEME, "dtype": "<u4", "shape": list(self._hashvalues.shape)}

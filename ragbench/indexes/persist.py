@@ -94,7 +94,9 @@ def _read_header(fh: Any, path: str, size: int) -> tuple[dict[str, Any], int]:
             f"(this ragbench reads version {FORMAT_VERSION})"
         )
     if hlen > _MAX_HEADER or _PREFIX.size + hlen > size:
-        raise IndexFileError(f"{path}: header length {hlen} is impossible: file truncated or corrupt")
+        raise IndexFileError(
+            f"{path}: header length {hlen} is impossible: file truncated or corrupt"
+        )
     blob = fh.read(hlen)
     try:
         header = json.loads(blob)

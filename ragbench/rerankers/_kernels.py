@@ -289,7 +289,7 @@ def _scan(q, ids, start, stop, vectors, metric, qnorm, hs, hi):  # type: ignore[
         r0 = ids[p]
         r1 = ids[p + 1] if p + 1 < stop else np.int64(-1)
         r2 = ids[p + 2] if p + 2 < stop else np.int64(-1)
-        pass
+        m = _offer_group(vectors, q, metric, qnorm, hs, hi, m, r0, r1, r2, np.int64(-1))
     return m
 
 

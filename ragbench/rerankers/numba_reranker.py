@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -38,9 +39,30 @@ def _kernels() -> Any:
     return _kernels
 
 
+# A process forked after numba's OpenMP layer started must not launch a
+# parallel kernel: numba terminates it ("fork() called from a process already
+# using GNU OpenMP"). Such a child runs the serial kernels only.
+_parallel_started = False
+_serial_only = False
+
+
+def _after_fork_in_child() -> None:
+    global _serial_only
+    _serial_only = _serial_only or _parallel_started
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _threads() -> int:
+    """Threads for the next parallel kernel (1: run a serial one instead)."""
+    global _parallel_started
+    if _serial_only:
+        return 1
     import numba
 
+    _parallel_started = True
     n = min(get_threads(), numba.config.NUMBA_NUM_THREADS)
     # numba's thread count is per calling thread: set it where the kernel runs.
     if numba.get_num_threads() != n:
@@ -152,10 +174,18 @@ class NumbaReranker(BaseReranker):
             raise DimensionError(f"candidate_ids: {ids.shape[0]} rows for {qs.shape[0]} queries; "
                                  "pass one row of candidates per query")
         k = check_k(k, ids.shape[1], x.shape[0])
-        _threads()
-        status, bad, out_ids, out_scores = self._k.rerank_many(qs, ids, x, k, self._code)
-        if status:
-            self._raise(status, bad, x.shape[0], batch=True)
+        if _threads() > 1:
+            status, bad, out_ids, out_scores = self._k.rerank_many(qs, ids, x, k, self._code)
+            if status:
+                self._raise(status, bad, x.shape[0], batch=True)
+            return out_ids, out_scores
+        out_ids = np.empty((qs.shape[0], k), dtype=np.int64)
+        out_scores = np.empty((qs.shape[0], k), dtype=np.float32)
+        for r in range(qs.shape[0]):
+            status, bad, out_ids[r], out_scores[r] = self._k.rerank_serial(
+                qs[r], ids[r], x, k, self._code)
+            if status:
+                self._raise(status, r if status == 2 else bad, x.shape[0], batch=True)
         return out_ids, out_scores
 
     def warmup(self, dim: int) -> int:
@@ -171,8 +201,9 @@ class NumbaReranker(BaseReranker):
         ids = np.arange(4, dtype=np.int64)
         q = np.ones(int(dim), dtype=np.float32)
         self._k.rerank_serial(q, ids, x, 2, self._code)
-        self._k.rerank_chunked(q, ids, x, 2, self._code, 2)
-        self._k.rerank_many(x, ids.reshape(2, 2), x, 2, self._code)
+        if _threads() > 1:
+            self._k.rerank_chunked(q, ids, x, 2, self._code, 2)
+            self._k.rerank_many(x, ids.reshape(2, 2), x, 2, self._code)
         return time.perf_counter_ns() - t0
 
     @staticmethod

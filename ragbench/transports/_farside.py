@@ -365,6 +365,10 @@ class ChildTransport:
     ``"127.0.0.1"``), ``timeout`` seconds one request may take before it
     fails with :class:`TransportError` (default 30), ``startup_timeout``
     seconds the child may take to report ready (default 30).
+
+    One connection carries one request at a time: use one transport per
+    thread. ``alive`` says whether the far side still runs; after it died,
+    every ``send`` raises :class:`TransportError` at once.
     """
 
     name = ""

