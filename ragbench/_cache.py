@@ -140,7 +140,7 @@ class ArrayCache:
             with os.fdopen(fd, "wb") as fh:
                 writer = _HashingWriter(fh)
                 # A wrapper is not a real file, so np.save streams through write().
-                np.save(writer, arr, allow_pickle=False)  # type: ignore[arg-type]
+                np.save(writer, arr, allow_pickle=False)
             os.replace(tmp, npy)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -174,7 +174,9 @@ class ArrayCache:
         note = ""
         if reason:
             note = f"rebuilt: {reason}"
-            log.warning("cache entry %s for %s is not trusted (%s); rebuilding it", npy, what, reason)
+            log.warning(
+                "cache entry %s for %s is not trusted (%s); rebuilding it", npy, what, reason
+            )
         arr = compute()
         try:
             self.save(key, arr, info)

@@ -248,7 +248,9 @@ def _vector_dataset(
             f"have {query_vectors.shape[1]}"
         )
     if ground_truth is not None:
-        ground_truth = _check_ground_truth(ground_truth, vectors.shape[0], query_vectors.shape[0], path)
+        ground_truth = _check_ground_truth(
+            ground_truth, vectors.shape[0], query_vectors.shape[0], path
+        )
     ids, texts = _placeholders("v", "vector", vectors.shape[0])
     qids, qtexts = _placeholders("q", "query", query_vectors.shape[0])
     return RawDataset(
@@ -269,7 +271,9 @@ def _vector_dataset(
 
 def _check_ground_truth(gt: np.ndarray, n: int, nq: int, path: Path) -> np.ndarray:
     if gt.ndim != 2 or gt.dtype.kind not in "iu":
-        raise DatasetError(f"{path}: ground truth must be a 2-D integer array, got {gt.dtype}{gt.shape}")
+        raise DatasetError(
+            f"{path}: ground truth must be a 2-D integer array, got {gt.dtype}{gt.shape}"
+        )
     if gt.shape[0] != nq:
         raise DatasetError(f"{path}: ground truth has {gt.shape[0]} rows for {nq} queries")
     gt = np.ascontiguousarray(gt, dtype=np.int64)
@@ -310,13 +314,13 @@ def read_hdf5(path: Path) -> RawDataset:
         for key in ("train", "test"):
             arr = np.asarray(fh[key])
             if arr.ndim != 2 or arr.dtype.kind not in "fiu":
-                raise DatasetError(f"{path}: {key} must be a 2-D numeric array, got {arr.dtype}{arr.shape}")
+                raise DatasetError(
+                    f"{path}: {key} must be a 2-D numeric array, got {arr.dtype}{arr.shape}"
+                )
             arrays[key] = np.ascontiguousarray(arr, dtype=np.float32)
             _check_finite(arrays[key], path, key)
         gt = np.asarray(fh["neighbors"]) if "neighbors" in fh else None
-    return _vector_dataset(
-        path.stem, str(path), arrays["train"], arrays["test"], metric, gt, path
-    )
+    return _vector_dataset(path.stem, str(path), arrays["train"], arrays["test"], metric, gt, path)
 
 
 def read_vecs(path: Path) -> np.ndarray:

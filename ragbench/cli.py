@@ -215,7 +215,8 @@ def run(config: str, out: str | None, queries: int | None, warmup: int | None,
               help="Carry chunk embeddings in the payload.")
 @click.option("--queries", type=int, help="Measured requests per combination.")
 @click.option("--warmup", type=int, help="Warm-up requests per combination.")
-@click.option("--threads", type=int, help="Pin batch thread counts (faiss, numba, torch).")
+@click.option("--threads", type=int,
+              help="Threads each request's library calls may use (default 1; set-up uses every core).")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE",
               help="Override any config value, e.g. --set retrieve.search.ef=128.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per combination.")

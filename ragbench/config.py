@@ -23,7 +23,7 @@ OPEN_TABLES = ("embed", "rerank", "serialize", "transport", "generate")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "dataset": {"name": "pydocs"},
-    "run": {"queries": 200, "warmup": 20, "k": 10, "k_candidates": 100, "threads": None,
+    "run": {"queries": 200, "warmup": 20, "k": 10, "k_candidates": 100, "threads": 1,
             "label": None},
     "embed": {"backend": None},
     "cache": {"backend": "none", "size": 1024, "ttl_s": 300.0},

@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +135,7 @@ def _hash_array(sha: Any, arr: np.ndarray | None) -> None:
         sha.update(b"none")
         return
     sha.update(f"{arr.dtype.str}{arr.shape}".encode())
-    sha.update(memoryview(np.ascontiguousarray(arr)).cast("B"))
+    sha.update(np.ascontiguousarray(arr).data.cast("B"))
 
 
 # --------------------------------------------------------------------------- dataset
@@ -260,7 +259,9 @@ class Dataset:
 
             return embedders.create(embedder, **params)
         if params:
-            raise ConfigError("pass embedder parameters only with an embedder name, not an instance")
+            raise ConfigError(
+                "pass embedder parameters only with an embedder name, not an instance"
+            )
         if getattr(embedder, "name", None) == "precomputed":
             return None
         return embedder

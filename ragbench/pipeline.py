@@ -260,6 +260,8 @@ class Pipeline:
         self._records: list[tuple[Any, ...]] = []
         self._cache: LruTtlCache | None = None
         self._ready = False
+        # taken now, so pipelines created together (compare) all build with it
+        self._build_threads = threads.get_threads()
         self._info: dict[str, Any] = {}
         self.error: str | None = None
 
@@ -312,8 +314,8 @@ class Pipeline:
         shared = shared if shared is not None else {}
         cfg = self.config
         run = cfg["run"]
-        if run["threads"] is not None:
-            threads.set_threads(run["threads"])
+        build_threads = self._build_threads
+        threads.set_threads(build_threads)
         if dataset is None:
             key = _shared_key("dataset", cfg["dataset"])
             if key not in shared:
@@ -421,6 +423,11 @@ class Pipeline:
                                   bool(s["with_metadata"])),
                    TransportStage(transport), GenerateStage(generator)]
         self._stages = stages
+        # Set-up (embedding the corpus, building) used every core; each request
+        # runs on the pinned request thread count, one query per call, as a
+        # service worker would.
+        self.request_threads = run["threads"] or 1
+        threads.set_threads(self.request_threads)
         self._loop_names = [st.name for st in stages]
         self.stage_names = [n for n in STAGES if n in self._loop_names or n in ("deserialize", "prompt")]
         self._stamps = [0] * (len(stages) + 1)
@@ -428,7 +435,8 @@ class Pipeline:
             "index": _info(index), "embedder": emb_name, "metric": metric,
             "k": k, "k_candidates": k_cand, "codec": s["backend"],
             "transport": cfg["transport"]["backend"], "generator": cfg["generate"]["backend"],
-            "rerank": rr_name,
+            "rerank": rr_name, "request_threads": self.request_threads,
+            "build_threads": build_threads,
         }
         self._ready = True
 

@@ -68,3 +68,11 @@ def test_entry_point_plugins_are_discovered(tmp_path, monkeypatch) -> None:
     reg: Registry[object] = Registry("codecs", {"json": "json:JSONDecoder"})
     assert "demo-codec" in reg.names()
     assert type(reg.create("demo-codec")).__name__ == "OrderedDict"
+
+
+def test_unregister_removes_and_unknown_is_an_error() -> None:
+    reg: Registry[object] = Registry("things", {"a": "collections:OrderedDict"})
+    reg.unregister("a")
+    assert "a" not in reg
+    with pytest.raises(UnknownBackendError):
+        reg.unregister("a")

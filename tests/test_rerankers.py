@@ -543,3 +543,38 @@ def test_none_keeps_given_order(seed: int, n_cand: int, k: int) -> None:
     np.testing.assert_allclose(
         scores[: len(keep)], exact64(q, x, np.array(keep, np.int64), "ip"), rtol=1e-5, atol=1e-5
     )
+
+
+FORK_SCRIPT = """
+import os, sys
+import numpy as np
+import ragbench as rb
+rr = rb.rerankers.create("numba", parallel_threshold=1)
+rr.warmup(8)
+x = np.random.default_rng(0).standard_normal((3000, 8), dtype=np.float32)
+ids = np.arange(3000)
+parent = rr.rerank(x[0], ids, x, 3)[0].tolist()
+batch = rr.rerank_batch(x[:3], np.stack([ids] * 3), x, 2)[0].tolist()
+pid = os.fork()
+if pid == 0:
+    ok = (rr.rerank(x[0], ids, x, 3)[0].tolist() == parent
+          and rr.rerank_batch(x[:3], np.stack([ids] * 3), x, 2)[0].tolist() == batch)
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_numba_in_a_forked_child(numba_warm: None) -> None:
+    """A child forked after the parallel kernels ran gets serial kernels, not a kill."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

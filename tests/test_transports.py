@@ -72,7 +72,8 @@ def _test_codecs() -> Iterator[None]:
         yield
     finally:
         for name in [n for n in rb.codecs.names() if n.startswith("test-")]:
-            rb.codecs.registry._factories.pop(name, None)
+            if name in rb.codecs.registry:
+                rb.codecs.registry.unregister(name)
 
 
 def results(n: int = 6) -> list[rb.RetrievalResult]:

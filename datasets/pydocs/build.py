@@ -43,10 +43,25 @@ MIN_DOCSTRING = 120  # shorter docstrings are one-liners ("Return self==value.")
 # Stdlib packages left out: test suites, GUI demos, deprecated trees and
 # generated tables whose docstrings are not documentation a developer reads.
 SKIP_TOP = {
-    "test", "idlelib", "turtledemo", "lib2to3", "ensurepip", "site-packages", "__phello__",
-    "distutils", "encodings", "pydoc_data", "tkinter", "config-3.11-x86_64-linux-gnu",
-    "lib-dynload", "__pycache__", "this.py", "antigravity.py", "sre_compile.py",
-    "sre_constants.py", "sre_parse.py",
+    "test",
+    "idlelib",
+    "turtledemo",
+    "lib2to3",
+    "ensurepip",
+    "site-packages",
+    "__phello__",
+    "distutils",
+    "encodings",
+    "pydoc_data",
+    "tkinter",
+    "config-3.11-x86_64-linux-gnu",
+    "lib-dynload",
+    "__pycache__",
+    "this.py",
+    "antigravity.py",
+    "sre_compile.py",
+    "sre_constants.py",
+    "sre_parse.py",
 }
 # Private modules that hold the pure-Python twin, and so the docstrings, of a
 # public C module (decimal, io, collections.abc).
@@ -54,9 +69,32 @@ PRIVATE_OK = {"_pydecimal": "decimal", "_pyio": "io", "_collections_abc": "colle
 SKIP_PARTS = {"tests", "test", "__pycache__", "idle_test"}
 
 BUILTIN_TYPES = [
-    str, bytes, bytearray, list, tuple, dict, set, frozenset, int, float, complex, bool,
-    range, slice, memoryview, object, type, property, staticmethod, classmethod,
-    enumerate, zip, map, filter, reversed, super,
+    str,
+    bytes,
+    bytearray,
+    list,
+    tuple,
+    dict,
+    set,
+    frozenset,
+    int,
+    float,
+    complex,
+    bool,
+    range,
+    slice,
+    memoryview,
+    object,
+    type,
+    property,
+    staticmethod,
+    classmethod,
+    enumerate,
+    zip,
+    map,
+    filter,
+    reversed,
+    super,
 ]
 
 
@@ -232,8 +270,10 @@ def build() -> tuple[list[dict[str, object]], dict[str, object]]:
                 }
             )
             kind = (
-                "pydoc_data.topics" if source.startswith("pydoc_data")
-                else "builtins" if source.startswith("builtins")
+                "pydoc_data.topics"
+                if source.startswith("pydoc_data")
+                else "builtins"
+                if source.startswith("builtins")
                 else "stdlib docstrings"
             )
             per_source[kind] += 1

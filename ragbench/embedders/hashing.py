@@ -17,8 +17,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
+from .._registry import check_params
 from ..errors import ConfigError, InputError
 
 __all__ = ["HashingEmbedder"]
@@ -38,8 +41,15 @@ class HashingEmbedder:
 
     name = "hashing"
 
-    def __init__(self, dim: int = 384, ngram: tuple[int, int] | Sequence[int] = (1, 2),
-                 seed: int = 0, lowercase: bool = True) -> None:
+    def __init__(
+        self,
+        dim: int = 384,
+        ngram: tuple[int, int] | Sequence[int] = (1, 2),
+        seed: int = 0,
+        lowercase: bool = True,
+        **unknown: Any,
+    ) -> None:
+        check_params("embedder 'hashing'", unknown, {"dim", "ngram", "seed", "lowercase"})
         if isinstance(dim, bool) or not isinstance(dim, int) or not 2 <= dim <= 1 << 20:
             raise ConfigError(f"hashing: dim must be an integer in [2, 1048576], got {dim!r}")
         try:
@@ -71,8 +81,9 @@ class HashingEmbedder:
         """Signed coordinate: ``index + 1`` for +1, ``-(index + 1)`` for -1."""
         code = self._memo.get(feature)
         if code is None:
-            digest = hashlib.blake2b(feature.encode("utf-8", "surrogatepass"),
-                                     digest_size=8, key=self._key).digest()
+            digest = hashlib.blake2b(
+                feature.encode("utf-8", "surrogatepass"), digest_size=8, key=self._key
+            ).digest()
             value = int.from_bytes(digest, "little")
             code = (value >> 1) % self.dim + 1
             if value & 1:
@@ -85,7 +96,7 @@ class HashingEmbedder:
     def _codes(self, text: str) -> list[int]:
         words = _WORD.findall(text.lower() if self.lowercase else text)
         lo, hi = self.ngram
-        codes = []
+        codes: list[int] = []
         for n in range(lo, hi + 1):
             if n == 1:
                 codes.extend(self._feature(w) for w in words)

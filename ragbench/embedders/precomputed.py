@@ -35,7 +35,9 @@ class PrecomputedEmbedder:
             raise InputError("texts must be a sequence of strings, not one string")
         matrix = as_matrix(vectors, name="precomputed vectors")
         if np.ndim(vectors) != 2:
-            raise DimensionError(f"precomputed vectors: expected shape (n, d), got {np.shape(vectors)}")
+            raise DimensionError(
+                f"precomputed vectors: expected shape (n, d), got {np.shape(vectors)}"
+            )
         if len(texts) != matrix.shape[0]:
             raise InputError(
                 f"precomputed: {len(texts)} texts but {matrix.shape[0]} vectors; they must pair up"
@@ -43,7 +45,9 @@ class PrecomputedEmbedder:
         rows: dict[str, int] = {}
         for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise InputError(f"precomputed: texts[{i}] must be a string, got {type(text).__name__}")
+                raise InputError(
+                    f"precomputed: texts[{i}] must be a string, got {type(text).__name__}"
+                )
             rows.setdefault(text, i)
         self._rows = rows
         self.vectors = matrix
@@ -61,7 +65,7 @@ class PrecomputedEmbedder:
             for text, row in self._rows.items():
                 data = text.encode("utf-8", "surrogatepass")
                 sha.update(len(data).to_bytes(8, "little") + data + row.to_bytes(8, "little"))
-            sha.update(memoryview(self.vectors).cast("B"))
+            sha.update(self.vectors.data.cast("B"))
             self._fingerprint = f"precomputed:{sha.hexdigest()}"
         return self._fingerprint
 

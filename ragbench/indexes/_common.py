@@ -34,9 +34,8 @@ F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
 INF = math.inf
 
-# Accept at most this many bytes of query parameters cache keys (one entry): a
-# cache keyed by the last params dict is enough because callers sweep one
-# setting at a time and reuse it for thousands of calls.
+# Compiled query params are cached for the last params dict only: callers sweep
+# one setting at a time and reuse it for thousands of calls.
 _NO_PARAMS: tuple[dict[str, Any], Any] = ({}, None)
 
 
@@ -164,6 +163,7 @@ class BaseIndex:
             return "unknown"
 
     def extra_info(self) -> dict[str, Any]:
+        """Backend facts added to ``info()`` (e.g. the effective ``nlist``)."""
         return {}
 
     def info(self) -> dict[str, Any]:
@@ -310,6 +310,3 @@ class VectorIndex(BaseIndex):
             return scaled
         norms = np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64))
         return np.asarray(q / norms[:, None], dtype=np.float32)
-
-    def extra_info(self) -> dict[str, Any]:
-        return {}

@@ -80,8 +80,9 @@ def check_vectors(vectors: Any) -> np.ndarray:
     cost more than the rerank.
     """
     if not isinstance(vectors, np.ndarray):
-        raise InputError(f"vectors: expected a numpy array, got {type(vectors).__name__}; "
-                         f"{_FIX_VECTORS}")
+        raise InputError(
+            f"vectors: expected a numpy array, got {type(vectors).__name__}; {_FIX_VECTORS}"
+        )
     if vectors.ndim != 2:
         raise DimensionError(f"vectors: expected shape (N, d), got {vectors.shape}")
     if vectors.dtype != _F32:
@@ -118,11 +119,14 @@ def check_query(query: Any, dim: int, *, finite: bool = True) -> np.ndarray:
     """
     q = _numeric(query, "query")
     if q.ndim != 1:
-        raise DimensionError(f"query: expected one vector of shape ({dim},), got {q.shape}; "
-                             "use rerank_batch for several queries")
+        raise DimensionError(
+            f"query: expected one vector of shape ({dim},), got {q.shape}; "
+            "use rerank_batch for several queries"
+        )
     if q.shape[0] != dim:
-        raise DimensionError(f"query: expected dimension {dim} (the vectors' width), "
-                             f"got {q.shape[0]}")
+        raise DimensionError(
+            f"query: expected dimension {dim} (the vectors' width), got {q.shape[0]}"
+        )
     q = _as_float32(q)
     if finite and not np.isfinite(q).all():
         raise NonFiniteError("query holds NaN or inf")
@@ -135,8 +139,9 @@ def check_queries(queries: Any, dim: int, *, finite: bool = True) -> np.ndarray:
     if qs.ndim != 2:
         raise DimensionError(f"queries: expected shape (nq, {dim}), got {qs.shape}")
     if qs.shape[1] != dim:
-        raise DimensionError(f"queries: expected dimension {dim} (the vectors' width), "
-                             f"got {qs.shape[1]}")
+        raise DimensionError(
+            f"queries: expected dimension {dim} (the vectors' width), got {qs.shape[1]}"
+        )
     qs = _as_float32(qs)
     if finite and qs.size:
         bad = ~np.isfinite(qs).all(axis=1)
@@ -145,8 +150,7 @@ def check_queries(queries: Any, dim: int, *, finite: bool = True) -> np.ndarray:
     return qs
 
 
-def check_ids(candidate_ids: Any, n_rows: int, *, ndim: int = 1,
-              values: bool = True) -> np.ndarray:
+def check_ids(candidate_ids: Any, n_rows: int, *, ndim: int = 1, values: bool = True) -> np.ndarray:
     """Return ids as C-contiguous int64 of ``ndim`` dimensions, each in ``[-1, n_rows)``.
 
     ``values=False`` checks dtype and shape only (the numba kernels check the
@@ -166,9 +170,13 @@ def check_ids(candidate_ids: Any, n_rows: int, *, ndim: int = 1,
         raise InputError(f"candidate_ids: ids must be integers, got dtype {arr.dtype}")
     if arr.dtype.kind == "u" and arr.itemsize == 8 and arr.size and int(arr.max()) > _I64_MAX:
         raise IdOutOfRangeError(
-            f"candidate_ids: id {int(arr.max())} is out of range [0, {n_rows}) (-1 is padding)")
-    ids = arr if (arr.dtype == _I64 and arr.flags.c_contiguous) else np.ascontiguousarray(
-        arr, dtype=np.int64)
+            f"candidate_ids: id {int(arr.max())} is out of range [0, {n_rows}) (-1 is padding)"
+        )
+    ids = (
+        arr
+        if (arr.dtype == _I64 and arr.flags.c_contiguous)
+        else np.ascontiguousarray(arr, dtype=np.int64)
+    )
     if values and ids.size:
         lo, hi = int(ids.min()), int(ids.max())
         if lo < -1:
@@ -182,22 +190,23 @@ def raise_bad_id(bad: int, n_rows: int) -> None:
     """Raise the error for one id outside ``[-1, n_rows)``."""
     raise IdOutOfRangeError(
         f"candidate_ids: id {bad} is out of range [0, {n_rows}) (-1 is padding); "
-        "ids must be rows of vectors")
+        "ids must be rows of vectors"
+    )
 
 
 def check_k(k: Any, n_candidates: int, n_rows: int) -> int:
     """Return ``k`` as an int ``>= 1`` that something could fill, or raise."""
-    if type(k) is not int:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-            raise InputError(f"k must be an integer, got {k!r}")
-        k = int(k)
-    if k < 1:
-        raise InputError(f"k must be >= 1, got {k}")
-    if k > n_candidates and k > n_rows:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise InputError(f"k must be an integer, got {k!r}")
+    value = int(k)
+    if value < 1:
+        raise InputError(f"k must be >= 1, got {value}")
+    if value > n_candidates and value > n_rows:
         raise KTooLargeError(
-            f"k={k} is larger than both the candidate list ({n_candidates}) and the corpus "
-            f"({n_rows} rows); no call could fill it")
-    return k
+            f"k={value} is larger than both the candidate list ({n_candidates}) and the corpus "
+            f"({n_rows} rows); no call could fill it"
+        )
+    return value
 
 
 def padded(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -246,8 +255,9 @@ class BaseReranker:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(metric={self.metric!r})"
 
-    def rerank(self, query: Any, candidate_ids: Any, vectors: Any,
-               k: int) -> tuple[np.ndarray, np.ndarray]:
+    def rerank(
+        self, query: Any, candidate_ids: Any, vectors: Any, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The k best candidates: ``(ids int64 (k,), scores float32 (k,))``, best first.
 
         ``query`` is ``(d,)``, ``candidate_ids`` integer ``(n,)`` (``-1`` is
@@ -259,8 +269,9 @@ class BaseReranker:
         k = check_k(k, ids.shape[0], x.shape[0])
         return self._rerank(q, ids, x, k)
 
-    def rerank_batch(self, queries: Any, candidate_ids: Any, vectors: Any,
-                     k: int) -> tuple[np.ndarray, np.ndarray]:
+    def rerank_batch(
+        self, queries: Any, candidate_ids: Any, vectors: Any, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`rerank` for ``queries (nq, d)`` and ``candidate_ids (nq, n)``.
 
         Returns ``(ids int64 (nq, k), scores float32 (nq, k))``.
@@ -269,8 +280,10 @@ class BaseReranker:
         qs = check_queries(queries, x.shape[1])
         ids = check_ids(candidate_ids, x.shape[0], ndim=2)
         if ids.shape[0] != qs.shape[0]:
-            raise DimensionError(f"candidate_ids: {ids.shape[0]} rows for {qs.shape[0]} queries; "
-                                 "pass one row of candidates per query")
+            raise DimensionError(
+                f"candidate_ids: {ids.shape[0]} rows for {qs.shape[0]} queries; "
+                "pass one row of candidates per query"
+            )
         k = check_k(k, ids.shape[1], x.shape[0])
         out_ids = np.empty((qs.shape[0], k), dtype=np.int64)
         out_scores = np.empty((qs.shape[0], k), dtype=np.float32)
@@ -287,6 +300,7 @@ class BaseReranker:
         self._rerank(np.ones(int(dim), dtype=np.float32), np.array([0, 1], dtype=np.int64), x, 1)
         return time.perf_counter_ns() - t0
 
-    def _rerank(self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray,
-                k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _rerank(
+        self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError(f"{type(self).__name__} must implement _rerank")

@@ -21,8 +21,9 @@ class NoReranker(BaseReranker):
 
     name = "none"
 
-    def _rerank(self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray,
-                k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _rerank(
+        self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         valid = ids[ids >= 0]
         _, first = np.unique(valid, return_index=True)
         keep = valid[np.sort(first)[:k]]

@@ -24,12 +24,21 @@ __all__ = ["DEFAULT_PARALLEL_THRESHOLD", "NumbaReranker"]
 
 # Candidates per query from which one query is split across threads (each
 # thread keeps its own top-k, then they are merged). Measured on the project
-# machine (2 cores, dim 384, k=10, ip, medians of interleaved runs):
-# serial vs 2 threads, µs:  1k 36 vs 31,  2k 72 vs 47,  5k 340 vs 200,
-# 10k 720 vs 430. Below ~1k the thread hand-off (a few µs) eats the gain.
+# machine (2 shared cores, dim 384, k=10, ip, ids drawn from a 100k-row base,
+# medians of interleaved calls), serial vs 2 threads in µs: 256: 16 vs 21,
+# 512: 28 vs 28, 1024: 71 vs 57, 2048: 136 vs 90, 4096: 354 vs 206. Below
+# ~1k the hand-off to the second thread eats the gain. When the other core is
+# busy (other processes), the split loses badly (10k: 1.2 ms serial vs 4-18
+# ms split, the thread waits for a core), so callers timing single-query
+# latency pin one thread (ragbench.threads.set_threads(1)), which turns the
+# split off.
 DEFAULT_PARALLEL_THRESHOLD = 1024
 
 _METRIC_CODES = {"ip": 0, "cosine": 1, "l2": 2}
+_NDARRAY = np.ndarray
+_F32 = np.dtype(np.float32)
+_I64 = np.dtype(np.int64)
+_empty = np.empty
 
 
 def _kernels() -> Any:
@@ -63,7 +72,7 @@ def _threads() -> int:
     import numba
 
     _parallel_started = True
-    n = min(get_threads(), numba.config.NUMBA_NUM_THREADS)
+    n = min(get_threads(), int(numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     # numba's thread count is per calling thread: set it where the kernel runs.
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
@@ -107,63 +116,89 @@ class NumbaReranker(BaseReranker):
 
     Compilation: kernels are cached on disk (``cache=True``); :meth:`warmup`
     compiles or loads them and returns the nanoseconds taken, so that first
-    call is kept out of request latency. A read-only ``vectors`` array (e.g. a
-    memory map) is a different numba type and costs one more compile, cached.
+    call is kept out of request latency. Read-only arrays (e.g. a memory-mapped
+    ``vectors``) are a different numba type: the first such call compiles once
+    more (seconds), cached on disk after that.
+
+    Processes: a child forked after a parallel kernel ran in the parent uses
+    the serial kernels only (numba's OpenMP layer would terminate it).
     """
 
     name = "numba"
     extra_params = frozenset({"parallel_threshold"})
 
-    def __init__(self, metric: str = "ip", *, parallel_threshold: int | None = None,
-                 **params: Any) -> None:
+    def __init__(
+        self, metric: str = "ip", *, parallel_threshold: int | None = None, **params: Any
+    ) -> None:
         super().__init__(metric, **params)
         if parallel_threshold is None:
             parallel_threshold = DEFAULT_PARALLEL_THRESHOLD
-        if (isinstance(parallel_threshold, bool) or not isinstance(parallel_threshold, int)
-                or parallel_threshold < 1):
-            raise ConfigError(f"reranker 'numba': parallel_threshold must be a positive "
-                              f"integer, got {parallel_threshold!r}")
+        if (
+            isinstance(parallel_threshold, bool)
+            or not isinstance(parallel_threshold, int)
+            or parallel_threshold < 1
+        ):
+            raise ConfigError(
+                f"reranker 'numba': parallel_threshold must be a positive "
+                f"integer, got {parallel_threshold!r}"
+            )
         self.parallel_threshold = parallel_threshold
         self._code = _METRIC_CODES[self.metric]
         self._k = _kernels()
 
     def __repr__(self) -> str:
-        return (f"NumbaReranker(metric={self.metric!r}, "
-                f"parallel_threshold={self.parallel_threshold})")
+        return (
+            f"NumbaReranker(metric={self.metric!r}, parallel_threshold={self.parallel_threshold})"
+        )
 
-    def rerank(self, query: Any, candidate_ids: Any, vectors: Any,
-               k: int) -> tuple[np.ndarray, np.ndarray]:
+    def rerank(
+        self, query: Any, candidate_ids: Any, vectors: Any, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The k best candidates: ``(ids int64 (k,), scores float32 (k,))``, best first.
 
         ``query`` is ``(d,)`` (converted to float32 if needed), ``candidate_ids``
         integer ``(n,)`` with ``-1`` as padding (converted to int64 if needed),
         ``vectors`` float32 C-contiguous ``(N, d)`` (never converted or copied).
         """
-        x = check_vectors(vectors)
+        # The common case (the types the kernels are compiled for) costs a
+        # dozen attribute reads, ~0.5 µs; anything else takes the full checks,
+        # which convert or raise.
+        x = vectors
+        if not (type(x) is _NDARRAY and x.dtype is _F32 and x.ndim == 2 and x.flags.c_contiguous):
+            x = check_vectors(vectors)
+        n_rows, dim = x.shape
         q = query
-        # The common case (float32, 1-D, contiguous, right width) costs four
-        # attribute reads; anything else goes through the full check.
-        if not (type(q) is np.ndarray and q.dtype == np.float32 and q.ndim == 1
-                and q.shape[0] == x.shape[1] and q.flags.c_contiguous):
-            q = check_query(query, x.shape[1], finite=False)
+        if not (
+            type(q) is _NDARRAY
+            and q.dtype is _F32
+            and q.ndim == 1
+            and q.shape[0] == dim
+            and q.flags.c_contiguous
+        ):
+            q = check_query(query, dim, finite=False)
         ids = candidate_ids
-        if not (type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1
-                and ids.flags.c_contiguous):
-            ids = check_ids(candidate_ids, x.shape[0], values=False)
+        if not (
+            type(ids) is _NDARRAY and ids.dtype is _I64 and ids.ndim == 1 and ids.flags.c_contiguous
+        ):
+            ids = check_ids(candidate_ids, n_rows, values=False)
         n = ids.shape[0]
-        if type(k) is not int or k < 1 or (k > n and k > x.shape[0]):
-            k = check_k(k, n, x.shape[0])
+        if type(k) is not int or k < 1 or (k > n and k > n_rows):
+            k = check_k(k, n, n_rows)
+        out_ids = _empty(k, _I64)
+        out_scores = _empty(k, _F32)
         if n >= self.parallel_threshold and (threads := _threads()) > 1:
-            status, bad, out_ids, out_scores = self._k.rerank_chunked(
-                q, ids, x, k, self._code, threads)
+            status, bad = self._k.rerank_chunked(
+                q, ids, x, self._code, threads, out_ids, out_scores
+            )
         else:
-            status, bad, out_ids, out_scores = self._k.rerank_serial(q, ids, x, k, self._code)
+            status, bad = self._k.rerank_serial(q, ids, x, self._code, out_ids, out_scores)
         if status:
-            self._raise(status, bad, x.shape[0], batch=False)
+            self._raise(status, bad, n_rows, batch=False)
         return out_ids, out_scores
 
-    def rerank_batch(self, queries: Any, candidate_ids: Any, vectors: Any,
-                     k: int) -> tuple[np.ndarray, np.ndarray]:
+    def rerank_batch(
+        self, queries: Any, candidate_ids: Any, vectors: Any, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`rerank` for ``queries (nq, d)`` and ``candidate_ids (nq, n)``,
         queries spread over threads. Returns ``(ids int64 (nq, k), scores float32 (nq, k))``;
         row ``r`` equals ``rerank(queries[r], candidate_ids[r], vectors, k)``."""
@@ -171,19 +206,22 @@ class NumbaReranker(BaseReranker):
         qs = check_queries(queries, x.shape[1], finite=False)
         ids = check_ids(candidate_ids, x.shape[0], ndim=2, values=False)
         if ids.shape[0] != qs.shape[0]:
-            raise DimensionError(f"candidate_ids: {ids.shape[0]} rows for {qs.shape[0]} queries; "
-                                 "pass one row of candidates per query")
+            raise DimensionError(
+                f"candidate_ids: {ids.shape[0]} rows for {qs.shape[0]} queries; "
+                "pass one row of candidates per query"
+            )
         k = check_k(k, ids.shape[1], x.shape[0])
+        out_ids = np.empty((qs.shape[0], k), dtype=np.int64)
+        out_scores = np.empty((qs.shape[0], k), dtype=np.float32)
         if _threads() > 1:
-            status, bad, out_ids, out_scores = self._k.rerank_many(qs, ids, x, k, self._code)
+            status, bad = self._k.rerank_many(qs, ids, x, self._code, out_ids, out_scores)
             if status:
                 self._raise(status, bad, x.shape[0], batch=True)
             return out_ids, out_scores
-        out_ids = np.empty((qs.shape[0], k), dtype=np.int64)
-        out_scores = np.empty((qs.shape[0], k), dtype=np.float32)
         for r in range(qs.shape[0]):
-            status, bad, out_ids[r], out_scores[r] = self._k.rerank_serial(
-                qs[r], ids[r], x, k, self._code)
+            status, bad = self._k.rerank_serial(
+                qs[r], ids[r], x, self._code, out_ids[r], out_scores[r]
+            )
             if status:
                 self._raise(status, r if status == 2 else bad, x.shape[0], batch=True)
         return out_ids, out_scores
@@ -200,10 +238,13 @@ class NumbaReranker(BaseReranker):
         x = np.ones((4, int(dim)), dtype=np.float32)
         ids = np.arange(4, dtype=np.int64)
         q = np.ones(int(dim), dtype=np.float32)
-        self._k.rerank_serial(q, ids, x, 2, self._code)
-        if _threads() > 1:
-            self._k.rerank_chunked(q, ids, x, 2, self._code, 2)
-            self._k.rerank_many(x, ids.reshape(2, 2), x, 2, self._code)
+        out_ids = np.empty((2, 2), dtype=np.int64)
+        out_scores = np.empty((2, 2), dtype=np.float32)
+        self._k.rerank_serial(q, ids, x, self._code, out_ids[0], out_scores[0])
+        _threads()
+        if not _serial_only:
+            self._k.rerank_chunked(q, ids, x, self._code, 2, out_ids[0], out_scores[0])
+            self._k.rerank_many(x[:2], ids.reshape(2, 2), x, self._code, out_ids, out_scores)
         return time.perf_counter_ns() - t0
 
     @staticmethod

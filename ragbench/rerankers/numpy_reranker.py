@@ -26,8 +26,9 @@ class NumpyReranker(BaseReranker):
 
     name = "numpy"
 
-    def _rerank(self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray,
-                k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _rerank(
+        self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         uniq = np.unique(ids[ids >= 0])
         scores = numpy_scores(query, vectors[uniq], self.metric)
         # Negated so that ascending order is best first; NaN stays NaN and

@@ -30,8 +30,9 @@ class PythonReranker(BaseReranker):
 
     name = "python"
 
-    def _rerank(self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray,
-                k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _rerank(
+        self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         # Same gather order as the numpy reference (sorted unique ids), so the
         # BLAS dot products see the same rows in the same places.
         uniq = sorted({i for i in ids.tolist() if i >= 0})
