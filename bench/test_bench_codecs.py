@@ -24,17 +24,14 @@ Workload: a RetrievalResult of N hits (N = 10, 100), each ~1 KB of text,
   message objects is protobuf's real cost).
 * ``hand``: the straightforward code a user would write with the library to
   do the same job as the codec, RetrievalResult -> bytes -> RetrievalResult,
-  without ragbench, writing the same columnar document
-  (protos/ragbench/v1/retrieval.proto): list comprehensions build the
-  columns, the library serializes them (a dict tree for json/orjson, the typed
-  struct for msgspec, the message constructor for protobuf) and parses them
-  back, and a plain loop slices the metadata and embeddings and calls
-  ``Hit(...)``/``RetrievalResult(...)``. (The hand code skips the codecs'
-  validation: JSON types, unknown fields, column lengths.)
+  without ragbench: json/orjson build the dict tree from the dataclasses,
+  parse, and call ``Hit(...)``/``RetrievalResult(...)``; msgspec encodes the
+  dataclasses natively and decodes into the same strict typed structs the
+  codec uses, then calls ``Hit(...)``; protobuf fills the message with
+  ``hits.add(...)`` and reads it back into ``Hit(...)``. (The hand code skips
+  the codecs' validation: JSON types, unknown fields, embedding lengths.)
   The target "each codec <= 1.2x its raw library" is asserted against this
   one, end to end; the floor ratios are printed next to it.
-
-``RB_ROUNDS=N`` in the environment changes the number of rounds (default 300).
 """
 
 from __future__ import annotations
@@ -53,9 +50,9 @@ import orjson
 import pytest
 
 import ragbench as rb
-from ragbench.codecs._common import WireResult
+from ragbench.codecs._common import WireHit, WireResult
 
-ROUNDS = int(__import__("os").environ.get("RB_ROUNDS", "300"))
+ROUNDS = 300
 CODECS = ["json", "orjson", "msgspec-json", "msgpack", "protobuf"]
 
 
@@ -110,72 +107,50 @@ def interleaved(funcs: dict[str, Callable[[], object]], rounds: int = ROUNDS) ->
 
 
 # --- raw-library baselines ------------------------------------------------------------
-# Every codec writes the same columnar document (protos/ragbench/v1/retrieval.proto):
-# the hand-written baselines write that document too, with plain loops.
-
-
-def _columns(result: rb.RetrievalResult) -> tuple:
-    hits = result.hits
-    if any(h.embedding is not None for h in hits):
-        dims = [-1 if h.embedding is None else len(h.embedding) // 4 for h in hits]
-        blob = b"".join(h.embedding for h in hits if h.embedding is not None)
-    else:
-        dims, blob = [], b""
-    has_meta = any(h.metadata for h in hits)
-    return (
-        [h.doc_id for h in hits],
-        [h.score for h in hits],
-        [h.text for h in hits],
-        [len(h.metadata) for h in hits] if has_meta else [],
-        [k for h in hits for k in h.metadata],
-        [v for h in hits for v in h.metadata.values()],
-        dims,
-        blob,
-    )
-
-
-def _hits(ids, scores, texts, counts, keys, values, dims, blob) -> list[rb.Hit]:
-    hits = []
-    pos = epos = 0
-    for i in range(len(ids)):
-        count = counts[i] if counts else 0
-        metadata = dict(zip(keys[pos : pos + count], values[pos : pos + count], strict=True))
-        pos += count
-        dim = dims[i] if dims else -1
-        embedding = None
-        if dim >= 0:
-            embedding = blob[epos : epos + 4 * dim]
-            epos += 4 * dim
-        hits.append(rb.Hit(ids[i], scores[i], texts[i], metadata, embedding))
-    return hits
-
-
-_NAMES = [
-    "doc_ids",
-    "scores",
-    "texts",
-    "metadata_counts",
-    "metadata_keys",
-    "metadata_values",
-    "embedding_dims",
-    "embeddings",
-]
 
 
 def _tree(result: rb.RetrievalResult) -> dict:
-    cols = dict(zip(_NAMES, _columns(result), strict=True))
-    cols["embeddings"] = base64.b64encode(cols["embeddings"]).decode()
-    return {"query_id": result.query_id, "query": result.query, **cols}
+    return {
+        "query_id": result.query_id,
+        "query": result.query,
+        "hits": [
+            {
+                "doc_id": h.doc_id,
+                "score": h.score,
+                "text": h.text,
+                "metadata": h.metadata,
+                "embedding": None
+                if h.embedding is None
+                else base64.b64encode(h.embedding).decode(),
+            }
+            for h in result.hits
+        ],
+    }
 
 
 def _from_tree(d: dict) -> rb.RetrievalResult:
-    cols = [d[name] for name in _NAMES]
-    cols[-1] = base64.b64decode(cols[-1])
-    return rb.RetrievalResult(d["query_id"], d["query"], _hits(*cols))
+    return rb.RetrievalResult(
+        d["query_id"],
+        d["query"],
+        [
+            rb.Hit(
+                h["doc_id"],
+                h["score"],
+                h["text"],
+                h["metadata"],
+                None if h["embedding"] is None else base64.b64decode(h["embedding"]),
+            )
+            for h in d["hits"]
+        ],
+    )
 
 
-def _from_struct(w: WireResult) -> rb.RetrievalResult:
-    return rb.RetrievalResult(w.query_id, w.query, _hits(*(getattr(w, n) for n in _NAMES)))
+def _from_structs(w: WireResult) -> rb.RetrievalResult:
+    return rb.RetrievalResult(
+        w.query_id,
+        w.query,
+        [rb.Hit(h.doc_id, h.score, h.text, h.metadata, h.embedding) for h in w.hits],
+    )
 
 
 def baselines(name: str, result: rb.RetrievalResult, payload: bytes) -> dict[str, Callable]:
@@ -200,15 +175,15 @@ def baselines(name: str, result: rb.RetrievalResult, payload: bytes) -> dict[str
         mod = msgspec.json if name == "msgspec-json" else msgspec.msgpack
         encoder = mod.Encoder()
         typed = mod.Decoder(WireResult)
-        struct = WireResult(result.query_id, result.query, *_columns(result))
+        structs = WireResult(
+            result.query_id,
+            result.query,
+            [WireHit(h.doc_id, h.score, h.text, h.metadata, h.embedding) for h in result.hits],
+        )
         return {
-            "floor_enc": lambda: encoder.encode(struct),
+            "floor_enc": lambda: encoder.encode(structs),
             "floor_dec": lambda: typed.decode(payload),
-            "hand_e2e": lambda: _from_struct(
-                typed.decode(
-                    encoder.encode(WireResult(result.query_id, result.query, *_columns(result)))
-                )
-            ),
+            "hand_e2e": lambda: _from_structs(typed.decode(encoder.encode(result))),
         }
     if name == "protobuf":
         from ragbench.codecs._pb import retrieval_pb2 as pb
@@ -216,14 +191,29 @@ def baselines(name: str, result: rb.RetrievalResult, payload: bytes) -> dict[str
         message = pb.RetrievalResult.FromString(payload)
 
         def hand_e2e():
-            m = pb.RetrievalResult(
-                query_id=result.query_id,
-                query=result.query,
-                **dict(zip(_NAMES, _columns(result), strict=True)),
-            )
+            m = pb.RetrievalResult(query_id=result.query_id, query=result.query)
+            for h in result.hits:
+                m.hits.add(
+                    doc_id=h.doc_id,
+                    score=h.score,
+                    text=h.text,
+                    metadata=h.metadata,
+                    embedding=h.embedding,
+                )
             back = pb.RetrievalResult.FromString(m.SerializeToString())
             return rb.RetrievalResult(
-                back.query_id, back.query, _hits(*(getattr(back, n) for n in _NAMES))
+                back.query_id,
+                back.query,
+                [
+                    rb.Hit(
+                        h.doc_id,
+                        h.score,
+                        h.text,
+                        dict(h.metadata),
+                        h.embedding if h.HasField("embedding") else None,
+                    )
+                    for h in back.hits
+                ],
             )
 
         return {

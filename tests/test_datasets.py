@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ragbench as rb
 from ragbench import datasets
@@ -312,6 +314,32 @@ def test_exact_neighbors_break_heavy_ties_toward_smaller_rows() -> None:
     got = datasets.brute_force_neighbors(q, x, 5)
     np.testing.assert_array_equal(got, _reference(q, x, 5, "ip"))
     np.testing.assert_array_equal(got[0], np.arange(5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    nq=st.integers(1, 5),
+    d=st.integers(1, 4),
+    block_rows=st.integers(1, 70),
+    seed=st.integers(0, 2**32 - 1),
+    metric=st.sampled_from(["ip", "l2"]),
+    data=st.data(),
+)
+def test_brute_force_property(
+    n: int, nq: int, d: int, block_rows: int, seed: int, metric: str, data: st.DataObject
+) -> None:
+    k = data.draw(st.integers(1, n))
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2, 3, (n, d)).astype(np.float32)
+    q = rng.integers(-2, 3, (nq, d)).astype(np.float32)
+    old = datasets._NEIGHBORS_BLOCK_BYTES
+    datasets._NEIGHBORS_BLOCK_BYTES = 4 * nq * block_rows
+    try:
+        got = datasets.brute_force_neighbors(q, x, k, metric)
+    finally:
+        datasets._NEIGHBORS_BLOCK_BYTES = old
+    np.testing.assert_array_equal(got, _reference(q, x, k, metric))
 
 
 def test_exact_neighbors_cosine_matches_float64() -> None:

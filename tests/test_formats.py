@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from ragbench import datasets
 from ragbench._formats import read_vecs
-from ragbench.errors import ConfigError, DatasetError
+from ragbench.errors import ConfigError, DatasetError, MissingDependencyError
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +95,14 @@ def test_hdf5_metric_override_drops_shipped_ground_truth(tmp_path: Path) -> None
         datasets.load(path, metric="hamming")
     with pytest.raises(ConfigError, match="'nprobe'"):
         datasets.load(path, nprobe=3)
+
+
+def test_hdf5_without_h5py_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "x.hdf5"
+    write_hdf5(path, "angular", rng_matrix(5, 2), rng_matrix(1, 2))
+    monkeypatch.setitem(sys.modules, "h5py", None)  # makes `import h5py` fail
+    with pytest.raises(MissingDependencyError, match=r"ragbench\[formats\]"):
+        datasets.load(path)
 
 
 def test_hdf5_broken_files(tmp_path: Path) -> None:

@@ -37,23 +37,7 @@ def test_generated_module_is_the_schema() -> None:
     descriptor = retrieval_pb2.DESCRIPTOR
     assert descriptor.name == "ragbench/v1/retrieval.proto"
     assert descriptor.package == "ragbench.v1"
-    message = descriptor.message_types_by_name["RetrievalResult"]
-    assert list(descriptor.message_types_by_name) == ["RetrievalResult"]
-    assert [f.name for f in message.fields] == [
-        "query_id",
-        "query",
-        "doc_ids",
-        "scores",
-        "texts",
-        "metadata_counts",
-        "metadata_keys",
-        "metadata_values",
-        "embedding_dims",
-        "embeddings",
-    ]
-    fields = message.fields_by_name
-    assert fields["scores"].type == fields["scores"].TYPE_DOUBLE
-    assert fields["embedding_dims"].type == fields["embedding_dims"].TYPE_SINT32
-    assert fields["embeddings"].type == fields["embeddings"].TYPE_BYTES
-    # Field 3 (the row-shaped draft's `repeated Hit hits`) must never be reused.
-    assert 3 not in message.fields_by_number
+    hit = descriptor.message_types_by_name["Hit"]
+    assert [f.name for f in hit.fields] == ["doc_id", "score", "text", "metadata", "embedding"]
+    assert hit.fields_by_name["score"].type == hit.fields_by_name["score"].TYPE_DOUBLE
+    assert hit.fields_by_name["embedding"].has_presence

@@ -1,8 +1,8 @@
 """MessagePack codec (via ``msgspec.msgpack``).
 
-The document is the columnar ``ragbench.v1.RetrievalResult`` as a map with the
-proto field names (like the JSON codecs), the embeddings blob as msgpack
-``bin`` and scores as float64, so NaN, +-inf and -0.0 round-trip natively (``NaN != NaN``: compare such results with ``math.isnan``).
+The document is a map with the proto field names (like the JSON codecs),
+embeddings as msgpack ``bin`` and scores as float64, so NaN, +-inf and -0.0
+round-trip natively (``NaN != NaN``: compare such results with ``math.isnan``).
 Decoding is strict: typed structs, unknown fields rejected.
 """
 
@@ -14,13 +14,7 @@ import msgspec
 
 from ..errors import DecodeError, InputError
 from ..types import RetrievalResult
-from ._common import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    BaseCodec,
-    WireResult,
-    result_from_wire,
-    to_columns,
-)
+from ._common import DEFAULT_MAX_PAYLOAD_BYTES, BaseCodec, WireResult, result_from_wire
 
 __all__ = ["MsgpackCodec"]
 
@@ -42,12 +36,9 @@ class MsgpackCodec(BaseCodec):
     def encode(self, result: RetrievalResult) -> bytes:
         """Serialize ``result``; :class:`InputError` on unserializable field values."""
         try:
-            # Struct construction does not copy or check: msgspec serializes the columns.
-            wire = WireResult(result.query_id, result.query, *to_columns(result.hits))
-            return self._encoder.encode(wire)
+            # msgspec walks the slotted dataclasses itself: no intermediate tree.
+            return self._encoder.encode(result)
         except (TypeError, ValueError, AttributeError) as exc:
-            if isinstance(exc, InputError):
-                raise
             raise InputError(
                 f"{self.name}: cannot encode RetrievalResult: {exc}; fields must be str, "
                 "float (score) and bytes or None (embedding)"

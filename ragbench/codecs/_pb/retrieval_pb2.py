@@ -24,13 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bragbench/v1/retrieval.proto\x12\x0bragbench.v1\"\xe3\x01\n\x0fRetrievalResult\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x0f\n\x07\x64oc_ids\x18\x04 \x03(\t\x12\x0e\n\x06scores\x18\x05 \x03(\x01\x12\r\n\x05texts\x18\x06 \x03(\t\x12\x17\n\x0fmetadata_counts\x18\x07 \x03(\r\x12\x15\n\rmetadata_keys\x18\x08 \x03(\t\x12\x17\n\x0fmetadata_values\x18\t \x03(\t\x12\x16\n\x0e\x65mbedding_dims\x18\n \x03(\x11\x12\x12\n\nembeddings\x18\x0b \x01(\x0cJ\x04\x08\x03\x10\x04R\x04hitsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bragbench/v1/retrieval.proto\x12\x0bragbench.v1\"\xbb\x01\n\x03Hit\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x30\n\x08metadata\x18\x04 \x03(\x0b\x32\x1e.ragbench.v1.Hit.MetadataEntry\x12\x16\n\tembedding\x18\x05 \x01(\x0cH\x00\x88\x01\x01\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0c\n\n_embedding\"R\n\x0fRetrievalResult\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x1e\n\x04hits\x18\x03 \x03(\x0b\x32\x10.ragbench.v1.Hitb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ragbench.v1.retrieval_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RETRIEVALRESULT']._serialized_start=45
-  _globals['_RETRIEVALRESULT']._serialized_end=272
+  _globals['_HIT_METADATAENTRY']._loaded_options = None
+  _globals['_HIT_METADATAENTRY']._serialized_options = b'8\001'
+  _globals['_HIT']._serialized_start=45
+  _globals['_HIT']._serialized_end=232
+  _globals['_HIT_METADATAENTRY']._serialized_start=171
+  _globals['_HIT_METADATAENTRY']._serialized_end=218
+  _globals['_RETRIEVALRESULT']._serialized_start=234
+  _globals['_RETRIEVALRESULT']._serialized_end=316
 # @@protoc_insertion_point(module_scope)
