@@ -15,8 +15,14 @@ every candidate once, in a shuffled order) and summarised by the median of
 the rounds, so machine drift hits all candidates alike. Candidates:
 
 * ``numba``: ``rb.rerankers.create("numba").rerank`` (the public call, with
-  its checks), serial below ``DEFAULT_PARALLEL_THRESHOLD`` candidates and
-  split over ``ragbench.threads.get_threads()`` threads from there.
+  its checks) on one thread, the way ragbench measures single-query latency
+  (``ragbench.threads``; the pipeline pins one request thread). The targets
+  are asserted on this one.
+* ``split``: the same call with the default ``parallel_threshold``, so from
+  ``DEFAULT_PARALLEL_THRESHOLD`` candidates one query is split over
+  ``get_threads()`` threads; reported next to ``floorN``, the floor read with
+  as many threads. On a machine whose other core is busy the split waits for
+  that core and can cost more than it saves.
 * ``numpy``: the plain numpy way, ``s = X[ids] @ q``, ``np.argpartition``,
   ``np.argsort`` of the k (no checks, no dedup: the fastest honest numpy).
 * ``numpy-ref``: the ``numpy`` reranker (the full contract: checks, dedup,
@@ -24,8 +30,9 @@ the rounds, so machine drift hits all candidates alike. Candidates:
 * ``python``: the ``python`` reranker (a Python ``sorted`` over floats).
 * ``gather``: ``X[ids] @ q`` alone (fancy indexing + matmul, no top-k).
 * ``floor``: a numba kernel that only sums the same bytes of the same rows,
-  four rows at a time like the reranker, with the same thread count the
-  reranker uses at that N (``floor1``: always one thread).
+  four rows at a time like the reranker, on one thread (``floorN``: split
+  like ``split``); each is timed with and without the reranker's prefetch
+  and the faster one is the floor.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import numpy as np
 import pytest
 
 import ragbench as rb
+from ragbench.rerankers._kernels import prefetch_row
 from ragbench.rerankers.numba_reranker import DEFAULT_PARALLEL_THRESHOLD
 from ragbench.threads import get_threads
 
@@ -61,9 +69,10 @@ _FASTMATH = {"reassoc", "contract"}
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)
-def _sum_rows(ids: Any, vectors: Any, start: int, stop: int) -> Any:
+def _sum_rows(ids: Any, vectors: Any, start: int, stop: int, prefetch: bool) -> Any:
     # The same access pattern as the reranker (four rows per pass, read in
-    # place), with only an add per element: what reading the bytes costs.
+    # place, optionally the same prefetch one group ahead), with only an add
+    # per element: what reading the bytes costs.
     a0 = np.float32(0.0)
     a1 = np.float32(0.0)
     a2 = np.float32(0.0)
@@ -74,12 +83,15 @@ def _sum_rows(ids: Any, vectors: Any, start: int, stop: int) -> Any:
         r1 = ids[p + 1]
         r2 = ids[p + 2]
         r3 = ids[p + 3]
+        p += 4
+        if prefetch and p + 4 <= stop:
+            for t in range(p, p + 4):
+                prefetch_row(vectors, ids[t])
         for j in range(vectors.shape[1]):
             a0 += vectors[r0, j]
             a1 += vectors[r1, j]
             a2 += vectors[r2, j]
             a3 += vectors[r3, j]
-        p += 4
     while p < stop:
         r0 = ids[p]
         for j in range(vectors.shape[1]):
@@ -89,16 +101,16 @@ def _sum_rows(ids: Any, vectors: Any, start: int, stop: int) -> Any:
 
 
 @numba.njit(cache=True)
-def floor_serial(ids: Any, vectors: Any) -> Any:
-    return _sum_rows(ids, vectors, 0, ids.shape[0])
+def floor_serial(ids: Any, vectors: Any, prefetch: bool) -> Any:
+    return _sum_rows(ids, vectors, 0, ids.shape[0], prefetch)
 
 
 @numba.njit(cache=True, parallel=True)
-def floor_parallel(ids: Any, vectors: Any, chunks: int) -> Any:
+def floor_parallel(ids: Any, vectors: Any, chunks: int, prefetch: bool) -> Any:
     part = np.zeros(chunks, dtype=np.float32)
     n = ids.shape[0]
     for c in numba.prange(chunks):
-        part[c] = _sum_rows(ids, vectors, c * n // chunks, (c + 1) * n // chunks)
+        part[c] = _sum_rows(ids, vectors, c * n // chunks, (c + 1) * n // chunks, prefetch)
     return part.sum()
 
 
@@ -153,9 +165,9 @@ def table(data: dict[str, Any], request: pytest.FixtureRequest) -> dict[int, dic
     """Interleaved medians (ns) per N; printed as a table at the end of the fixture."""
     x, q = data["x"], data["q"]
     threads = min(get_threads(), numba.config.NUMBA_NUM_THREADS)
-    rr = rb.rerankers.create("numba")
+    rr = rb.rerankers.create("numba", parallel_threshold=BASE_ROWS + 1)  # never splits
     rr.warmup(DIM)
-    rr1 = rb.rerankers.create("numba", parallel_threshold=BASE_ROWS + 1)  # always one thread
+    split = rb.rerankers.create("numba")
     ref = rb.rerankers.create("numpy")
     py = rb.rerankers.create("python")
     out: dict[int, dict[str, float]] = {}
@@ -164,44 +176,63 @@ def table(data: dict[str, Any], request: pytest.FixtureRequest) -> dict[int, dic
         parallel = n >= DEFAULT_PARALLEL_THRESHOLD and threads > 1
         fns: dict[str, Callable[[], object]] = {
             "numba": lambda ids=ids: rr.rerank(q, ids, x, K),
-            "numba1": lambda ids=ids: rr1.rerank(q, ids, x, K),
             "numpy": lambda ids=ids: numpy_rerank(q, ids, x, K),
             "numpy-ref": lambda ids=ids: ref.rerank(q, ids, x, K),
             "gather": lambda ids=ids: x[ids] @ q,
-            "floor1": lambda ids=ids: floor_serial(ids, x),
+            "floor": lambda ids=ids: floor_serial(ids, x, False),
+            "floor-p": lambda ids=ids: floor_serial(ids, x, True),
         }
-        fns["floor"] = (
-            (lambda ids=ids: floor_parallel(ids, x, threads)) if parallel else fns["floor1"]
-        )
         if n <= PYTHON_MAX:
             fns["python"] = lambda ids=ids: py.rerank(q, ids, x, K)
         # Same answer before timing anything.
         got, want = rr.rerank(q, ids, x, K), numpy_rerank(q, ids, x, K)
         assert np.array_equal(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1], rtol=1e-4)
-        timed = {name: fn for name, fn in fns.items() if not (name == "floor" and not parallel)}
-        out[n] = interleaved(timed, ROUNDS[n])
-        if not parallel:
-            out[n]["floor"] = out[n]["floor1"]
-        out[n]["threads"] = float(threads if parallel else 1)
+        if parallel:
+            assert np.array_equal(split.rerank(q, ids, x, K)[0], got[0])
+        t = interleaved(fns, ROUNDS[n])
+        # The floor is the faster way of reading the bytes, with or without prefetch.
+        t["floor"] = min(t["floor"], t.pop("floor-p"))
+        if n == SIZES[0]:
+            # The fixed cost is a few µs: measure it on the pair alone, so the
+            # cache damage done by the numpy and Python candidates between two
+            # calls does not swamp it.
+            pair = interleaved({name: fns[name] for name in ("numba", "floor")}, ROUNDS[n])
+            t["fixed"] = pair["numba"] - pair["floor"]
+        if parallel:
+            # Timed apart: a parallel region leaves OpenMP threads spinning on
+            # the other core, which would slow the one-thread candidates too.
+            par = interleaved(
+                {
+                    "split": lambda ids=ids: split.rerank(q, ids, x, K),
+                    "floorN": lambda ids=ids: floor_parallel(ids, x, threads, False),
+                    "floorN-p": lambda ids=ids: floor_parallel(ids, x, threads, True),
+                },
+                ROUNDS[n],
+            )
+            t["split"] = par["split"]
+            t["floorN"] = min(par["floorN"], par["floorN-p"])
+        out[n] = t
+
+    def us(t: dict[str, float], name: str) -> str:
+        return f"{t[name] / 1e3:9.1f}" if name in t else f"{'-':>9}"
 
     lines = [
         f"rerank, dim {DIM}, k={K}, ip, base {BASE_ROWS} rows; median µs per call "
-        f"(interleaved); threads={threads}, parallel from {DEFAULT_PARALLEL_THRESHOLD}",
-        f"{'N':>8} {'thr':>3} {'numba':>9} {'numba1':>9} {'numpy':>9} {'np-ref':>9} {'python':>9} "
-        f"{'gather':>9} {'floor':>9} {'floor1':>9} | {'np/nb':>6} {'np/nb1':>6} "
-        f"{'nb/floor':>8} {'nb1/fl1':>7} {'fixed':>7} {'gather/nb':>9}",
+        f"(interleaved); numba on 1 thread, split on {threads} from "
+        f"{DEFAULT_PARALLEL_THRESHOLD} candidates; fixed = numba - floor (N=100: timed as a pair)",
+        f"{'N':>8} {'numba':>9} {'numpy':>9} {'np-ref':>9} {'python':>9} {'gather':>9} "
+        f"{'floor':>9} {'split':>9} {'floorN':>9} | {'np/nb':>6} {'nb/floor':>8} "
+        f"{'fixed':>7} {'gath/nb':>7} {'split/flN':>9}",
     ]
     for n, t in out.items():
-        py_us = f"{t['python'] / 1e3:9.1f}" if "python" in t else f"{'-':>9}"
+        split_ratio = f"{t['split'] / t['floorN']:9.2f}" if "split" in t else f"{'-':>9}"
         lines.append(
-            f"{n:>8} {int(t['threads']):>3} {t['numba'] / 1e3:9.1f} {t['numba1'] / 1e3:9.1f} "
-            f"{t['numpy'] / 1e3:9.1f} "
-            f"{t['numpy-ref'] / 1e3:9.1f} {py_us} {t['gather'] / 1e3:9.1f} "
-            f"{t['floor'] / 1e3:9.1f} {t['floor1'] / 1e3:9.1f} | "
-            f"{t['numpy'] / t['numba']:6.2f} {t['numpy'] / t['numba1']:6.2f} "
-            f"{t['numba'] / t['floor']:8.2f} {t['numba1'] / t['floor1']:7.2f} "
-            f"{(t['numba'] - t['floor']) / 1e3:7.2f} {t['gather'] / t['numba']:9.2f}"
+            f"{n:>8} {us(t, 'numba')} {us(t, 'numpy')} {us(t, 'numpy-ref')} {us(t, 'python')} "
+            f"{us(t, 'gather')} {us(t, 'floor')} {us(t, 'split')} {us(t, 'floorN')} | "
+            f"{t['numpy'] / t['numba']:6.2f} {t['numba'] / t['floor']:8.2f} "
+            f"{t.get('fixed', t['numba'] - t['floor']) / 1e3:7.2f} "
+            f"{t['gather'] / t['numba']:7.2f} {split_ratio}"
         )
     _show(request, lines)
     return out
@@ -218,13 +249,12 @@ def _show(request: pytest.FixtureRequest, lines: list[str]) -> None:
 
 
 def _record(benchmark: Any, t: dict[str, float], **ratios: float) -> None:
-    benchmark.extra_info.update({f"{name}_ns": v for name, v in t.items() if name != "threads"})
-    benchmark.extra_info["threads"] = int(t["threads"])
+    benchmark.extra_info.update({f"{name}_ns": v for name, v in t.items()})
     benchmark.extra_info.update(ratios)
 
 
 def _bench_numba(benchmark: Any, data: dict[str, Any], n: int) -> None:
-    rr = rb.rerankers.create("numba")
+    rr = rb.rerankers.create("numba", parallel_threshold=BASE_ROWS + 1)
     ids = data["cands"][n]
     rounds = max(5, min(200, 200_000 // n))
     benchmark.pedantic(
@@ -254,7 +284,7 @@ def test_numba_vs_read_floor(benchmark, data, table, n: int) -> None:
 
 def test_fixed_cost_at_100(benchmark, data, table) -> None:
     t = table[100]
-    fixed = t["numba"] - t["floor"]
+    fixed = t["fixed"]
     _bench_numba(benchmark, data, 100)
     _record(benchmark, t, fixed_cost_ns=fixed)
     assert fixed <= 2_000, f"N=100: numba costs {fixed / 1e3:.2f} µs over the read floor"

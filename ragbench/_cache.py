@@ -84,6 +84,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -141,6 +142,7 @@ class ArrayCache:
                 writer = _HashingWriter(fh)
                 # A wrapper is not a real file, so np.save streams through write().
                 np.save(writer, arr, allow_pickle=False)
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; a cache is worth sharing
             os.replace(tmp, npy)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -35,7 +35,7 @@ import numpy as np
 from . import _formats
 from ._cache import ArrayCache, CacheEvent, cache_dir
 from ._registry import check_params
-from ._validate import check_k
+from ._validate import as_matrix, check_k
 from .errors import ConfigError, DatasetError, InputError
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = [
     "Corpus",
     "Dataset",
     "Queries",
+    "brute_force_neighbors",
     "datasets_dir",
     "describe",
     "load",
@@ -404,8 +405,10 @@ def brute_force_neighbors(
     equal scores rank the smaller row first. Scores are computed in float32
     blocks of corpus rows so memory stays bounded.
     """
-    q = np.ascontiguousarray(queries, dtype=np.float32)
-    x = np.ascontiguousarray(base, dtype=np.float32)
+    if metric not in METRICS:
+        raise ConfigError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    x = as_matrix(base, name="base vectors")
+    q = as_matrix(queries, name="query vectors", dim=x.shape[1])
     n, nq = x.shape[0], q.shape[0]
     k = check_k(k, n)
     if metric == "cosine":

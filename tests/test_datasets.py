@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 import ragbench as rb
 from ragbench import datasets
 from ragbench.datasets import Corpus, Dataset, Queries
-from ragbench.errors import ConfigError, DatasetError, InputError, KTooLargeError
+from ragbench.errors import (
+    ConfigError,
+    DatasetError,
+    DimensionError,
+    InputError,
+    KTooLargeError,
+    NonFiniteError,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -385,6 +392,18 @@ def test_exact_neighbors_with_text_embedder(small: Dataset) -> None:
     np.testing.assert_allclose(
         np.take_along_axis(scores, got, 1), -np.sort(-scores, axis=1)[:, :3], atol=1e-6
     )
+
+
+def test_brute_force_validates_inputs() -> None:
+    x = np.ones((4, 3), np.float32)
+    with pytest.raises(DimensionError, match="expected dimension 3"):
+        datasets.brute_force_neighbors(np.ones((2, 2), np.float32), x, 1)
+    with pytest.raises(NonFiniteError):
+        datasets.brute_force_neighbors(np.full((1, 3), np.nan, np.float32), x, 1)
+    with pytest.raises(ConfigError, match="metric"):
+        datasets.brute_force_neighbors(x, x, 1, "hamming")
+    with pytest.raises(KTooLargeError):
+        datasets.brute_force_neighbors(x, x, 5)
 
 
 def test_exact_neighbors_bad_k(small: Dataset) -> None:

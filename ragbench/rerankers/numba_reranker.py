@@ -66,17 +66,22 @@ if hasattr(os, "register_at_fork"):
 
 def _threads() -> int:
     """Threads for the next parallel kernel (1: run a serial one instead)."""
-    global _parallel_started
     if _serial_only:
         return 1
     import numba
 
-    _parallel_started = True
     n = min(get_threads(), int(numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     # numba's thread count is per calling thread: set it where the kernel runs.
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
+    if n > 1:
+        _parallel_in_use()
     return n
+
+
+def _parallel_in_use() -> None:
+    global _parallel_started
+    _parallel_started = True
 
 
 class NumbaReranker(BaseReranker):
@@ -243,6 +248,7 @@ class NumbaReranker(BaseReranker):
         self._k.rerank_serial(q, ids, x, self._code, out_ids[0], out_scores[0])
         _threads()
         if not _serial_only:
+            _parallel_in_use()
             self._k.rerank_chunked(q, ids, x, self._code, 2, out_ids[0], out_scores[0])
             self._k.rerank_many(x[:2], ids.reshape(2, 2), x, self._code, out_ids, out_scores)
         return time.perf_counter_ns() - t0
