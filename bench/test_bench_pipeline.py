@@ -14,8 +14,6 @@ from __future__ import annotations
 import statistics
 from time import perf_counter_ns
 
-import pytest
-
 from ragbench.pipeline import Pipeline, RequestContext
 from ragbench.timing import run_stages
 
@@ -70,11 +68,15 @@ def test_bookkeeping_per_stage(benchmark) -> None:
     stages = [Noop() for _ in range(N_STAGES)]
     ctx = RequestContext(0, "q0", "question")
     stamps = [0] * (N_STAGES + 1)
-    bare, timed = _interleaved([lambda: _bare(stages, ctx), lambda: run_stages(stages, ctx, stamps)])
+    bare, timed = _interleaved(
+        [lambda: _bare(stages, ctx), lambda: run_stages(stages, ctx, stamps)]
+    )
     per_stage = (timed - bare) / N_STAGES
     benchmark.extra_info.update(bare_ns=bare, timed_ns=timed, per_stage_ns=per_stage)
-    print(f"\nbookkeeping per stage: {per_stage:.0f} ns (timed {timed:.0f} ns vs bare {bare:.0f} ns "
-          f"for {N_STAGES} no-op stages; target ≤ 200 ns)")
+    print(
+        f"\nbookkeeping per stage: {per_stage:.0f} ns (timed {timed:.0f} ns vs bare {bare:.0f} ns "
+        f"for {N_STAGES} no-op stages; target ≤ 200 ns)"
+    )
     benchmark(run_stages, stages, ctx, stamps)
     assert per_stage > 0  # the timer costs something; the figure is the result
 
@@ -92,6 +94,8 @@ def test_pipeline_request_overhead(benchmark) -> None:
     bare, full = _interleaved([lambda: _bare(stages, ctx), request])
     overhead = full - bare
     benchmark.extra_info.update(bare_ns=bare, request_ns=full, overhead_ns=overhead)
-    print(f"\npipeline request over {N_STAGES} trivial stages: {overhead:.0f} ns bookkeeping "
-          f"(request {full:.0f} ns vs bare calls {bare:.0f} ns; target ≤ 3000 ns)")
+    print(
+        f"\npipeline request over {N_STAGES} trivial stages: {overhead:.0f} ns bookkeeping "
+        f"(request {full:.0f} ns vs bare calls {bare:.0f} ns; target ≤ 3000 ns)"
+    )
     benchmark(request)

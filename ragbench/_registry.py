@@ -56,9 +56,7 @@ class Registry(Generic[T]):
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{self.kind} backend name must be a non-empty string")
         if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
-            raise ConfigError(
-                f"{self.kind} factory for {name!r} must be callable or 'module:attr'"
-            )
+            raise ConfigError(f"{self.kind} factory for {name!r} must be callable or 'module:attr'")
         self._factories[name] = factory
 
     def unregister(self, name: str) -> None:

@@ -9,8 +9,9 @@ import numpy as np
 from .errors import DimensionError, IdOutOfRangeError, InputError, KTooLargeError, NonFiniteError
 
 
-def as_matrix(x: Any, *, name: str = "vectors", dim: int | None = None,
-              check_finite: bool = True) -> np.ndarray:
+def as_matrix(
+    x: Any, *, name: str = "vectors", dim: int | None = None, check_finite: bool = True
+) -> np.ndarray:
     """Return ``x`` as a C-contiguous float32 ``(n, d)`` array, or raise.
 
     A 1-D input is accepted as one row.
@@ -38,20 +39,23 @@ def check_k(k: Any, limit: int, *, what: str = "the corpus") -> int:
     """Return ``k`` as an int in ``[1, limit]`` or raise."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise InputError(f"k must be an integer, got {k!r}")
-    k = int(k)
-    if k < 1:
-        raise InputError(f"k must be >= 1, got {k}")
-    if k > limit:
-        raise KTooLargeError(f"k={k} is larger than {what} ({limit} items)")
-    return k
+    value = int(k)
+    if value < 1:
+        raise InputError(f"k must be >= 1, got {value}")
+    if value > limit:
+        raise KTooLargeError(f"k={value} is larger than {what} ({limit} items)")
+    return value
 
 
-def as_ids(ids: Any, n: int, *, name: str = "candidate_ids", ndim: int = 1,
-           allow_padding: bool = True) -> np.ndarray:
+def as_ids(
+    ids: Any, n: int, *, name: str = "candidate_ids", ndim: int = 1, allow_padding: bool = True
+) -> np.ndarray:
     """Return ids as C-contiguous int64 with every id in ``[0, n)`` (or ``-1``)."""
     arr = np.asarray(ids)
     if arr.size == 0:
-        arr = arr.astype(np.int64).reshape((0,) if ndim == 1 else (arr.shape[0] if arr.ndim else 0, 0))
+        arr = arr.astype(np.int64).reshape(
+            (0,) if ndim == 1 else (arr.shape[0] if arr.ndim else 0, 0)
+        )
     if arr.dtype.kind not in "iu":
         raise InputError(f"{name}: ids must be integers, got dtype {arr.dtype}")
     if arr.ndim != ndim:

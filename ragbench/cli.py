@@ -80,12 +80,21 @@ def _set_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _dataset_table(dataset: str | None, n: int | None = None, dim: int | None = None,
-                   n_queries: int | None = None, seed: int | None = None) -> dict[str, Any]:
+def _dataset_table(
+    dataset: str | None,
+    n: int | None = None,
+    dim: int | None = None,
+    n_queries: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
     if dataset is None:
         return {}
     table: dict[str, Any] = {}
-    if Path(dataset).exists() or "/" in dataset or dataset.endswith((".hdf5", ".h5", ".npy", ".fvecs", ".jsonl")):
+    if (
+        Path(dataset).exists()
+        or "/" in dataset
+        or dataset.endswith((".hdf5", ".h5", ".npy", ".fvecs", ".jsonl"))
+    ):
         table["path"] = dataset
     else:
         table["name"] = dataset
@@ -104,8 +113,14 @@ def _progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
 
@@ -133,8 +148,12 @@ def datasets() -> None:
         t.add_column(col)
     described = ds_mod.describe()
     for d in described:
-        t.add_row(str(d.get("name")), str(d.get("size", d.get("chunks", "—"))),
-                  str(d.get("queries", "—")), str(d.get("source", d.get("description", ""))))
+        t.add_row(
+            str(d.get("name")),
+            str(d.get("size", d.get("chunks", "—"))),
+            str(d.get("queries", "—")),
+            str(d.get("source", d.get("description", ""))),
+        )
     known = {str(d.get("name")) for d in described}
     for name in ds_mod.names():
         if name not in known:
@@ -162,16 +181,35 @@ def _write_records(out: str | None, reports: Sequence[Any]) -> None:
 
 
 @cli.command()
-@click.option("-c", "--config", "config", required=True, type=click.Path(dir_okay=False),
-              help="Pipeline config (TOML), e.g. bench/configs/default.toml.")
-@click.option("--out", type=click.Path(dir_okay=False), help="Append the run's JSON record to this file.")
+@click.option(
+    "-c",
+    "--config",
+    "config",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Pipeline config (TOML), e.g. bench/configs/default.toml.",
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Append the run's JSON record to this file."
+)
 @click.option("--queries", type=int, help="Measured requests (overrides [run] queries).")
 @click.option("--warmup", type=int, help="Warm-up requests (overrides [run] warmup).")
 @click.option("--dataset", help="Dataset name or path (overrides [dataset]).")
-@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE",
-              help="Override a config value, e.g. --set retrieve.search.ef=128 (repeatable).")
-def run(config: str, out: str | None, queries: int | None, warmup: int | None,
-        dataset: str | None, overrides: Sequence[str]) -> None:
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="TABLE.KEY=VALUE",
+    help="Override a config value, e.g. --set retrieve.search.ef=128 (repeatable).",
+)
+def run(
+    config: str,
+    out: str | None,
+    queries: int | None,
+    warmup: int | None,
+    dataset: str | None,
+    overrides: Sequence[str],
+) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
     from .config import load_config, merge
     from .pipeline import Pipeline
@@ -198,9 +236,16 @@ def run(config: str, out: str | None, queries: int | None, warmup: int | None,
 
 
 @cli.command()
-@click.option("-c", "--config", "config", type=click.Path(dir_okay=False),
-              help="Base pipeline config (TOML); the options below vary it.")
-@click.option("--dataset", default=None, help="Dataset name (pydocs, synthetic) or path. [default: pydocs]")
+@click.option(
+    "-c",
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False),
+    help="Base pipeline config (TOML); the options below vary it.",
+)
+@click.option(
+    "--dataset", default=None, help="Dataset name (pydocs, synthetic) or path. [default: pydocs]"
+)
 @click.option("--n", "n", type=str, help="Corpus size for synthetic (e.g. 10k).")
 @click.option("--dim", type=int, help="Dimension for synthetic.")
 @click.option("--embed", help="Embedder backend (minilm, hashing, precomputed).")
@@ -210,21 +255,51 @@ def run(config: str, out: str | None, queries: int | None, warmup: int | None,
 @click.option("--transport", help="Comma-separated transports, e.g. inproc,http,grpc.")
 @click.option("--generate", help="Generator backend (none, stub, openai).")
 @click.option("--k", "k", type=int, help="Hits per request.")
-@click.option("--k-candidates", "k_candidates", help="Comma-separated candidate counts, e.g. 10,100,1000.")
-@click.option("--with-embeddings/--without-embeddings", default=None,
-              help="Carry chunk embeddings in the payload.")
+@click.option(
+    "--k-candidates", "k_candidates", help="Comma-separated candidate counts, e.g. 10,100,1000."
+)
+@click.option(
+    "--with-embeddings/--without-embeddings",
+    default=None,
+    help="Carry chunk embeddings in the payload.",
+)
 @click.option("--queries", type=int, help="Measured requests per combination.")
 @click.option("--warmup", type=int, help="Warm-up requests per combination.")
-@click.option("--threads", type=int,
-              help="Threads each request's library calls may use (default 1; set-up uses every core).")
-@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE",
-              help="Override any config value, e.g. --set retrieve.search.ef=128.")
-@click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per combination.")
-def compare(config: str | None, dataset: str | None, n: str | None, dim: int | None,
-            embed: str | None, index: str | None, rerank: str | None, codec: str | None,
-            transport: str | None, generate: str | None, k: int | None, k_candidates: str | None,
-            with_embeddings: bool | None, queries: int | None, warmup: int | None,
-            threads: int | None, overrides: Sequence[str], out: str | None) -> None:
+@click.option(
+    "--threads",
+    type=int,
+    help="Threads each request's library calls may use (default 1; set-up uses every core).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="TABLE.KEY=VALUE",
+    help="Override any config value, e.g. --set retrieve.search.ef=128.",
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Append one JSON record per combination."
+)
+def compare(
+    config: str | None,
+    dataset: str | None,
+    n: str | None,
+    dim: int | None,
+    embed: str | None,
+    index: str | None,
+    rerank: str | None,
+    codec: str | None,
+    transport: str | None,
+    generate: str | None,
+    k: int | None,
+    k_candidates: str | None,
+    with_embeddings: bool | None,
+    queries: int | None,
+    warmup: int | None,
+    threads: int | None,
+    overrides: Sequence[str],
+    out: str | None,
+) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process."""
     from .config import merge, normalize
     from .pipeline import Pipeline, interleave
@@ -255,12 +330,17 @@ def compare(config: str | None, dataset: str | None, n: str | None, dim: int | N
     base = normalize(merge(base, extra))
 
     axes: list[tuple[str, list[Any]]] = []
-    for table, value, option in (("retrieve", index, "--index"), ("rerank", rerank, "--rerank"),
-                                 ("serialize", codec, "--codec"), ("transport", transport, "--transport")):
+    items: list[Any]
+    for tname, value, option in (
+        ("retrieve", index, "--index"),
+        ("rerank", rerank, "--rerank"),
+        ("serialize", codec, "--codec"),
+        ("transport", transport, "--transport"),
+    ):
         items = _split(value, option)
         if items:
-            axes.append((table, items))
-    kc = _ints(k_candidates, "--k-candidates")
+            axes.append((tname, items))
+    kc: list[Any] = _ints(k_candidates, "--k-candidates")
     if kc:
         axes.append(("k_candidates", kc))
     combos = list(itertools.product(*[vals for _, vals in axes])) or [()]
@@ -270,16 +350,15 @@ def compare(config: str | None, dataset: str | None, n: str | None, dim: int | N
         for combo in combos:
             cfg = merge(base, {})
             parts = []
-            for (table, _), value in zip(axes, combo, strict=True):
-                if table == "k_candidates":
+            for (axis, _), value in zip(axes, combo, strict=True):
+                if axis == "k_candidates":
                     cfg["run"]["k_candidates"] = value
                     parts.append(f"kc={value}")
                 else:
-                    if table == "retrieve" and value != cfg["retrieve"]["backend"]:
-                        # build/search params belong to one backend: keep them only if it is the base's
-                        if not config:
-                            cfg["retrieve"]["build"], cfg["retrieve"]["search"] = {}, {}
-                    cfg[table]["backend"] = value
+                    # build/search params belong to one backend: keep them only for the base's
+                    if axis == "retrieve" and value != cfg["retrieve"]["backend"] and not config:
+                        cfg["retrieve"]["build"], cfg["retrieve"]["search"] = {}, {}
+                    cfg[axis]["backend"] = value
                     parts.append(str(value))
             label = "/".join(parts) if parts else None
             pipe = Pipeline(cfg, label=label)
@@ -324,17 +403,27 @@ def _setup_summary(reports: Sequence[Any]) -> str:
             keys[k_] = keys.get(k_, 0.0) + v / 1e9
     from .report import SETUP_LABELS
 
-    lines.append("setup, not in request latency (summed over runs): " + ", ".join(
-        f"{SETUP_LABELS.get(k_, k_)} {v:.2f}s" for k_, v in keys.items()))
-    recs = {f"recall measured against exact search at k={reports[0].k}; per-stage p50s do not add up to the total p50"}
+    lines.append(
+        "setup, not in request latency (summed over runs): "
+        + ", ".join(f"{SETUP_LABELS.get(k_, k_)} {v:.2f}s" for k_, v in keys.items())
+    )
+    recs = {
+        f"recall measured against exact search at k={reports[0].k}; per-stage p50s do not add up to the total p50"
+    }
     lines.extend(sorted(recs))
     return "\n".join(lines)
 
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["table", "md", "csv", "json"]), default="table",
-              show_default=True, help="Output format.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "md", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a PNG plot of the runs.")
 def report(files: Sequence[str], fmt: str, plot: str | None) -> None:
     """Render saved JSON-lines results side by side."""
@@ -354,9 +443,16 @@ def report(files: Sequence[str], fmt: str, plot: str | None) -> None:
 @cli.command("stub-llm")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=0, show_default=True, type=int, help="Port (0: the OS picks one).")
-@click.option("--prefill-ms-per-1k", "prefill", type=float, default=None,
-              help="Modelled prefill time per 1000 prompt tokens (ms).")
-@click.option("--base-ms", type=float, default=None, help="Modelled fixed time before the first token (ms).")
+@click.option(
+    "--prefill-ms-per-1k",
+    "prefill",
+    type=float,
+    default=None,
+    help="Modelled prefill time per 1000 prompt tokens (ms).",
+)
+@click.option(
+    "--base-ms", type=float, default=None, help="Modelled fixed time before the first token (ms)."
+)
 def stub_llm(host: str, port: int, prefill: float | None, base_ms: float | None) -> None:
     """Serve ragbench's OpenAI-compatible streaming stub (timings are SIMULATED)."""
     from .generators.stub_server import run_forever
@@ -373,8 +469,11 @@ def _register_extra_commands() -> None:
     """Commands that live in their own modules (sweep, scale, load)."""
     import importlib
 
-    for module, name in (("ragbench.cli_sweep", "sweep"), ("ragbench.cli_sweep", "scale"),
-                         ("ragbench.cli_load", "load")):
+    for module, name in (
+        ("ragbench.cli_sweep", "sweep"),
+        ("ragbench.cli_sweep", "scale"),
+        ("ragbench.cli_load", "load"),
+    ):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -390,8 +489,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one line and exit 2 on bad input; 1 when a run stopped early."""
     _register_extra_commands()
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="ragbench",
-                 standalone_mode=False)
+        cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="ragbench",
+            standalone_mode=False,
+        )
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:

@@ -13,17 +13,40 @@ __all__ = ["load"]
 
 
 @click.command()
-@click.option("-c", "--config", "config", type=click.Path(dir_okay=False),
-              help="Pipeline config (TOML); default: the built-in defaults.")
+@click.option(
+    "-c",
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False),
+    help="Pipeline config (TOML); default: the built-in defaults.",
+)
 @click.option("--dataset", help="Dataset name or path (overrides [dataset]).")
 @click.option("--qps", required=True, help="Comma-separated offered rates, e.g. 50,100,200,400.")
 @click.option("--duration", type=float, default=5.0, show_default=True, help="Seconds per rate.")
-@click.option("--arrivals", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True)
-@click.option("--warmup", type=int, default=20, show_default=True, help="Warm-up requests before the first rate.")
-@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a config value.")
+@click.option(
+    "--arrivals", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True
+)
+@click.option(
+    "--warmup",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Warm-up requests before the first rate.",
+)
+@click.option(
+    "--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a config value."
+)
 @click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per rate.")
-def load(config: str | None, dataset: str | None, qps: str, duration: float, arrivals: str, warmup: int,
-         overrides: Sequence[str], out: str | None) -> None:
+def load(
+    config: str | None,
+    dataset: str | None,
+    qps: str,
+    duration: float,
+    arrivals: str,
+    warmup: int,
+    overrides: Sequence[str],
+    out: str | None,
+) -> None:
     """Offer increasing request rates (open loop) and report response time per rate."""
     from .config import load_config, merge
     from .env import environment
@@ -59,5 +82,7 @@ def load(config: str | None, dataset: str | None, qps: str, duration: float, arr
         pipe.setup()
         pipe.warm(warmup)
         with _progress(len(rates), "rates") as advance:
-            load_points(pipe, rates, duration_s=duration, kind=arrivals, on_point=write, progress=advance)
+            load_points(
+                pipe, rates, duration_s=duration, kind=arrivals, on_point=write, progress=advance
+            )
     _echo(load_table(records))

@@ -23,7 +23,9 @@ def _grid(pairs: Sequence[str], option: str) -> dict[str, list[Any]]:
     return out
 
 
-def _load(dataset: str, n: int | None, dim: int | None, n_queries: int | None, seed: int | None) -> Any:
+def _load(
+    dataset: str, n: int | None, dim: int | None, n_queries: int | None, seed: int | None
+) -> Any:
     from . import datasets
 
     table = _dataset_table(dataset, n, dim, n_queries, seed)
@@ -47,8 +49,9 @@ def _append(out: str | None):  # type: ignore[no-untyped-def]
     return write
 
 
-def _check_params(index_names: Sequence[str], dim: int, metric: str, build: dict[str, Any],
-                  query: dict[str, Any]) -> None:
+def _check_params(
+    index_names: Sequence[str], dim: int, metric: str, build: dict[str, Any], query: dict[str, Any]
+) -> None:
     from .errors import ConfigError
     from .sweeps import _factory_defaults
 
@@ -61,8 +64,10 @@ def _check_params(index_names: Sequence[str], dim: int, metric: str, build: dict
     for given, valid, what in ((build, b_all, "--build"), (query, q_all, "--param")):
         bad = sorted(set(given) - valid)
         if bad:
-            raise ConfigError(f"{what} {bad[0]!r} applies to none of {', '.join(index_names)}; "
-                              f"valid: {', '.join(sorted(valid))}")
+            raise ConfigError(
+                f"{what} {bad[0]!r} applies to none of {', '.join(index_names)}; "
+                f"valid: {', '.join(sorted(valid))}"
+            )
 
 
 @click.command()
@@ -71,19 +76,55 @@ def _check_params(index_names: Sequence[str], dim: int, metric: str, build: dict
 @click.option("--dim", type=int, help="Dimension for synthetic.")
 @click.option("--seed", type=int, help="Seed for synthetic.")
 @click.option("--embed", help="Embedder for text datasets (minilm, hashing).")
-@click.option("--index", "index", required=True, help="Comma-separated indexes, e.g. hnsw,faiss-hnsw,ivf,lsh.")
-@click.option("--param", "params", multiple=True, metavar="NAME=V1,V2",
-              help="Query parameter values, e.g. ef=16,32,64 or nprobe=1,4,16 or rescore=100,1000 (repeatable).")
-@click.option("--build", "builds", multiple=True, metavar="NAME=V1,V2",
-              help="Build parameter values, e.g. M=16,32 or nlist=256 (repeatable).")
+@click.option(
+    "--index", "index", required=True, help="Comma-separated indexes, e.g. hnsw,faiss-hnsw,ivf,lsh."
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="Query parameter values, e.g. ef=16,32,64 or nprobe=1,4,16 or rescore=100,1000 (repeatable).",
+)
+@click.option(
+    "--build",
+    "builds",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="Build parameter values, e.g. M=16,32 or nlist=256 (repeatable).",
+)
 @click.option("--k", "k", type=int, default=10, show_default=True, help="Neighbours per query.")
-@click.option("--queries", type=int, default=200, show_default=True, help="Queries measured per point.")
-@click.option("--threads", type=int, help="Threads for batch QPS (single-query latency always uses 1).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per point as it finishes.")
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write recall (x) vs QPS (log y) per index as PNG.")
-def sweep(dataset: str, n: str | None, dim: int | None, seed: int | None, embed: str | None, index: str,
-          params: Sequence[str], builds: Sequence[str], k: int, queries: int, threads: int | None,
-          out: str | None, plot: str | None) -> None:
+@click.option(
+    "--queries", type=int, default=200, show_default=True, help="Queries measured per point."
+)
+@click.option(
+    "--threads", type=int, help="Threads for batch QPS (single-query latency always uses 1)."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Append one JSON record per point as it finishes.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False),
+    help="Write recall (x) vs QPS (log y) per index as PNG.",
+)
+def sweep(
+    dataset: str,
+    n: str | None,
+    dim: int | None,
+    seed: int | None,
+    embed: str | None,
+    index: str,
+    params: Sequence[str],
+    builds: Sequence[str],
+    k: int,
+    queries: int,
+    threads: int | None,
+    out: str | None,
+    plot: str | None,
+) -> None:
     """Recall vs latency frontier: the cartesian product of build × query parameters per index."""
     from . import threads as th
     from .sweeps import SweepData, count_points, render_sweep_records, sweep_points
@@ -105,8 +146,15 @@ def sweep(dataset: str, n: str | None, dim: int | None, seed: int | None, embed:
     records: list[dict[str, Any]] = []
     try:
         with _progress(total, "sweep points") as advance:
-            sweep_points(data, names, k=k, build_grid=build_grid, query_grid=query_grid,
-                         on_point=lambda r: (write(r), records.append(r)), progress=advance)
+            sweep_points(
+                data,
+                names,
+                k=k,
+                build_grid=build_grid,
+                query_grid=query_grid,
+                on_point=_collect(write, records),
+                progress=advance,
+            )
     except KeyboardInterrupt:
         if records:
             _echo(render_sweep_records(records))
@@ -120,21 +168,47 @@ def sweep(dataset: str, n: str | None, dim: int | None, seed: int | None, embed:
 
 
 @click.command()
-@click.option("--index", "index", required=True, help="Comma-separated indexes, e.g. hnsw,lsh,flat.")
+@click.option(
+    "--index", "index", required=True, help="Comma-separated indexes, e.g. hnsw,lsh,flat."
+)
 @click.option("--n", "ns", required=True, help="Comma-separated corpus sizes, e.g. 10k,100k,1M.")
 @click.option("--dim", type=int, default=384, show_default=True, help="Vector dimension.")
 @click.option("--k", "k", type=int, default=10, show_default=True, help="Neighbours per query.")
-@click.option("--recall", "target", type=float, default=0.9, show_default=True,
-              help="Recall target the query parameter is tuned to reach.")
+@click.option(
+    "--recall",
+    "target",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="Recall target the query parameter is tuned to reach.",
+)
 @click.option("--queries", type=int, default=200, show_default=True, help="Queries per point.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic data.")
-@click.option("--build", "builds", multiple=True, metavar="INDEX.NAME=VALUE",
-              help="Build parameter for one index, e.g. hnsw.M=32 (repeatable).")
+@click.option(
+    "--build",
+    "builds",
+    multiple=True,
+    metavar="INDEX.NAME=VALUE",
+    help="Build parameter for one index, e.g. hnsw.M=32 (repeatable).",
+)
 @click.option("--threads", type=int, help="Threads for builds and batch QPS.")
-@click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per (index, n).")
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Append one JSON record per (index, n)."
+)
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a log-log plot of p50 vs n.")
-def scale(index: str, ns: str, dim: int, k: int, target: float, queries: int, seed: int,
-          builds: Sequence[str], threads: int | None, out: str | None, plot: str | None) -> None:
+def scale(
+    index: str,
+    ns: str,
+    dim: int,
+    k: int,
+    target: float,
+    queries: int,
+    seed: int,
+    builds: Sequence[str],
+    threads: int | None,
+    out: str | None,
+    plot: str | None,
+) -> None:
     """Cost as the corpus grows: build time, memory and p50 at a recall target, per n."""
     from . import datasets, indexes
     from . import threads as th
@@ -159,21 +233,39 @@ def scale(index: str, ns: str, dim: int, k: int, target: float, queries: int, se
         key, sep, value = pair.partition("=")
         idx, dot, pname = key.partition(".")
         if not sep or not dot:
-            raise click.BadParameter(f"expected INDEX.NAME=VALUE, got {pair!r}", param_hint="--build")
+            raise click.BadParameter(
+                f"expected INDEX.NAME=VALUE, got {pair!r}", param_hint="--build"
+            )
         build.setdefault(idx, {})[pname] = _parse_value(value)
     write = _append(out)
     records: list[dict[str, Any]] = []
 
     def make(n: int):  # type: ignore[no-untyped-def]
         return lambda: SweepData.from_dataset(
-            datasets.load("synthetic", n=n, dim=dim, n_queries=queries, seed=seed), k=k)
+            datasets.load("synthetic", n=n, dim=dim, n_queries=queries, seed=seed), k=k
+        )
 
     with _progress(len(sizes) * len(names), "scale points") as advance:
-        scale_points([(n, make(n)) for n in sizes], names, k=k, target=target, build=build,
-                     on_point=lambda r: (write(r), records.append(r)), progress=advance)
+        scale_points(
+            [(n, make(n)) for n in sizes],
+            names,
+            k=k,
+            target=target,
+            build=build,
+            on_point=_collect(write, records),
+            progress=advance,
+        )
     _echo(render_sweep_records(records))
     if plot:
         from .sweeps import plot_sweep_records
 
         plot_sweep_records(records, plot)
         _echo(f"wrote {plot}")
+
+
+def _collect(write: Any, records: list[dict[str, Any]]) -> Any:
+    def on_point(rec: dict[str, Any]) -> None:
+        write(rec)
+        records.append(rec)
+
+    return on_point

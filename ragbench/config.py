@@ -23,8 +23,14 @@ OPEN_TABLES = ("embed", "rerank", "serialize", "transport", "generate")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "dataset": {"name": "pydocs"},
-    "run": {"queries": 200, "warmup": 20, "k": 10, "k_candidates": 100, "threads": 1,
-            "label": None},
+    "run": {
+        "queries": 200,
+        "warmup": 20,
+        "k": 10,
+        "k_candidates": 100,
+        "threads": 1,
+        "label": None,
+    },
     "embed": {"backend": None},
     "cache": {"backend": "none", "size": 1024, "ttl_s": 300.0},
     "retrieve": {"backend": "hnsw", "metric": None, "build": {}, "search": {}},
@@ -46,8 +52,14 @@ OWN_KEYS: dict[str, set[str]] = {
 
 STAGE_TABLES = tuple(DEFAULTS)
 
-_INT_KEYS = {("run", "queries"): 1, ("run", "warmup"): 0, ("run", "k"): 1,
-             ("run", "k_candidates"): 1, ("cache", "size"): 1, ("prompt", "max_tokens"): 1}
+_INT_KEYS = {
+    ("run", "queries"): 1,
+    ("run", "warmup"): 0,
+    ("run", "k"): 1,
+    ("run", "k_candidates"): 1,
+    ("cache", "size"): 1,
+    ("prompt", "max_tokens"): 1,
+}
 
 
 def load_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
@@ -74,7 +86,11 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
     """Deep-merge ``override`` into a copy of ``base`` (tables merge, values replace)."""
     out = copy.deepcopy(dict(base))
     for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and key not in ("build", "search"):
+        if (
+            isinstance(value, Mapping)
+            and isinstance(out.get(key), Mapping)
+            and key not in ("build", "search")
+        ):
             out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
@@ -111,18 +127,20 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"[{table}] {key} must be an integer >= {low}, got {value!r}")
     run = cfg["run"]
     if run["k_candidates"] < run["k"]:
-        raise ConfigError(
-            f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']})"
-        )
+        raise ConfigError(f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']})")
     threads = run["threads"]
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
         raise ConfigError(f"[run] threads must be a positive integer, got {threads!r}")
     for table in ("retrieve",):
         for sub in ("build", "search"):
             if not isinstance(cfg[table][sub], Mapping):
                 raise ConfigError(f"[{table}] {sub} must be a table of parameters")
     if cfg["cache"]["backend"] not in ("none", "lru"):
-        raise ConfigError(f"[cache] backend must be 'none' or 'lru', got {cfg['cache']['backend']!r}")
+        raise ConfigError(
+            f"[cache] backend must be 'none' or 'lru', got {cfg['cache']['backend']!r}"
+        )
     for table in STAGE_TABLES:
         if "backend" in DEFAULTS[table]:
             b = cfg[table]["backend"]

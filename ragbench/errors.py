@@ -59,9 +59,7 @@ class UnknownBackendError(ConfigError):
         self.kind = kind
         self.name = name
         self.known = known
-        super().__init__(
-            f"unknown {kind} backend {name!r}; known: {', '.join(known) or '(none)'}"
-        )
+        super().__init__(f"unknown {kind} backend {name!r}; known: {', '.join(known) or '(none)'}")
 
 
 class InputError(RagbenchError, ValueError):

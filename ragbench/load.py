@@ -37,8 +37,9 @@ def arrivals(rate: float, count: int, *, kind: str = "poisson", seed: int = 0) -
     return (np.cumsum(gaps) * 1e9).astype(np.int64)
 
 
-def run_open_loop(request: Callable[[int], None], schedule_ns: np.ndarray, *,
-                  max_seconds: float | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+def run_open_loop(
+    request: Callable[[int], None], schedule_ns: np.ndarray, *, max_seconds: float | None = None
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Serve requests on ``schedule_ns``; return (response ns, service ns, served count)."""
     clock = time.perf_counter_ns
     n = len(schedule_ns)
@@ -63,9 +64,16 @@ def run_open_loop(request: Callable[[int], None], schedule_ns: np.ndarray, *,
     return response[:served], service[:served], served
 
 
-def load_points(pipeline: Any, rates: Sequence[float], *, duration_s: float, kind: str = "poisson",
-                seed: int = 0, on_point: Callable[[dict[str, Any]], None],
-                progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def load_points(
+    pipeline: Any,
+    rates: Sequence[float],
+    *,
+    duration_s: float,
+    kind: str = "poisson",
+    seed: int = 0,
+    on_point: Callable[[dict[str, Any]], None],
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
     """One record per offered rate; the pipeline must be set up and warm."""
     out = []
     counter = 0
@@ -84,12 +92,21 @@ def load_points(pipeline: Any, rates: Sequence[float], *, duration_s: float, kin
         pr = np.percentile(response, [50, 90, 99], method="inverted_cdf") / 1e3
         ps = np.percentile(service, [50, 99], method="inverted_cdf") / 1e3
         rec = {
-            "schema": LOAD_SCHEMA, "kind": "load", "label": pipeline.label, "arrivals": kind,
-            "offered_qps": float(rate), "achieved_qps": served / wall if wall > 0 else float("nan"),
-            "requests": int(served), "scheduled": int(count),
-            "response_p50_us": float(pr[0]), "response_p90_us": float(pr[1]), "response_p99_us": float(pr[2]),
-            "service_p50_us": float(ps[0]), "service_p99_us": float(ps[1]),
-            "simulated": list(pipeline.simulated), "config": pipeline.config,
+            "schema": LOAD_SCHEMA,
+            "kind": "load",
+            "label": pipeline.label,
+            "arrivals": kind,
+            "offered_qps": float(rate),
+            "achieved_qps": served / wall if wall > 0 else float("nan"),
+            "requests": int(served),
+            "scheduled": int(count),
+            "response_p50_us": float(pr[0]),
+            "response_p90_us": float(pr[1]),
+            "response_p99_us": float(pr[2]),
+            "service_p50_us": float(ps[0]),
+            "service_p99_us": float(ps[1]),
+            "simulated": list(pipeline.simulated),
+            "config": pipeline.config,
         }
         on_point(rec)
         out.append(rec)
@@ -104,15 +121,32 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 140) -> str
     from .report import _num, _render
 
     sim = sorted({s for r in records for s in r.get("simulated", [])})
-    title = f"open-loop load — {records[0]['label']} ({records[0]['arrivals']} arrivals, one worker)"
+    title = (
+        f"open-loop load — {records[0]['label']} ({records[0]['arrivals']} arrivals, one worker)"
+    )
     if sim:
         title += f"  [SIMULATED: {', '.join(sim)}]"
     t = Table(title=title, title_justify="left")
-    for col in ("offered QPS", "achieved QPS", "requests", "response p50 µs", "p90 µs", "p99 µs",
-                "service p50 µs", "service p99 µs"):
+    for col in (
+        "offered QPS",
+        "achieved QPS",
+        "requests",
+        "response p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "service p50 µs",
+        "service p99 µs",
+    ):
         t.add_column(col, justify="right")
     for r in records:
-        t.add_row(_num(r["offered_qps"]), _num(r["achieved_qps"]), str(r["requests"]),
-                  _num(r["response_p50_us"]), _num(r["response_p90_us"]), _num(r["response_p99_us"]),
-                  _num(r["service_p50_us"]), _num(r["service_p99_us"]))
+        t.add_row(
+            _num(r["offered_qps"]),
+            _num(r["achieved_qps"]),
+            str(r["requests"]),
+            _num(r["response_p50_us"]),
+            _num(r["response_p90_us"]),
+            _num(r["response_p99_us"]),
+            _num(r["service_p50_us"]),
+            _num(r["service_p99_us"]),
+        )
     return _render(t, width)

@@ -7,20 +7,31 @@ import numpy as np
 __all__ = ["exact_scores", "recall_at_k"]
 
 
-def exact_scores(query: np.ndarray, vectors: np.ndarray, ids: np.ndarray, metric: str) -> np.ndarray:
+def exact_scores(
+    query: np.ndarray, vectors: np.ndarray, ids: np.ndarray, metric: str
+) -> np.ndarray:
     """float64 scores of rows ``ids`` against ``query`` (higher is better; l2 is negated squared)."""
     rows = vectors[ids].astype(np.float64)
     q = np.asarray(query, dtype=np.float64).ravel()
     if metric == "l2":
-        return -((rows - q) ** 2).sum(axis=1)
+        out: np.ndarray = -((rows - q) ** 2).sum(axis=1)
+        return out
     s = rows @ q
     if metric == "cosine":
         s = s / np.maximum(np.linalg.norm(rows, axis=1) * np.linalg.norm(q), 1e-30)
-    return s
+    scores: np.ndarray = s
+    return scores
 
 
-def recall_at_k(found: np.ndarray, truth: np.ndarray, vectors: np.ndarray, queries: np.ndarray,
-                k: int, metric: str, query_rows: np.ndarray | None = None) -> np.ndarray:
+def recall_at_k(
+    found: np.ndarray,
+    truth: np.ndarray,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    metric: str,
+    query_rows: np.ndarray | None = None,
+) -> np.ndarray:
     """Per-query recall@k of ``found`` (int64 ``(nq, ≥k)``, -1 padded) against exact ``truth``.
 
     A found id counts when its exact score is at least the k-th best exact

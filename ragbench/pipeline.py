@@ -17,6 +17,7 @@ start-up and warm-up requests are timed as setup, never as request latency.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import OrderedDict
@@ -40,17 +41,45 @@ if TYPE_CHECKING:
 __all__ = ["STAGES", "Pipeline", "RequestContext"]
 
 #: Every stage in request order. A pipeline runs these, minus ``cache`` when it is off.
-STAGES = ("embed", "cache", "retrieve", "rerank", "serialize", "transport", "deserialize",
-          "prompt", "generate")
+STAGES = (
+    "embed",
+    "cache",
+    "retrieve",
+    "rerank",
+    "serialize",
+    "transport",
+    "deserialize",
+    "prompt",
+    "generate",
+)
 
 
 class RequestContext:
     """Everything one request reads and writes on its way through the stages."""
 
+    # written by the stage that owns each field before any later stage reads it
+    query_vector: np.ndarray
+    candidate_ids: np.ndarray
+    candidate_scores: np.ndarray
+    hit_scores: np.ndarray
+    prompt: str
+    first_token: str
+
     __slots__ = (
-        "index", "query_id", "query", "query_vector", "cached", "candidate_ids",
-        "candidate_scores", "hit_ids", "hit_scores", "payload", "far", "prompt",
-        "prompt_tokens", "first_token",
+        "index",
+        "query_id",
+        "query",
+        "query_vector",
+        "cached",
+        "candidate_ids",
+        "candidate_scores",
+        "hit_ids",
+        "hit_scores",
+        "payload",
+        "far",
+        "prompt",
+        "prompt_tokens",
+        "first_token",
     )
 
     def __init__(self, index: int, query_id: str, query: str) -> None:
@@ -141,8 +170,9 @@ class RetrieveStage:
 class RerankStage:
     name = "rerank"
 
-    def __init__(self, reranker: Any, vectors: np.ndarray, k: int,
-                 cache: LruTtlCache | None) -> None:
+    def __init__(
+        self, reranker: Any, vectors: np.ndarray, k: int, cache: LruTtlCache | None
+    ) -> None:
         self._rerank = reranker.rerank
         self._vectors = vectors
         self._k = k
@@ -153,7 +183,8 @@ class RerankStage:
             return
         assert ctx.query_vector is not None and ctx.candidate_ids is not None  # noqa: S101 - set by earlier stages
         ctx.hit_ids, ctx.hit_scores = self._rerank(
-            ctx.query_vector[0], ctx.candidate_ids, self._vectors, self._k)
+            ctx.query_vector[0], ctx.candidate_ids, self._vectors, self._k
+        )
         if self._cache is not None:
             self._cache.put(ctx.query, ctx.hit_ids, ctx.hit_scores)
 
@@ -182,8 +213,14 @@ class SerializeStage:
 
     name = "serialize"
 
-    def __init__(self, codec: Any, dataset: Dataset, vectors: np.ndarray,
-                 with_embeddings: bool, with_metadata: bool) -> None:
+    def __init__(
+        self,
+        codec: Any,
+        dataset: Dataset,
+        vectors: np.ndarray,
+        with_embeddings: bool,
+        with_metadata: bool,
+    ) -> None:
         self._encode = codec.encode
         self._ids = dataset.corpus.ids
         self._texts = dataset.corpus.texts
@@ -199,8 +236,15 @@ class SerializeStage:
         for i, s in zip(ctx.hit_ids.tolist(), ctx.hit_scores.tolist(), strict=True):
             if i < 0:
                 continue
-            hits.append(Hit(ids[i], s, texts[i], meta[i] if meta is not None else {},
-                            vectors[i].tobytes() if vectors is not None else None))
+            hits.append(
+                Hit(
+                    ids[i],
+                    s,
+                    texts[i],
+                    meta[i] if meta is not None else {},
+                    vectors[i].tobytes() if vectors is not None else None,
+                )
+            )
         ctx.payload = self._encode(RetrievalResult(ctx.query_id, ctx.query, hits))
 
 
@@ -273,16 +317,19 @@ class Pipeline:
 
     def backends(self) -> dict[str, str]:
         cfg = self.config
-        out = {t: str(cfg[t]["backend"]) for t in
-               ("embed", "retrieve", "rerank", "serialize", "transport", "generate")}
+        out = {
+            t: str(cfg[t]["backend"])
+            for t in ("embed", "retrieve", "rerank", "serialize", "transport", "generate")
+        }
         if cfg["embed"]["backend"] is None:
             out["embed"] = "default"
         return out
 
     def describe(self) -> str:
         b = self.backends()
-        return (f"{b['retrieve']}/{b['rerank']}/{b['serialize']}/{b['transport']}"
-                + (f"/{b['generate']}" if b["generate"] != "none" else ""))
+        return f"{b['retrieve']}/{b['rerank']}/{b['serialize']}/{b['transport']}" + (
+            f"/{b['generate']}" if b["generate"] != "none" else ""
+        )
 
     # ---- setup
 
@@ -303,7 +350,9 @@ class Pipeline:
         name = ds_cfg.pop("name")
         return datasets.load(name, **ds_cfg)
 
-    def setup(self, dataset: Dataset | None = None, *, shared: dict[str, Any] | None = None) -> None:
+    def setup(
+        self, dataset: Dataset | None = None, *, shared: dict[str, Any] | None = None
+    ) -> None:
         """Load, embed, build, compile and start everything; each step timed as setup.
 
         ``shared`` lets several pipelines (``ragbench compare``) reuse the
@@ -332,9 +381,14 @@ class Pipeline:
             if ds.vectors is None or ds.query_vectors_precomputed is None:
                 raise ConfigError(
                     f"[embed] backend 'precomputed' needs a dataset with vectors; {ds.name!r} has "
-                    "texts only: use 'minilm' or 'hashing'")
-            embedder = embedders.create("precomputed", texts=ds.queries.texts,
-                                        vectors=ds.query_vectors_precomputed, **emb_params)
+                    "texts only: use 'minilm' or 'hashing'"
+                )
+            embedder = embedders.create(
+                "precomputed",
+                texts=ds.queries.texts,
+                vectors=ds.query_vectors_precomputed,
+                **emb_params,
+            )
             corpus_vectors, query_vectors = ds.vectors, ds.query_vectors_precomputed
         else:
             ekey = _shared_key("embedder", emb_name, emb_params)
@@ -361,9 +415,13 @@ class Pipeline:
         if k > len(ds.corpus.ids):
             from .errors import KTooLargeError
 
-            raise KTooLargeError(f"[run] k={k} is larger than the corpus ({len(ds.corpus.ids)} items)")
+            raise KTooLargeError(
+                f"[run] k={k} is larger than the corpus ({len(ds.corpus.ids)} items)"
+            )
         k_cand = min(k_cand, len(ds.corpus.ids))
-        ikey = _shared_key("index", r["backend"], metric, r["build"], ds.content_hash, emb_name, emb_params)
+        ikey = _shared_key(
+            "index", r["backend"], metric, r["build"], ds.content_hash, emb_name, emb_params
+        )
         if ikey not in shared:
             factory = indexes.registry.factory(r["backend"])
             texts_kind = getattr(factory, "input_kind", "vectors") == "texts"
@@ -381,8 +439,10 @@ class Pipeline:
         if gkey not in shared:
             shared[gkey] = self._timed(
                 "exact_neighbors",
-                lambda: ds.exact_neighbors(k, embedder=embedder if emb_name != "precomputed" else None,
-                                           metric=metric))
+                lambda: ds.exact_neighbors(
+                    k, embedder=embedder if emb_name != "precomputed" else None, metric=metric
+                ),
+            )
         self._truth = shared[gkey]
         self._metric = metric
 
@@ -395,8 +455,9 @@ class Pipeline:
         if rr_name == "none":
             rerank_stage: Callable[[RequestContext], None] = TruncateStage(k, self._cache)
         else:
-            reranker = rerankers.create(rr_name, metric=_rerank_metric(metric),
-                                        **backend_params(cfg, "rerank"))
+            reranker = rerankers.create(
+                rr_name, metric=_rerank_metric(metric), **backend_params(cfg, "rerank")
+            )
             self.setup_ns["jit_compile"] = reranker.warmup(dim)
             rerank_stage = RerankStage(reranker, corpus_vectors, k, self._cache)
 
@@ -405,9 +466,13 @@ class Pipeline:
         codec_params = backend_params(cfg, "serialize")
         codec = codecs.create(s["backend"], **codec_params)
         prompt_params = {k_: v for k_, v in cfg["prompt"].items() if v is not None}
-        transport = transports.create(cfg["transport"]["backend"], **backend_params(cfg, "transport"))
+        transport = transports.create(
+            cfg["transport"]["backend"], **backend_params(cfg, "transport")
+        )
         self._closers.append(transport.close)
-        self.setup_ns["transport_start"] = transport.start(s["backend"], codec_params, prompt_params)
+        self.setup_ns["transport_start"] = transport.start(
+            s["backend"], codec_params, prompt_params
+        )
         generator = generators.create(cfg["generate"]["backend"], **backend_params(cfg, "generate"))
         self._closers.append(generator.close)
         self.setup_ns["generator_start"] = generator.start()
@@ -418,10 +483,15 @@ class Pipeline:
         stages: list[Any] = [EmbedStage(embedder)]
         if self._cache is not None:
             stages.append(CacheStage(self._cache))
-        stages += [RetrieveStage(index, k_cand, r["search"]), rerank_stage,
-                   SerializeStage(codec, ds, corpus_vectors, bool(s["with_embeddings"]),
-                                  bool(s["with_metadata"])),
-                   TransportStage(transport), GenerateStage(generator)]
+        stages += [
+            RetrieveStage(index, k_cand, r["search"]),
+            rerank_stage,
+            SerializeStage(
+                codec, ds, corpus_vectors, bool(s["with_embeddings"]), bool(s["with_metadata"])
+            ),
+            TransportStage(transport),
+            GenerateStage(generator),
+        ]
         self._stages = stages
         # Set-up (embedding the corpus, building) used every core; each request
         # runs on the pinned request thread count, one query per call, as a
@@ -429,13 +499,21 @@ class Pipeline:
         self.request_threads = run["threads"] or 1
         threads.set_threads(self.request_threads)
         self._loop_names = [st.name for st in stages]
-        self.stage_names = [n for n in STAGES if n in self._loop_names or n in ("deserialize", "prompt")]
+        self.stage_names = [
+            n for n in STAGES if n in self._loop_names or n in ("deserialize", "prompt")
+        ]
         self._stamps = [0] * (len(stages) + 1)
         self._info = {
-            "index": _info(index), "embedder": emb_name, "metric": metric,
-            "k": k, "k_candidates": k_cand, "codec": s["backend"],
-            "transport": cfg["transport"]["backend"], "generator": cfg["generate"]["backend"],
-            "rerank": rr_name, "request_threads": self.request_threads,
+            "index": _info(index),
+            "embedder": emb_name,
+            "metric": metric,
+            "k": k,
+            "k_candidates": k_cand,
+            "codec": s["backend"],
+            "transport": cfg["transport"]["backend"],
+            "generator": cfg["generate"]["backend"],
+            "rerank": rr_name,
+            "request_threads": self.request_threads,
             "build_threads": build_threads,
         }
         self._ready = True
@@ -464,11 +542,18 @@ class Pipeline:
         stamps = self._stamps
         run_stages(self._stages, ctx, stamps)
         # one append per request; everything else is derived in report()
-        self._records.append((stamps.copy(), ctx.far, ctx.hit_ids, len(ctx.payload),
-                              ctx.prompt_tokens, ctx.index))
+        self._records.append(
+            (stamps.copy(), ctx.far, ctx.hit_ids, len(ctx.payload), ctx.prompt_tokens, ctx.index)
+        )
 
-    def run(self, dataset: Dataset | None = None, *, queries: int | None = None,
-            warmup: int | None = None, progress: Callable[[int], None] | None = None) -> Report:
+    def run(
+        self,
+        dataset: Dataset | None = None,
+        *,
+        queries: int | None = None,
+        warmup: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> Report:
         """Set up, warm up, run ``queries`` measured requests one by one, and report.
 
         A :class:`TransportError` or :class:`GeneratorError` stops the run;
@@ -498,10 +583,18 @@ class Pipeline:
             raise NotBuiltError("the pipeline has not run")
         recs = self._records
         nst = len(self._stages)
-        loop = np.diff(np.asarray([r[0] for r in recs], dtype=np.int64).reshape(-1, nst + 1), axis=1)
-        far = np.asarray([(f.decode_ns, f.prompt_ns, f.wire_bytes_sent, f.wire_bytes_received)
-                          if (f := r[1]) is not None else (0, 0, 0, 0) for r in recs],
-                         dtype=np.int64).reshape(-1, 4)
+        loop = np.diff(
+            np.asarray([r[0] for r in recs], dtype=np.int64).reshape(-1, nst + 1), axis=1
+        )
+        far = np.asarray(
+            [
+                (f.decode_ns, f.prompt_ns, f.wire_bytes_sent, f.wire_bytes_received)
+                if (f := r[1]) is not None
+                else (0, 0, 0, 0)
+                for r in recs
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 4)
         columns: dict[str, np.ndarray] = {}
         for j, name in enumerate(self._loop_names):
             if name == "transport":
@@ -510,8 +603,11 @@ class Pipeline:
                 columns["prompt"] = far[:, 1]
             else:
                 columns[name] = loop[:, j]
-        samples = np.stack([columns[n] for n in self.stage_names], axis=1) if len(loop) else \
-            np.zeros((0, len(self.stage_names)), np.int64)
+        samples = (
+            np.stack([columns[n] for n in self.stage_names], axis=1)
+            if len(loop)
+            else np.zeros((0, len(self.stage_names)), np.int64)
+        )
         recall = self._recall()
         ds = self.dataset
         return Report(
@@ -527,8 +623,13 @@ class Pipeline:
             cache_hits=self._cache.hits if self._cache else None,
             cache_lookups=(self._cache.hits + self._cache.misses) if self._cache else None,
             simulated=list(self.simulated),
-            dataset={"name": ds.name, "n": len(ds.corpus.ids), "dim": int(self._corpus_vectors.shape[1]),
-                     "n_queries": len(ds.queries.ids), "content_hash": ds.content_hash},
+            dataset={
+                "name": ds.name,
+                "n": len(ds.corpus.ids),
+                "dim": int(self._corpus_vectors.shape[1]),
+                "n_queries": len(ds.queries.ids),
+                "content_hash": ds.content_hash,
+            },
             info=dict(self._info),
             cache_events=list(self.cache_events),
             error=self.error,
@@ -548,17 +649,22 @@ class Pipeline:
                 n = min(k, len(ids))
                 found[r, :n] = ids[:n]
         rows = np.asarray([rec[5] for rec in self._records], dtype=np.int64)
-        return recall_at_k(found, self._truth, self._corpus_vectors, self._query_vectors, k,
-                           self._metric, query_rows=rows)
+        return recall_at_k(
+            found,
+            self._truth,
+            self._corpus_vectors,
+            self._query_vectors,
+            k,
+            self._metric,
+            query_rows=rows,
+        )
 
     def close(self) -> None:
         """Stop every server this pipeline started (idempotent)."""
         while self._closers:
             closer = self._closers.pop()
-            try:
+            with contextlib.suppress(RagbenchError):
                 closer()
-            except RagbenchError:
-                pass
 
     def __enter__(self) -> Pipeline:
         return self
@@ -578,8 +684,10 @@ def _info(index: Any) -> dict[str, Any]:
             return dict(info())
         except RagbenchError:
             pass
-    return {"backend": getattr(index, "name", type(index).__name__),
-            "params": getattr(index, "build_params", {})}
+    return {
+        "backend": getattr(index, "name", type(index).__name__),
+        "params": getattr(index, "build_params", {}),
+    }
 
 
 def _event_dict(event: Any) -> dict[str, Any]:
@@ -593,8 +701,9 @@ def _event_dict(event: Any) -> dict[str, Any]:
     return {"event": str(event)}
 
 
-def interleave(pipelines: Sequence[Pipeline], queries: int, *,
-               progress: Callable[[int], None] | None = None) -> None:
+def interleave(
+    pipelines: Sequence[Pipeline], queries: int, *, progress: Callable[[int], None] | None = None
+) -> None:
     """Run ``queries`` requests on every pipeline, interleaved request by request.
 
     The order of pipelines rotates each round so none always runs first

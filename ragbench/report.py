@@ -26,10 +26,16 @@ __all__ = ["SCHEMA", "Report", "append_record", "compare_table", "read_records"]
 SCHEMA = "ragbench.run/1"
 
 SETUP_LABELS = {
-    "dataset_load": "dataset load", "model_load": "model load", "corpus_vectors": "corpus vectors",
-    "query_vectors": "query vectors", "index_build": "index build",
-    "exact_neighbors": "exact neighbours", "jit_compile": "JIT compile",
-    "transport_start": "transport start", "generator_start": "LLM start", "warmup": "warm-up",
+    "dataset_load": "dataset load",
+    "model_load": "model load",
+    "corpus_vectors": "corpus vectors",
+    "query_vectors": "query vectors",
+    "index_build": "index build",
+    "exact_neighbors": "exact neighbours",
+    "jit_compile": "JIT compile",
+    "transport_start": "transport start",
+    "generator_start": "LLM start",
+    "warmup": "warm-up",
 }
 
 
@@ -65,7 +71,8 @@ class Report:
     @property
     def totals_ns(self) -> np.ndarray:
         """Per-request time before first token: the sum of every stage."""
-        return self.samples_ns.sum(axis=1)
+        totals: np.ndarray = self.samples_ns.sum(axis=1)
+        return totals
 
     def stage(self, name: str) -> Stats:
         return Stats.from_samples(self.samples_ns[:, self.stage_names.index(name)])
@@ -77,7 +84,10 @@ class Report:
         """Each stage's share of the summed time before first token (mean-based)."""
         sums = self.samples_ns.sum(axis=0).astype(np.float64)
         whole = float(sums.sum())
-        return {n: (float(s) / whole if whole else float("nan")) for n, s in zip(self.stage_names, sums, strict=True)}
+        return {
+            n: (float(s) / whole if whole else float("nan"))
+            for n, s in zip(self.stage_names, sums, strict=True)
+        }
 
     @property
     def mean_recall(self) -> float:
@@ -110,21 +120,34 @@ class Report:
         for name in self.stage_names:
             s = self.stage(name)
             label = name + (" (simulated)" if name == "generate" and self.simulated else "")
-            t.add_row(label, *_us(s.mean_ns, s.p50_ns, s.p90_ns, s.p99_ns, s.max_ns),
-                      f"{100 * shares[name]:.1f}%")
+            t.add_row(
+                label,
+                *_us(s.mean_ns, s.p50_ns, s.p90_ns, s.p99_ns, s.max_ns),
+                f"{100 * shares[name]:.1f}%",
+            )
         tot = self.total()
-        t.add_row("[b]before first token[/b]", *_us(tot.mean_ns, tot.p50_ns, tot.p90_ns, tot.p99_ns, tot.max_ns),
-                  "100%", end_section=True)
+        t.add_row(
+            "[b]before first token[/b]",
+            *_us(tot.mean_ns, tot.p50_ns, tot.p90_ns, tot.p99_ns, tot.max_ns),
+            "100%",
+            end_section=True,
+        )
         lines = [_render(t, width)]
-        extra = [f"recall@{self.k} {self.mean_recall:.3f} (tie-aware, vs exact search)",
-                 f"payload {_num(np.median(self.payload_bytes) if self.payload_bytes.size else float('nan'))} B p50"]
+        extra = [
+            f"recall@{self.k} {self.mean_recall:.3f} (tie-aware, vs exact search)",
+            f"payload {_num(np.median(self.payload_bytes) if self.payload_bytes.size else float('nan'))} B p50",
+        ]
         if self.wire_bytes.size and self.wire_bytes.any():
             extra.append(f"on the wire {_num(float(np.median(self.wire_bytes)))} B p50")
         if self.cache_hit_rate is not None:
             extra.append(f"cache hit rate {100 * self.cache_hit_rate:.1f}%")
         lines.append("  ".join(extra))
-        lines.append("setup (not in request latency): " + ", ".join(
-            f"{SETUP_LABELS.get(k, k)} {v / 1e9:.3f}s" for k, v in self.setup_ns.items()))
+        lines.append(
+            "setup (not in request latency): "
+            + ", ".join(
+                f"{SETUP_LABELS.get(k, k)} {v / 1e9:.3f}s" for k, v in self.setup_ns.items()
+            )
+        )
         for ev in self.cache_events:
             lines.append(f"cache: {_event_text(ev)}")
         if self.error:
@@ -144,35 +167,43 @@ class Report:
             d = self.stage(name).as_dict("us")
             d["share"] = shares[name]
             stages[name] = d
-        return [{
-            "schema": SCHEMA,
-            "kind": "run",
-            "time": self.time or now_iso(),
-            "label": self.label,
-            "config": _jsonable(self.config),
-            "dataset": self.dataset,
-            "info": _jsonable(self.info),
-            "stages": self.stage_names,
-            "summary": stages,
-            "total": self.total().as_dict("us"),
-            "requests": self.requests,
-            "k": self.k,
-            "recall_at_k": self.mean_recall,
-            "payload_bytes_p50": float(np.median(self.payload_bytes)) if self.payload_bytes.size else None,
-            "wire_bytes_p50": float(np.median(self.wire_bytes)) if self.wire_bytes.size else None,
-            "cache_hit_rate": self.cache_hit_rate,
-            "setup_s": {k: v / 1e9 for k, v in self.setup_ns.items()},
-            "simulated": self.simulated,
-            "cache_events": _jsonable(self.cache_events),
-            "error": self.error,
-            "samples_ns": {n: self.samples_ns[:, j].tolist() for j, n in enumerate(self.stage_names)},
-            "recall": self.recall.tolist(),
-            "payload_bytes": self.payload_bytes.tolist(),
-            "wire_bytes": self.wire_bytes.tolist(),
-            "prompt_tokens": self.prompt_tokens.tolist(),
-            "cache": {"hits": self.cache_hits, "lookups": self.cache_lookups},
-            "env": self.env or environment(),
-        }]
+        return [
+            {
+                "schema": SCHEMA,
+                "kind": "run",
+                "time": self.time or now_iso(),
+                "label": self.label,
+                "config": _jsonable(self.config),
+                "dataset": self.dataset,
+                "info": _jsonable(self.info),
+                "stages": self.stage_names,
+                "summary": stages,
+                "total": self.total().as_dict("us"),
+                "requests": self.requests,
+                "k": self.k,
+                "recall_at_k": self.mean_recall,
+                "payload_bytes_p50": float(np.median(self.payload_bytes))
+                if self.payload_bytes.size
+                else None,
+                "wire_bytes_p50": float(np.median(self.wire_bytes))
+                if self.wire_bytes.size
+                else None,
+                "cache_hit_rate": self.cache_hit_rate,
+                "setup_s": {k: v / 1e9 for k, v in self.setup_ns.items()},
+                "simulated": self.simulated,
+                "cache_events": _jsonable(self.cache_events),
+                "error": self.error,
+                "samples_ns": {
+                    n: self.samples_ns[:, j].tolist() for j, n in enumerate(self.stage_names)
+                },
+                "recall": self.recall.tolist(),
+                "payload_bytes": self.payload_bytes.tolist(),
+                "wire_bytes": self.wire_bytes.tolist(),
+                "prompt_tokens": self.prompt_tokens.tolist(),
+                "cache": {"hits": self.cache_hits, "lookups": self.cache_lookups},
+                "env": self.env or environment(),
+            }
+        ]
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> Report:
@@ -181,24 +212,36 @@ class Report:
             raise DatasetError(f"not a {SCHEMA} record (schema={rec.get('schema')!r})")
         try:
             names = list(rec["stages"])
-            samples = np.array([rec["samples_ns"][n] for n in names], dtype=np.int64).T.reshape(-1, len(names))
+            samples = np.array([rec["samples_ns"][n] for n in names], dtype=np.int64).T.reshape(
+                -1, len(names)
+            )
             return cls(
-                label=str(rec["label"]), config=dict(rec["config"]), stage_names=names,
-                samples_ns=samples, recall=np.asarray(rec["recall"], dtype=np.float64),
+                label=str(rec["label"]),
+                config=dict(rec["config"]),
+                stage_names=names,
+                samples_ns=samples,
+                recall=np.asarray(rec["recall"], dtype=np.float64),
                 payload_bytes=np.asarray(rec["payload_bytes"], dtype=np.int64),
                 wire_bytes=np.asarray(rec["wire_bytes"], dtype=np.int64),
                 prompt_tokens=np.asarray(rec["prompt_tokens"], dtype=np.int64),
                 setup_ns={k: int(v * 1e9) for k, v in rec["setup_s"].items()},
-                cache_hits=rec["cache"]["hits"], cache_lookups=rec["cache"]["lookups"],
-                simulated=list(rec["simulated"]), dataset=dict(rec["dataset"]),
-                info=dict(rec["info"]), cache_events=list(rec.get("cache_events", [])),
-                error=rec["error"], env=rec["env"], time=rec["time"],
+                cache_hits=rec["cache"]["hits"],
+                cache_lookups=rec["cache"]["lookups"],
+                simulated=list(rec["simulated"]),
+                dataset=dict(rec["dataset"]),
+                info=dict(rec["info"]),
+                cache_events=list(rec.get("cache_events", [])),
+                error=rec["error"],
+                env=rec["env"],
+                time=rec["time"],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"malformed {SCHEMA} record: {exc!r}") from None
 
 
-def compare_table(reports: Sequence[Report], *, width: int = 160, stages: Iterable[str] | None = None) -> str:
+def compare_table(
+    reports: Sequence[Report], *, width: int = 160, stages: Iterable[str] | None = None
+) -> str:
     """One row per run: p50 of each stage, total p50/p99, recall, bytes; ratios to the fastest."""
     from rich.table import Table
 
@@ -229,8 +272,14 @@ def compare_table(reports: Sequence[Report], *, width: int = 160, stages: Iterab
         tot = r.total()
         ratio = tot.p50_ns / best if best and r.requests else float("nan")
         label = r.label + (" [stopped early]" if r.error else "")
-        t.add_row(label, *cells, *_us(tot.p50_ns, tot.p99_ns), f"{ratio:.2f}",
-                  f"{r.mean_recall:.3f}", _num(float(np.median(r.payload_bytes)) if r.payload_bytes.size else float("nan")))
+        t.add_row(
+            label,
+            *cells,
+            *_us(tot.p50_ns, tot.p99_ns),
+            f"{ratio:.2f}",
+            f"{r.mean_recall:.3f}",
+            _num(float(np.median(r.payload_bytes)) if r.payload_bytes.size else float("nan")),
+        )
     return _render(t, width)
 
 
@@ -321,8 +370,15 @@ def _event_text(ev: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------- saved records
 
-SUMMARY_COLUMNS = ("label", "dataset", "requests", "total_p50_us", "total_p99_us", "recall_at_k",
-                   "payload_bytes_p50")
+SUMMARY_COLUMNS = (
+    "label",
+    "dataset",
+    "requests",
+    "total_p50_us",
+    "total_p99_us",
+    "recall_at_k",
+    "payload_bytes_p50",
+)
 
 
 def _summary_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -331,11 +387,13 @@ def _summary_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if rec.get("kind") != "run":
             continue
         row = {
-            "label": rec.get("label"), "dataset": (rec.get("dataset") or {}).get("name"),
+            "label": rec.get("label"),
+            "dataset": (rec.get("dataset") or {}).get("name"),
             "requests": rec.get("requests"),
             "total_p50_us": (rec.get("total") or {}).get("p50_us"),
             "total_p99_us": (rec.get("total") or {}).get("p99_us"),
-            "recall_at_k": rec.get("recall_at_k"), "payload_bytes_p50": rec.get("payload_bytes_p50"),
+            "recall_at_k": rec.get("recall_at_k"),
+            "payload_bytes_p50": rec.get("payload_bytes_p50"),
         }
         for stage, stats in (rec.get("summary") or {}).items():
             row[f"{stage}_p50_us"] = stats.get("p50_us")

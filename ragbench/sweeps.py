@@ -57,8 +57,15 @@ class SweepData:
     metric: str
 
     @classmethod
-    def from_dataset(cls, ds: Any, *, k: int, n_queries: int | None = None,
-                     embedder: str | None = None, metric: str | None = None) -> SweepData:
+    def from_dataset(
+        cls,
+        ds: Any,
+        *,
+        k: int,
+        n_queries: int | None = None,
+        embedder: str | None = None,
+        metric: str | None = None,
+    ) -> SweepData:
         emb = embedder or ds.default_embedder
         if emb == "precomputed":
             X, Q = ds.vectors, ds.query_vectors_precomputed
@@ -70,8 +77,15 @@ class SweepData:
             X, Q = ds.corpus_vectors(e), ds.query_vectors(e)
             truth = ds.exact_neighbors(k, embedder=e, metric=metric or ds.metric)
         nq = len(Q) if n_queries is None else min(n_queries, len(Q))
-        return cls(ds.name, X, Q[:nq], list(ds.corpus.texts), list(ds.queries.texts[:nq]),
-                   truth[:nq], metric or ds.metric)
+        return cls(
+            ds.name,
+            X,
+            Q[:nq],
+            list(ds.corpus.texts),
+            list(ds.queries.texts[:nq]),
+            truth[:nq],
+            metric or ds.metric,
+        )
 
 
 def _factory_defaults(name: str, dim: int, metric: str) -> tuple[set[str], set[str]]:
@@ -91,8 +105,15 @@ def _create(name: str, dim: int, metric: str, build: Mapping[str, Any]) -> Any:
     return indexes.create(name, dim=dim, metric=metric, **build)
 
 
-def measure(index: Any, data: SweepData, k: int, params: Mapping[str, Any], *,
-            rescore: int | None = None, reranker: Any = None) -> dict[str, Any]:
+def measure(
+    index: Any,
+    data: SweepData,
+    k: int,
+    params: Mapping[str, Any],
+    *,
+    rescore: int | None = None,
+    reranker: Any = None,
+) -> dict[str, Any]:
     """Recall, per-query latency (one query per call, one thread) and batch QPS of one point."""
     texts = index.input_kind == "texts"
     Q = data.queries
@@ -109,7 +130,7 @@ def measure(index: Any, data: SweepData, k: int, params: Mapping[str, Any], *,
     threads.set_threads(1)
     try:
         for i in range(nq):
-            q = [data.query_texts[i]] if texts else Q[i:i + 1]
+            q = [data.query_texts[i]] if texts else Q[i : i + 1]
             t0 = perf_counter_ns()
             ids, _ = search(q, kk, **params)
             if rr is not None:
@@ -131,7 +152,9 @@ def measure(index: Any, data: SweepData, k: int, params: Mapping[str, Any], *,
     pct = np.percentile(lat, [50, 95, 99], method="inverted_cdf") / 1e3
     return {
         "recall": float(recall.mean()),
-        "p50_us": float(pct[0]), "p95_us": float(pct[1]), "p99_us": float(pct[2]),
+        "p50_us": float(pct[0]),
+        "p95_us": float(pct[1]),
+        "p99_us": float(pct[2]),
         "mean_us": float(lat.mean() / 1e3),
         "qps_single": float(1e6 / pct[0]) if pct[0] > 0 else float("inf"),
         "qps_batch": float(nq / batch_s) if batch_s > 0 else float("inf"),
@@ -140,10 +163,16 @@ def measure(index: Any, data: SweepData, k: int, params: Mapping[str, Any], *,
     }
 
 
-def sweep_points(data: SweepData, index_names: Sequence[str], *, k: int,
-                 build_grid: Mapping[str, Sequence[Any]], query_grid: Mapping[str, Sequence[Any]],
-                 on_point: Callable[[dict[str, Any]], None],
-                 progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def sweep_points(
+    data: SweepData,
+    index_names: Sequence[str],
+    *,
+    k: int,
+    build_grid: Mapping[str, Sequence[Any]],
+    query_grid: Mapping[str, Sequence[Any]],
+    on_point: Callable[[dict[str, Any]], None],
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
     """Measure every (index, build params, query params) point; ``on_point`` gets each record at once."""
     from . import rerankers
 
@@ -169,10 +198,20 @@ def sweep_points(data: SweepData, index_names: Sequence[str], *, k: int,
                     reranker.warmup(dim)
                 point = measure(index, data, k, params, rescore=rescore, reranker=reranker)
                 rec = {
-                    "schema": SWEEP_SCHEMA, "kind": "sweep", "dataset": data.name,
-                    "n": int(data.vectors.shape[0]), "dim": dim, "metric": data.metric, "k": k,
-                    "index": name, "build": dict(index.build_params), "query": params,
-                    "rescore": rescore, "build_s": build_s, "memory_bytes": memory, **point,
+                    "schema": SWEEP_SCHEMA,
+                    "kind": "sweep",
+                    "dataset": data.name,
+                    "n": int(data.vectors.shape[0]),
+                    "dim": dim,
+                    "metric": data.metric,
+                    "k": k,
+                    "index": name,
+                    "build": dict(index.build_params),
+                    "query": params,
+                    "rescore": rescore,
+                    "build_s": build_s,
+                    "memory_bytes": memory,
+                    **point,
                 }
                 on_point(rec)
                 out.append(rec)
@@ -185,8 +224,13 @@ def _rr_metric(metric: str) -> str:
     return metric if metric in ("ip", "cosine", "l2") else "ip"
 
 
-def count_points(index_names: Sequence[str], dim: int, metric: str,
-                 build_grid: Mapping[str, Sequence[Any]], query_grid: Mapping[str, Sequence[Any]]) -> int:
+def count_points(
+    index_names: Sequence[str],
+    dim: int,
+    metric: str,
+    build_grid: Mapping[str, Sequence[Any]],
+    query_grid: Mapping[str, Sequence[Any]],
+) -> int:
     total = 0
     for name in index_names:
         b, q = _factory_defaults(name, dim, metric)
@@ -196,12 +240,15 @@ def count_points(index_names: Sequence[str], dim: int, metric: str,
     return total
 
 
-def pareto(points: Sequence[Mapping[str, Any]], *, x: str = "recall", y: str = "qps_batch") -> list[bool]:
+def pareto(
+    points: Sequence[Mapping[str, Any]], *, x: str = "recall", y: str = "qps_batch"
+) -> list[bool]:
     """True for points no other point beats on both ``x`` and ``y`` (higher is better)."""
     flags = []
     for p in points:
         dominated = any(
-            (o[x] >= p[x] and o[y] >= p[y]) and (o[x] > p[x] or o[y] > p[y]) for o in points)
+            (o[x] >= p[x] and o[y] >= p[y]) and (o[x] > p[x] or o[y] > p[y]) for o in points
+        )
         flags.append(not dominated)
     return flags
 
@@ -209,16 +256,22 @@ def pareto(points: Sequence[Mapping[str, Any]], *, x: str = "recall", y: str = "
 # ---------------------------------------------------------------- scale
 
 
-def tune(index: Any, data: SweepData, k: int, target: float, reranker: Any) -> tuple[dict[str, Any], int | None, dict[str, Any], bool]:
+def tune(
+    index: Any, data: SweepData, k: int, target: float, reranker: Any
+) -> tuple[dict[str, Any], int | None, dict[str, Any], bool]:
     """Smallest query parameter reaching ``target`` recall: (params, rescore, point, reached)."""
     qp = set(index.query_params)
+    values: list[Any]
     if "ef" in qp:
         axis, values = "ef", TUNING["ef"]
     elif "nprobe" in qp:
         nlist = int(index.build_params.get("nlist", 1024))
         axis, values = "nprobe", [v for v in TUNING["nprobe"] if v <= nlist] or [nlist]
     elif index.name in ("lsh", "minhash-lsh"):
-        axis, values = "rescore", [v for v in TUNING["rescore"] if k <= v <= index.ntotal] or [index.ntotal]
+        axis, values = (
+            "rescore",
+            [v for v in TUNING["rescore"] if k <= v <= index.ntotal] or [index.ntotal],
+        )
     else:
         axis, values = "", [None]
     best: tuple[dict[str, Any], int | None, dict[str, Any]] | None = None
@@ -233,10 +286,16 @@ def tune(index: Any, data: SweepData, k: int, target: float, reranker: Any) -> t
     return best[0], best[1], best[2], False
 
 
-def scale_points(datasets_by_n: Iterable[tuple[int, Callable[[], SweepData]]], index_names: Sequence[str], *,
-                 k: int, target: float, build: Mapping[str, Mapping[str, Any]],
-                 on_point: Callable[[dict[str, Any]], None],
-                 progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def scale_points(
+    datasets_by_n: Iterable[tuple[int, Callable[[], SweepData]]],
+    index_names: Sequence[str],
+    *,
+    k: int,
+    target: float,
+    build: Mapping[str, Mapping[str, Any]],
+    on_point: Callable[[dict[str, Any]], None],
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
     from . import rerankers
 
     out = []
@@ -254,10 +313,22 @@ def scale_points(datasets_by_n: Iterable[tuple[int, Callable[[], SweepData]]], i
             build_s = (perf_counter_ns() - t0) / 1e9
             params, rescore, point, reached = tune(index, data, k, target, reranker)
             rec = {
-                "schema": SCALE_SCHEMA, "kind": "scale", "dataset": data.name, "n": n, "dim": dim,
-                "metric": data.metric, "k": k, "index": name, "build": dict(index.build_params),
-                "query": params, "rescore": rescore, "target_recall": target, "reached": reached,
-                "build_s": build_s, "memory_bytes": int(index.memory_bytes()), **point,
+                "schema": SCALE_SCHEMA,
+                "kind": "scale",
+                "dataset": data.name,
+                "n": n,
+                "dim": dim,
+                "metric": data.metric,
+                "k": k,
+                "index": name,
+                "build": dict(index.build_params),
+                "query": params,
+                "rescore": rescore,
+                "target_recall": target,
+                "reached": reached,
+                "build_s": build_s,
+                "memory_bytes": int(index.memory_bytes()),
+                **point,
             }
             on_point(rec)
             out.append(rec)
@@ -301,16 +372,37 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 160) -> st
 
     flags = pareto(records)
     r0 = records[0]
-    t = Table(title=f"sweep — {r0['dataset']} n={r0['n']} dim={r0['dim']} {r0['metric']} k={r0['k']}; "
-                    "★ = Pareto-optimal (recall vs batch QPS)", title_justify="left")
-    for col, just in (("", "left"), ("index", "left"), ("params", "left"), ("recall", "right"),
-                      ("p50 µs", "right"), ("p95 µs", "right"), ("p99 µs", "right"),
-                      ("QPS batch", "right"), ("build s", "right"), ("memory MB", "right")):
+    t = Table(
+        title=f"sweep — {r0['dataset']} n={r0['n']} dim={r0['dim']} {r0['metric']} k={r0['k']}; "
+        "★ = Pareto-optimal (recall vs batch QPS)",
+        title_justify="left",
+    )
+    for col, just in (
+        ("", "left"),
+        ("index", "left"),
+        ("params", "left"),
+        ("recall", "right"),
+        ("p50 µs", "right"),
+        ("p95 µs", "right"),
+        ("p99 µs", "right"),
+        ("QPS batch", "right"),
+        ("build s", "right"),
+        ("memory MB", "right"),
+    ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for rec, star in zip(records, flags, strict=True):
-        t.add_row("★" if star else "", rec["index"], _params_text(rec), f"{rec['recall']:.4f}",
-                  _num(rec["p50_us"]), _num(rec["p95_us"]), _num(rec["p99_us"]),
-                  _num(rec["qps_batch"]), f"{rec['build_s']:.2f}", f"{rec['memory_bytes'] / 1e6:.1f}")
+        t.add_row(
+            "★" if star else "",
+            rec["index"],
+            _params_text(rec),
+            f"{rec['recall']:.4f}",
+            _num(rec["p50_us"]),
+            _num(rec["p95_us"]),
+            _num(rec["p99_us"]),
+            _num(rec["qps_batch"]),
+            f"{rec['build_s']:.2f}",
+            f"{rec['memory_bytes'] / 1e6:.1f}",
+        )
     return _render(t, width)
 
 
@@ -320,20 +412,45 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 160) -> st
     from .report import _num, _render
 
     r0 = records[0]
-    t = Table(title=f"scale — p50 per query at recall@{r0['k']} ≥ {r0['target_recall']}", title_justify="left")
-    for col in ("index", "n", "query param used", "recall", "p50 µs", "p99 µs", "build s", "memory MB"):
+    t = Table(
+        title=f"scale — p50 per query at recall@{r0['k']} ≥ {r0['target_recall']}",
+        title_justify="left",
+    )
+    for col in (
+        "index",
+        "n",
+        "query param used",
+        "recall",
+        "p50 µs",
+        "p99 µs",
+        "build s",
+        "memory MB",
+    ):
         t.add_column(col, justify="left" if col in ("index", "query param used") else "right")
     for rec in sorted(records, key=lambda r: (r["index"], r["n"])):
-        used = _params_text({"query": rec.get("query", {}), "rescore": rec.get("rescore")}) or "(exact)"
+        used = (
+            _params_text({"query": rec.get("query", {}), "rescore": rec.get("rescore")})
+            or "(exact)"
+        )
         if not rec.get("reached", True):
             used += " (target not reached)"
-        t.add_row(rec["index"], f"{rec['n']:,}", used, f"{rec['recall']:.4f}", _num(rec["p50_us"]),
-                  _num(rec["p99_us"]), f"{rec['build_s']:.2f}", f"{rec['memory_bytes'] / 1e6:.1f}")
+        t.add_row(
+            rec["index"],
+            f"{rec['n']:,}",
+            used,
+            f"{rec['recall']:.4f}",
+            _num(rec["p50_us"]),
+            _num(rec["p99_us"]),
+            f"{rec['build_s']:.2f}",
+            f"{rec['memory_bytes'] / 1e6:.1f}",
+        )
     lines = [_render(t, width)]
     exps = growth_exponents(records)
     if exps:
-        lines.append("growth of p50 latency with n (log-log slope; 1.0 = linear scan): " + ", ".join(
-            f"{k} {v:.2f}" for k, v in exps.items()))
+        lines.append(
+            "growth of p50 latency with n (log-log slope; 1.0 = linear scan): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in exps.items())
+        )
     return "\n".join(lines)
 
 
@@ -355,14 +472,42 @@ def render_sweep_records(records: Sequence[Mapping[str, Any]], fmt: str = "table
         return head + ("\n" + render_sweep_records(rest, fmt) if rest else "")
     if fmt == "json":
         flags = pareto(sweeps) if sweeps else []
-        rows = [{**{k: v for k, v in r.items() if k != "env"}, "pareto": f} for r, f in zip(sweeps, flags, strict=True)]
+        rows = [
+            {**{k: v for k, v in r.items() if k != "env"}, "pareto": f}
+            for r, f in zip(sweeps, flags, strict=True)
+        ]
         rows += [{k: v for k, v in r.items() if k != "env"} for r in scales]
         return json.dumps(rows, indent=2)
     if fmt in ("md", "csv"):
-        cols = ["kind", "index", "n", "params", "recall", "p50_us", "p95_us", "p99_us", "qps_batch", "build_s", "memory_bytes"]
-        rows = [[str(r.get("kind")), str(r.get("index")), str(r.get("n")), _params_text(r),
-                 f"{r['recall']:.4f}", f"{r['p50_us']:.1f}", f"{r['p95_us']:.1f}", f"{r['p99_us']:.1f}",
-                 f"{r['qps_batch']:.0f}", f"{r['build_s']:.2f}", str(r["memory_bytes"])] for r in sweeps + scales]
+        cols = [
+            "kind",
+            "index",
+            "n",
+            "params",
+            "recall",
+            "p50_us",
+            "p95_us",
+            "p99_us",
+            "qps_batch",
+            "build_s",
+            "memory_bytes",
+        ]
+        cells = [
+            [
+                str(r.get("kind")),
+                str(r.get("index")),
+                str(r.get("n")),
+                _params_text(r),
+                f"{r['recall']:.4f}",
+                f"{r['p50_us']:.1f}",
+                f"{r['p95_us']:.1f}",
+                f"{r['p99_us']:.1f}",
+                f"{r['qps_batch']:.0f}",
+                f"{r['build_s']:.2f}",
+                str(r["memory_bytes"]),
+            ]
+            for r in sweeps + scales
+        ]
         if fmt == "csv":
             import csv
             import io
@@ -370,10 +515,15 @@ def render_sweep_records(records: Sequence[Mapping[str, Any]], fmt: str = "table
             buf = io.StringIO()
             w = csv.writer(buf, lineterminator="\n")
             w.writerow(cols)
-            w.writerows(rows)
+            w.writerows(cells)
             return buf.getvalue().rstrip("\n")
-        return "\n".join(["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |",
-                          *["| " + " | ".join(r) + " |" for r in rows]])
+        return "\n".join(
+            [
+                "| " + " | ".join(cols) + " |",
+                "| " + " | ".join("---" for _ in cols) + " |",
+                *["| " + " | ".join(r) + " |" for r in cells],
+            ]
+        )
     parts = []
     if sweeps:
         parts.append(sweep_table(sweeps))
@@ -399,7 +549,9 @@ def plot_sweep_records(records: Sequence[Mapping[str, Any]], path: str | PathLik
             by.setdefault(r["index"], []).append(r)
         for name, pts in by.items():
             pts = sorted(pts, key=lambda r: r["recall"])
-            ax.plot([p["recall"] for p in pts], [p["qps_batch"] for p in pts], marker="o", label=name)
+            ax.plot(
+                [p["recall"] for p in pts], [p["qps_batch"] for p in pts], marker="o", label=name
+            )
         ax.set_yscale("log")
         ax.set_xlabel(f"recall@{sweeps[0]['k']}")
         ax.set_ylabel("queries per second (batch, log)")
@@ -414,8 +566,12 @@ def plot_sweep_records(records: Sequence[Mapping[str, Any]], path: str | PathLik
         exps = growth_exponents(scales)
         for name, pts in by.items():
             pts = sorted(pts, key=lambda r: r["n"])
-            ax.plot([p["n"] for p in pts], [p["p50_us"] for p in pts], marker="o",
-                    label=f"{name} (slope {exps.get(name, float('nan')):.2f})")
+            ax.plot(
+                [p["n"] for p in pts],
+                [p["p50_us"] for p in pts],
+                marker="o",
+                label=f"{name} (slope {exps.get(name, float('nan')):.2f})",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("corpus size n")

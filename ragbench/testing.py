@@ -36,12 +36,41 @@ if TYPE_CHECKING:
 
 __all__ = ["sample_result"]
 
-_WORDS = ("index vector query token latency payload chunk embedding server stream cache graph "
-          "python numpy sort score recall network codec encode decode batch thread memory").split()
+_WORDS = [
+    "index",
+    "vector",
+    "query",
+    "token",
+    "latency",
+    "payload",
+    "chunk",
+    "embedding",
+    "server",
+    "stream",
+    "cache",
+    "graph",
+    "python",
+    "numpy",
+    "sort",
+    "score",
+    "recall",
+    "network",
+    "codec",
+    "encode",
+    "decode",
+    "batch",
+    "thread",
+    "memory",
+]
 
 
-def sample_result(n_hits: int = 10, text_bytes: int = 1000, metadata: int = 3, dim: int | None = None,
-                  seed: int = 0) -> RetrievalResult:
+def sample_result(
+    n_hits: int = 10,
+    text_bytes: int = 1000,
+    metadata: int = 3,
+    dim: int | None = None,
+    seed: int = 0,
+) -> RetrievalResult:
     """A deterministic result: ``n_hits`` chunks of ~``text_bytes`` ASCII text each.
 
     ``metadata`` string entries per hit; ``dim`` adds float32 embeddings.
@@ -63,10 +92,18 @@ def sample_result(n_hits: int = 10, text_bytes: int = 1000, metadata: int = 3, d
 
             v = np.random.default_rng(seed * 1000 + i).standard_normal(dim).astype(np.float32)
             emb = (v / np.linalg.norm(v)).astype("<f4").tobytes()
-        hits.append(Hit(doc_id=f"doc-{seed}-{i}", score=1.0 - i / (n_hits + 1), text=text,
-                        metadata=meta, embedding=emb))
-    return RetrievalResult(query_id=f"q{seed}", query="where does the time go before the first token?",
-                           hits=hits)
+        hits.append(
+            Hit(
+                doc_id=f"doc-{seed}-{i}",
+                score=1.0 - i / (n_hits + 1),
+                text=text,
+                metadata=meta,
+                embedding=emb,
+            )
+        )
+    return RetrievalResult(
+        query_id=f"q{seed}", query="where does the time go before the first token?", hits=hits
+    )
 
 
 @pytest.fixture

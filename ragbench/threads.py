@@ -64,7 +64,7 @@ def apply() -> None:
     if "numba" in sys.modules:
         import numba
 
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(min(n, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(n)
 
@@ -72,8 +72,13 @@ def apply() -> None:
 def settings() -> dict[str, Any]:
     """What every record stores about threads: the pin, env vars and library values."""
     out: dict[str, Any] = {"ragbench_threads": get_threads()}
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                "NUMBA_NUM_THREADS", "RAGBENCH_THREADS"):
+    for var in (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "NUMBA_NUM_THREADS",
+        "RAGBENCH_THREADS",
+    ):
         if var in os.environ:
             out[var] = os.environ[var]
     if "faiss" in sys.modules:

@@ -38,7 +38,7 @@ def run_stages(stages: Sequence[Callable[[Any], None]], ctx: Any, stamps: list[i
     stamps[0] = clock()
     for stage in stages:
         stage(ctx)
-        j += 1
+        j += 1  # noqa: SIM113 - cheaper than enumerate's tuples on the hot path
         stamps[j] = clock()
 
 

@@ -22,10 +22,12 @@ class Reranker(Protocol):
     name: str
     metric: str
 
-    def rerank(self, query: Any, candidate_ids: Any, vectors: Any, k: int
-               ) -> tuple[np.ndarray, np.ndarray]: ...
-    def rerank_batch(self, queries: Any, candidate_ids: Any, vectors: Any, k: int
-                     ) -> tuple[np.ndarray, np.ndarray]: ...
+    def rerank(
+        self, query: Any, candidate_ids: Any, vectors: Any, k: int
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+    def rerank_batch(
+        self, queries: Any, candidate_ids: Any, vectors: Any, k: int
+    ) -> tuple[np.ndarray, np.ndarray]: ...
     def warmup(self, dim: int) -> int:
         """Compile/prepare; return the nanoseconds it took (0 if nothing to do)."""
         ...

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
+from llvmlite.binding import llvm_version_info
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -48,6 +49,10 @@ NONFINITE_QUERY = 2
 
 _FASTMATH = {"reassoc", "contract"}
 _NEG_INF = np.float32(-np.inf)
+
+
+# The intrinsic is mangled on its pointer type: typed pointers before LLVM 17.
+_PREFETCH = "llvm.prefetch.p0" if llvm_version_info >= (17,) else "llvm.prefetch.p0i8"
 
 
 @intrinsic
@@ -82,7 +87,7 @@ def prefetch_row(typingctx, vectors, row):
         byte_ptr = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _PREFETCH)
         # read, keep in all cache levels, data cache
         builder.call(fn, [builder.bitcast(ptr, byte_ptr), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
