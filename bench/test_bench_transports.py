@@ -1,0 +1,72 @@
+"""Transport round trips, side by side: inproc vs http vs grpc, per codec.
+
+One send = near side writes the payload, the far side (a child process for
+http/grpc) decodes it and builds the prompt, and the reply comes back. The
+table splits each round trip into wire time (round trip minus the far side's
+own decode and prompt times) and the far side's work, per codec, for a
+10-chunk payload of ~1 KB chunks with 3 metadata entries. Interleaved, medians.
+
+Run: ``.venv/bin/pytest bench/test_bench_transports.py --benchmark-only -s``
+"""
+
+from __future__ import annotations
+
+import statistics
+from time import perf_counter_ns
+
+import pytest
+
+import ragbench as rb
+from ragbench.testing import sample_result
+
+TRANSPORTS = ("inproc", "http", "grpc")
+CODECS = ("orjson", "msgpack", "protobuf")
+ROUNDS = 400
+
+
+@pytest.fixture(scope="module")
+def started():
+    made = {}
+    try:
+        for t in TRANSPORTS:
+            for c in CODECS:
+                tr = rb.transports.create(t)
+                tr.start(c, {}, {"max_tokens": 4096})
+                made[(t, c)] = tr
+        yield made
+    finally:
+        for tr in made.values():
+            tr.close()
+
+
+def test_transport_round_trips(benchmark, started) -> None:
+    result = sample_result(n_hits=10, text_bytes=1000, metadata=3)
+    payloads = {c: rb.codecs.create(c).encode(result) for c in CODECS}
+    rtt: dict[tuple[str, str], list[int]] = {k: [] for k in started}
+    wire: dict[tuple[str, str], list[int]] = {k: [] for k in started}
+    far: dict[tuple[str, str], list[int]] = {k: [] for k in started}
+    nbytes: dict[tuple[str, str], int] = {}
+    keys = list(started)
+    for r in range(ROUNDS):
+        order = keys if r % 2 == 0 else keys[::-1]
+        for key in order:
+            t0 = perf_counter_ns()
+            reply = started[key].send(payloads[key[1]], result.query)
+            dt = perf_counter_ns() - t0
+            rtt[key].append(dt)
+            far[key].append(reply.decode_ns + reply.prompt_ns)
+            wire[key].append(dt - reply.decode_ns - reply.prompt_ns)
+            nbytes[key] = reply.wire_bytes_sent + reply.wire_bytes_received
+    base = {c: statistics.median(wire[("inproc", c)]) for c in CODECS}
+    print(f"\n{'transport':9} {'codec':9} {'round trip µs':>14} {'wire µs':>9} {'far side µs':>12} "
+          f"{'wire bytes':>11} {'wire × inproc':>14}")
+    for key in keys:
+        t, c = key
+        w = statistics.median(wire[key])
+        print(f"{t:9} {c:9} {statistics.median(rtt[key]) / 1e3:14.1f} {w / 1e3:9.1f} "
+              f"{statistics.median(far[key]) / 1e3:12.1f} {nbytes[key]:11,d} {w / base[c]:14.1f}")
+        benchmark.extra_info[f"{t}/{c}/p50_us"] = statistics.median(rtt[key]) / 1e3
+    pb = started[("http", "protobuf")]
+    benchmark(pb.send, payloads["protobuf"], result.query)
+    for key in keys:
+        assert nbytes[key] >= len(payloads[key[1]])  # at least the payload crossed
