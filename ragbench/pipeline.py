@@ -470,6 +470,7 @@ class Pipeline:
             cfg["transport"]["backend"], **backend_params(cfg, "transport")
         )
         self._closers.append(transport.close)
+        self.transport = transport
         self.setup_ns["transport_start"] = transport.start(
             s["backend"], codec_params, prompt_params
         )

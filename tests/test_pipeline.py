@@ -125,3 +125,29 @@ def test_precomputed_embedder_needs_vectors() -> None:
 def test_unknown_backend_param_names_the_key() -> None:
     with pytest.raises(ConfigError, match="bogus"):
         run(config(retrieve={"backend": "hnsw", "build": {"bogus": 1}}))
+
+
+@pytest.mark.integration
+def test_far_side_dying_mid_run_stops_with_a_record_and_keeps_finished_requests(tmp_path) -> None:
+    import os
+    import signal
+
+    from ragbench.report import append_record, read_records
+
+    pipe = rb.Pipeline.from_config(config(transport={"backend": "http"}))
+    try:
+        pipe.setup()
+        for i in range(5):
+            pipe.request(i)
+        os.kill(pipe.transport.pid, signal.SIGKILL)
+        report = pipe.run(queries=10, warmup=0)
+    finally:
+        pipe.close()
+    assert report.error is not None and "TransportError" in report.error
+    assert report.requests == 5  # the finished requests are kept, the failed one is not counted
+    out = tmp_path / "r.jsonl"
+    for rec in report.to_records():
+        append_record(out, rec)
+    (rec,) = read_records(out)
+    assert rec["error"] == report.error and rec["requests"] == 5
+    assert "STOPPED EARLY" in report.table()
