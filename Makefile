@@ -44,7 +44,7 @@ test: $(VENV)/.dev check-no-cuda
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.dev
-	$(PY) -m pytest bench -p no:cacheprovider --benchmark-only -q -s
+	$(PY) -m pytest bench -p no:cacheprovider -q -s
 
 protos: $(VENV)/.dev
 	$(PY) tools/gen_protos.py
