@@ -93,14 +93,35 @@ class _Built(dict):
 
     def __missing__(self, name: str):
         params = BUILD_PARAMS[name]
-        index = rb.indexes.create(name, dim=DIM, metric="ip", **params)
-        index.build(self.vectors)
-        print(
-            f"\nbuilt {name} {params} on {N} x {DIM}: {index.build_seconds:.1f} s, "
-            f"{index.memory_bytes() / 1e6:.0f} MB"
-        )
+        cached = _cache_path(name, params)
+        if cached is not None and os.path.exists(cached):
+            index = rb.indexes.load(cached)
+            print(f"\nloaded {name} {params} on {N} x {DIM} from {cached}")
+        else:
+            index = rb.indexes.create(name, dim=DIM, metric="ip", **params)
+            index.build(self.vectors)
+            print(
+                f"\nbuilt {name} {params} on {N} x {DIM}: {index.build_seconds:.1f} s, "
+                f"{index.memory_bytes() / 1e6:.0f} MB"
+            )
+            if cached is not None:
+                index.save(cached)
         self[name] = index
         return index
+
+
+def _cache_path(name: str, params: dict) -> str | None:
+    """Where to keep a built index between runs (``RAGBENCH_BENCH_CACHE`` dir), or None.
+
+    The 100k HNSW builds take ~50 s each; the key holds everything the data
+    and the graph depend on, so a stale file is never picked up.
+    """
+    root = os.environ.get("RAGBENCH_BENCH_CACHE")
+    if not root:
+        return None
+    os.makedirs(root, exist_ok=True)
+    tag = "-".join(f"{key}{value}" for key, value in sorted(params.items())) or "default"
+    return os.path.join(root, f"{name}-{tag}-n{N}-d{DIM}-s{SEED}-rb{rb.__version__}.rbidx")
 
 
 @pytest.fixture(scope="module")
