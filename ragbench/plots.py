@@ -42,7 +42,7 @@ def plot_runs(records: Sequence[Mapping[str, Any]], path: str | PathLike[str]) -
         for s in r["stages"]:
             if s not in stages:
                 stages.append(s)
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.5 * len(records)))
+    fig, ax = plt.subplots(figsize=(10, 2.2 + 0.5 * len(records)))
     cmap = plt.get_cmap("tab10")
     for row, r in enumerate(records):
         left = 0.0
@@ -54,7 +54,13 @@ def plot_runs(records: Sequence[Mapping[str, Any]], path: str | PathLike[str]) -
     ax.set_yticks(range(len(records)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("p50 µs per stage, stacked (before first token)")
-    ax.legend(ncols=min(len(stages), 5), fontsize="small", loc="lower right")
+    ax.legend(
+        ncols=min(len(stages), 5),
+        fontsize="small",
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.18),
+        frameon=False,
+    )
     ax.set_title("ragbench: where the time goes before the first token")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -241,7 +241,7 @@ def count_points(
 
 
 def pareto(
-    points: Sequence[Mapping[str, Any]], *, x: str = "recall", y: str = "qps_batch"
+    points: Sequence[Mapping[str, Any]], *, x: str = "recall", y: str = "qps_single"
 ) -> list[bool]:
     """True for points no other point beats on both ``x`` and ``y`` (higher is better)."""
     flags = []
@@ -357,8 +357,10 @@ def growth_exponents(records: Sequence[Mapping[str, Any]], key: str = "p50_us") 
 # ---------------------------------------------------------------- rendering
 
 
-def _params_text(rec: Mapping[str, Any]) -> str:
-    parts = [f"{k}={v}" for k, v in rec.get("build", {}).items()]
+def _params_text(rec: Mapping[str, Any], build_keys: Iterable[str] | None = None) -> str:
+    build = rec.get("build", {})
+    keys = list(build) if build_keys is None else [k for k in build if k in set(build_keys)]
+    parts = [f"{k}={build[k]}" for k in keys]
     parts += [f"{k}={v}" for k, v in rec.get("query", {}).items()]
     if rec.get("rescore"):
         parts.append(f"rescore={rec['rescore']}")
@@ -372,9 +374,15 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 160) -> st
 
     flags = pareto(records)
     r0 = records[0]
+    # show the build parameters that vary within an index's points; the rest are in the records
+    varying: dict[str, set[str]] = {}
+    for name in {r["index"] for r in records}:
+        pts = [r for r in records if r["index"] == name]
+        keys = {k for r in pts for k in r.get("build", {})}
+        varying[name] = {k for k in keys if len({repr(r.get("build", {}).get(k)) for r in pts}) > 1}
     t = Table(
         title=f"sweep — {r0['dataset']} n={r0['n']} dim={r0['dim']} {r0['metric']} k={r0['k']}; "
-        "★ = Pareto-optimal (recall vs batch QPS)",
+        "★ = Pareto-optimal (recall vs 1-thread QPS = 1e6 / p50)",
         title_justify="left",
     )
     for col, just in (
@@ -385,6 +393,7 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 160) -> st
         ("p50 µs", "right"),
         ("p95 µs", "right"),
         ("p99 µs", "right"),
+        ("QPS 1 thread", "right"),
         ("QPS batch", "right"),
         ("build s", "right"),
         ("memory MB", "right"),
@@ -394,11 +403,12 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 160) -> st
         t.add_row(
             "★" if star else "",
             rec["index"],
-            _params_text(rec),
+            _params_text(rec, varying[rec["index"]]) or "(defaults)",
             f"{rec['recall']:.4f}",
             _num(rec["p50_us"]),
             _num(rec["p95_us"]),
             _num(rec["p99_us"]),
+            _num(rec["qps_single"]),
             _num(rec["qps_batch"]),
             f"{rec['build_s']:.2f}",
             f"{rec['memory_bytes'] / 1e6:.1f}",
@@ -548,13 +558,23 @@ def plot_sweep_records(records: Sequence[Mapping[str, Any]], path: str | PathLik
         for r in sweeps:
             by.setdefault(r["index"], []).append(r)
         for name, pts in by.items():
-            pts = sorted(pts, key=lambda r: r["recall"])
+            # every point faintly, the index's own Pareto frontier as a line (like ann-benchmarks)
+            sc = ax.scatter(
+                [p["recall"] for p in pts], [p["qps_single"] for p in pts], s=12, alpha=0.35
+            )
+            front = sorted(
+                (p for p, f in zip(pts, pareto(pts), strict=True) if f), key=lambda r: r["recall"]
+            )
             ax.plot(
-                [p["recall"] for p in pts], [p["qps_batch"] for p in pts], marker="o", label=name
+                [p["recall"] for p in front],
+                [p["qps_single"] for p in front],
+                marker="o",
+                color=tuple(sc.get_facecolor()[0][:3]),
+                label=name,
             )
         ax.set_yscale("log")
         ax.set_xlabel(f"recall@{sweeps[0]['k']}")
-        ax.set_ylabel("queries per second (batch, log)")
+        ax.set_ylabel("queries per second, one query per call, 1 thread (log)")
         ax.set_title(f"recall vs QPS — {sweeps[0]['dataset']} n={sweeps[0]['n']}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()

@@ -25,7 +25,9 @@ def test_pareto_marks_undominated_points() -> None:
         {"recall": 0.99, "qps_batch": 100},
         {"recall": 0.95, "qps_batch": 300},  # dominated by the second
     ]
-    assert pareto(pts) == [True, True, False, True, False]
+    assert pareto(pts, y="qps_batch") == [True, True, False, True, False]
+    single = [{"recall": p["recall"], "qps_single": p["qps_batch"]} for p in pts]
+    assert pareto(single) == [True, True, False, True, False]  # the default axis
 
 
 def test_growth_exponent_of_a_linear_series_is_one() -> None:

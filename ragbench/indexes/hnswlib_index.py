@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
+import warnings
 from typing import Any, ClassVar
 
 import hnswlib
@@ -53,6 +54,27 @@ _subtract = np.subtract
 _negative = np.negative
 # A 0-d float32 operand: np.subtract with a Python float costs ~2x more.
 _ONE = np.ones((), dtype=np.float32)
+# Marks "not passed" (None is an invalid ef and must keep raising ConfigError).
+_UNSET: Any = object()
+
+
+def _can_retype_in_place() -> bool:
+    """Whether ``arr.dtype = other`` works here without a warning.
+
+    Setting ``dtype`` is the cheapest reinterpretation numpy offers but may be
+    deprecated by a later numpy; then ``search`` falls back to ``.view``.
+    """
+    probe = np.zeros((1, 1), dtype=np.uint64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            probe.dtype = I64
+        except Exception:  # DeprecationWarning as an error, or a future removal
+            return False
+    return probe.dtype == I64
+
+
+_RETYPE_IN_PLACE = _can_retype_in_place()
 
 _SPACE = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
 
@@ -166,10 +188,14 @@ class HnswIndex(VectorIndex):
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
         self._index: Any = None
-        self._knn: Any = None
+        # (knn_query, (1, dim), ntotal) once built: the fast path reads one attribute.
+        self._state: tuple[Any, tuple[int, int], int] | None = None
         self._set_ef: Any = None
         self._ef = -1
         self._similarity = metric != "l2"
+        # (last ef object passed, its validated value): one tuple so a
+        # concurrent caller never pairs one call's ef with another's value.
+        self._last_ef: tuple[Any, Any] = (_UNSET, None)
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
@@ -206,44 +232,61 @@ class HnswIndex(VectorIndex):
 
     def _set_index(self, index: Any) -> None:
         self._index = index
-        self._knn = index.knn_query
         self._set_ef = index.set_ef
         self._ef = -1
         self._n = int(index.get_current_count())
+        self._state = (index.knn_query, (1, self.dim), self._n)
 
-    def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: Any, k: int, ef: Any = _UNSET, **params: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of each query.
 
         Args:
             queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
             k: results per query, ``1 <= k <= ntotal``.
-            **params: ``ef`` (per call; see the module docstring).
+            ef: beam width for this call (int >= 1, default 64; see the module
+                docstring). A named parameter rather than part of ``**params``
+                so a call with ``ef=`` builds no dict.
+            **params: no other query parameters exist; any name here raises
+                :class:`~ragbench.errors.ConfigError`.
 
         Returns:
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
         """
-        if params:
-            last = self._last_query
-            ef = last[1] if params == last[0] else self._parse_query(params)
-        else:
+        if ef is _UNSET and not params:
             ef = self._default_compiled
-        knn = self._knn
-        if knn is None:
+        else:
+            last = self._last_ef
+            # Identity: the same object validated last call (ints are immutable).
+            if ef is last[0] and not params:
+                ef = last[1]
+            else:
+                ef = self._parse_ef(ef, params)
+        # Fast path cost matters: after a walk through a large graph every
+        # object this method touches is cold in cache and TLB (each numpy
+        # call or attribute getter costs ~0.5-2 µs then), so a single query
+        # makes as few numpy calls as the contract allows and reads one
+        # state tuple.
+        state = self._state
+        if state is None:
             raise self._not_built()
+        knn, one_row, ntotal = state
         q = queries
         if (
-            type(q) is not _ndarray
-            or q.dtype is not F32
-            or q.ndim != 2
-            or q.shape[1] != self.dim
-            # (no contiguity check: hnswlib reads any strides)
-            or not 0.0 < _vdot(q, q) < INF
-            # a cosine batch needs its per-row zero-norm check
-            or (self._cosine and q.shape[0] != 1)
+            type(q) is _ndarray
+            and q.dtype is F32
+            and q.shape == one_row
+            # NaN/inf make the sum of squares NaN/inf; zero (cosine) and
+            # overflow (|x| > ~1e19) take the exact check in _queries.
+            # float(): comparing a numpy scalar costs more than converting it.
+            and 0.0 < float(_vdot(q, q)) < INF
         ):
-            q = self._slow_queries(q)
-        ntotal = self._n
+            n = 1
+        else:
+            q = self._queries(q)
+            n = q.shape[0]
         if type(k) is not int or k < 1 or k > ntotal:
             k = check_k(k, ntotal)
         if ef < k:
@@ -251,7 +294,6 @@ class HnswIndex(VectorIndex):
         if ef != self._ef:
             self._set_ef(ef)
             self._ef = ef
-        n = q.shape[0]
         try:
             if n == 1:
                 labels, dist = knn(q, k)
@@ -262,14 +304,46 @@ class HnswIndex(VectorIndex):
         except RuntimeError:
             labels, dist = self._search_padded(q, k)
         if self._similarity:
-            _subtract(_ONE, dist, out=dist)
+            _subtract(_ONE, dist, dist)  # positional out: no kwargs parsing
         else:
-            _negative(dist, out=dist)
-        # Labels are the row ids (< 2**63): reinterpret uint64 as int64, no copy.
+            _negative(dist, dist)
+        # Labels are the row ids (< 2**63): reinterpret uint64 as int64 in
+        # place (the array is ours); ~2 µs cheaper cold than creating a view.
+        if _RETYPE_IN_PLACE:
+            labels.dtype = I64
+            return labels, dist
         return labels.view(I64), dist
 
+    def _queries(self, q: Any) -> np.ndarray:
+        """Checked queries for anything but one float32 ``(1, dim)`` row (batches, other types).
+
+        A float32 ``(nq, dim)`` batch passes on one sum-of-squares pass; a
+        cosine batch needs its per-row zero-norm check, and every other input
+        the full check of :meth:`_slow_queries`.
+        """
+        if (
+            type(q) is _ndarray
+            and q.dtype is F32
+            and q.ndim == 2
+            and q.shape[1] == self.dim
+            # (no contiguity check: hnswlib reads any strides)
+            and not self._cosine
+            and 0.0 < float(_vdot(q, q)) < INF
+        ):
+            return q
+        return self._slow_queries(q)
+
+    def _parse_ef(self, ef: Any, params: dict[str, Any]) -> Any:
+        """Validate this call's query params; remember a lone ``ef`` for the next call."""
+        if ef is not _UNSET:
+            params["ef"] = ef
+        compiled = self._parse_query(params)
+        if len(params) == 1 and ef is not _UNSET:
+            self._last_ef = (ef, compiled)
+        return compiled
+
     def _search_padded(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        knn = self._knn
+        knn = self._index.knn_query
         labels = np.full((q.shape[0], k), np.iinfo(np.uint64).max, dtype=np.uint64)
         dist = np.full((q.shape[0], k), np.inf, dtype=np.float32)
         for row in range(q.shape[0]):
