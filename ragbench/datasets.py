@@ -74,7 +74,13 @@ def datasets_dir() -> Path:
     env = os.environ.get("RAGBENCH_DATASETS_DIR")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[1] / "datasets"
+    source_tree = Path(__file__).resolve().parents[1] / "datasets"
+    if source_tree.is_dir():
+        return source_tree
+    # a wheel install carries the bundled corpora as data files under <prefix>/share
+    import sys
+
+    return Path(sys.prefix) / "share" / "ragbench" / "datasets"
 
 
 # --------------------------------------------------------------------------- records
