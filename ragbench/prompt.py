@@ -54,6 +54,9 @@ _CLASS_TABLE = bytes(
     for c in range(256)
 )
 
+# The same classes with punctuation folded into whitespace.
+_RUN_TABLE = _CLASS_TABLE.replace(b".", b" ")
+
 # The same pieces as count_tokens, as a regex over the classified bytes; used
 # only to find where the n-th token ends when a chunk must be truncated.
 _PIECE_RE = re.compile(rb"(?<!a)a{1,7}|a{1,8}|\.")
@@ -75,14 +78,12 @@ def count_tokens(text: str) -> int:
     The count never decreases when text is appended, and the count of two
     texts joined by whitespace is the sum of their counts.
     """
-    b = text.encode("utf-8", "surrogatepass").translate(_CLASS_TABLE)
-    return (
-        b.count(b".")
-        + b.count(b" a")
-        + b.count(b".a")
-        + (1 if b[:1] == b"a" else 0)
-        + b.count(b"aaaaaaaa")
-    )
+    raw = text.encode("utf-8", "surrogatepass")
+    b = raw.translate(_CLASS_TABLE)
+    # word-run starts after any non-word byte: one 2-byte count over a copy
+    # where punctuation is folded into whitespace is cheaper than two counts
+    starts = raw.translate(_RUN_TABLE).count(b" a")
+    return b.count(b".") + starts + (1 if b[:1] == b"a" else 0) + b.count(b"aaaaaaaa")
 
 
 def _truncate(text: str, n_tokens: int) -> tuple[str, int]:
