@@ -234,6 +234,20 @@ def table(data: dict[str, Any], request: pytest.FixtureRequest) -> dict[int, dic
             f"{t.get('fixed', t['numba'] - t['floor']) / 1e3:7.2f} "
             f"{t['gather'] / t['numba']:7.2f} {split_ratio}"
         )
+    # What the one-thread targets allow at best: a kernel exactly as fast as
+    # the read floor would reach these ratios (numpy / floor, gather / floor),
+    # next to what the split reaches when the other core is free.
+    lines.append(
+        f"{'N':>8} {'np/floor':>9} {'gath/floor':>10} {'np/split':>9} {'gath/split':>10}"
+        "   (ceilings for one thread; the split with two)"
+    )
+    for n, t in out.items():
+        np_split = f"{t['numpy'] / t['split']:9.2f}" if "split" in t else f"{'-':>9}"
+        g_split = f"{t['gather'] / t['split']:10.2f}" if "split" in t else f"{'-':>10}"
+        lines.append(
+            f"{n:>8} {t['numpy'] / t['floor']:9.2f} {t['gather'] / t['floor']:10.2f} "
+            f"{np_split} {g_split}"
+        )
     _show(request, lines)
     return out
 

@@ -62,8 +62,6 @@ def _resolve_serial_entry() -> Any:
     """Load (or compile) the serial kernel for the exact types; return its entry point."""
     global _serial_entry
     if _serial_entry is _first_serial_call:
-        from numba import typeof
-
         kernels = _kernels()
         args = (
             np.zeros(1, _F32),
@@ -73,8 +71,10 @@ def _resolve_serial_entry() -> Any:
             np.zeros(1, _I64),
             np.zeros(1, _F32),
         )
-        kernels.rerank_serial(*args)
-        _serial_entry = kernels.rerank_serial.overloads[tuple(typeof(a) for a in args)].entry_point
+        dispatcher = kernels.rerank_serial
+        dispatcher(*args)
+        key = tuple(dispatcher.typeof_pyval(a) for a in args)
+        _serial_entry = dispatcher.overloads[key].entry_point
     return _serial_entry
 
 
@@ -122,7 +122,7 @@ def _parallel_in_use() -> None:
 
 
 class NumbaReranker(BaseReranker):
-    """Exact rerank in one compiled pass: score each candidate row in place, keep a k-heap.
+    """Exact rerank in one compiled pass: score each candidate row in place, keep the k best.
 
     ``rerank(query, candidate_ids, vectors, k)`` follows the contract of every
     reranker (see ``ragbench.rerankers._common``): ids int64 ``(k,)`` and
@@ -132,7 +132,8 @@ class NumbaReranker(BaseReranker):
     How it works: the kernel walks the candidate ids, reads each row of
     ``vectors`` where it lies (no gathered copy), scores four rows per pass and
     tests each score against the worst of the k kept so far; only a better
-    candidate touches the heap. The k survivors are heap-sorted at the end.
+    candidate touches the kept entries (a sorted run up to k=16, a heap
+    above, sorted at the end).
     From ``parallel_threshold`` candidates on (default
     :data:`DEFAULT_PARALLEL_THRESHOLD`) one query is split across
     ``ragbench.threads.get_threads()`` threads, each keeping its own top-k,
