@@ -339,13 +339,60 @@ def test_padding_hnsw_disconnected_graph(metric) -> None:
     base /= np.linalg.norm(base, axis=1, keepdims=True)
     corpus = np.repeat(base, 40, axis=0)
     index = rb.indexes.create("hnsw", dim=8, metric=metric, M=4, ef_construction=10)
-    index.build(corpus)
+    # One build thread: with more, hnswlib's graph depends on thread timing.
+    before = threads.get_threads()
+    threads.set_threads(1)
+    try:
+        index.build(corpus)
+    finally:
+        threads.set_threads(before)
     ids, scores = index.search(corpus[::40], 100, ef=10)
     _check_padded(ids, scores)
     # what was found is the query's own duplicates first (score ~1 or ~0)
     expected_best = 1.0 if metric == "ip" else 0.0
     assert np.allclose(scores[:, 0], expected_best, atol=1e-5)
     assert (ids[:, 0] // 40 == np.arange(5)).all()
+
+
+@pytest.mark.parametrize("name", ["hnsw", "faiss-hnsw", "flat", "ivf"])
+def test_single_query_fast_path_matches_batch_and_exact_scores(built, name) -> None:
+    # One (1, dim) float32 row takes the wrappers' fast path, a batch the
+    # checked one; alternating k exercises the per-k caches of both.
+    index = built[name]
+    kw = {"ef": 200} if "hnsw" in name else {}
+    for k in (10, 3, 10, 1):
+        batch_ids, batch_scores = index.search(QUERIES[:6], k, **kw)
+        for row in range(6):
+            ids, scores = index.search(QUERIES[row : row + 1].copy(), k, **kw)
+            assert ids.dtype == np.int64 and scores.dtype == np.float32
+            assert ids.shape == scores.shape == (1, k)
+            assert (ids[0] == batch_ids[row]).all()
+            assert np.allclose(scores[0], batch_scores[row], atol=1e-6)
+            assert np.allclose(scores[0], VECTORS[ids[0]] @ QUERIES[row], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["hnsw", "faiss-hnsw", "ivf"])
+def test_query_param_cache_keeps_validating(built, name) -> None:
+    index = built[name]
+    param = "nprobe" if name == "ivf" else "ef"
+    q = QUERIES[:1].copy()
+    good, _ = index.search(q, 5, **{param: 40})
+    assert (good >= 0).all()
+    for bad in (0, -3, None, True, 2.5, "40"):
+        with pytest.raises(ConfigError, match=f"{param} must be"):
+            index.search(q, 5, **{param: bad})
+    # the cached value is still used correctly after the failures
+    again, _ = index.search(q, 5, **{param: 40})
+    assert (again == good).all()
+    with pytest.raises(ConfigError, match="bogus"):
+        index.search(q, 5, bogus=1, **{param: 40})
+
+
+@pytest.mark.parametrize("name", ["flat", "lsh", "ivf", "hnsw"])
+def test_query_params_of_other_backends_rejected(built, name) -> None:
+    other = "ef" if name in ("flat", "lsh", "ivf") else "nprobe"
+    with pytest.raises(ConfigError, match=other):
+        built[name].search(queries_for(name)[:1], 1, **{other: 8})
 
 
 def test_hnsw_ef_below_k_is_raised_to_k(built) -> None:
