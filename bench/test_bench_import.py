@@ -30,10 +30,19 @@ def test_import_time_and_weight() -> None:
         full.append(_run("import ragbench"))
     added_ms = (statistics.median(full) - statistics.median(empty)) / 1e6
     heavy = subprocess.run(
-        [sys.executable, "-c", "import sys, ragbench; print(','.join(m for m in "
-         "('numpy', 'faiss', 'torch', 'numba', 'grpc', 'hnswlib', 'datasketch') if m in sys.modules))"],
-        capture_output=True, text=True, check=True).stdout.strip()
-    print(f"\nimport ragbench: +{added_ms:.1f} ms over an empty interpreter "
-          f"(median of {ROUNDS}; target ≤ 150 ms); heavy modules loaded: {heavy or 'none'}")
+        [
+            sys.executable,
+            "-c",
+            "import sys, ragbench; print(','.join(m for m in "
+            "('numpy', 'faiss', 'torch', 'numba', 'grpc', 'hnswlib', 'datasketch') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    print(
+        f"\nimport ragbench: +{added_ms:.1f} ms over an empty interpreter "
+        f"(median of {ROUNDS}; target ≤ 150 ms); heavy modules loaded: {heavy or 'none'}"
+    )
     assert heavy == ""
     assert added_ms <= 150

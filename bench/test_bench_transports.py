@@ -58,13 +58,17 @@ def test_transport_round_trips(benchmark, started) -> None:
             wire[key].append(dt - reply.decode_ns - reply.prompt_ns)
             nbytes[key] = reply.wire_bytes_sent + reply.wire_bytes_received
     base = {c: statistics.median(wire[("inproc", c)]) for c in CODECS}
-    print(f"\n{'transport':9} {'codec':9} {'round trip µs':>14} {'wire µs':>9} {'far side µs':>12} "
-          f"{'wire bytes':>11} {'wire × inproc':>14}")
+    print(
+        f"\n{'transport':9} {'codec':9} {'round trip µs':>14} {'wire µs':>9} {'far side µs':>12} "
+        f"{'wire bytes':>11} {'wire × inproc':>14}"
+    )
     for key in keys:
         t, c = key
         w = statistics.median(wire[key])
-        print(f"{t:9} {c:9} {statistics.median(rtt[key]) / 1e3:14.1f} {w / 1e3:9.1f} "
-              f"{statistics.median(far[key]) / 1e3:12.1f} {nbytes[key]:11,d} {w / base[c]:14.1f}")
+        print(
+            f"{t:9} {c:9} {statistics.median(rtt[key]) / 1e3:14.1f} {w / 1e3:9.1f} "
+            f"{statistics.median(far[key]) / 1e3:12.1f} {nbytes[key]:11,d} {w / base[c]:14.1f}"
+        )
         benchmark.extra_info[f"{t}/{c}/p50_us"] = statistics.median(rtt[key]) / 1e3
     pb = started[("http", "protobuf")]
     benchmark(pb.send, payloads["protobuf"], result.query)

@@ -192,22 +192,48 @@ def test_datasets_lists_bundled(capsys) -> None:
 def test_compare_rerankers_show_the_sort_share(tmp_path: Path, capsys) -> None:
     out = tmp_path / "rr.jsonl"
     code, stdout, err = cli(
-        capsys, "compare", *SYN, "--index", "flat", "--rerank", "numba,numpy,python",
-        "--k-candidates", "500", "--queries", "20", "--warmup", "2", "--out", str(out),
+        capsys,
+        "compare",
+        *SYN,
+        "--index",
+        "flat",
+        "--rerank",
+        "numba,numpy,python",
+        "--k-candidates",
+        "500",
+        "--queries",
+        "20",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
     )
     assert code == 0, err
     recs = {r["label"]: r for r in read(out)}
     assert set(recs) == {"flat/numba/kc=500", "flat/numpy/kc=500", "flat/python/kc=500"}
     for rec in recs.values():
-        assert rec["recall_at_k"] == 1.0  # every reranker returns the exact top k of exact candidates
+        assert (
+            rec["recall_at_k"] == 1.0
+        )  # every reranker returns the exact top k of exact candidates
         assert 0.0 < rec["summary"]["rerank"]["share"] < 1.0
 
 
 def test_k_candidates_sweep_raises_recall_after_rerank_for_lsh(tmp_path: Path, capsys) -> None:
     out = tmp_path / "kc.jsonl"
     code, stdout, err = cli(
-        capsys, "compare", *SYN, "--index", "lsh,minhash-lsh", "--k-candidates", "10,100,1000",
-        "--queries", "30", "--warmup", "1", "--out", str(out),
+        capsys,
+        "compare",
+        *SYN,
+        "--index",
+        "lsh,minhash-lsh",
+        "--k-candidates",
+        "10,100,1000",
+        "--queries",
+        "30",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
     )
     assert code == 0, err
     recall = {r["label"]: r["recall_at_k"] for r in read(out)}
