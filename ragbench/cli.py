@@ -350,16 +350,19 @@ def compare(
         for combo in combos:
             cfg = merge(base, {})
             parts = []
-            for (axis, _), value in zip(axes, combo, strict=True):
+            for (axis, values), value in zip(axes, combo, strict=True):
+                varies = len(values) > 1  # the label names only what differs between rows
                 if axis == "k_candidates":
                     cfg["run"]["k_candidates"] = value
-                    parts.append(f"kc={value}")
+                    if varies:
+                        parts.append(f"kc={value}")
                 else:
                     # build/search params belong to one backend: keep them only for the base's
                     if axis == "retrieve" and value != cfg["retrieve"]["backend"] and not config:
                         cfg["retrieve"]["build"], cfg["retrieve"]["search"] = {}, {}
                     cfg[axis]["backend"] = value
-                    parts.append(str(value))
+                    if varies:
+                        parts.append(str(value))
             label = "/".join(parts) if parts else None
             pipe = Pipeline(cfg, label=label)
             pipelines.append(pipe)
@@ -377,6 +380,7 @@ def compare(
         for p in pipelines:
             p.close()
     _write_records(out, reports)
+    _echo(_fixed_line(pipelines[0], {axis for axis, values in axes if len(values) > 1}))
     _echo(compare_table(reports))
     _echo(_setup_summary(reports))
     for r in reports:
@@ -384,6 +388,28 @@ def compare(
             _echo(f"{r.label}: STOPPED EARLY: {r.error}")
     if any(r.error for r in reports):
         raise SystemExit(1)
+
+
+def _fixed_line(pipe: Any, varying: set[str]) -> str:
+    """What every row of a comparison shares, so labels can name only what differs."""
+    info = dict(pipe._info)
+    cfg = pipe.config
+    fixed = {
+        "embed": info.get("embedder", cfg["embed"]["backend"]),
+        "retrieve": cfg["retrieve"]["backend"],
+        "rerank": cfg["rerank"]["backend"],
+        "serialize": cfg["serialize"]["backend"],
+        "transport": cfg["transport"]["backend"],
+        "generate": cfg["generate"]["backend"],
+        "k": cfg["run"]["k"],
+        "k_candidates": cfg["run"]["k_candidates"],
+        "threads": cfg["run"]["threads"],
+    }
+    if cfg["serialize"]["with_embeddings"]:
+        fixed["with_embeddings"] = True
+    return "same in every row: " + ", ".join(
+        f"{key}={value}" for key, value in fixed.items() if key not in varying
+    )
 
 
 def _setup_summary(reports: Sequence[Any]) -> str:
