@@ -280,6 +280,13 @@ def run(
 @click.option(
     "--out", type=click.Path(dir_okay=False), help="Append one JSON record per combination."
 )
+@click.option(
+    "--stat",
+    type=click.Choice(["mean", "p50", "p90", "p95", "p99", "max"]),
+    default="p50",
+    show_default=True,
+    help="Statistic shown for each stage.",
+)
 def compare(
     config: str | None,
     dataset: str | None,
@@ -299,6 +306,7 @@ def compare(
     threads: int | None,
     overrides: Sequence[str],
     out: str | None,
+    stat: str,
 ) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process."""
     from .config import merge, normalize
@@ -381,7 +389,7 @@ def compare(
             p.close()
     _write_records(out, reports)
     _echo(_fixed_line(pipelines[0], {axis for axis, values in axes if len(values) > 1}))
-    _echo(compare_table(reports))
+    _echo(compare_table(reports, stat=stat))
     _echo(_setup_summary(reports))
     for r in reports:
         if r.error:

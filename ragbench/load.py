@@ -115,7 +115,7 @@ def load_points(
     return out
 
 
-def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 140) -> str:
+def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
     from rich.table import Table
 
     from .report import _num, _render

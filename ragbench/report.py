@@ -239,10 +239,24 @@ class Report:
             raise DatasetError(f"malformed {SCHEMA} record: {exc!r}") from None
 
 
+STATS = ("mean", "p50", "p90", "p95", "p99", "max")
+
+
 def compare_table(
-    reports: Sequence[Report], *, width: int = 160, stages: Iterable[str] | None = None
+    reports: Sequence[Report],
+    *,
+    width: int = 400,
+    stages: Iterable[str] | None = None,
+    stat: str = "p50",
 ) -> str:
-    """One row per run: p50 of each stage, total p50/p99, recall, bytes; ratios to the fastest."""
+    """One row per run: ``stat`` of each stage, total p50/p99, recall, bytes; ratio to the fastest.
+
+    ``stat`` is one of ``mean``, ``p50``, ``p90``, ``p95``, ``p99``, ``max``.
+    """
+    if stat not in STATS:
+        from .errors import ConfigError
+
+        raise ConfigError(f"unknown statistic {stat!r}; use one of {', '.join(STATS)}")
     from rich.table import Table
 
     if not reports:
@@ -255,20 +269,26 @@ def compare_table(
     if stages is not None:
         names = [n for n in names if n in set(stages)]
     simulated = sorted({s for r in reports for s in r.simulated})
-    title = f"side by side, interleaved, p50 µs per stage — {reports[0].dataset.get('name', '?')}"
+    title = (
+        f"side by side, interleaved, {stat} µs per stage — {reports[0].dataset.get('name', '?')}"
+    )
     if simulated:
         title += f"  [SIMULATED: {', '.join(simulated)}]"
     t = Table(title=title, title_justify="left")
     t.add_column("run")
     for n in names:
         t.add_column(n + (" (sim)" if n == "generate" and simulated else ""), justify="right")
-    for col in ("total p50", "total p99", "× best", "recall@k", "bytes"):
+    wire = any(r.wire_bytes.size and r.wire_bytes.any() for r in reports)
+    for col in ("total p50", "total p99", "× best", "recall@k", "bytes") + (
+        ("wire B",) if wire else ()
+    ):
         t.add_column(col, justify="right")
     best = min((r.total().p50_ns for r in reports if r.requests), default=float("nan"))
     for r in reports:
         cells = []
         for n in names:
-            cells.append(_us(r.stage(n).p50_ns)[0] if n in r.stage_names else "—")
+            value = getattr(r.stage(n), f"{stat}_ns") if n in r.stage_names else None
+            cells.append(_us(value)[0] if value is not None else "—")
         tot = r.total()
         ratio = tot.p50_ns / best if best and r.requests else float("nan")
         label = r.label + (" [stopped early]" if r.error else "")
@@ -279,6 +299,11 @@ def compare_table(
             f"{ratio:.2f}",
             f"{r.mean_recall:.3f}",
             _num(float(np.median(r.payload_bytes)) if r.payload_bytes.size else float("nan")),
+            *(
+                (_num(float(np.median(r.wire_bytes))) if r.wire_bytes.size else "—",)
+                if wire
+                else ()
+            ),
         )
     return _render(t, width)
 
@@ -352,7 +377,7 @@ def _render(table: Any, width: int) -> str:
 
     buf = io.StringIO()
     Console(file=buf, width=width, force_terminal=False, color_system=None).print(table)
-    return buf.getvalue().rstrip("\n")
+    return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())
 
 
 def _event_text(ev: Mapping[str, Any]) -> str:

@@ -367,7 +367,7 @@ def _params_text(rec: Mapping[str, Any], build_keys: Iterable[str] | None = None
     return " ".join(parts)
 
 
-def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 160) -> str:
+def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
     from rich.table import Table
 
     from .report import _num, _render
@@ -416,7 +416,7 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 160) -> st
     return _render(t, width)
 
 
-def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 160) -> str:
+def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
     from rich.table import Table
 
     from .report import _num, _render

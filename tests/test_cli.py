@@ -247,3 +247,28 @@ def test_k_candidates_sweep_raises_recall_after_rerank_for_lsh(tmp_path: Path, c
         assert r10 <= r100 <= r1000, (index, r10, r100, r1000)
     assert recall["lsh/kc=1000"] > recall["lsh/kc=10"]
     assert recall["lsh/kc=1000"] > 0.9
+
+
+def test_compare_stat_option_and_wire_bytes_column(tmp_path: Path, capsys) -> None:
+    code, stdout, err = cli(
+        capsys,
+        "compare",
+        *SYN,
+        "--index",
+        "flat",
+        "--codec",
+        "json",
+        "--transport",
+        "inproc,http",
+        "--queries",
+        "10",
+        "--warmup",
+        "1",
+        "--stat",
+        "p99",
+    )
+    assert code == 0, err
+    assert "p99 µs per stage" in stdout and "wire B" in stdout
+    assert "inproc" in stdout and "http" in stdout
+    code, _, err = cli(capsys, "compare", *SYN, "--stat", "p42")
+    assert code == 2 and "p42" in err
