@@ -144,21 +144,21 @@ def datasets() -> None:
     from .report import _render
 
     t = Table(title="datasets", title_justify="left")
-    for col in ("name", "chunks", "queries", "source"):
+    for col in ("name", "size", "what", "source"):
         t.add_column(col)
     described = ds_mod.describe()
     for d in described:
         t.add_row(
             str(d.get("name")),
-            str(d.get("size", d.get("chunks", "—"))),
-            str(d.get("queries", "—")),
-            str(d.get("source", d.get("description", ""))),
+            str(d.get("size", "")),
+            str(d.get("description", "")),
+            str(d.get("source", "")),
         )
     known = {str(d.get("name")) for d in described}
     for name in ds_mod.names():
         if name not in known:
-            t.add_row(name, "—", "—", "cached")
-    _echo(_render(t, 120))
+            t.add_row(name, "", "loaded from a path before", "remembered in the ragbench cache")
+    _echo(_render(t, 160))
 
 
 def _base_config(config: str | None) -> dict[str, Any]:
