@@ -272,3 +272,49 @@ def test_compare_stat_option_and_wire_bytes_column(tmp_path: Path, capsys) -> No
     assert "inproc" in stdout and "http" in stdout
     code, _, err = cli(capsys, "compare", *SYN, "--stat", "p42")
     assert code == 2 and "p42" in err
+
+
+@pytest.mark.integration
+def test_stub_llm_command_serves_openai_streaming_on_loopback() -> None:
+    import http.client
+    import signal
+
+    exe = Path(sys.executable).with_name("ragbench")
+    with subprocess.Popen(
+        [str(exe), "stub-llm", "--port", "0", "--base-ms", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert "simulated" in line and "http://127.0.0.1:" in line, line
+            port = int(line.rsplit(":", 1)[1].split("/")[0])
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request(
+                "POST",
+                "/v1/chat/completions",
+                body=json.dumps(
+                    {
+                        "model": "x",
+                        "stream": True,
+                        "max_tokens": 2,
+                        "messages": [{"role": "user", "content": "hi"}],
+                    }
+                ),
+                headers={"Content-Type": "application/json"},
+            )
+            resp = conn.getresponse()
+            body = resp.read().decode()
+            conn.close()
+            assert resp.status == 200
+            assert resp.getheader("X-Ragbench-Stub") == "simulated"
+            assert body.rstrip().endswith("data: [DONE]")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

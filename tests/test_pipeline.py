@@ -151,3 +151,36 @@ def test_far_side_dying_mid_run_stops_with_a_record_and_keeps_finished_requests(
     (rec,) = read_records(out)
     assert rec["error"] == report.error and rec["requests"] == 5
     assert "STOPPED EARLY" in report.table()
+
+
+@pytest.mark.integration
+def test_stub_llm_generate_stage_is_timed_and_labelled_simulated() -> None:
+    report = run(
+        config(generate={"backend": "stub", "base_ms": 1.0, "prefill_ms_per_1k_tokens": 0.0}),
+        queries=5,
+        warmup=1,
+    )
+    assert report.simulated == ["generate=stub"]
+    assert "SIMULATED" in report.table() and "generate (simulated)" in report.table()
+    (rec,) = report.to_records()
+    assert rec["simulated"] == ["generate=stub"]
+    # a modelled 1 ms before the first token is a floor on the generate stage
+    assert (report.samples_ns[:, report.stage_names.index("generate")] >= 1_000_000).all()
+
+
+@pytest.mark.integration
+def test_openai_generator_against_a_real_streaming_server() -> None:
+    from ragbench.generators.stub_server import serve
+
+    server, port = serve("127.0.0.1", 0, base_ms=0.0, prefill_ms_per_1k_tokens=0.0)
+    try:
+        report = run(
+            config(generate={"backend": "openai", "base_url": f"http://127.0.0.1:{port}/v1"}),
+            queries=5,
+            warmup=1,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert report.simulated == []  # the openai backend measures whatever it talks to
+    assert report.requests == 5 and report.error is None
