@@ -119,6 +119,8 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
                     f"unknown key {bad[0]!r} in [{table}]; valid keys: {', '.join(sorted(own))}"
                 )
         merged = dict(defaults)
+        if table == "dataset" and "path" in given:
+            merged.pop("name", None)  # a path replaces the default dataset name
         merged.update(copy.deepcopy(dict(given)))
         cfg[table] = merged
     for (table, key), low in _INT_KEYS.items():
@@ -127,7 +129,10 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"[{table}] {key} must be an integer >= {low}, got {value!r}")
     run = cfg["run"]
     if run["k_candidates"] < run["k"]:
-        raise ConfigError(f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']})")
+        raise ConfigError(
+            f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']}); "
+            "raise k_candidates (--k-candidates)"
+        )
     threads = run["threads"]
     if threads is not None and (
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1

@@ -318,3 +318,42 @@ def test_stub_llm_command_serves_openai_streaming_on_loopback() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def test_compare_on_a_users_own_jsonl_corpus(tmp_path: Path, capsys) -> None:
+    words = "index vector query token latency payload chunk embedding server cache".split()
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": " ".join(words[(i + j) % 10] for j in range(12))})
+            + "\n"
+            for i in range(300)
+        )
+    )
+    (tmp_path / "queries.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "text": f"{words[i % 10]} {words[(i + 3) % 10]}"}) + "\n"
+            for i in range(20)
+        )
+    )
+    out = tmp_path / "r.jsonl"
+    code, stdout, err = cli(
+        capsys,
+        "compare",
+        "--dataset",
+        str(corpus),
+        "--embed",
+        "hashing",
+        "--index",
+        "flat,hnsw",
+        "--queries",
+        "20",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    recs = read(out)
+    assert [r["dataset"]["n"] for r in recs] == [300, 300]
+    assert recs[0]["recall_at_k"] == 1.0

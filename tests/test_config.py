@@ -69,3 +69,11 @@ def test_merge_is_deep_and_does_not_mutate() -> None:
     out = merge(base, {"run": {"k": 3}})
     assert out == {"run": {"k": 3, "queries": 5}}
     assert base == {"run": {"k": 10, "queries": 5}}
+
+
+def test_a_dataset_path_replaces_the_default_name_and_survives_renormalizing() -> None:
+    cfg = load_config({"dataset": {"path": "/data/x.fvecs"}})
+    assert cfg["dataset"] == {"path": "/data/x.fvecs"}
+    assert load_config(cfg)["dataset"] == {"path": "/data/x.fvecs"}
+    with pytest.raises(ConfigError, match="either name or path"):
+        load_config({"dataset": {"path": "/data/x.fvecs", "name": "pydocs"}})
