@@ -321,7 +321,18 @@ def test_stub_llm_command_serves_openai_streaming_on_loopback() -> None:
 
 
 def test_compare_on_a_users_own_jsonl_corpus(tmp_path: Path, capsys) -> None:
-    words = "index vector query token latency payload chunk embedding server cache".split()
+    words = [
+        "index",
+        "vector",
+        "query",
+        "token",
+        "latency",
+        "payload",
+        "chunk",
+        "embedding",
+        "server",
+        "cache",
+    ]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(
         "".join(
