@@ -170,6 +170,25 @@ def _base_config(config: str | None) -> dict[str, Any]:
     return cfg
 
 
+def record_writer(
+    out: str | None, records: list[dict[str, Any]]
+) -> Callable[[dict[str, Any]], None]:
+    """A callback that stamps each record with the environment, keeps it in
+    ``records`` and appends it to ``out`` at once (so an interrupted run keeps it)."""
+    from .env import environment
+    from .report import append_record
+
+    env = environment()
+
+    def write(rec: dict[str, Any]) -> None:
+        rec["env"] = env
+        records.append(rec)
+        if out is not None:
+            append_record(out, rec)
+
+    return write
+
+
 def _write_records(out: str | None, reports: Sequence[Any]) -> None:
     if out is None:
         return

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .cli import _dataset_table, _echo, _progress, _set_overrides, _split
+from .cli import _dataset_table, _echo, _progress, _set_overrides, _split, record_writer
 
 __all__ = ["load"]
 
@@ -49,11 +49,9 @@ def load(
 ) -> None:
     """Offer increasing request rates (open loop) and report response time per rate."""
     from .config import load_config, merge
-    from .env import environment
     from .errors import ConfigError
     from .load import load_points, load_table
     from .pipeline import Pipeline
-    from .report import append_record
 
     rates: list[float] = []
     for item in _split(qps, "--qps"):
@@ -69,14 +67,8 @@ def load(
     if dataset is not None:
         cfg["dataset"] = _dataset_table(dataset)
     cfg = merge(cfg, _set_overrides(overrides))
-    env = environment()
     records: list[dict[str, Any]] = []
-
-    def write(rec: dict[str, Any]) -> None:
-        rec["env"] = env
-        records.append(rec)
-        if out is not None:
-            append_record(out, rec)
+    write = record_writer(out, records)
 
     with Pipeline.from_config(cfg) as pipe:
         pipe.setup()

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .cli import _dataset_table, _echo, _parse_count, _parse_value, _progress, _split
+from .cli import _dataset_table, _echo, _parse_count, _parse_value, _progress, _split, record_writer
 
 __all__ = ["scale", "sweep"]
 
@@ -33,20 +33,6 @@ def _load(
         path = table.pop("path")
         return datasets.load(path, **table)
     return datasets.load(table.pop("name"), **table)
-
-
-def _append(out: str | None):  # type: ignore[no-untyped-def]
-    from .env import environment
-    from .report import append_record
-
-    env = environment()
-
-    def write(rec: dict[str, Any]) -> None:
-        rec["env"] = env
-        if out is not None:
-            append_record(out, rec)
-
-    return write
 
 
 def _check_params(
@@ -141,9 +127,9 @@ def sweep(
     data = SweepData.from_dataset(ds, k=k, n_queries=queries, embedder=embed)
     dim_ = int(data.vectors.shape[1])
     _check_params(names, dim_, data.metric, build_grid, query_grid)
-    write = _append(out)
     total = count_points(names, dim_, data.metric, build_grid, query_grid)
     records: list[dict[str, Any]] = []
+    write = record_writer(out, records)
     try:
         with _progress(total, "sweep points") as advance:
             sweep_points(
@@ -152,7 +138,7 @@ def sweep(
                 k=k,
                 build_grid=build_grid,
                 query_grid=query_grid,
-                on_point=_collect(write, records),
+                on_point=write,
                 progress=advance,
             )
     except KeyboardInterrupt:
@@ -237,8 +223,8 @@ def scale(
                 f"expected INDEX.NAME=VALUE, got {pair!r}", param_hint="--build"
             )
         build.setdefault(idx, {})[pname] = _parse_value(value)
-    write = _append(out)
     records: list[dict[str, Any]] = []
+    write = record_writer(out, records)
 
     def make(n: int):  # type: ignore[no-untyped-def]
         return lambda: SweepData.from_dataset(
@@ -252,7 +238,7 @@ def scale(
             k=k,
             target=target,
             build=build,
-            on_point=_collect(write, records),
+            on_point=write,
             progress=advance,
         )
     _echo(render_sweep_records(records))
@@ -261,11 +247,3 @@ def scale(
 
         plot_sweep_records(records, plot)
         _echo(f"wrote {plot}")
-
-
-def _collect(write: Any, records: list[dict[str, Any]]) -> Any:
-    def on_point(rec: dict[str, Any]) -> None:
-        write(rec)
-        records.append(rec)
-
-    return on_point

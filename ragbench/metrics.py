@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["exact_scores", "recall_at_k"]
+__all__ = ["exact_scores", "recall_at_k", "rerank_metric"]
+
+
+def rerank_metric(index_metric: str) -> str:
+    """The metric exact re-scoring uses for an index's metric (``jaccard`` text indexes → ``ip``)."""
+    return index_metric if index_metric in ("ip", "cosine", "l2") else "ip"
 
 
 def exact_scores(

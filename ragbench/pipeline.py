@@ -31,6 +31,7 @@ import numpy as np
 from . import codecs, embedders, generators, indexes, rerankers, threads, transports
 from .config import backend_params, load_config
 from .errors import ConfigError, GeneratorError, NotBuiltError, RagbenchError, TransportError
+from .metrics import rerank_metric
 from .timing import run_stages
 from .types import Hit, RetrievalResult
 
@@ -224,9 +225,7 @@ class SerializeStage:
         self._encode = codec.encode
         self._ids = dataset.corpus.ids
         self._texts = dataset.corpus.texts
-        empty: dict[str, str] = {}
         self._meta = dataset.corpus.metadata if with_metadata else None
-        self._empty = empty
         self._vectors = vectors if with_embeddings else None
 
     def __call__(self, ctx: RequestContext) -> None:
@@ -423,12 +422,7 @@ class Pipeline:
             "index", r["backend"], metric, r["build"], ds.content_hash, emb_name, emb_params
         )
         if ikey not in shared:
-            factory = indexes.registry.factory(r["backend"])
-            texts_kind = getattr(factory, "input_kind", "vectors") == "texts"
-            if texts_kind:
-                index = indexes.create(r["backend"], **r["build"])
-            else:
-                index = indexes.create(r["backend"], dim=dim, metric=metric, **r["build"])
+            index = indexes.create_for(r["backend"], dim=dim, metric=metric, **r["build"])
             data = ds.corpus.texts if index.input_kind == "texts" else corpus_vectors
             self._timed("index_build", lambda: index.build(data))
             shared[ikey] = index
@@ -456,7 +450,7 @@ class Pipeline:
             rerank_stage: Callable[[RequestContext], None] = TruncateStage(k, self._cache)
         else:
             reranker = rerankers.create(
-                rr_name, metric=_rerank_metric(metric), **backend_params(cfg, "rerank")
+                rr_name, metric=rerank_metric(metric), **backend_params(cfg, "rerank")
             )
             self.setup_ns["jit_compile"] = reranker.warmup(dim)
             rerank_stage = RerankStage(reranker, corpus_vectors, k, self._cache)
@@ -672,10 +666,6 @@ class Pipeline:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _rerank_metric(metric: str) -> str:
-    return metric if metric in ("ip", "cosine", "l2") else "ip"
 
 
 def _info(index: Any) -> dict[str, Any]:

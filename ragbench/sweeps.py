@@ -29,7 +29,7 @@ import numpy as np
 
 from . import indexes, threads
 from .errors import ConfigError
-from .metrics import recall_at_k
+from .metrics import recall_at_k, rerank_metric
 
 __all__ = ["SweepData", "pareto", "scale_points", "sweep_points"]
 
@@ -90,19 +90,8 @@ class SweepData:
 
 def _factory_defaults(name: str, dim: int, metric: str) -> tuple[set[str], set[str]]:
     """(build param names, query param names) an index accepts."""
-    factory = indexes.registry.factory(name)
-    if getattr(factory, "input_kind", "vectors") == "texts":
-        probe = indexes.create(name)
-    else:
-        probe = indexes.create(name, dim=dim, metric=metric)
+    probe = indexes.create_for(name, dim=dim, metric=metric)
     return set(probe.build_params), set(probe.query_params)
-
-
-def _create(name: str, dim: int, metric: str, build: Mapping[str, Any]) -> Any:
-    factory = indexes.registry.factory(name)
-    if getattr(factory, "input_kind", "vectors") == "texts":
-        return indexes.create(name, **build)
-    return indexes.create(name, dim=dim, metric=metric, **build)
 
 
 def measure(
@@ -185,7 +174,7 @@ def sweep_points(
         q_axes = [(p, list(v)) for p, v in query_grid.items() if p in query_names or p == "rescore"]
         for b_combo in itertools.product(*[v for _, v in b_axes]):
             build = dict(zip([p for p, _ in b_axes], b_combo, strict=True))
-            index = _create(name, dim, data.metric, build)
+            index = indexes.create_for(name, dim=dim, metric=data.metric, **build)
             t0 = perf_counter_ns()
             index.build(data.texts if index.input_kind == "texts" else data.vectors)
             build_s = (perf_counter_ns() - t0) / 1e9
@@ -194,7 +183,7 @@ def sweep_points(
                 params = dict(zip([p for p, _ in q_axes], q_combo, strict=True))
                 rescore = params.pop("rescore", None)
                 if rescore is not None and reranker is None:
-                    reranker = rerankers.create("numba", metric=_rr_metric(data.metric))
+                    reranker = rerankers.create("numba", metric=rerank_metric(data.metric))
                     reranker.warmup(dim)
                 point = measure(index, data, k, params, rescore=rescore, reranker=reranker)
                 rec = {
@@ -218,10 +207,6 @@ def sweep_points(
                 if progress is not None:
                     progress(1)
     return out
-
-
-def _rr_metric(metric: str) -> str:
-    return metric if metric in ("ip", "cosine", "l2") else "ip"
 
 
 def count_points(
@@ -304,10 +289,10 @@ def scale_points(
         data = make()
         dim = int(data.vectors.shape[1])
         if reranker is None:
-            reranker = rerankers.create("numba", metric=_rr_metric(data.metric))
+            reranker = rerankers.create("numba", metric=rerank_metric(data.metric))
             reranker.warmup(dim)
         for name in index_names:
-            index = _create(name, dim, data.metric, build.get(name, {}))
+            index = indexes.create_for(name, dim=dim, metric=data.metric, **build.get(name, {}))
             t0 = perf_counter_ns()
             index.build(data.texts if index.input_kind == "texts" else data.vectors)
             build_s = (perf_counter_ns() - t0) / 1e9

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-__all__ = ["Index", "create", "load", "names", "register", "registry"]
+__all__ = ["Index", "create", "create_for", "load", "names", "register", "registry"]
 
 
 @runtime_checkable
@@ -53,6 +53,14 @@ registry: Registry[Index] = Registry(
 create = registry.create
 names = registry.names
 register = registry.register
+
+
+def create_for(name: str, *, dim: int, metric: str, **build_params: Any) -> Index:
+    """Create ``name`` for the input it indexes: vector indexes get ``dim`` and
+    ``metric``; text indexes (``input_kind == "texts"``) take neither."""
+    if getattr(registry.factory(name), "input_kind", "vectors") == "texts":
+        return create(name, **build_params)
+    return create(name, dim=dim, metric=metric, **build_params)
 
 
 def load(path: str | PathLike[str]) -> Index:
