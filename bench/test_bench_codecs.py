@@ -307,3 +307,82 @@ def test_e2e_benchmark(benchmark, name: str) -> None:
     codec = rb.codecs.create(name)
     result = make_result(10, False)
     assert benchmark(lambda: codec.decode(codec.encode(result))) == result
+
+
+def test_protobuf_lower_bound(benchmark) -> None:
+    """What protobuf's Python API alone costs for the 10-hit payload, next to msgspec-json.
+
+    The protobuf codec's work split into the library steps it cannot avoid,
+    each done the cheapest way measured (see protos/ragbench/v1/retrieval.proto):
+    ``build`` (message objects from the hits: one ``hits.add(...)`` per hit,
+    map entries set one by one), ``serialize`` (the wire step on the built
+    message), ``parse`` (``FromString``), ``read`` (every field back into
+    plain Python values, the map through a comprehension) and ``objects``
+    (the ``Hit``/``RetrievalResult`` objects from those values, the way every
+    ragbench decoder makes them, without ``__post_init__``) — all but the
+    codec's own checks. Their sum is a lower bound for any protobuf codec
+    over this schema on this runtime; it is printed against msgspec-json end
+    to end and the 1.3x allowance.
+    """
+    from ragbench.codecs._common import new_hit, new_result
+    from ragbench.codecs._pb import retrieval_pb2 as pb
+
+    result = make_result(10, False)
+    message_type = pb.RetrievalResult
+    payload = rb.codecs.create("protobuf").encode(result)
+    parsed = message_type.FromString(payload)
+    built = message_type()
+
+    def build():
+        m = message_type(query_id=result.query_id, query=result.query)
+        add = m.hits.add
+        for h in result.hits:
+            hit = add(doc_id=h.doc_id, score=h.score, text=h.text)
+            entries = hit.metadata
+            for key, value in h.metadata.items():
+                entries[key] = value
+        return m
+
+    def read():
+        out = []
+        for h in parsed.hits:
+            entries = h.metadata
+            out.append((h.doc_id, h.score, h.text, {k: entries[k] for k in entries}))
+        return parsed.query_id, parsed.query, out
+
+    values = read()
+
+    def objects():
+        query_id, query, hits = values
+        return new_result(query_id, query, [new_hit(*h, None) for h in hits])
+
+    built = build()
+    # The steps do the codec's job: same bytes out, same result back.
+    assert built.SerializeToString() == payload
+    assert objects() == result
+    codec = rb.codecs.create("msgspec-json")
+    pb_codec = rb.codecs.create("protobuf")
+    t = interleaved(
+        {
+            "build": build,
+            "serialize": built.SerializeToString,
+            "parse": lambda: message_type.FromString(payload),
+            "read": read,
+            "objects": objects,
+            "protobuf e2e": lambda: pb_codec.decode(pb_codec.encode(result)),
+            "msgspec-json e2e": lambda: codec.decode(codec.encode(result)),
+        }
+    )
+    bound = t["build"] + t["serialize"] + t["parse"] + t["read"] + t["objects"]
+    best = t["msgspec-json e2e"]
+    benchmark.extra_info.update(t)
+    benchmark.extra_info.update(lower_bound=bound, lower_bound_over_best_json=bound / best)
+    print(
+        "\nprotobuf lower bound, 10 hits x 3 metadata entries, no embeddings (µs, interleaved "
+        "medians): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in t.items())
+        + f"\n  build + serialize + parse + read + objects = {bound:.1f} µs = {bound / best:.2f}x "
+        f"msgspec-json end to end (allowance 1.3x = {1.3 * best:.1f} µs); "
+        f"the codec itself: {t['protobuf e2e'] / best:.2f}x"
+    )
+    benchmark.pedantic(read, rounds=200, iterations=1)
