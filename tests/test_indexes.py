@@ -625,3 +625,17 @@ def test_hnsw_payload_structure_is_checked(built, tmp_path) -> None:
     write_index_file(tmp_path / "short.rbi", header, bytes(payload[:-8]))
     with pytest.raises(IndexFileError):
         rb.indexes.load(tmp_path / "short.rbi")
+
+
+def test_batch_is_finite() -> None:
+    from ragbench.indexes._common import batch_is_finite
+
+    q = QUERIES[:5].copy()
+    assert batch_is_finite(q)
+    assert batch_is_finite(np.full((2, DIM), 3e38, np.float32))  # huge but finite
+    assert not batch_is_finite(np.empty((0, DIM), np.float32))  # empty: the slow path decides
+    for bad in (np.nan, np.inf, -np.inf):
+        q = QUERIES[:5].copy()
+        q[3, 17] = bad
+        assert not batch_is_finite(q)
+        assert not batch_is_finite(q[1::2])  # a strided view holding row 3

@@ -25,6 +25,7 @@ __all__ = [
     "F32",
     "I64",
     "VectorIndex",
+    "batch_is_finite",
     "bool_param",
     "fix_padding",
     "int_param",
@@ -33,6 +34,25 @@ __all__ = [
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
 INF = math.inf
+
+_max_reduce = np.maximum.reduce
+_min_reduce = np.minimum.reduce
+
+
+def batch_is_finite(q: np.ndarray) -> bool:
+    """Whether a non-empty float32 query batch holds no NaN or +-inf (False when empty).
+
+    A max and a min pass (numpy's own SIMD loops, one thread; both propagate
+    NaN). Not ``vdot(q, q)`` as for a single row: on a batch that is a
+    threaded BLAS call, and OpenBLAS's worker then spins on the other core
+    while the index library's search threads want it (measured: +2.0 % on a
+    500-query hnswlib batch of ~30 ms on 2 cores, vs -0.3 % for a numpy
+    reduction).
+    """
+    if not q.size:
+        return False
+    return float(_min_reduce(q, axis=None)) > -INF and float(_max_reduce(q, axis=None)) < INF
+
 
 # Compiled query params are cached for the last params dict only: callers sweep
 # one setting at a time and reuse it for thousands of calls.
@@ -285,10 +305,11 @@ class VectorIndex(BaseIndex):
     def _slow_queries(self, queries: Any) -> np.ndarray:
         """Full validation of queries, used when the inline fast check fails.
 
-        The fast check is ``0 < vdot(q, q) < inf`` on a float32 C-contiguous
-        ``(nq, dim)`` array. It fails for all-zero queries and when finite
-        values overflow the float32 sum of squares (|x| > ~1e19), so this
-        path re-checks element by element before raising.
+        The fast checks are ``0 < vdot(q, q) < inf`` for one float32 row (it
+        fails for an all-zero query and when finite values overflow the
+        float32 sum of squares, |x| > ~1e19) and :func:`batch_is_finite` for a
+        batch (it fails for an empty one), so this path re-checks element by
+        element before raising.
         """
         q = as_matrix(queries, name="queries", dim=self.dim, check_finite=False)
         if q.size and not np.isfinite(q).all():

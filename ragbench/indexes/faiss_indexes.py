@@ -33,7 +33,16 @@ import numpy as np
 from .._validate import check_k
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
-from ._common import F32, I64, INF, VectorIndex, bool_param, fix_padding, int_param
+from ._common import (
+    F32,
+    I64,
+    INF,
+    VectorIndex,
+    batch_is_finite,
+    bool_param,
+    fix_padding,
+    int_param,
+)
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
 
@@ -205,8 +214,8 @@ class _FaissIndex(VectorIndex):
     def _queries(self, q: Any) -> np.ndarray:
         """Checked queries for anything but one float32 ``(1, dim)`` row (batches, other types).
 
-        A float32 C-contiguous ``(nq, dim)`` batch passes on one sum-of-squares
-        pass; a cosine batch needs its per-row zero-norm check, and every
+        A float32 C-contiguous ``(nq, dim)`` batch passes on a min and a max pass
+        (:func:`batch_is_finite`); a cosine batch needs its per-row zero-norm check, and every
         other input the full check of :meth:`_slow_queries`.
         """
         if (
@@ -216,7 +225,7 @@ class _FaissIndex(VectorIndex):
             and q.shape[1] == self.dim
             and q.flags.c_contiguous
             and not self._cosine
-            and 0.0 < float(_vdot(q, q)) < INF
+            and batch_is_finite(q)
         ):
             return q
         return self._slow_queries(q)

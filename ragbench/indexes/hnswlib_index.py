@@ -43,7 +43,7 @@ import numpy as np
 from .._validate import check_k
 from ..errors import IndexFileError
 from ..threads import get_threads
-from ._common import F32, I64, INF, VectorIndex, int_param
+from ._common import F32, I64, INF, VectorIndex, batch_is_finite, int_param
 
 __all__ = ["HnswIndex"]
 
@@ -324,8 +324,8 @@ class HnswIndex(VectorIndex):
     def _queries(self, q: Any) -> np.ndarray:
         """Checked queries for anything but one float32 ``(1, dim)`` row (batches, other types).
 
-        A float32 ``(nq, dim)`` batch passes on one sum-of-squares pass; a
-        cosine batch needs its per-row zero-norm check, and every other input
+        A float32 ``(nq, dim)`` batch passes on a min and a max pass
+        (:func:`batch_is_finite`); a cosine batch needs its per-row zero-norm check, and every other input
         the full check of :meth:`_slow_queries`.
         """
         if (
@@ -335,7 +335,7 @@ class HnswIndex(VectorIndex):
             and q.shape[1] == self.dim
             # (no contiguity check: hnswlib reads any strides)
             and not self._cosine
-            and 0.0 < float(_vdot(q, q)) < INF
+            and batch_is_finite(q)
         ):
             return q
         return self._slow_queries(q)
