@@ -424,7 +424,16 @@ class Pipeline:
         if ikey not in shared:
             index = indexes.create_for(r["backend"], dim=dim, metric=metric, **r["build"])
             data = ds.corpus.texts if index.input_kind == "texts" else corpus_vectors
-            self._timed("index_build", lambda: index.build(data))
+            t0 = perf_counter_ns()
+            index.build(data)
+            wall = perf_counter_ns() - t0
+            # The library's build; what build() prepares after it (hnsw: its
+            # compiled score conversion) is compilation, reported as such.
+            own = getattr(index, "build_seconds", None)
+            built = wall if own is None else int(own * 1e9)
+            built = min(built, wall)
+            self.setup_ns["index_build"] = self.setup_ns.get("index_build", 0) + built
+            self.setup_ns["jit_compile"] = self.setup_ns.get("jit_compile", 0) + wall - built
             shared[ikey] = index
         index = shared[ikey]
         self._index = index
@@ -452,7 +461,9 @@ class Pipeline:
             reranker = rerankers.create(
                 rr_name, metric=rerank_metric(metric), **backend_params(cfg, "rerank")
             )
-            self.setup_ns["jit_compile"] = reranker.warmup(dim)
+            self.setup_ns["jit_compile"] = self.setup_ns.get("jit_compile", 0) + reranker.warmup(
+                dim
+            )
             rerank_stage = RerankStage(reranker, corpus_vectors, k, self._cache)
 
         # serialize / transport (deserialize + prompt on the far side) / generate

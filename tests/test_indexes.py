@@ -639,3 +639,102 @@ def test_batch_is_finite() -> None:
         q[3, 17] = bad
         assert not batch_is_finite(q)
         assert not batch_is_finite(q[1::2])  # a strided view holding row 3
+
+
+@pytest.mark.parametrize(
+    ("name", "metric"),
+    [
+        (name, metric)
+        for name in ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh")
+        for metric in ("ip", "cosine", "l2")
+        if (name, metric) != ("lsh", "l2")  # lsh has no l2 (its own test)
+    ],
+)
+def test_single_query_non_finite(name: str, metric: str) -> None:
+    """One float32 (1, dim) row, the fast path of every backend: NaN/inf raise,
+    huge-but-finite and (ip/l2) zero rows are answered. hnsw checks ip/l2 rows
+    on hnswlib's answer rather than before the search: same outcome."""
+    index = rb.indexes.create(name, dim=DIM, metric=metric)
+    index.build(VECTORS[:500])
+    kw = {"ef": 64} if "ef" in index.query_params else {}
+    for col in (0, 17, DIM - 1):
+        for bad in (np.nan, np.inf, -np.inf):
+            q = QUERIES[:1].copy()
+            q[0, col] = bad
+            with pytest.raises(NonFiniteError, match="NaN or inf"):
+                index.search(q, 5, **kw)
+    # The same index still answers normally afterwards.
+    ids, scores = index.search(QUERIES[:1], 5, **kw)
+    assert ids.shape == (1, 5) and (ids >= 0).all() and np.isfinite(scores).all()
+    # |x| ~ 1e20 is finite: answered whatever the scores overflow to.
+    huge_ids, _ = index.search(QUERIES[:1] * np.float32(1e20), 5, **kw)
+    assert huge_ids.shape == (1, 5)
+    zero = np.zeros((1, DIM), np.float32)
+    if metric == "cosine":
+        with pytest.raises(InputError, match="zero norm"):
+            index.search(zero, 5, **kw)
+    else:
+        assert index.search(zero, 5, **kw)[0].shape == (1, 5)
+
+
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+def test_hnsw_repeat_fast_path(metric: str) -> None:
+    """Repeated single queries (same k and ef) take hnsw's repeat fast path:
+    identical answers to the checked path, scores exactly hnswlib's distances
+    converted, and any ef change in between (single or batch) is honoured."""
+    index = rb.indexes.create("hnsw", dim=DIM, metric=metric)
+    index.build(VECTORS)
+    lib = index._index
+    first = [index.search(QUERIES[i : i + 1], 10, ef=32) for i in range(5)]
+    assert index._fast is not None  # recorded by the checked path
+    again = [index.search(QUERIES[i : i + 1], 10, ef=32) for i in range(5)]
+    for (ids1, s1), (ids2, s2) in zip(first, again):
+        assert ids2.dtype == np.int64 and s2.dtype == np.float32
+        assert np.array_equal(ids1, ids2) and np.array_equal(s1, s2)
+    labels, dist = lib.knn_query(QUERIES[:1], 10)
+    want = np.float32(1) - dist if metric == "ip" else -dist
+    assert np.array_equal(again[0][1], want)
+    assert np.array_equal(again[0][0], labels.astype(np.int64))
+    # ef follows every call, whichever path it takes.
+    index.search(QUERIES[:1], 10, ef=200)
+    assert lib.ef == 200
+    index.search(QUERIES[:1], 10, ef=32)
+    assert lib.ef == 32
+    index.search(QUERIES[:4], 10, ef=100)  # a batch with another ef
+    assert lib.ef == 100
+    ids, _ = index.search(QUERIES[:1], 10, ef=32)
+    assert lib.ef == 32 and np.array_equal(ids, first[0][0])
+    # k larger than ef: hnswlib needs ef >= k.
+    ids, _ = index.search(QUERIES[:1], 50, ef=32)
+    assert ids.shape == (1, 50) and lib.ef == 50
+    # Bad input still fails on the fast path, and leaves it usable.
+    for bad in (np.nan, np.inf):
+        q = QUERIES[:1].copy()
+        q[0, 3] = bad
+        with pytest.raises(NonFiniteError):
+            index.search(q, 50, ef=32)
+    assert np.array_equal(index.search(QUERIES[:1], 50, ef=32)[0], ids)
+    with pytest.raises(ConfigError, match="unknown"):
+        index.search(QUERIES[:1], 50, ef=32, nprobe=3)
+
+
+def test_hnsw_cosine_has_no_repeat_fast_path() -> None:
+    index = rb.indexes.create("hnsw", dim=DIM, metric="cosine")
+    index.build(VECTORS[:300])
+    index.search(QUERIES[:1], 5)
+    index.search(QUERIES[:1], 5)
+    assert index._fast is None
+    with pytest.raises(InputError, match="zero norm"):
+        index.search(np.zeros((1, DIM), np.float32), 5)
+
+
+def test_hnsw_loaded_index_takes_the_fast_path(tmp_path) -> None:
+    index = rb.indexes.create("hnsw", dim=DIM, metric="ip")
+    index.build(VECTORS[:500])
+    index.save(tmp_path / "h.rbidx")
+    loaded = rb.indexes.load(tmp_path / "h.rbidx")
+    want = index.search(QUERIES[:1], 7)
+    for _ in range(2):
+        got = loaded.search(QUERIES[:1], 7)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert loaded._fast is not None

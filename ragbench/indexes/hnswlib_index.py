@@ -24,6 +24,14 @@ ragbench then searches the failing batch row by row, finds the largest
 ``k' < k`` hnswlib can return for that row (binary search over ``k'``), and
 pads the rest with ``-1`` ids and ``-inf`` scores.
 
+NaN/inf queries raise :class:`~ragbench.errors.NonFiniteError` like
+everywhere else. For a single ``ip``/``l2`` query the check is made on
+hnswlib's answer: a NaN or inf component makes every distance NaN or inf, so
+a finite best distance proves the query finite (cheaper, on caches the graph
+walk leaves cold, than a pass over the query); anything else gets the exact
+element check before the error. Batches and ``cosine`` queries (whose zero
+vector hnswlib answers with finite distances) are checked before the search.
+
 Threads: builds and batch searches use ``ragbench.threads.get_threads()``;
 a single query runs on the calling thread (hnswlib does not spawn threads
 for so few rows).
@@ -191,8 +199,10 @@ class HnswIndex(VectorIndex):
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
         self._index: Any = None
-        # (knn_query, (1, dim), ntotal) once built: the fast path reads one attribute.
-        self._state: tuple[Any, tuple[int, int], int] | None = None
+        # (knn_query, (1, dim), ntotal, check_after) once built: the fast path
+        # reads one attribute. check_after: a single query's NaN/inf check is
+        # made on hnswlib's answer (ip, l2) rather than on the query (cosine).
+        self._state: tuple[Any, tuple[int, int], int, bool] | None = None
         self._set_ef: Any = None
         self._ef = -1
         self._similarity = metric != "l2"
@@ -201,6 +211,14 @@ class HnswIndex(VectorIndex):
         self._last_ef: tuple[Any, Any] = (_UNSET, None)
         # (k, float32 ones (1, k)): the operand for single-query score conversion.
         self._ones: tuple[int, np.ndarray] = (0, _ONE)
+        # ip/l2: compiled in-place distance-to-score conversion of one row
+        # (ragbench.indexes._scores), loaded after build/load, outside the
+        # build time; None for cosine (its query is checked before the search).
+        self._to_scores: Any = None
+        # The repeat fast path: (knn_query, (1, dim), k, ef, to_scores) of the
+        # last single-query call that took the checked path successfully, for
+        # the very same k and ef objects; None until then and whenever ef changes.
+        self._fast: tuple[Any, tuple[int, int], Any, Any, Any] | None = None
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
@@ -234,13 +252,22 @@ class HnswIndex(VectorIndex):
             self._set_index(index)
 
         self._timed_build(run)
+        self._load_to_scores()
+
+    def _load_to_scores(self) -> None:
+        """Load the compiled score conversion (numba, on-disk cache) for ip/l2 indexes."""
+        if not self._cosine and _RETYPE_IN_PLACE:
+            from ._scores import entry_point
+
+            self._to_scores = entry_point(self.metric)
 
     def _set_index(self, index: Any) -> None:
         self._index = index
         self._set_ef = index.set_ef
         self._ef = -1
+        self._fast = None
         self._n = int(index.get_current_count())
-        self._state = (index.knn_query, (1, self.dim), self._n)
+        self._state = (index.knn_query, (1, self.dim), self._n, not self._cosine)
 
     def search(
         self, queries: Any, k: int, ef: Any = _UNSET, **params: Any
@@ -260,6 +287,42 @@ class HnswIndex(VectorIndex):
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
         """
+        # The repeat fast path: one float32 (1, dim) ip/l2 query with the same
+        # k and ef objects as the last checked single query (ints are
+        # immutable: the same object is the same, already validated value,
+        # and that ef is the one set on hnswlib). After a walk through a large
+        # graph everything this code touches is cold in cache and TLB, so it
+        # touches as little as the contract allows: one tuple, the query's
+        # type, dtype and shape, hnswlib's call, one compiled conversion that
+        # also returns the best score for the NaN/inf check (see the module
+        # docstring), and the ids' dtype.
+        fast = self._fast
+        if (
+            fast is not None
+            and k is fast[2]
+            and ef is fast[3]
+            and not params
+            and type(queries) is _ndarray
+            and queries.dtype is F32
+            and queries.shape == fast[1]
+        ):
+            try:
+                labels, dist = fast[0](queries, k)
+            except RuntimeError:
+                pass  # fewer than k reachable: the checked path pads
+            else:
+                best = fast[4](dist)
+                if not -INF < best < INF:
+                    self._slow_queries(queries)  # raises for NaN/inf; overflow is an answer
+                labels.dtype = I64
+                return labels, dist
+        return self._search(queries, k, ef, params)
+
+    def _search(
+        self, queries: Any, k: Any, ef: Any, params: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` with every check; records the repeat fast path when it applies."""
+        k_passed, ef_passed = k, ef
         if ef is _UNSET and not params:
             ef = self._default_compiled
         else:
@@ -268,32 +331,35 @@ class HnswIndex(VectorIndex):
             ef = last[1] if ef is last[0] and not params else self._parse_ef(ef, params)
         # Fast path cost matters: after a walk through a large graph every
         # object this method touches is cold in cache and TLB (each numpy
-        # call or attribute getter costs ~0.5-2 µs then), so a single query
+        # call or attribute getter costs ~0.5-6 µs then), so a single query
         # makes as few numpy calls as the contract allows and reads one
         # state tuple.
         state = self._state
         if state is None:
             raise self._not_built()
-        knn, one_row, ntotal = state
+        knn, one_row, ntotal, check_after = state
         q = queries
         if (
             type(q) is _ndarray
             and q.dtype is F32
             and q.shape == one_row
-            # NaN/inf make the sum of squares NaN/inf; zero (cosine) and
-            # overflow (|x| > ~1e19) take the exact check in _queries.
-            # float(): comparing a numpy scalar costs more than converting it.
-            and 0.0 < float(_vdot(q, q)) < INF
+            # ip/l2: checked after the search (see below). cosine: NaN/inf
+            # make the sum of squares NaN/inf; zero and overflow (|x| >
+            # ~1e19) take the exact check in _queries. float(): comparing a
+            # numpy scalar costs more than converting it.
+            and (check_after or 0.0 < float(_vdot(q, q)) < INF)
         ):
             n = 1
         else:
             q = self._queries(q)
             n = q.shape[0]
+            check_after = False
         if type(k) is not int or k < 1 or k > ntotal:
             k = check_k(k, ntotal)
         if ef < k:
             ef = k
         if ef != self._ef:
+            self._fast = None
             self._set_ef(ef)
             self._ef = ef
         try:
@@ -314,6 +380,26 @@ class HnswIndex(VectorIndex):
             _subtract(ones, dist, dist)
         else:
             _negative(dist, dist)
+        if (
+            check_after
+            and self._to_scores is not None
+            and type(k_passed) is int
+            and not params
+            and dist.dtype is F32
+            and dist.shape == (1, k)
+            and dist.flags.carray  # what the compiled conversion's entry point assumes
+        ):
+            self._fast = (knn, one_row, k_passed, ef_passed, self._to_scores)
+        if check_after and not -INF < dist.item(0) < INF:
+            # A NaN or inf anywhere in an ip/l2 query makes every distance
+            # NaN or inf (hnswlib's walk over it ends normally: comparisons
+            # with NaN are false and no node is visited twice), so a finite
+            # best score proves the query finite, for one item() instead of
+            # a numpy pass over the query on cold caches (measured 4-6 µs
+            # after a walk through a 100k graph). A finite query whose dot
+            # product overflows, or a walk that found nothing, also lands
+            # here: the exact check tells them apart and raises only for NaN/inf.
+            self._slow_queries(q)
         # Labels are the row ids (< 2**63): reinterpret uint64 as int64 in
         # place (the array is ours); ~2 µs cheaper cold than creating a view.
         if _RETYPE_IN_PLACE:
@@ -424,3 +510,4 @@ class HnswIndex(VectorIndex):
             except RuntimeError as exc:
                 raise IndexFileError(f"hnsw: hnswlib cannot read the payload: {exc}") from None
         self._set_index(index)
+        self._load_to_scores()
