@@ -356,7 +356,7 @@ def test_wrapper_overhead_batch(benchmark, data, built, name) -> None:
     # (a few % faster), so a plain median of per-pair ratios is bimodal and
     # lands anywhere between the modes: the ratio is the geometric mean of
     # the medians for each order, which cancels the order effect.
-    pairs = 8 if name == "flat" else 40
+    pairs = 16 if name == "flat" else 40
     ratios, w_all, r_all = [], [], []
     for _ in range(3):
         w_ns, r_ns = np.empty(pairs), np.empty(pairs)
