@@ -326,7 +326,7 @@ def test_wrapper_overhead_single(benchmark, data, built, name) -> None:
 def test_wrapper_overhead_batch(benchmark, data, built, name) -> None:
     index = built[name]
     n_threads = threads.get_threads()
-    queries = data["queries"] if name != "flat" else data["queries"][:100]
+    queries = data["queries"] if name != "flat" else data["queries"][:20]
     lib = index._index
     if name == "hnsw":
         lib.set_ef(64)
@@ -356,8 +356,10 @@ def test_wrapper_overhead_batch(benchmark, data, built, name) -> None:
     # (a few % faster), so a plain median of per-pair ratios is bimodal and
     # lands anywhere between the modes: the ratio is the geometric mean of
     # the medians for each order, which cancels the order effect.
-    pairs = 16 if name == "flat" else 40
+    pairs = 80
     ratios, w_all, r_all = [], [], []
+    first: list[np.ndarray] = []  # per-pair ratios, wrapper run first
+    second: list[np.ndarray] = []  # raw run first
     for _ in range(3):
         w_ns, r_ns = np.empty(pairs), np.empty(pairs)
         for p in range(pairs):
@@ -367,16 +369,22 @@ def test_wrapper_overhead_batch(benchmark, data, built, name) -> None:
                 fn(queries)
                 out[p] = perf_counter_ns() - t0
         pair_ratio = w_ns / r_ns
+        first.append(pair_ratio[0::2])
+        second.append(pair_ratio[1::2])
         ratios.append(float(np.sqrt(np.median(pair_ratio[0::2]) * np.median(pair_ratio[1::2]))))
         w_all.append(float(np.median(w_ns)))
         r_all.append(float(np.median(r_ns)))
-    ratio = statistics.median(ratios)
-    benchmark.extra_info.update(wrapper_ns=w_all, raw_ns=r_all, ratios=ratios, threads=n_threads)
+    # The figure checked: the same estimator over all pairs of the 3 repeats
+    # (a burst of load from another tenant moves one repeat by a few %).
+    ratio = float(np.sqrt(np.median(np.concatenate(first)) * np.median(np.concatenate(second))))
+    benchmark.extra_info.update(
+        wrapper_ns=w_all, raw_ns=r_all, ratios=ratios, ratio=ratio, threads=n_threads
+    )
     print(
         f"\n{name} batch of {len(queries)} on {n_threads} threads, load avg "
         f"{os.getloadavg()[0]:.2f}: wrapper {_spread(w_all, 1e6, '.2f')} ms vs raw "
         f"{_spread(r_all, 1e6, '.2f')} ms -> order-balanced paired ratio "
-        f"{_spread(ratios, 1, '.4f')} "
+        f"{ratio:.4f} over all {3 * pairs} pairs; per repeat {_spread(ratios, 1, '.4f')} "
         f"(median [min–max] of 3 repeats of {pairs} pairs)  [target within 2%]"
     )
     benchmark.pedantic(wrapper, args=(queries,), rounds=3, iterations=1)
