@@ -15,8 +15,10 @@
    ``ragbench.indexes.hnswlib_index``). The "added"
    figure is also measured on a 2 000-vector index, where the search itself
    is short and the fixed cost of the wrapper is not hidden in jitter.
-   Batches: wrapper/raw pairs in ABBA order, median of per-pair ratios,
-   3 repeats. The load average is printed with every figure: with 2 shared
+   Batches (500 queries; flat 20): 3 repeats of 80 wrapper/raw pairs in
+   alternating order; the ratio checked is the geometric mean of the median
+   per-pair ratio for each order over all 240 pairs (per-repeat figures are
+   printed too). The load average is printed with every figure: with 2 shared
    cores a busy neighbour evicts caches and inflates the cold-path cost.
 2. Recall@10 and p50 latency per single query (one query per call, one
    thread) on 100k × 384 clustered, normalized synthetic vectors (seeded),
