@@ -49,8 +49,10 @@ NONFINITE_QUERY = 2
 
 _FASTMATH = {"reassoc", "contract"}
 
-# Up to this k the kept entries are a sorted run (an insertion slides about
-# k/2 entries, with one hard-to-predict branch, and the end needs no sort);
+# Up to this k the kept entries are a sorted run (an insertion counts its
+# place without branching and slides about k/2 entries; the end needs no
+# sort; measured 0.25 µs less per call at 100 candidates than a compare-and-
+# slide loop, the same from 1k on);
 # above it a heap (log k per insertion). Measured (100k x 384 base, random
 # ids, interleaved medians, whole kernel): 100 candidates, k=10: 4.61 µs vs
 # 4.75 with the heap, k=16: 4.96 vs 5.18; 1000 candidates, k=10 or 32: no
@@ -158,30 +160,74 @@ def _contains(hi, m, row):
 
 
 @njit(cache=True, inline="always")
+def _count_worse(hs, hi, m, s, row):
+    """How many of the m kept entries rank after (s, row), without branching.
+
+    The same order as :func:`_worse`, written as arithmetic on comparisons so
+    that an insertion costs no mispredicted branch (a sorted run, worst first,
+    has exactly these entries as its prefix).
+    """
+    c = 0
+    s_nan = s != s
+    s_real = s == s
+    for t in range(m):
+        a = hs[t]
+        a_nan = a != a
+        c += (
+            (a < s)
+            | ((a == s) & (hi[t] > row))
+            | (a_nan & s_real)
+            | (a_nan & s_nan & (hi[t] > row))
+        )
+    return c
+
+
+@njit(cache=True, inline="always")
+def _holds(hi, m, row):
+    """Whether ``row`` is among the m kept ids (a full pass, no early exit to mispredict)."""
+    found = False
+    for t in range(m):
+        found |= hi[t] == row
+    return found
+
+
+@njit(cache=True, inline="always")
 def _offer(hs, hi, m, s, row):
     """Offer (s, row) to the m kept entries; return the new count.
 
     The worst kept entry is always at index 0 (the scan's threshold test
     reads it there). Up to SMALL_K entries are kept as a sorted run, worst
-    first, beyond that as a heap with the worst at the root.
+    first (the insertion point counted without branches, then a slide),
+    beyond that as a heap with the worst at the root.
     """
     k = hs.shape[0]
+    if k <= SMALL_K:
+        # Every insertion checks for the id, so nothing is ever kept twice,
+        # whatever order duplicates arrive in.
+        if _holds(hi, m, row):
+            return m
+        c = _count_worse(hs, hi, m, s, row)
+        if m == k:
+            if c == 0:
+                return m  # not better than the worst kept
+            # Drop the worst; the c - 1 others worse than (s, row) slide down one.
+            for t in range(c - 1):
+                hs[t] = hs[t + 1]
+                hi[t] = hi[t + 1]
+            hs[c - 1] = s
+            hi[c - 1] = row
+            return m
+        # Entries better than (s, row) slide up one.
+        for t in range(m, c, -1):
+            hs[t] = hs[t - 1]
+            hi[t] = hi[t - 1]
+        hs[c] = s
+        hi[c] = row
+        return m + 1
     if m == k:
         if not _worse(hs[0], hi[0], s, row):
             return m
-        # Every insertion checks for the id, so nothing is ever kept twice,
-        # whatever order duplicates arrive in.
         if _contains(hi, m, row):
-            return m
-        if k <= SMALL_K:
-            # Drop the worst; slide the entries worse than (s, row) down one.
-            j = 0
-            while j + 1 < m and _worse(hs[j + 1], hi[j + 1], s, row):
-                hs[j] = hs[j + 1]
-                hi[j] = hi[j + 1]
-                j += 1
-            hs[j] = s
-            hi[j] = row
             return m
         hs[0] = s
         hi[0] = row
@@ -189,16 +235,6 @@ def _offer(hs, hi, m, s, row):
         return m
     if _contains(hi, m, row):
         return m
-    if k <= SMALL_K:
-        # Slide the entries better than (s, row) up one.
-        j = m
-        while j > 0 and _worse(s, row, hs[j - 1], hi[j - 1]):
-            hs[j] = hs[j - 1]
-            hi[j] = hi[j - 1]
-            j -= 1
-        hs[j] = s
-        hi[j] = row
-        return m + 1
     hs[m] = s
     hi[m] = row
     _sift_up(hs, hi, m)
