@@ -688,7 +688,7 @@ def test_hnsw_repeat_fast_path(metric: str) -> None:
     first = [index.search(QUERIES[i : i + 1], 10, ef=32) for i in range(5)]
     assert index._fast is not None  # recorded by the checked path
     again = [index.search(QUERIES[i : i + 1], 10, ef=32) for i in range(5)]
-    for (ids1, s1), (ids2, s2) in zip(first, again):
+    for (ids1, s1), (ids2, s2) in zip(first, again, strict=True):
         assert ids2.dtype == np.int64 and s2.dtype == np.float32
         assert np.array_equal(ids1, ids2) and np.array_equal(s1, s2)
     labels, dist = lib.knn_query(QUERIES[:1], 10)
