@@ -152,20 +152,6 @@ def measure(
     }
 
 
-def _build(index: Any, data: Any) -> float:
-    """Build ``index`` on ``data``; the library's build time in seconds.
-
-    ``build_seconds`` as the index measures it, which leaves out what a
-    wrapper prepares afterwards (hnsw loads its compiled score conversion,
-    once per process); the wall time where an index does not say.
-    """
-    t0 = perf_counter_ns()
-    index.build(data.texts if index.input_kind == "texts" else data.vectors)
-    wall = (perf_counter_ns() - t0) / 1e9
-    own = getattr(index, "build_seconds", None)
-    return wall if own is None else min(float(own), wall)
-
-
 def sweep_points(
     data: SweepData,
     index_names: Sequence[str],
@@ -189,7 +175,10 @@ def sweep_points(
         for b_combo in itertools.product(*[v for _, v in b_axes]):
             build = dict(zip([p for p, _ in b_axes], b_combo, strict=True))
             index = indexes.create_for(name, dim=dim, metric=data.metric, **build)
-            build_s = _build(index, data)
+            build_ns, _ = indexes.build_timed(
+                index, data.texts if index.input_kind == "texts" else data.vectors
+            )
+            build_s = build_ns / 1e9
             memory = int(index.memory_bytes())
             for q_combo in itertools.product(*[v for _, v in q_axes]):
                 params = dict(zip([p for p, _ in q_axes], q_combo, strict=True))
@@ -305,7 +294,10 @@ def scale_points(
             reranker.warmup(dim)
         for name in index_names:
             index = indexes.create_for(name, dim=dim, metric=data.metric, **build.get(name, {}))
-            build_s = _build(index, data)
+            build_ns, _ = indexes.build_timed(
+                index, data.texts if index.input_kind == "texts" else data.vectors
+            )
+            build_s = build_ns / 1e9
             params, rescore, point, reached = tune(index, data, k, target, reranker)
             rec = {
                 "schema": SCALE_SCHEMA,

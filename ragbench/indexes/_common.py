@@ -114,6 +114,9 @@ class BaseIndex:
     query_params: frozenset[str]
     default_query_params: dict[str, Any]
     build_seconds: float | None
+    # Seconds the last build/load spent on kernels of ragbench's own (hnsw's
+    # compiled score conversion); part of neither the library's build time.
+    compile_seconds: float
 
     def _init_common(self, dim: int | None, metric: str, build_params: dict[str, Any]) -> None:
         check_params(f"index {self.name!r}", build_params, frozenset(self.build_defaults))
@@ -130,6 +133,7 @@ class BaseIndex:
         self.query_params = frozenset(self.query_defaults)
         self.default_query_params = dict(self.query_defaults)
         self.build_seconds = None
+        self.compile_seconds = 0.0
         self._n = 0
         # (last params dict, its compiled form): one tuple so a concurrent
         # caller never pairs one call's params with another's compiled value.

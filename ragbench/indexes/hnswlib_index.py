@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
+import time
 import warnings
 from typing import Any, ClassVar
 
@@ -257,9 +258,11 @@ class HnswIndex(VectorIndex):
     def _load_to_scores(self) -> None:
         """Load the compiled score conversion (numba, on-disk cache) for ip/l2 indexes."""
         if not self._cosine and _RETYPE_IN_PLACE:
+            t0 = time.perf_counter()
             from ._scores import entry_point
 
             self._to_scores = entry_point(self.metric)
+            self.compile_seconds = time.perf_counter() - t0
 
     def _set_index(self, index: Any) -> None:
         self._index = index

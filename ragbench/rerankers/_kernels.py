@@ -151,12 +151,13 @@ def _sift_down(hs, hi, c, m):
             break
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _contains(hi, m, row):
-    for t in range(m):  # noqa: SIM110 - numba cannot compile any() over a generator
-        if hi[t] == row:
-            return True
-    return False
+    """Whether ``row`` is among the m kept ids (a full pass, no early exit to mispredict)."""
+    found = False
+    for t in range(m):
+        found |= hi[t] == row
+    return found
 
 
 @njit(cache=True, inline="always")
@@ -183,15 +184,6 @@ def _count_worse(hs, hi, m, s, row):
 
 
 @njit(cache=True, inline="always")
-def _holds(hi, m, row):
-    """Whether ``row`` is among the m kept ids (a full pass, no early exit to mispredict)."""
-    found = False
-    for t in range(m):
-        found |= hi[t] == row
-    return found
-
-
-@njit(cache=True, inline="always")
 def _offer(hs, hi, m, s, row):
     """Offer (s, row) to the m kept entries; return the new count.
 
@@ -204,7 +196,7 @@ def _offer(hs, hi, m, s, row):
     if k <= SMALL_K:
         # Every insertion checks for the id, so nothing is ever kept twice,
         # whatever order duplicates arrive in.
-        if _holds(hi, m, row):
+        if _contains(hi, m, row):
             return m
         c = _count_worse(hs, hi, m, s, row)
         if m == k:
