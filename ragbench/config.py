@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .validate import positive_int
 
 __all__ = ["DEFAULTS", "STAGE_TABLES", "load_config", "merge", "normalize"]
-
-#: Stage tables whose extra keys are backend parameters.
-OPEN_TABLES = ("embed", "rerank", "serialize", "transport", "generate")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "dataset": {"name": "pydocs"},
@@ -124,20 +122,15 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         merged.update(copy.deepcopy(dict(given)))
         cfg[table] = merged
     for (table, key), low in _INT_KEYS.items():
-        value = cfg[table][key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"[{table}] {key} must be an integer >= {low}, got {value!r}")
+        cfg[table][key] = positive_int(f"[{table}]", key, cfg[table][key], lo=low)
     run = cfg["run"]
     if run["k_candidates"] < run["k"]:
         raise ConfigError(
             f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']}); "
             "raise k_candidates (--k-candidates)"
         )
-    threads = run["threads"]
-    if threads is not None and (
-        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-    ):
-        raise ConfigError(f"[run] threads must be a positive integer, got {threads!r}")
+    if run["threads"] is not None:
+        run["threads"] = positive_int("[run]", "threads", run["threads"])
     for table in ("retrieve",):
         for sub in ("build", "search"):
             if not isinstance(cfg[table][sub], Mapping):

@@ -25,7 +25,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,13 +35,16 @@ import numpy as np
 from . import _formats
 from ._cache import ArrayCache, CacheEvent, cache_dir
 from ._registry import check_params
-from ._validate import as_matrix, check_k
 from .errors import ConfigError, DatasetError, InputError
+from .metrics import unit_rows
+from .validate import as_matrix, check_k, check_metric, positive_int
 
 if TYPE_CHECKING:
     from .embedders import Embedder
 
 __all__ = [
+    "from_table",
+    "spec_table",
     "CacheEvent",
     "Corpus",
     "Dataset",
@@ -56,7 +59,6 @@ __all__ = [
 
 log = logging.getLogger("ragbench.datasets")
 
-METRICS = ("ip", "cosine", "l2")
 SYNTHETIC_DEFAULTS: dict[str, int] = {"n": 10_000, "dim": 384, "n_queries": 200, "seed": 0}
 _SYNTHETIC_VERSION = "synthetic-v2"  # bump whenever the generated data changes: it keys caches
 # Shape of the synthetic clusters; chosen so hnswlib (M=16) reaches recall@10
@@ -175,8 +177,7 @@ class Dataset:
         corpus_hash: str | None = None,
         queries_hash: str | None = None,
     ) -> None:
-        if metric not in METRICS:
-            raise ConfigError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+        check_metric(f"dataset {name!r}", metric)
         if len(corpus) == 0:
             raise DatasetError(f"{name}: the corpus is empty")
         if len(queries) == 0:
@@ -334,9 +335,7 @@ class Dataset:
         :attr:`default_embedder`, ``metric`` to :attr:`metric`.
         """
         k = check_k(k, len(self.corpus))
-        metric = self.metric if metric is None else metric
-        if metric not in METRICS:
-            raise ConfigError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+        metric = check_metric(f"dataset {self.name!r}", self.metric if metric is None else metric)
         emb = self._embedder(self.default_embedder if embedder is None else embedder, {})
         gt = self.ground_truth
         if emb is None and gt is not None and metric == self.metric and k <= gt.shape[1]:
@@ -409,23 +408,24 @@ def brute_force_neighbors(
     ``queries`` float32 ``(nq, d)``, ``base`` float32 ``(n, d)``. ``"ip"`` and
     ``"cosine"`` rank by descending similarity, ``"l2"`` by ascending distance;
     equal scores rank the smaller row first. Scores are computed in float32
-    blocks of corpus rows so memory stays bounded.
+    blocks of corpus rows so memory stays bounded; cosine follows
+    :func:`ragbench.metrics.exact_scores` (0.0 against a zero row or query),
+    through :func:`ragbench.metrics.unit_rows`.
     """
-    if metric not in METRICS:
-        raise ConfigError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    check_metric("brute_force_neighbors", metric)
     x = as_matrix(base, name="base vectors")
     q = as_matrix(queries, name="query vectors", dim=x.shape[1])
     n, nq = x.shape[0], q.shape[0]
     k = check_k(k, n)
     if metric == "cosine":
-        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), np.float32(1e-30))
+        q = unit_rows(q)
     block = max(k, min(n, _NEIGHBORS_BLOCK_BYTES // (4 * max(nq, 1))))
     best_scores = np.full((nq, 0), -np.inf, np.float32)
     best_ids = np.zeros((nq, 0), np.int64)
     for start in range(0, n, block):
         xb = x[start : start + block]
         if metric == "cosine":
-            xb = xb / np.maximum(np.linalg.norm(xb, axis=1, keepdims=True), np.float32(1e-30))
+            xb = unit_rows(xb)
         scores = q @ xb.T
         if metric == "l2":
             # ||q-x||^2 = ||q||^2 - 2 q.x + ||x||^2; ||q||^2 is constant per row, so rank by the rest.
@@ -492,73 +492,22 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
     follows vector similarity. Metadata gives the cluster number (one dict
     shared per cluster). ``default_embedder`` is ``"precomputed"``.
     """
-    for pname, value, lo in (("n", n, 1), ("dim", dim, 2), ("n_queries", n_queries, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-            raise ConfigError(f"synthetic: {pname} must be an integer >= {lo}, got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"synthetic: seed must be a non-negative integer, got {seed!r}")
-    n, dim, n_queries, seed = int(n), int(dim), int(n_queries), int(seed)
+    owner = "dataset 'synthetic'"
+    n = positive_int(owner, "n", n)
+    dim = positive_int(owner, "dim", dim, lo=2)
+    n_queries = positive_int(owner, "n_queries", n_queries)
+    seed = positive_int(owner, "seed", seed, lo=0)
     vec_seq, text_seq = np.random.SeedSequence([seed, 0x5A6B]).spawn(2)
     rng = np.random.default_rng(vec_seq)
-
-    n_clusters = max(1, min(n, round(math.sqrt(n))))
-    weights = 1.0 / np.arange(1, n_clusters + 1) ** 1.1
-    sizes = 1 + np.floor((n - n_clusters) * weights / weights.sum()).astype(np.int64)
-    sizes[: n - int(sizes.sum())] += 1  # hand the rounding remainder to the largest clusters
-    labels = rng.permutation(np.repeat(np.arange(n_clusters, dtype=np.int64), sizes))
-
-    centers = rng.standard_normal((n_clusters, dim), dtype=np.float32)
-    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
-    # Real embeddings vary along few directions within a topic. Isotropic noise
-    # in all `dim` directions would make every cluster a full-dimensional ball,
-    # where graph indexes need ~10x the effort they need on real data. So a
-    # point moves mostly inside a low-rank subspace (one of _N_BASES shared
-    # bases, chosen by cluster) plus a little isotropic noise.
-    bases = rng.standard_normal((_N_BASES, _RANK, dim), dtype=np.float32)
-    bases *= np.float32(_SUBSPACE_NOISE / math.sqrt(_RANK))
-    iso = np.float32(_ISO_NOISE * math.sqrt(12.0 / dim))  # uniform noise, this std per dim
-
-    def points(rows: np.ndarray, gen: np.random.Generator) -> np.ndarray:
-        out = np.empty((rows.size, dim), np.float32)
-        for s in range(0, rows.size, 65_536):
-            lab = rows[s : s + 65_536]
-            coords = gen.standard_normal((lab.size, _RANK), dtype=np.float32)
-            # Uniform instead of Gaussian isotropic noise: same variance, looks
-            # the same to a neighbour search in many dimensions, ~7x cheaper.
-            blk = gen.random((lab.size, dim), dtype=np.float32)
-            blk -= np.float32(0.5)
-            blk *= iso
-            blk += centers[lab]
-            which = lab % _N_BASES
-            for b in range(_N_BASES):
-                sel = np.flatnonzero(which == b)
-                if sel.size:
-                    blk[sel] += coords[sel] @ bases[b]
-            blk /= np.linalg.norm(blk, axis=1, keepdims=True)
-            out[s : s + lab.size] = blk
-        return out
-
-    vectors = points(labels, rng)
+    labels, n_clusters = _cluster_labels(rng, n)
+    clusters = _Clusters.draw(rng, n_clusters, dim)
+    vectors = clusters.points(labels, rng)
     query_labels = labels[rng.integers(0, n, n_queries)]
-    query_vectors = points(query_labels, rng)
-
-    trng = np.random.default_rng(text_seq)
-    vocab = _vocabulary(trng, 4096)
-    cluster_words = trng.integers(0, len(vocab), (n_clusters, 60))
-
-    def texts(rows: np.ndarray) -> list[str]:
-        lengths = trng.integers(12, 21, rows.size)
-        own = cluster_words[rows[:, None], trng.integers(0, 60, (rows.size, 20))]
-        shared = trng.integers(0, len(vocab), (rows.size, 20))
-        words = np.where(trng.random((rows.size, 20)) < 0.85, own, shared).tolist()
-        return [
-            " ".join([vocab[w] for w in row[:length]])
-            for row, length in zip(words, lengths.tolist(), strict=True)
-        ]
-
+    query_vectors = clusters.points(query_labels, rng)
+    words = _ClusterWords.draw(np.random.default_rng(text_seq), n_clusters)
     corpus_texts: list[str] = []
-    for s in range(0, n, 65_536):
-        corpus_texts.extend(texts(labels[s : s + 65_536]))
+    for s in range(0, n, _CHUNK):
+        corpus_texts.extend(words.texts(labels[s : s + _CHUNK]))
     width = max(7, len(str(n - 1)))
     qwidth = max(4, len(str(n_queries - 1)))
     meta = [{"cluster": str(c)} for c in range(n_clusters)]
@@ -567,11 +516,9 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
         corpus_texts,
         [meta[c] for c in labels.tolist()],
     )
-    queries = Queries([f"q{i:0{qwidth}d}" for i in range(n_queries)], texts(query_labels))
+    queries = Queries([f"q{i:0{qwidth}d}" for i in range(n_queries)], words.texts(query_labels))
     params = json.dumps({"n": n, "dim": dim, "n_queries": n_queries, "seed": seed}, sort_keys=True)
     # Everything is a function of the parameters, so hash those instead of ~GBs of arrays.
-    corpus_hash = hashlib.sha256(f"{_SYNTHETIC_VERSION}:corpus:{params}".encode()).hexdigest()
-    queries_hash = hashlib.sha256(f"{_SYNTHETIC_VERSION}:queries:{params}".encode()).hexdigest()
     return Dataset(
         f"synthetic-n{n}-d{dim}-q{n_queries}-s{seed}",
         corpus,
@@ -580,9 +527,95 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
         vectors=vectors,
         query_vectors_precomputed=query_vectors,
         source=f"ragbench synthetic generator ({_SYNTHETIC_VERSION}), {params}",
-        corpus_hash=corpus_hash,
-        queries_hash=queries_hash,
+        corpus_hash=hashlib.sha256(f"{_SYNTHETIC_VERSION}:corpus:{params}".encode()).hexdigest(),
+        queries_hash=hashlib.sha256(f"{_SYNTHETIC_VERSION}:queries:{params}".encode()).hexdigest(),
     )
+
+
+_CHUNK = 65_536  # rows generated per step: bounded temporaries on 1M-row corpora
+
+
+def _cluster_labels(rng: np.random.Generator, n: int) -> tuple[np.ndarray, int]:
+    """The cluster of each of ``n`` points (int64, shuffled) and the number of clusters."""
+    n_clusters = max(1, min(n, round(math.sqrt(n))))
+    weights = 1.0 / np.arange(1, n_clusters + 1) ** 1.1
+    sizes = 1 + np.floor((n - n_clusters) * weights / weights.sum()).astype(np.int64)
+    sizes[: n - int(sizes.sum())] += 1  # hand the rounding remainder to the largest clusters
+    labels = rng.permutation(np.repeat(np.arange(n_clusters, dtype=np.int64), sizes))
+    return labels, n_clusters
+
+
+@dataclass(frozen=True, slots=True)
+class _Clusters:
+    """Where synthetic points fall: unit centres, shared low-rank noise bases, isotropic noise.
+
+    Real embeddings vary along few directions within a topic. Isotropic noise
+    in all ``dim`` directions would make every cluster a full-dimensional
+    ball, where graph indexes need ~10x the effort they need on real data. So
+    a point moves mostly inside a low-rank subspace (one of ``_N_BASES``
+    shared bases, chosen by cluster) plus a little isotropic noise.
+    """
+
+    centers: np.ndarray  # float32 (n_clusters, dim), unit rows
+    bases: np.ndarray  # float32 (_N_BASES, _RANK, dim)
+    iso: np.float32  # width of the uniform noise per dimension
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, n_clusters: int, dim: int) -> _Clusters:
+        centers = rng.standard_normal((n_clusters, dim), dtype=np.float32)
+        centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+        bases = rng.standard_normal((_N_BASES, _RANK, dim), dtype=np.float32)
+        bases *= np.float32(_SUBSPACE_NOISE / math.sqrt(_RANK))
+        iso = np.float32(_ISO_NOISE * math.sqrt(12.0 / dim))  # uniform noise, this std per dim
+        return cls(centers, bases, iso)
+
+    def points(self, rows: np.ndarray, gen: np.random.Generator) -> np.ndarray:
+        """One L2-normalized float32 point for each cluster number in ``rows``."""
+        dim = self.centers.shape[1]
+        out = np.empty((rows.size, dim), np.float32)
+        for s in range(0, rows.size, _CHUNK):
+            lab = rows[s : s + _CHUNK]
+            coords = gen.standard_normal((lab.size, _RANK), dtype=np.float32)
+            # Uniform instead of Gaussian isotropic noise: same variance, looks
+            # the same to a neighbour search in many dimensions, ~7x cheaper.
+            blk = gen.random((lab.size, dim), dtype=np.float32)
+            blk -= np.float32(0.5)
+            blk *= self.iso
+            blk += self.centers[lab]
+            which = lab % _N_BASES
+            for b in range(_N_BASES):
+                sel = np.flatnonzero(which == b)
+                if sel.size:
+                    blk[sel] += coords[sel] @ self.bases[b]
+            blk /= np.linalg.norm(blk, axis=1, keepdims=True)
+            out[s : s + lab.size] = blk
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _ClusterWords:
+    """Synthetic texts: a shared vocabulary, 60 words per cluster, and the generator drawing them."""
+
+    rng: np.random.Generator
+    vocab: list[str]
+    cluster_words: np.ndarray  # int (n_clusters, 60): indexes into vocab
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, n_clusters: int) -> _ClusterWords:
+        vocab = _vocabulary(rng, 4096)
+        return cls(rng, vocab, rng.integers(0, len(vocab), (n_clusters, 60)))
+
+    def texts(self, rows: np.ndarray) -> list[str]:
+        """One text of 12-20 words per cluster number in ``rows``, ~85% from the cluster's words."""
+        rng, vocab = self.rng, self.vocab
+        lengths = rng.integers(12, 21, rows.size)
+        own = self.cluster_words[rows[:, None], rng.integers(0, 60, (rows.size, 20))]
+        shared = rng.integers(0, len(vocab), (rows.size, 20))
+        words = np.where(rng.random((rows.size, 20)) < 0.85, own, shared).tolist()
+        return [
+            " ".join([vocab[w] for w in row[:length]])
+            for row, length in zip(words, lengths.tolist(), strict=True)
+        ]
 
 
 # --------------------------------------------------------------------------- loading
@@ -734,3 +767,26 @@ def _from_raw(raw: _formats.RawDataset, source: str) -> Dataset:
         source=source,
         notes=raw.notes,
     )
+
+
+def spec_table(spec: str, **params: Any) -> dict[str, Any]:
+    """The ``[dataset]`` config table for a name or path given on a command line.
+
+    ``spec`` is a path when it looks like one (a separator, a suffix, or an
+    existing file), else a dataset name; ``params`` that are not ``None``
+    (``n``, ``dim``, ``n_queries``, ``seed``, ``metric``) are added.
+    """
+    table: dict[str, Any] = {"path" if _formats.is_dataset_path(spec) else "name": spec}
+    table.update({k: v for k, v in params.items() if v is not None})
+    return table
+
+
+def from_table(table: Mapping[str, Any]) -> Dataset:
+    """Load the dataset a ``[dataset]`` config table describes (``name`` or ``path``, plus parameters)."""
+    params = dict(table)
+    if "path" in params:
+        params.pop("name", None)
+        return load(params.pop("path"), **params)
+    if "name" not in params:
+        raise ConfigError("[dataset] needs a name (pydocs, synthetic, ...) or a path")
+    return load(params.pop("name"), **params)

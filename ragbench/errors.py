@@ -120,13 +120,3 @@ class MissingDependencyError(RagbenchError, ImportError):
         super().__init__(
             f"{package} is not installed; install it with: pip install 'ragbench[{extra}]'"
         )
-
-
-def require(module: str, extra: str):  # type: ignore[no-untyped-def]
-    """Import an optional module or raise :class:`MissingDependencyError`."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingDependencyError(module.split(".")[0], extra) from None

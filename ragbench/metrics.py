@@ -1,31 +1,66 @@
-"""Recall against exact search, tie-aware (equal-scored neighbours are interchangeable)."""
+"""Exact scores (the one scoring rule) and recall against exact search.
+
+Every exact score in ragbench comes from :func:`exact_scores` or follows its
+rule: higher is better for every metric; ``ip`` is the dot product,
+``cosine`` is ``dot / (|q| |x|)`` and ``0.0`` when that denominator is 0 (a
+zero row or a zero query), ``l2`` is the negated squared distance. Blocked
+matrix products over a whole corpus get the same cosine from
+:func:`unit_rows` (a zero row stays zero, so its dot product, the cosine, is 0).
+The numba rerank kernels compile the same rule.
+
+Recall is tie-aware: equal-scored neighbours are interchangeable.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["exact_scores", "recall_at_k", "rerank_metric"]
+from .validate import METRICS, check_metric
+
+__all__ = ["exact_scores", "recall_at_k", "rerank_metric", "unit_rows"]
 
 
 def rerank_metric(index_metric: str) -> str:
     """The metric exact re-scoring uses for an index's metric (``jaccard`` text indexes → ``ip``)."""
-    return index_metric if index_metric in ("ip", "cosine", "l2") else "ip"
+    return index_metric if index_metric in METRICS else "ip"
 
 
-def exact_scores(
-    query: np.ndarray, vectors: np.ndarray, ids: np.ndarray, metric: str
-) -> np.ndarray:
-    """float64 scores of rows ``ids`` against ``query`` (higher is better; l2 is negated squared)."""
-    rows = vectors[ids].astype(np.float64)
-    q = np.asarray(query, dtype=np.float64).ravel()
-    if metric == "l2":
-        out: np.ndarray = -((rows - q) ** 2).sum(axis=1)
+def exact_scores(query: np.ndarray, rows: np.ndarray, metric: str) -> np.ndarray:
+    """Scores ``(n,)`` of ``rows (n, d)`` against ``query (d,)``, higher is better.
+
+    ``ip`` dot product; ``cosine`` ``dot / (|q| |x|)``, ``0.0`` when that
+    denominator is 0; ``l2`` negated squared distance. The arithmetic is in the
+    inputs' dtype (give both the same): float32 in, float32 out with BLAS dot
+    products; pass float64 arrays for float64 scores. No input checks (callers
+    check once): overflow gives inf and inf - inf gives NaN, silently.
+    """
+    with np.errstate(all="ignore"):
+        if metric == "ip":
+            dots: np.ndarray = rows @ query
+            return dots
+        if metric == "l2":
+            diff = rows - query
+            return -np.einsum("ij,ij->i", diff, diff)  # type: ignore[no-any-return]
+        if metric != "cosine":
+            check_metric("exact_scores", metric)
+        dots = rows @ query
+        den = np.sqrt(np.einsum("ij,ij->i", rows, rows)) * np.sqrt(np.dot(query, query))
+        out = np.zeros(rows.shape[0], dtype=dots.dtype)
+        np.divide(dots, den, out=out, where=den != 0)
         return out
-    s = rows @ q
-    if metric == "cosine":
-        s = s / np.maximum(np.linalg.norm(rows, axis=1) * np.linalg.norm(q), 1e-30)
-    scores: np.ndarray = s
-    return scores
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """A new array of the rows of ``vectors (n, d)`` scaled to unit L2 norm; zero rows stay zero.
+
+    ``unit_rows(Q) @ unit_rows(X).T`` is the cosine of :func:`exact_scores`
+    (0.0 against a zero row or query) for a whole block at once. Same dtype as
+    the input.
+    """
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    out = np.zeros_like(vectors)
+    np.divide(vectors, norms, out=out, where=norms != 0)
+    return out
 
 
 def recall_at_k(
@@ -57,8 +92,9 @@ def recall_at_k(
         if got.size == 0:
             out[r] = 0.0
             continue
-        kth = exact_scores(queries[qi], vectors, t, metric).min()
-        scores = exact_scores(queries[qi], vectors, got, metric)
+        q = np.asarray(queries[qi], dtype=np.float64).ravel()
+        kth = exact_scores(q, vectors[t].astype(np.float64), metric).min()
+        scores = exact_scores(q, vectors[got].astype(np.float64), metric)
         tol = 1e-5 * max(1.0, abs(float(kth)))
         out[r] = min(1.0, np.count_nonzero(scores >= kth - tol) / t.size)
     return out

@@ -18,28 +18,41 @@ start-up and warm-up requests are timed as setup, never as request latency.
 from __future__ import annotations
 
 import contextlib
-import json
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from os import PathLike
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import codecs, embedders, generators, indexes, rerankers, threads, transports
+from ._registry import check_params
 from .config import backend_params, load_config
-from .errors import ConfigError, GeneratorError, NotBuiltError, RagbenchError, TransportError
-from .metrics import rerank_metric
-from .timing import run_stages
+from .datasets import Dataset
+from .errors import (
+    ConfigError,
+    GeneratorError,
+    KTooLargeError,
+    NotBuiltError,
+    RagbenchError,
+    TransportError,
+)
+from .metrics import recall_at_k, rerank_metric
+from .report import Report
+from .timing import SetupTimes, run_stages
 from .types import Hit, RetrievalResult
 
-if TYPE_CHECKING:
-    from .datasets import Dataset
-    from .report import Report
-
-__all__ = ["STAGES", "Pipeline", "RequestContext"]
+__all__ = [
+    "STAGES",
+    "Components",
+    "Pipeline",
+    "RequestContext",
+    "RequestRecord",
+    "SharedParts",
+    "interleave",
+]
 
 #: Every stage in request order. A pipeline runs these, minus ``cache`` when it is off.
 STAGES = (
@@ -55,6 +68,10 @@ STAGES = (
 )
 
 
+NO_IDS = np.empty(0, dtype=np.int64)
+NO_IDS.flags.writeable = False
+
+
 class RequestContext:
     """Everything one request reads and writes on its way through the stages."""
 
@@ -62,6 +79,7 @@ class RequestContext:
     query_vector: np.ndarray
     candidate_ids: np.ndarray
     candidate_scores: np.ndarray
+    hit_ids: np.ndarray
     hit_scores: np.ndarray
     prompt: str
     first_token: str
@@ -90,7 +108,7 @@ class RequestContext:
         self.query_id = query_id
         self.query = query
         self.cached = False
-        self.hit_ids: np.ndarray | None = None
+        self.hit_ids = NO_IDS
         self.payload = b""
         self.far: transports.FarSide | None = None
         self.prompt_tokens = 0
@@ -182,7 +200,6 @@ class RerankStage:
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
             return
-        assert ctx.query_vector is not None and ctx.candidate_ids is not None  # noqa: S101 - set by earlier stages
         ctx.hit_ids, ctx.hit_scores = self._rerank(
             ctx.query_vector[0], ctx.candidate_ids, self._vectors, self._k
         )
@@ -202,7 +219,6 @@ class TruncateStage:
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
             return
-        assert ctx.candidate_ids is not None and ctx.candidate_scores is not None  # noqa: S101
         ctx.hit_ids = ctx.candidate_ids[: self._k]
         ctx.hit_scores = ctx.candidate_scores[: self._k]
         if self._cache is not None:
@@ -229,7 +245,6 @@ class SerializeStage:
         self._vectors = vectors if with_embeddings else None
 
     def __call__(self, ctx: RequestContext) -> None:
-        assert ctx.hit_ids is not None and ctx.hit_scores is not None  # noqa: S101
         ids, texts, meta, vectors = self._ids, self._texts, self._meta, self._vectors
         hits = []
         for i, s in zip(ctx.hit_ids.tolist(), ctx.hit_scores.tolist(), strict=True):
@@ -272,45 +287,157 @@ class GenerateStage:
         ctx.first_token = self._first(ctx.prompt, ctx.prompt_tokens).text
 
 
+# ---------------------------------------------------------------- parts
+
+
+class RequestRecord(NamedTuple):
+    """What one measured request leaves behind; everything else is derived in :meth:`Pipeline.report`."""
+
+    stamps: list[int]  # len(loop stages) + 1 perf_counter_ns stamps
+    far: transports.FarSide | None  # the far side's timings and byte counts
+    hit_ids: np.ndarray  # the final hits (recall is computed from them)
+    payload_bytes: int
+    prompt_tokens: int
+    query_row: int  # row of the query in the dataset
+
+
+def freeze(value: Any) -> Hashable:
+    """A hashable, order-independent key for nested config values."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value if isinstance(value, Hashable) else repr(value)
+
+
+@dataclass
+class SharedParts:
+    """Parts that pipelines set up together can share (``ragbench compare``).
+
+    Each table is keyed by what determines its part, so two pipelines share
+    a built index only when dataset, embedder and build parameters all match.
+    """
+
+    datasets: dict[Hashable, Dataset] = field(default_factory=dict)
+    embedders: dict[Hashable, Any] = field(default_factory=dict)
+    vectors: dict[Hashable, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    indexes: dict[Hashable, Any] = field(default_factory=dict)
+    truth: dict[Hashable, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class Embedding:
+    """The query-time embedder and the corpus and query vectors it implies."""
+
+    name: str
+    params: dict[str, Any]
+    embedder: Any
+    corpus: np.ndarray
+    queries: np.ndarray
+
+    @property
+    def key(self) -> Hashable:
+        return (self.name, freeze(self.params))
+
+
+#: Vector width used to check index parameters before the data is known.
+PROBE_DIM = 64
+
+
+@dataclass
+class Components:
+    """Every backend of a config, created (not started) when the pipeline is.
+
+    Creating them checks each backend name and parameter, so a bad config
+    fails before any expensive set-up step.
+    """
+
+    embedder: Any  # None: the dataset's default, or "precomputed" (made at set-up)
+    reranker: Any  # None: rerank = "none", the retriever's own top k
+    codec: Any
+    transport: Any
+    generator: Any
+
+    @classmethod
+    def create(cls, cfg: Mapping[str, Any]) -> Components:
+        emb = cfg["embed"]["backend"]
+        embedder = None
+        if emb is not None and emb != "precomputed":
+            embedder = embedders.create(emb, **backend_params(cfg, "embed"))
+        elif emb == "precomputed":
+            embedders.registry.factory(emb)
+        r = cfg["retrieve"]
+        probe = indexes.create(
+            r["backend"], dim=PROBE_DIM, metric=r["metric"] or "ip", **r["build"]
+        )
+        check_params(
+            f"[retrieve] search of index {r['backend']!r}", r["search"], probe.query_params
+        )
+        rr = cfg["rerank"]["backend"]
+        reranker = None
+        if rr != "none":
+            metric = rerank_metric(r["metric"] or "ip")
+            reranker = rerankers.create(rr, metric=metric, **backend_params(cfg, "rerank"))
+        return cls(
+            embedder=embedder,
+            reranker=reranker,
+            codec=codecs.create(cfg["serialize"]["backend"], **backend_params(cfg, "serialize")),
+            transport=transports.create(
+                cfg["transport"]["backend"], **backend_params(cfg, "transport")
+            ),
+            generator=generators.create(
+                cfg["generate"]["backend"], **backend_params(cfg, "generate")
+            ),
+        )
+
+
 # ---------------------------------------------------------------- pipeline
-
-
-def _shared_key(*parts: Any) -> str:
-    return json.dumps(parts, sort_keys=True, default=str)
 
 
 class Pipeline:
     """A configured request path: ``Pipeline.from_config(cfg).run()``.
 
-    Build it from a TOML path or dict (see ``bench/configs/default.toml``).
+    Build it from a TOML path or dict (see ``bench/configs/default.toml``);
+    every backend name and parameter is checked then, before anything runs.
     ``run(dataset=None, queries=None, warmup=None)`` sets everything up
-    (timed as setup), runs warm-up requests, then the measured requests one
-    by one, and returns a :class:`ragbench.report.Report`. Use it as a
-    context manager, or call :meth:`close`, to stop transport and LLM servers.
+    (timed as set-up), runs warm-up requests, then the measured requests one
+    by one, and returns a :class:`ragbench.report.Report` of that run only.
+    Use it as a context manager, or call :meth:`close`, to stop transport and
+    LLM servers and restore the process-wide thread setting.
     """
 
-    def __init__(self, config: Mapping[str, Any], *, label: str | None = None) -> None:
+    def __init__(
+        self, config: str | PathLike[str] | Mapping[str, Any], *, label: str | None = None
+    ) -> None:
         self.config = load_config(config)
-        run = self.config["run"]
-        self.label = label or run["label"] or self.describe()
+        self.components = Components.create(self.config)
+        self.label = label or self.config["run"]["label"] or self.describe()
         self.dataset: Dataset | None = None
-        self.setup_ns: dict[str, int] = {}
+        self.setup_times = SetupTimes()
         self.simulated: list[str] = []
         self.stage_names: list[str] = []
         self.cache_events: list[dict[str, Any]] = []
+        self.info: dict[str, Any] = {}
+        self.error: str | None = None
+        self.request_threads = self.config["run"]["threads"] or 1
+        # taken now, so pipelines created together (compare) all build with it
+        self.build_threads = threads.get_threads()
+        self._threads_before: int | None = None
         self._stages: list[Callable[[RequestContext], None]] = []
+        self._loop_names: list[str] = []
         self._closers: list[Callable[[], None]] = []
-        self._records: list[tuple[Any, ...]] = []
+        self._records: list[RequestRecord] = []
         self._cache: LruTtlCache | None = None
         self._ready = False
-        # taken now, so pipelines created together (compare) all build with it
-        self._build_threads = threads.get_threads()
-        self._info: dict[str, Any] = {}
-        self.error: str | None = None
 
     @classmethod
     def from_config(cls, config: str | PathLike[str] | Mapping[str, Any], **kw: Any) -> Pipeline:
-        return cls(load_config(config), **kw)
+        return cls(config, **kw)
+
+    @property
+    def setup_ns(self) -> dict[str, int]:
+        """Nanoseconds per set-up step (dataset load, corpus vectors, index build, ...)."""
+        return self.setup_times.ns
 
     # ---- description
 
@@ -330,53 +457,89 @@ class Pipeline:
             f"/{b['generate']}" if b["generate"] != "none" else ""
         )
 
-    # ---- setup
-
-    def _timed(self, key: str, fn: Callable[[], Any]) -> Any:
-        t0 = perf_counter_ns()
-        value = fn()
-        self.setup_ns[key] = self.setup_ns.get(key, 0) + (perf_counter_ns() - t0)
-        return value
+    # ---- set-up: one builder per part
 
     def load_dataset(self) -> Dataset:
+        """The dataset the config's ``[dataset]`` table names."""
         from . import datasets
 
-        ds_cfg = dict(self.config["dataset"])
-        if "path" in ds_cfg:
-            path = ds_cfg.pop("path")
-            ds_cfg.pop("name", None)
-            return datasets.load(path, **ds_cfg)
-        name = ds_cfg.pop("name")
-        return datasets.load(name, **ds_cfg)
+        return datasets.from_table(self.config["dataset"])
 
-    def setup(
-        self, dataset: Dataset | None = None, *, shared: dict[str, Any] | None = None
-    ) -> None:
-        """Load, embed, build, compile and start everything; each step timed as setup.
+    def setup(self, dataset: Dataset | None = None, *, shared: SharedParts | None = None) -> None:
+        """Load, embed, build, compile and start everything; each step timed as set-up.
 
         ``shared`` lets several pipelines (``ragbench compare``) reuse the
-        dataset vectors and built indexes instead of rebuilding them.
+        dataset, vectors and built indexes instead of rebuilding them. Set-up
+        uses the build thread count; requests then run on ``[run] threads``.
         """
         if self._ready:
+            self._check_same_dataset(dataset)
             return
-        shared = shared if shared is not None else {}
-        cfg = self.config
-        run = cfg["run"]
-        build_threads = self._build_threads
-        threads.set_threads(build_threads)
-        if dataset is None:
-            key = _shared_key("dataset", cfg["dataset"])
-            if key not in shared:
-                shared[key] = self._timed("dataset_load", self.load_dataset)
-            dataset = shared[key]
-        self.dataset = ds = dataset
-        k, k_cand = run["k"], run["k_candidates"]
+        self._threads_before = threads.get_threads()
+        threads.set_threads(self.build_threads)
+        try:
+            self._build(dataset, shared if shared is not None else SharedParts())
+        except BaseException:
+            self.close()
+            raise
+        threads.set_threads(self.request_threads)
+        self._ready = True
 
-        # embed: the query-time embedder, and the corpus/query vectors it implies
-        emb_name = cfg["embed"]["backend"] or ds.default_embedder
-        emb_params = backend_params(cfg, "embed")
-        vec_key = _shared_key("vectors", ds.content_hash, emb_name, emb_params)
-        if emb_name == "precomputed":
+    def _check_same_dataset(self, dataset: Dataset | None) -> None:
+        if dataset is None or self.dataset is None or dataset is self.dataset:
+            return
+        if dataset.content_hash != self.dataset.content_hash:
+            raise ConfigError(
+                f"this pipeline is set up for dataset {self.dataset.name!r}; "
+                f"create another Pipeline to run {dataset.name!r}"
+            )
+
+    def _build(self, dataset: Dataset | None, shared: SharedParts) -> None:
+        cfg = self.config
+        ds = self.dataset = self._dataset(dataset, shared)
+        run = cfg["run"]
+        if run["k"] > len(ds.corpus.ids):
+            raise KTooLargeError(
+                f"[run] k={run['k']} is larger than the corpus ({len(ds.corpus.ids)} items)"
+            )
+        emb = self._embedding(ds, shared)
+        metric = cfg["retrieve"]["metric"] or ds.metric
+        index = self._index(ds, emb, metric, shared)
+        self._truth = self._exact_neighbors(ds, emb, metric, shared)
+        self._embedding_used, self._metric = emb, metric
+        c = cfg["cache"]
+        self._cache = LruTtlCache(c["size"], c["ttl_s"]) if c["backend"] == "lru" else None
+        k_cand = min(run["k_candidates"], len(ds.corpus.ids))
+        stages: list[Any] = [EmbedStage(emb.embedder)]
+        if self._cache is not None:
+            stages.append(CacheStage(self._cache))
+        stages += [
+            RetrieveStage(index, k_cand, cfg["retrieve"]["search"]),
+            self._rerank_stage(metric, emb.corpus),
+            self._serialize_stage(ds, emb.corpus),
+            TransportStage(self._start_transport()),
+            GenerateStage(self._start_generator()),
+        ]
+        self._stages = stages
+        self._loop_names = [st.name for st in stages]
+        self.stage_names = [
+            n for n in STAGES if n in self._loop_names or n in ("deserialize", "prompt")
+        ]
+        self.info = self._describe_parts(index, emb, metric, k_cand)
+
+    def _dataset(self, dataset: Dataset | None, shared: SharedParts) -> Dataset:
+        if dataset is not None:
+            return dataset
+        key = freeze(self.config["dataset"])
+        if key not in shared.datasets:
+            shared.datasets[key] = self.setup_times.time("dataset_load", self.load_dataset)
+        return shared.datasets[key]
+
+    def _embedding(self, ds: Dataset, shared: SharedParts) -> Embedding:
+        cfg = self.config
+        name = cfg["embed"]["backend"] or ds.default_embedder
+        params = backend_params(cfg, "embed")
+        if name == "precomputed":
             if ds.vectors is None or ds.query_vectors_precomputed is None:
                 raise ConfigError(
                     f"[embed] backend 'precomputed' needs a dataset with vectors; {ds.name!r} has "
@@ -386,164 +549,142 @@ class Pipeline:
                 "precomputed",
                 texts=ds.queries.texts,
                 vectors=ds.query_vectors_precomputed,
-                **emb_params,
+                **params,
             )
-            corpus_vectors, query_vectors = ds.vectors, ds.query_vectors_precomputed
-        else:
-            ekey = _shared_key("embedder", emb_name, emb_params)
-            if ekey not in shared:
-                shared[ekey] = embedders.create(emb_name, **emb_params)
-            embedder = shared[ekey]
-            self._timed("model_load", embedder.load)
-            if vec_key not in shared:
-                n_events = len(ds.cache_events)
-                shared[vec_key] = (
-                    self._timed("corpus_vectors", lambda: ds.corpus_vectors(embedder)),
-                    self._timed("query_vectors", lambda: ds.query_vectors(embedder)),
-                )
-                self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
-            corpus_vectors, query_vectors = shared[vec_key]
-        self._corpus_vectors = corpus_vectors
-        self._query_vectors = query_vectors
-        self._embedder_name = emb_name
-        dim = int(corpus_vectors.shape[1])
+            return Embedding(name, params, embedder, ds.vectors, ds.query_vectors_precomputed)
+        ekey = (name, freeze(params))
+        if ekey not in shared.embedders:
+            made = self.components.embedder
+            shared.embedders[ekey] = made if made is not None else embedders.create(name, **params)
+        embedder = shared.embedders[ekey]
+        self.setup_times.time("model_load", embedder.load)
+        vkey = (ds.content_hash, ekey)
+        if vkey not in shared.vectors:
+            n_events = len(ds.cache_events)
+            corpus = self.setup_times.time("corpus_vectors", ds.corpus_vectors, embedder)
+            queries = self.setup_times.time("query_vectors", ds.query_vectors, embedder)
+            shared.vectors[vkey] = (corpus, queries)
+            self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
+        corpus, queries = shared.vectors[vkey]
+        return Embedding(name, params, embedder, corpus, queries)
 
-        # retrieve: build once per (backend, build params, data)
-        r = cfg["retrieve"]
-        metric = r["metric"] or ds.metric
-        if k > len(ds.corpus.ids):
-            from .errors import KTooLargeError
-
-            raise KTooLargeError(
-                f"[run] k={k} is larger than the corpus ({len(ds.corpus.ids)} items)"
-            )
-        k_cand = min(k_cand, len(ds.corpus.ids))
-        ikey = _shared_key(
-            "index", r["backend"], metric, r["build"], ds.content_hash, emb_name, emb_params
-        )
-        if ikey not in shared:
-            index = indexes.create_for(r["backend"], dim=dim, metric=metric, **r["build"])
-            data = ds.corpus.texts if index.input_kind == "texts" else corpus_vectors
+    def _index(self, ds: Dataset, emb: Embedding, metric: str, shared: SharedParts) -> Any:
+        r = self.config["retrieve"]
+        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key)
+        if key not in shared.indexes:
+            dim = int(emb.corpus.shape[1])
+            index = indexes.create(r["backend"], dim=dim, metric=metric, **r["build"])
+            data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
             build_ns, compile_ns = indexes.build_timed(index, data)
-            self.setup_ns["index_build"] = self.setup_ns.get("index_build", 0) + build_ns
-            self.setup_ns["jit_compile"] = self.setup_ns.get("jit_compile", 0) + compile_ns
-            shared[ikey] = index
-        index = shared[ikey]
-        self._index = index
+            self.setup_times.add("index_build", build_ns)
+            self.setup_times.add("jit_compile", compile_ns)
+            shared.indexes[key] = index
+        return shared.indexes[key]
 
-        gkey = _shared_key("truth", ds.content_hash, emb_name, emb_params, k, metric)
-        if gkey not in shared:
-            shared[gkey] = self._timed(
-                "exact_neighbors",
-                lambda: ds.exact_neighbors(
-                    k, embedder=embedder if emb_name != "precomputed" else None, metric=metric
-                ),
+    def _exact_neighbors(
+        self, ds: Dataset, emb: Embedding, metric: str, shared: SharedParts
+    ) -> np.ndarray:
+        k = self.config["run"]["k"]
+        key = (ds.content_hash, emb.key, k, metric)
+        if key not in shared.truth:
+            embedder = None if emb.name == "precomputed" else emb.embedder
+            shared.truth[key] = self.setup_times.time(
+                "exact_neighbors", ds.exact_neighbors, k, embedder=embedder, metric=metric
             )
-        self._truth = shared[gkey]
-        self._metric = metric
+        return shared.truth[key]
 
-        # cache
-        c = cfg["cache"]
-        self._cache = LruTtlCache(c["size"], c["ttl_s"]) if c["backend"] == "lru" else None
+    def _rerank_stage(self, metric: str, corpus: np.ndarray) -> Callable[[RequestContext], None]:
+        k = self.config["run"]["k"]
+        reranker = self.components.reranker
+        if reranker is None:
+            return TruncateStage(k, self._cache)
+        if reranker.metric != rerank_metric(metric):
+            params = backend_params(self.config, "rerank")
+            reranker = rerankers.create(reranker.name, metric=rerank_metric(metric), **params)
+        self.setup_times.add("jit_compile", reranker.warmup(int(corpus.shape[1])))
+        return RerankStage(reranker, corpus, k, self._cache)
 
-        # rerank
-        rr_name = cfg["rerank"]["backend"]
-        if rr_name == "none":
-            rerank_stage: Callable[[RequestContext], None] = TruncateStage(k, self._cache)
-        else:
-            reranker = rerankers.create(
-                rr_name, metric=rerank_metric(metric), **backend_params(cfg, "rerank")
-            )
-            self.setup_ns["jit_compile"] = self.setup_ns.get("jit_compile", 0) + reranker.warmup(
-                dim
-            )
-            rerank_stage = RerankStage(reranker, corpus_vectors, k, self._cache)
-
-        # serialize / transport (deserialize + prompt on the far side) / generate
-        s = cfg["serialize"]
-        codec_params = backend_params(cfg, "serialize")
-        codec = codecs.create(s["backend"], **codec_params)
-        prompt_params = {k_: v for k_, v in cfg["prompt"].items() if v is not None}
-        transport = transports.create(
-            cfg["transport"]["backend"], **backend_params(cfg, "transport")
+    def _serialize_stage(self, ds: Dataset, corpus: np.ndarray) -> SerializeStage:
+        s = self.config["serialize"]
+        return SerializeStage(
+            self.components.codec, ds, corpus, bool(s["with_embeddings"]), bool(s["with_metadata"])
         )
+
+    def _start_transport(self) -> Any:
+        cfg = self.config
+        transport = self.transport = self.components.transport
+        prompt_params = {k: v for k, v in cfg["prompt"].items() if v is not None}
         self._closers.append(transport.close)
-        self.transport = transport
-        self.setup_ns["transport_start"] = transport.start(
-            s["backend"], codec_params, prompt_params
-        )
-        generator = generators.create(cfg["generate"]["backend"], **backend_params(cfg, "generate"))
-        self._closers.append(generator.close)
-        self.setup_ns["generator_start"] = generator.start()
-        if generator.simulated:
-            self.simulated.append(f"generate={cfg['generate']['backend']}")
-        self._generator = generator
-
-        stages: list[Any] = [EmbedStage(embedder)]
-        if self._cache is not None:
-            stages.append(CacheStage(self._cache))
-        stages += [
-            RetrieveStage(index, k_cand, r["search"]),
-            rerank_stage,
-            SerializeStage(
-                codec, ds, corpus_vectors, bool(s["with_embeddings"]), bool(s["with_metadata"])
+        self.setup_times.add(
+            "transport_start",
+            transport.start(
+                cfg["serialize"]["backend"], backend_params(cfg, "serialize"), prompt_params
             ),
-            TransportStage(transport),
-            GenerateStage(generator),
-        ]
-        self._stages = stages
-        # Set-up (embedding the corpus, building) used every core; each request
-        # runs on the pinned request thread count, one query per call, as a
-        # service worker would.
-        self.request_threads = run["threads"] or 1
-        threads.set_threads(self.request_threads)
-        self._loop_names = [st.name for st in stages]
-        self.stage_names = [
-            n for n in STAGES if n in self._loop_names or n in ("deserialize", "prompt")
-        ]
-        self._stamps = [0] * (len(stages) + 1)
-        self._info = {
-            "index": _info(index),
-            "embedder": emb_name,
+        )
+        return transport
+
+    def _start_generator(self) -> Any:
+        generator = self.components.generator
+        self._closers.append(generator.close)
+        self.setup_times.add("generator_start", generator.start())
+        if generator.simulated and not self.simulated:
+            self.simulated.append(f"generate={self.config['generate']['backend']}")
+        return generator
+
+    def _describe_parts(
+        self, index: Any, emb: Embedding, metric: str, k_cand: int
+    ) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "index": _index_info(index),
+            "embedder": emb.name,
             "metric": metric,
-            "k": k,
+            "k": cfg["run"]["k"],
             "k_candidates": k_cand,
-            "codec": s["backend"],
+            "codec": cfg["serialize"]["backend"],
             "transport": cfg["transport"]["backend"],
             "generator": cfg["generate"]["backend"],
-            "rerank": rr_name,
+            "rerank": cfg["rerank"]["backend"],
             "request_threads": self.request_threads,
-            "build_threads": build_threads,
+            "build_threads": self.build_threads,
         }
-        self._ready = True
 
     # ---- requests
 
     def _context(self, i: int) -> RequestContext:
-        assert self.dataset is not None  # noqa: S101
+        if self.dataset is None:
+            raise NotBuiltError("call setup() before sending requests")
         q = self.dataset.queries
         j = i % len(q.ids)
         return RequestContext(j, q.ids[j], q.texts[j])
 
     def warm(self, n: int) -> None:
-        """Run ``n`` warm-up requests (timed as setup ``warmup``, not kept as samples)."""
+        """Run ``n`` warm-up requests (timed as set-up ``warmup``, not kept as samples)."""
         if not self._ready:
             raise NotBuiltError("call setup() before warm()")
-        stamps = list(self._stamps)
+        stamps = [0] * (len(self._stages) + 1)
         t0 = perf_counter_ns()
         for i in range(n):
             run_stages(self._stages, self._context(i), stamps)
-        self.setup_ns["warmup"] = self.setup_ns.get("warmup", 0) + perf_counter_ns() - t0
+        self.setup_times.add("warmup", perf_counter_ns() - t0)
 
     def request(self, i: int) -> None:
         """Run and record measured request ``i`` (query ``i mod n_queries``)."""
         ctx = self._context(i)
-        stamps = self._stamps
+        stamps = [0] * (len(self._stages) + 1)
         run_stages(self._stages, ctx, stamps)
-        # one append per request; everything else is derived in report()
         self._records.append(
-            (stamps.copy(), ctx.far, ctx.hit_ids, len(ctx.payload), ctx.prompt_tokens, ctx.index)
+            RequestRecord(
+                stamps, ctx.far, ctx.hit_ids, len(ctx.payload), ctx.prompt_tokens, ctx.index
+            )
         )
+
+    def begin(self) -> None:
+        """Start a new measured run: forget earlier requests, errors and cache counts."""
+        self._records = []
+        self.error = None
+        if self._cache is not None:
+            self._cache.hits = self._cache.misses = 0
 
     def run(
         self,
@@ -553,16 +694,18 @@ class Pipeline:
         warmup: int | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Report:
-        """Set up, warm up, run ``queries`` measured requests one by one, and report.
+        """Set up, warm up, run ``queries`` measured requests one by one, and report them.
 
-        A :class:`TransportError` or :class:`GeneratorError` stops the run;
-        the report keeps every request finished before it and says why.
+        Each call reports its own requests only. A :class:`TransportError` or
+        :class:`GeneratorError` stops the run; the report keeps every request
+        finished before it and says why.
         """
         run = self.config["run"]
         queries = run["queries"] if queries is None else queries
         warmup = run["warmup"] if warmup is None else warmup
         self.setup(dataset)
         self.warm(warmup)
+        self.begin()
         for i in range(queries):
             try:
                 self.request(i)
@@ -575,25 +718,16 @@ class Pipeline:
 
     # ---- results
 
-    def report(self) -> Report:
-        from .report import Report
-
-        if not self._ready or self.dataset is None:
-            raise NotBuiltError("the pipeline has not run")
+    def _stage_samples(self) -> np.ndarray:
+        """int64 (requests, stage_names): the far side's decode and prompt split out of transport."""
         recs = self._records
-        nst = len(self._stages)
+        nst = len(self._loop_names)
+        if not recs:
+            return np.zeros((0, len(self.stage_names)), np.int64)
         loop = np.diff(
-            np.asarray([r[0] for r in recs], dtype=np.int64).reshape(-1, nst + 1), axis=1
+            np.asarray([r.stamps for r in recs], dtype=np.int64).reshape(-1, nst + 1), axis=1
         )
-        far = np.asarray(
-            [
-                (f.decode_ns, f.prompt_ns, f.wire_bytes_sent, f.wire_bytes_received)
-                if (f := r[1]) is not None
-                else (0, 0, 0, 0)
-                for r in recs
-            ],
-            dtype=np.int64,
-        ).reshape(-1, 4)
+        far = self._far_columns()
         columns: dict[str, np.ndarray] = {}
         for j, name in enumerate(self._loop_names):
             if name == "transport":
@@ -602,68 +736,75 @@ class Pipeline:
                 columns["prompt"] = far[:, 1]
             else:
                 columns[name] = loop[:, j]
-        samples = (
-            np.stack([columns[n] for n in self.stage_names], axis=1)
-            if len(loop)
-            else np.zeros((0, len(self.stage_names)), np.int64)
-        )
-        recall = self._recall()
+        return np.stack([columns[n] for n in self.stage_names], axis=1)
+
+    def _far_columns(self) -> np.ndarray:
+        """int64 (requests, 4): decode ns, prompt ns, wire bytes sent, wire bytes received."""
+        rows = [
+            (f.decode_ns, f.prompt_ns, f.wire_bytes_sent, f.wire_bytes_received)
+            if (f := r.far) is not None
+            else (0, 0, 0, 0)
+            for r in self._records
+        ]
+        return np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+
+    def report(self) -> Report:
+        """The report of the requests measured since the last :meth:`begin` (or :meth:`run`)."""
+        if not self._ready or self.dataset is None:
+            raise NotBuiltError("the pipeline has not run")
+        recs = self._records
+        far = self._far_columns()
         ds = self.dataset
+        cache = self._cache
         return Report(
             label=self.label,
             config=self.config,
             stage_names=list(self.stage_names),
-            samples_ns=samples,
-            recall=recall,
-            payload_bytes=np.asarray([r[3] for r in recs], dtype=np.int64),
+            samples_ns=self._stage_samples(),
+            recall=self._recall(),
+            payload_bytes=np.asarray([r.payload_bytes for r in recs], dtype=np.int64),
             wire_bytes=far[:, 2] + far[:, 3],
-            prompt_tokens=np.asarray([r[4] for r in recs], dtype=np.int64),
+            prompt_tokens=np.asarray([r.prompt_tokens for r in recs], dtype=np.int64),
             setup_ns=dict(self.setup_ns),
-            cache_hits=self._cache.hits if self._cache else None,
-            cache_lookups=(self._cache.hits + self._cache.misses) if self._cache else None,
+            cache_hits=cache.hits if cache else None,
+            cache_lookups=(cache.hits + cache.misses) if cache else None,
             simulated=list(self.simulated),
             dataset={
                 "name": ds.name,
                 "n": len(ds.corpus.ids),
-                "dim": int(self._corpus_vectors.shape[1]),
+                "dim": int(self._embedding_used.corpus.shape[1]),
                 "n_queries": len(ds.queries.ids),
                 "content_hash": ds.content_hash,
             },
-            info=dict(self._info),
+            info=dict(self.info),
             cache_events=list(self.cache_events),
             error=self.error,
         )
 
     def _recall(self) -> np.ndarray:
         """Tie-aware recall@k of each request's final hits against exact search."""
-        from .metrics import recall_at_k
-
         k = self.config["run"]["k"]
         if not self._records:
             return np.zeros(0)
         found = np.full((len(self._records), k), -1, dtype=np.int64)
         for r, rec in enumerate(self._records):
-            ids = rec[2]
-            if ids is not None:
-                n = min(k, len(ids))
-                found[r, :n] = ids[:n]
-        rows = np.asarray([rec[5] for rec in self._records], dtype=np.int64)
+            n = min(k, len(rec.hit_ids))
+            found[r, :n] = rec.hit_ids[:n]
+        rows = np.asarray([rec.query_row for rec in self._records], dtype=np.int64)
+        emb = self._embedding_used
         return recall_at_k(
-            found,
-            self._truth,
-            self._corpus_vectors,
-            self._query_vectors,
-            k,
-            self._metric,
-            query_rows=rows,
+            found, self._truth, emb.corpus, emb.queries, k, self._metric, query_rows=rows
         )
 
     def close(self) -> None:
-        """Stop every server this pipeline started (idempotent)."""
+        """Stop every server this pipeline started and restore the thread setting (idempotent)."""
         while self._closers:
             closer = self._closers.pop()
             with contextlib.suppress(RagbenchError):
                 closer()
+        if self._threads_before is not None:
+            threads.set_threads(self._threads_before)
+            self._threads_before = None
 
     def __enter__(self) -> Pipeline:
         return self
@@ -672,7 +813,7 @@ class Pipeline:
         self.close()
 
 
-def _info(index: Any) -> dict[str, Any]:
+def _index_info(index: Any) -> dict[str, Any]:
     info = getattr(index, "info", None)
     if callable(info):
         try:
@@ -701,10 +842,13 @@ def interleave(
 ) -> None:
     """Run ``queries`` requests on every pipeline, interleaved request by request.
 
-    The order of pipelines rotates each round so none always runs first
-    (caches and turbo states favour no one). A failing pipeline is dropped
-    from later rounds with its error kept.
+    Each pipeline starts a new measured run (:meth:`Pipeline.begin`). The
+    order of pipelines rotates each round so none always runs first (caches
+    and turbo states favour no one). A failing pipeline is dropped from later
+    rounds with its error kept.
     """
+    for p in pipelines:
+        p.begin()
     live = list(pipelines)
     for i in range(queries):
         n = len(live)
@@ -712,8 +856,6 @@ def interleave(
             return
         for j in range(n):
             p = live[(i + j) % n]
-            if p.error is not None:
-                continue
             try:
                 p.request(i)
             except (TransportError, GeneratorError) as exc:
@@ -721,7 +863,3 @@ def interleave(
         live = [p for p in live if p.error is None]
         if progress is not None:
             progress(1)
-
-
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,17 +1,27 @@
-"""PNG plots of saved records (matplotlib, imported only here)."""
+"""Charts of result records (matplotlib, imported only when a chart is drawn).
+
+:func:`figure` draws one panel per record kind present — run bars, sweep
+frontiers, scale growth, load curves — and returns the matplotlib figure;
+:func:`plot_records` writes it as a PNG. Like :mod:`ragbench.rendering`, it
+reads records only.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
-from .errors import MissingDependencyError
+from .errors import ConfigError, MissingDependencyError
+from .records import growth_exponents, pareto, records_of
 
-__all__ = ["plot_records"]
+__all__ = ["figure", "plot_records", "pyplot"]
+
+Records = Sequence[Mapping[str, Any]]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the non-interactive Agg backend, or an install hint."""
     try:
         import matplotlib
     except ImportError:
@@ -22,35 +32,19 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_records(records: Sequence[Mapping[str, Any]], path: str | PathLike[str]) -> None:
-    """Draw what the records hold: per-stage p50 bars for runs, frontiers for sweeps, growth for scale."""
-    kinds = {r.get("kind") for r in records}
-    if kinds & {"sweep", "scale", "load"} and "run" not in kinds:
-        from .sweeps import plot_sweep_records
-
-        plot_sweep_records(records, path)
-        return
-    plot_runs([r for r in records if r.get("kind") == "run"], path)
-
-
-def plot_runs(records: Sequence[Mapping[str, Any]], path: str | PathLike[str]) -> None:
-    """Stacked horizontal bars: each run's per-stage p50 (µs), labelled, simulated parts marked."""
-    plt = _pyplot()
-    labels = []
+def _runs(ax: Any, records: Records) -> None:
+    """Stacked horizontal bars: each run's per-stage p50 (µs), simulated parts marked."""
     stages: list[str] = []
     for r in records:
-        for s in r["stages"]:
-            if s not in stages:
-                stages.append(s)
-    fig, ax = plt.subplots(figsize=(10, 2.2 + 0.5 * len(records)))
-    cmap = plt.get_cmap("tab10")
+        stages += [s for s in r["stages"] if s not in stages]
+    cmap = pyplot().get_cmap("tab10")
     for row, r in enumerate(records):
         left = 0.0
         for j, s in enumerate(stages):
-            v = r["summary"].get(s, {}).get("p50_us", 0.0) if s in r["summary"] else 0.0
+            v = r["summary"][s]["p50_us"] if s in r["summary"] else 0.0
             ax.barh(row, v, left=left, color=cmap(j % 10), label=s if row == 0 else None)
             left += v
-        labels.append(r["label"] + (" (simulated LLM)" if r.get("simulated") else ""))
+    labels = [r["label"] + (" (simulated LLM)" if r.get("simulated") else "") for r in records]
     ax.set_yticks(range(len(records)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("p50 µs per stage, stacked (before first token)")
@@ -62,6 +56,111 @@ def plot_runs(records: Sequence[Mapping[str, Any]], path: str | PathLike[str]) -
         frameon=False,
     )
     ax.set_title("ragbench: where the time goes before the first token")
+
+
+def _by(records: Records, key: str) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        out.setdefault(str(r[key]), []).append(r)
+    return out
+
+
+def _sweeps(ax: Any, records: Records) -> None:
+    """Every point faintly, each index's own Pareto frontier as a line (like ann-benchmarks)."""
+    for name, pts in _by(records, "index").items():
+        sc = ax.scatter(
+            [p["recall"] for p in pts], [p["qps_single"] for p in pts], s=12, alpha=0.35
+        )
+        front = sorted(
+            (p for p, f in zip(pts, pareto(pts), strict=True) if f), key=lambda r: r["recall"]
+        )
+        ax.plot(
+            [p["recall"] for p in front],
+            [p["qps_single"] for p in front],
+            marker="o",
+            color=tuple(sc.get_facecolor()[0][:3]),
+            label=name,
+        )
+    r0 = records[0]
+    ax.set_yscale("log")
+    ax.set_xlabel(f"recall@{r0['k']}")
+    ax.set_ylabel("queries per second, one query per call, 1 thread (log)")
+    ax.set_title(f"recall vs QPS — {r0['dataset']} n={r0['n']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+
+
+def _scales(ax: Any, records: Records) -> None:
+    exps = growth_exponents(records)
+    for name, pts in _by(records, "index").items():
+        pts = sorted(pts, key=lambda r: r["n"])
+        ax.plot(
+            [p["n"] for p in pts],
+            [p["p50_us"] for p in pts],
+            marker="o",
+            label=f"{name} (slope {exps.get(name, float('nan')):.2f})",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("corpus size n")
+    ax.set_ylabel(f"p50 µs per query at recall ≥ {records[0]['target_recall']}")
+    ax.set_title("cost as the corpus grows")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+
+
+def _loads(ax: Any, records: Records) -> None:
+    """Response time p50 (solid) and p99 (dashed) against offered QPS, one colour per configuration."""
+    for name, pts in _by(records, "label").items():
+        pts = sorted(pts, key=lambda r: r["offered_qps"])
+        xs = [p["offered_qps"] for p in pts]
+        (line,) = ax.plot(
+            xs, [p["response_p50_us"] / 1e3 for p in pts], marker="o", label=f"{name} p50"
+        )
+        ax.plot(
+            xs,
+            [p["response_p99_us"] / 1e3 for p in pts],
+            marker="^",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{name} p99",
+        )
+    sim = sorted({s for r in records for s in r.get("simulated") or []})
+    ax.set_yscale("log")
+    ax.set_xlabel("offered QPS")
+    ax.set_ylabel("response time ms (from scheduled arrival, log)")
+    ax.set_title("response time under load" + (f" [SIMULATED: {', '.join(sim)}]" if sim else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+PANELS: dict[str, Callable[[Any, Records], None]] = {
+    "run": _runs,
+    "sweep": _sweeps,
+    "scale": _scales,
+    "load": _loads,
+}
+
+
+def figure(records: Records) -> Any:
+    """A matplotlib figure with one panel per record kind present (run, sweep, scale, load)."""
+    kinds = [k for k in PANELS if records_of(records, k)]
+    if not kinds:
+        raise ConfigError("nothing to plot: no run, sweep, scale or load records")
+    plt = pyplot()
+    runs = len(records_of(records, "run"))
+    height = max(5.0, 2.2 + 0.5 * runs) if "run" in kinds else 5.0
+    fig, axes = plt.subplots(1, len(kinds), figsize=(8 * len(kinds), height), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        PANELS[kind](ax, records_of(records, kind))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
+
+
+def plot_records(records: Records, path: str | PathLike[str]) -> None:
+    """Write :func:`figure` of ``records`` as a PNG at ``path``."""
+    fig = figure(records)
+    try:
+        fig.savefig(path, dpi=110)
+    finally:
+        pyplot().close(fig)

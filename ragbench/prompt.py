@@ -23,6 +23,7 @@ from typing import Any
 from ._registry import check_params
 from .errors import ConfigError
 from .types import RetrievalResult
+from .validate import positive_int
 
 __all__ = ["DEFAULT_TEMPLATE", "PromptBuilder", "build_prompt", "count_tokens"]
 
@@ -140,9 +141,8 @@ class PromptBuilder:
     ) -> None:
         if unknown:
             check_params("prompt", unknown, {"max_tokens", "template", "min_chunk_tokens"})
-        for key, value in (("max_tokens", max_tokens), ("min_chunk_tokens", min_chunk_tokens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"prompt: {key} must be a positive integer, got {value!r}")
+        max_tokens = positive_int("prompt", "max_tokens", max_tokens)
+        min_chunk_tokens = positive_int("prompt", "min_chunk_tokens", min_chunk_tokens)
         if template is None:
             template = DEFAULT_TEMPLATE
         if not isinstance(template, str):
@@ -239,8 +239,8 @@ def build_prompt(
     result: RetrievalResult, *, max_tokens: int = 2048, template: str | None = None
 ) -> tuple[str, int]:
     """Build ``(prompt, prompt_tokens)`` for ``result``; see :class:`PromptBuilder`."""
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
-        raise ConfigError(f"prompt: max_tokens must be a positive integer, got {max_tokens!r}")
+    # Checked before the cache: True would share 1's entry, a list is unhashable.
+    max_tokens = positive_int("prompt", "max_tokens", max_tokens)
     if template is not None and not isinstance(template, str):
         raise ConfigError(f"prompt: template must be a string, got {type(template).__name__}")
     return _builder(max_tokens, template).build(result)

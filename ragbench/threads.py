@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from .errors import ConfigError
+from .validate import positive_int
 
 __all__ = ["apply", "get_threads", "set_threads", "settings"]
 
@@ -24,12 +24,10 @@ def _default() -> int:
     env = os.environ.get("RAGBENCH_THREADS")
     if env:
         try:
-            value = int(env)
+            value: object = int(env)
         except ValueError:
-            raise ConfigError(f"RAGBENCH_THREADS must be a positive integer, got {env!r}") from None
-        if value >= 1:
-            return value
-        raise ConfigError(f"RAGBENCH_THREADS must be a positive integer, got {env!r}")
+            value = env  # not a number: positive_int names it
+        return positive_int("environment", "RAGBENCH_THREADS", value)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -50,9 +48,7 @@ def get_threads() -> int:
 def set_threads(n: int) -> None:
     """Pin the thread count for batch work in every library already loaded and later."""
     global _threads
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"threads must be a positive integer, got {n!r}")
-    _threads = n
+    _threads = positive_int("set_threads", "n", n)
     apply()
 
 

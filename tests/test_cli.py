@@ -162,7 +162,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle) -> None:
 
 def test_malformed_results_file(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"schema": "ragbench.run/1"}\nnot json\n')
+    bad.write_text('{"schema": "ragbench.run/1", "kind": "run"}\nnot json\n')
     code, _, err = cli(capsys, "report", str(bad))
     assert code == 2 and "bad.jsonl:2" in err
 

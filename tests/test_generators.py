@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +20,14 @@ import ragbench as rb
 from ragbench.errors import ConfigError, GeneratorError, NotBuiltError
 from ragbench.generators import FirstToken
 from ragbench.generators.openai import OpenAIGenerator
-from ragbench.generators.stub_server import MODEL_ID, StubModel, serve
+from ragbench.generators.stub import StubGenerator
+from ragbench.generators.stub_server import (
+    MODEL_ID,
+    SERVER_OPTIONS,
+    StubModel,
+    run_forever,
+    serve,
+)
 from ragbench.prompt import count_tokens
 
 LONG_PROMPT = "vector " * 1000  # 1000 tokens by count_tokens' rule (checked below)
@@ -400,3 +409,112 @@ def test_stub_generator_rejects_bad_parameters() -> None:
     for bad in ({"base_ms": -5}, {"max_tokens": 0}, {"timeout": 0}, {"host": ""}, {"model": "x"}):
         with pytest.raises(ConfigError):
             rb.generators.create("stub", **bad)
+
+
+def test_stub_generator_runs_the_stub_llm_command() -> None:
+    gen = StubGenerator(prefill_ms_per_1k_tokens=0.5, base_ms=0, inter_token_ms=2, max_tokens=3)
+    assert gen.server_argv() == [
+        sys.executable,
+        "-m",
+        "ragbench",
+        "stub-llm",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--prefill-ms-per-1k-tokens",
+        "0.5",
+        "--base-ms",
+        "0.0",
+        "--inter-token-ms",
+        "2.0",
+        "--max-tokens",
+        "3",
+        "--exit-on-stdin-eof",
+    ]
+    flags = {option.flag for option in SERVER_OPTIONS}
+    assert {arg for arg in gen.server_argv() if arg.startswith("--")} <= flags
+
+
+def test_server_options_hold_the_defaults() -> None:
+    defaults = {option.keyword: option.default for option in SERVER_OPTIONS}
+    assert defaults.pop("host") == "127.0.0.1" and defaults.pop("port") == 0
+    assert defaults.pop("verbose") is False and defaults.pop("exit_on_stdin_eof") is False
+    assert StubModel().params() == defaults
+    gen = StubGenerator()
+    assert gen.model.params() | {"max_tokens": 16} == defaults
+    hidden = [option.flag for option in SERVER_OPTIONS if option.hidden]
+    assert hidden == ["--exit-on-stdin-eof"]
+
+
+@pytest.mark.integration
+def test_stub_generator_reports_a_server_that_dies_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = "import sys; sys.stderr.write('no such option'); sys.exit(2)"
+    monkeypatch.setattr(StubGenerator, "server_argv", lambda self: [sys.executable, "-c", script])
+    gen = StubGenerator()
+    with pytest.raises(GeneratorError, match="(?s)exited with code 2 before it was ready.*no such option"):
+        gen.start()
+    assert gen.pid is None
+
+
+def test_run_forever_rejects_bad_values_before_serving(capsys: pytest.CaptureFixture) -> None:
+    for args, kwargs, match in (
+        ((), {"base_ms": -1}, "base_ms"),
+        ((), {"max_tokens": 0}, "max_tokens"),
+        ((), {"speed": 2}, "speed"),
+        (("",), {}, "host"),
+        (("127.0.0.1", 70000), {}, "port"),
+        (("127.0.0.1", "80"), {}, "port"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            run_forever(*args, **kwargs)
+    assert capsys.readouterr().out == ""
+
+
+def test_run_forever_names_an_address_it_cannot_listen_on() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}.*another port"):
+            run_forever("127.0.0.1", port)
+        with pytest.raises(ConfigError, match="cannot listen on 127.0.0.1"):
+            serve("127.0.0.1", port)
+
+
+@pytest.mark.integration
+def test_run_forever_serves_until_stdin_ends(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    read_end, write_end = os.pipe()
+    stdin = io.TextIOWrapper(os.fdopen(read_end, "rb"))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    codes: list[int] = []
+    thread = threading.Thread(
+        target=lambda: codes.append(
+            run_forever("127.0.0.1", 0, exit_on_stdin_eof=True, base_ms=0, max_tokens=2)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    try:
+        out = ""
+        deadline = time.monotonic() + 10
+        while "listening" not in out and time.monotonic() < deadline:
+            time.sleep(0.01)
+            out += capsys.readouterr().out
+        assert out.startswith("ragbench stub LLM (simulated) listening on http://127.0.0.1:")
+        url = out.split()[-1]
+        gen = OpenAIGenerator(base_url=url, model=MODEL_ID, max_tokens=1)
+        try:
+            gen.start()
+            assert gen.first_token("hi", 1).text == "Based"
+        finally:
+            gen.close()
+    finally:
+        os.close(write_end)  # EOF: the server shuts down
+        thread.join(10)
+        stdin.close()
+    assert not thread.is_alive() and codes == [0]

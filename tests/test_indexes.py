@@ -88,8 +88,7 @@ def queries_for(name: str):
 
 
 def create(name: str, **params):
-    if name in TEXT_BACKENDS:
-        return rb.indexes.create(name, **params)
+    # One call for every backend: minhash-lsh ignores dim and records metric for reranking.
     return rb.indexes.create(name, dim=DIM, metric="ip", **params)
 
 
@@ -251,15 +250,31 @@ def test_unsupported_metric_and_dim(name) -> None:
 def test_lsh_rejects_l2_and_minhash_rejects_vectors() -> None:
     with pytest.raises(ConfigError, match="supports: ip, cosine$"):
         rb.indexes.create("lsh", dim=DIM, metric="l2")
-    with pytest.raises(ConfigError, match="supports: jaccard"):
-        rb.indexes.create("minhash-lsh", metric="ip")
-    with pytest.raises(ConfigError, match="texts"):
-        rb.indexes.create("minhash-lsh", dim=DIM)
     index = rb.indexes.create("minhash-lsh")
     with pytest.raises(InputError):
         index.build(VECTORS)
     with pytest.raises(InputError):
         index.build("one string is not a corpus")
+
+
+def test_minhash_is_created_like_a_vector_index(tmp_path) -> None:
+    plain = rb.indexes.create("minhash-lsh", metric=None)
+    assert (plain.metric, plain.rescore_metric, plain.dim) == ("jaccard", None, None)
+    index = rb.indexes.create("minhash-lsh", dim=DIM, metric="cosine", threshold=0.5)
+    # dim is ignored (it hashes texts); the vector metric is what reranking re-scores with.
+    assert (index.metric, index.rescore_metric, index.dim) == ("jaccard", "cosine", None)
+    with pytest.raises(ConfigError, match="use one of: jaccard, ip, cosine, l2"):
+        rb.indexes.create("minhash-lsh", metric="manhattan")
+    with pytest.raises(ConfigError, match="dim"):
+        rb.indexes.create("minhash-lsh", dim=0)
+    index.build(TEXTS)
+    index.save(tmp_path / "m.idx")
+    loaded = rb.indexes.load(tmp_path / "m.idx")
+    assert (loaded.metric, loaded.rescore_metric) == ("jaccard", "cosine")
+    ids, scores = index.search(TEXT_QUERIES, 3)
+    loaded_ids, loaded_scores = loaded.search(TEXT_QUERIES, 3)
+    np.testing.assert_array_equal(ids, loaded_ids)
+    np.testing.assert_array_equal(scores, loaded_scores)
 
 
 @pytest.mark.parametrize("name", ["flat", "hnsw", "faiss-hnsw", "ivf"])

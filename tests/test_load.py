@@ -8,7 +8,7 @@ import pytest
 
 from ragbench.cli import main
 from ragbench.errors import ConfigError
-from ragbench.load import arrivals, run_open_loop
+from ragbench.traffic import arrivals, run_open_loop
 
 
 def test_uniform_arrivals_are_evenly_spaced() -> None:

@@ -127,20 +127,78 @@ def test_unknown_backend_param_names_the_key() -> None:
         run(config(retrieve={"backend": "hnsw", "build": {"bogus": 1}}))
 
 
+def test_bad_backends_fail_at_creation_before_any_set_up(monkeypatch) -> None:
+    from ragbench import datasets
+
+    def no_loading(*a, **k):
+        raise AssertionError("the dataset was loaded before the config was checked")
+
+    monkeypatch.setattr(datasets, "load", no_loading)
+    for tables, word in (
+        ({"retrieve": {"backend": "no-such"}}, "no-such"),
+        ({"rerank": {"backend": "no-such"}}, "no-such"),
+        ({"serialize": {"backend": "no-such"}}, "no-such"),
+        ({"transport": {"backend": "no-such"}}, "no-such"),
+        ({"generate": {"backend": "no-such"}}, "no-such"),
+        ({"embed": {"backend": "no-such"}}, "no-such"),
+        ({"retrieve": {"backend": "hnsw", "build": {"bogus": 1}}}, "bogus"),
+        ({"retrieve": {"backend": "hnsw", "search": {"bogus": 1}}}, "bogus"),
+        ({"rerank": {"backend": "numba", "bogus": 1}}, "bogus"),
+        ({"serialize": {"backend": "json", "bogus": 1}}, "bogus"),
+        ({"transport": {"backend": "http", "bogus": 1}}, "bogus"),
+        ({"generate": {"backend": "stub", "bogus": 1}}, "bogus"),
+        ({"embed": {"backend": "hashing", "bogus": 1}}, "bogus"),
+    ):
+        with pytest.raises(ConfigError, match=word):
+            rb.Pipeline.from_config(config(**tables))
+
+
+def test_a_second_run_reports_only_its_own_requests() -> None:
+    with rb.Pipeline.from_config(config()) as pipe:
+        first = pipe.run(queries=7, warmup=0)
+        second = pipe.run(queries=5, warmup=0)
+    assert first.requests == 7 and second.requests == 5
+    assert second.recall.shape == (5,)
+
+
+def test_a_second_dataset_on_a_set_up_pipeline_is_refused() -> None:
+    other = rb.datasets.load("synthetic", n=700, dim=32, n_queries=5, seed=11)
+    with rb.Pipeline.from_config(config()) as pipe:
+        pipe.run(queries=3, warmup=0)
+        with pytest.raises(ConfigError, match="another Pipeline"):
+            pipe.run(other, queries=3, warmup=0)
+
+
+def test_close_restores_the_thread_setting() -> None:
+    from ragbench import threads
+
+    before = threads.get_threads()
+    pipe = rb.Pipeline.from_config(config(run={"threads": 1}))
+    try:
+        pipe.setup()
+        assert threads.get_threads() == 1
+    finally:
+        pipe.close()
+    assert threads.get_threads() == before
+
+
 @pytest.mark.integration
 def test_far_side_dying_mid_run_stops_with_a_record_and_keeps_finished_requests(tmp_path) -> None:
     import os
     import signal
 
-    from ragbench.report import append_record, read_records
+    from ragbench.records import append_record, read_records
 
     pipe = rb.Pipeline.from_config(config(transport={"backend": "http"}))
+    done = []
+
+    def kill_after_five(n: int) -> None:
+        done.append(n)
+        if len(done) == 5:
+            os.kill(pipe.transport.pid, signal.SIGKILL)
+
     try:
-        pipe.setup()
-        for i in range(5):
-            pipe.request(i)
-        os.kill(pipe.transport.pid, signal.SIGKILL)
-        report = pipe.run(queries=10, warmup=0)
+        report = pipe.run(queries=10, warmup=2, progress=kill_after_five)
     finally:
         pipe.close()
     assert report.error is not None and "TransportError" in report.error

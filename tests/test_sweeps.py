@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ragbench.cli import main
-from ragbench.sweeps import growth_exponents, pareto
+from ragbench.records import growth_exponents, pareto
 
 SYN = ["--dataset", "synthetic", "--n", "3000", "--dim", "32", "--queries", "40"]
 

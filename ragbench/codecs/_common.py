@@ -29,8 +29,9 @@ from typing import Any
 import msgspec
 
 from .._registry import check_params
-from ..errors import ConfigError, DecodeError, InputError
+from ..errors import DecodeError, InputError
 from ..types import Hit, RetrievalResult
+from ..validate import positive_int
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -101,16 +102,9 @@ class BaseCodec:
 
     def __init__(self, max_payload_bytes: int, options: dict[str, Any]) -> None:
         check_params(f"codec {self.name!r}", options, self.extra_options | {"max_payload_bytes"})
-        if (
-            isinstance(max_payload_bytes, bool)
-            or not isinstance(max_payload_bytes, int)
-            or max_payload_bytes <= 0
-        ):
-            raise ConfigError(
-                f"codec {self.name!r}: max_payload_bytes must be a positive int, "
-                f"got {max_payload_bytes!r}"
-            )
-        self.max_payload_bytes = max_payload_bytes
+        self.max_payload_bytes = positive_int(
+            f"codec {self.name!r}", "max_payload_bytes", max_payload_bytes
+        )
 
     def _check_payload(self, payload: object) -> int:
         """The payload size in bytes; DecodeError if it is not bytes-like or too large."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from .._registry import check_params
 from ..errors import ConfigError, InputError
+from ..validate import positive_int
 
 __all__ = ["HashingEmbedder"]
 
@@ -49,17 +50,16 @@ class HashingEmbedder:
         lowercase: bool = True,
         **unknown: Any,
     ) -> None:
-        check_params("embedder 'hashing'", unknown, {"dim", "ngram", "seed", "lowercase"})
-        if isinstance(dim, bool) or not isinstance(dim, int) or not 2 <= dim <= 1 << 20:
-            raise ConfigError(f"hashing: dim must be an integer in [2, 1048576], got {dim!r}")
+        owner = "embedder 'hashing'"
+        check_params(owner, unknown, {"dim", "ngram", "seed", "lowercase"})
+        dim = positive_int(owner, "dim", dim, lo=2, hi=1 << 20)
         try:
             lo, hi = (int(v) for v in ngram)
         except (TypeError, ValueError):
             raise ConfigError(f"hashing: ngram must be a pair (min, max), got {ngram!r}") from None
         if not 1 <= lo <= hi <= 5:
             raise ConfigError(f"hashing: ngram must satisfy 1 <= min <= max <= 5, got {ngram!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 63:
-            raise ConfigError(f"hashing: seed must be a non-negative integer, got {seed!r}")
+        seed = positive_int(owner, "seed", seed, lo=0, hi=(1 << 63) - 1)
         self.dim = dim
         self.ngram = (lo, hi)
         self.seed = seed

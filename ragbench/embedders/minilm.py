@@ -20,6 +20,7 @@ import numpy as np
 
 from .._registry import check_params
 from ..errors import ConfigError, InputError, MissingDependencyError
+from ..validate import positive_int
 
 __all__ = ["MiniLMEmbedder"]
 
@@ -50,17 +51,13 @@ class MiniLMEmbedder:
     def __init__(
         self, batch_size: int = 64, device: str = "cpu", threads: int | None = None, **unknown: Any
     ) -> None:
-        check_params("embedder 'minilm'", unknown, {"batch_size", "device", "threads"})
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"minilm: batch_size must be a positive integer, got {batch_size!r}")
+        owner = "embedder 'minilm'"
+        check_params(owner, unknown, {"batch_size", "device", "threads"})
+        batch_size = positive_int(owner, "batch_size", batch_size)
         if not isinstance(device, str) or not device:
             raise ConfigError(f"minilm: device must be a torch device string, got {device!r}")
-        if threads is not None and (
-            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-        ):
-            raise ConfigError(
-                f"minilm: threads must be a positive integer or None, got {threads!r}"
-            )
+        if threads is not None:
+            threads = positive_int(owner, "threads", threads)
         self.batch_size = batch_size
         self.device = device
         self.threads = threads

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._validate import as_matrix
 from ..errors import DimensionError, InputError
+from ..validate import as_matrix
 
 __all__ = ["PrecomputedEmbedder"]
 

@@ -32,23 +32,12 @@ from typing import Any
 
 from .._registry import check_params
 from ..errors import ConfigError, GeneratorError, NotBuiltError
+from ..validate import positive_int, positive_number
 from . import FirstToken
 
 __all__ = ["OpenAIGenerator", "StreamClient"]
 
 _MAX_LINE = 1024 * 1024
-
-
-def _positive_number(owner: str, key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"{owner}: {key} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _positive_int(owner: str, key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{owner}: {key} must be a positive integer, got {value!r}")
-    return value
 
 
 class StreamClient:
@@ -360,8 +349,8 @@ class OpenAIGenerator:
             raise ConfigError("openai generator: model must be a non-empty string or None")
         if not isinstance(chat, bool):
             raise ConfigError(f"openai generator: chat must be true or false, got {chat!r}")
-        self.timeout = _positive_number("openai generator", "timeout", timeout)
-        self.max_tokens = _positive_int("openai generator", "max_tokens", max_tokens)
+        self.timeout = positive_number("openai generator", "timeout", timeout)
+        self.max_tokens = positive_int("openai generator", "max_tokens", max_tokens)
         self.chat = chat
         self.model = model
         if api_key is None:

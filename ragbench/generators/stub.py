@@ -2,7 +2,10 @@
 
 The server (:mod:`ragbench.generators.stub_server`) models prefill time from
 the prompt's token count and labels every answer as simulated, so this
-generator's ``simulated`` is ``True`` and reports say so. The client side is
+generator's ``simulated`` is ``True`` and reports say so. The child process
+runs ``python -m ragbench stub-llm ... --exit-on-stdin-eof``
+(:meth:`StubGenerator.server_argv`), so it stops when this process closes
+its stdin or dies. The client side is
 the same streaming client as the ``openai`` generator, over one keep-alive
 connection; TTFT is measured on the client.
 """
@@ -15,10 +18,19 @@ import time
 from typing import Any
 
 from .._registry import check_params
-from ..errors import ConfigError, GeneratorError, NotBuiltError, TransportError
+from ..errors import ConfigError, GeneratorError, NotBuiltError
+from ..process import ChildProcess
+from ..validate import positive_int, positive_number
 from . import FirstToken
-from .openai import StreamClient, _positive_int, _positive_number
-from .stub_server import MODEL_ID, StubModel
+from .openai import StreamClient
+from .stub_server import (
+    BASE_MS,
+    HOST,
+    INTER_TOKEN_MS,
+    MODEL_ID,
+    PREFILL_MS_PER_1K_TOKENS,
+    StubModel,
+)
 
 __all__ = ["StubGenerator"]
 
@@ -30,8 +42,8 @@ class StubGenerator:
 
     Parameters (keyword; unknown ones raise :class:`ConfigError`): the timing
     model's ``prefill_ms_per_1k_tokens`` (default 100), ``base_ms`` (5) and
-    ``inter_token_ms`` (20); ``max_tokens`` requested per completion
-    (default 1: only the first token is timed, and a one-token stream ends at
+    ``inter_token_ms`` (20), as the server's; ``max_tokens`` requested per
+    completion (default 1: only the first token is timed, and a one-token stream ends at
     once, so the keep-alive connection is reused; a larger value makes the
     client hang up after the first token); ``host`` to bind (default
     ``"127.0.0.1"``); ``timeout`` seconds per read (30);
@@ -44,11 +56,11 @@ class StubGenerator:
     def __init__(
         self,
         *,
-        prefill_ms_per_1k_tokens: float = 100.0,
-        base_ms: float = 5.0,
-        inter_token_ms: float = 20.0,
+        prefill_ms_per_1k_tokens: float = PREFILL_MS_PER_1K_TOKENS,
+        base_ms: float = BASE_MS,
+        inter_token_ms: float = INTER_TOKEN_MS,
         max_tokens: int = 1,
-        host: str = "127.0.0.1",
+        host: str = HOST,
         timeout: float = 30.0,
         startup_timeout: float = 30.0,
         **unknown: Any,
@@ -72,39 +84,33 @@ class StubGenerator:
             base_ms=base_ms,
             inter_token_ms=inter_token_ms,
         )
-        self.max_tokens = _positive_int("stub generator", "max_tokens", max_tokens)
+        self.max_tokens = positive_int("stub generator", "max_tokens", max_tokens)
         if not isinstance(host, str) or not host:
             raise ConfigError("stub generator: host must be a non-empty string")
         self.host = host
-        self.timeout = _positive_number("stub generator", "timeout", timeout)
-        self.startup_timeout = _positive_number(
-            "stub generator", "startup_timeout", startup_timeout
-        )
+        self.timeout = positive_number("stub generator", "timeout", timeout)
+        self.startup_timeout = positive_number("stub generator", "startup_timeout", startup_timeout)
         self.url: str | None = None
-        self._child: Any = None
+        self._child: ChildProcess | None = None
         self._client: StreamClient | None = None
 
     @property
     def pid(self) -> int | None:
         """Process id of the stub server, or ``None`` when not started."""
-        return None if self._child is None else int(self._child.pid)
+        return None if self._child is None else self._child.pid
 
     @property
     def alive(self) -> bool:
-        return self._child is not None and bool(self._child.alive)
+        return self._child is not None and self._child.alive
 
-    def start(self) -> int:
-        """Start the stub server process and connect; return the nanoseconds it took."""
-        from ..transports._farside import ChildProcess
-
-        if self._child is not None:
-            raise ConfigError("stub generator: already started; close() it first")
-        t0 = time.perf_counter_ns()
+    def server_argv(self) -> list[str]:
+        """The command line of the server's child process (``ragbench stub-llm``, any free port)."""
         model = self.model
-        argv = [
+        return [
             sys.executable,
             "-m",
-            "ragbench.generators.stub_server",
+            "ragbench",
+            "stub-llm",
             "--host",
             self.host,
             "--port",
@@ -119,12 +125,15 @@ class StubGenerator:
             str(self.max_tokens),
             "--exit-on-stdin-eof",
         ]
-        child = ChildProcess(argv, "stub generator")
+
+    def start(self) -> int:
+        """Start the stub server process and connect; return the nanoseconds it took."""
+        if self._child is not None:
+            raise ConfigError("stub generator: already started; close() it first")
+        t0 = time.perf_counter_ns()
+        child = ChildProcess(self.server_argv(), "stub generator", error=GeneratorError)
         try:
-            try:
-                line = child.wait_ready(self.startup_timeout)
-            except TransportError as exc:
-                raise GeneratorError(str(exc)) from None
+            line = child.wait_ready(self.startup_timeout)
             match = _URL_RE.search(line)
             if match is None:
                 raise GeneratorError(f"stub generator: unexpected first line {line!r}")

@@ -11,7 +11,9 @@ curl) and spends time the way an LLM server would, by a simple model:
   request's ``max_tokens`` (default ``max_tokens``, capped at 4096).
 
 Defaults (``prefill_ms_per_1k_tokens=100``, ``base_ms=5``,
-``inter_token_ms=20``, ``max_tokens=16``) are in the range of a 7-8B model
+``inter_token_ms=20``, ``max_tokens=16``; :data:`SERVER_OPTIONS` lists them
+with the host and port, and is the one place they are written down) are in
+the range of a 7-8B model
 on one datacenter GPU (about 10k prompt tokens/s prefill, 50 tokens/s per
 stream). Every response carries ``X-Ragbench-Stub: simulated`` and names the
 model ``"ragbench-stub (simulated)"`` so nobody mistakes its timings for a
@@ -22,31 +24,50 @@ Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions``
 ``data: [DONE]``; otherwise one JSON object), ``GET /v1/models``,
 ``GET /health``. Binds 127.0.0.1 unless told otherwise.
 
-Run it with ``python -m ragbench.generators.stub_server [--host H] [--port P]``
-(or ``ragbench stub-llm``); it prints one line with its base URL.
+Run it with ``ragbench stub-llm [--host H] [--port P] [model options]``
+(:func:`run_forever`; the ``stub`` generator runs that command as its child
+process); it prints one line with its base URL.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..errors import ConfigError
+from ..process import watch_stdin
+from ..validate import positive_int
 
 __all__ = [
+    "BASE_MS",
+    "HOST",
+    "INTER_TOKEN_MS",
+    "MAX_TOKENS",
     "MODEL_ID",
+    "PORT",
+    "PREFILL_MS_PER_1K_TOKENS",
+    "SERVER_OPTIONS",
+    "ServerOption",
     "StubModel",
     "StubServer",
-    "main",
     "run_forever",
     "serve",
 ]
+
+# The defaults of the server and of its timing model (used by StubModel,
+# serve, run_forever, the ``stub`` generator and ``ragbench stub-llm``).
+HOST = "127.0.0.1"
+PORT = 0
+PREFILL_MS_PER_1K_TOKENS = 100.0
+BASE_MS = 5.0
+INTER_TOKEN_MS = 20.0
+MAX_TOKENS = 16
 
 MODEL_ID = "ragbench-stub (simulated)"
 STUB_HEADER = "X-Ragbench-Stub"
@@ -74,13 +95,75 @@ _WORDS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ServerOption:
+    """One option of the stub server's command line (``ragbench stub-llm``).
+
+    ``flag`` is the command-line spelling, ``keyword`` the parameter of
+    :func:`run_forever` it feeds, ``type`` its Python type (``bool``: a flag
+    that is off unless given), ``default`` its default, ``help`` one line of
+    help, and ``hidden`` true for options meant for the ``stub`` generator
+    only.
+    """
+
+    flag: str
+    keyword: str
+    type: type[str] | type[int] | type[float] | type[bool]
+    default: str | int | float | bool
+    help: str
+    hidden: bool = False
+
+
+#: The stub server's command-line options, in order; their defaults are the
+#: server's and the timing model's.
+SERVER_OPTIONS: tuple[ServerOption, ...] = (
+    ServerOption("--host", "host", str, HOST, "Address to bind."),
+    ServerOption("--port", "port", int, PORT, "Port to listen on (0: any free port)."),
+    ServerOption(
+        "--prefill-ms-per-1k-tokens",
+        "prefill_ms_per_1k_tokens",
+        float,
+        PREFILL_MS_PER_1K_TOKENS,
+        "Modelled prefill time per 1000 prompt tokens (ms).",
+    ),
+    ServerOption(
+        "--base-ms", "base_ms", float, BASE_MS, "Modelled fixed time before the first token (ms)."
+    ),
+    ServerOption(
+        "--inter-token-ms",
+        "inter_token_ms",
+        float,
+        INTER_TOKEN_MS,
+        "Modelled time between two generated tokens (ms).",
+    ),
+    ServerOption(
+        "--max-tokens",
+        "max_tokens",
+        int,
+        MAX_TOKENS,
+        "Completion length when a request does not say (capped at 4096).",
+    ),
+    ServerOption("--verbose", "verbose", bool, False, "Log every request to stderr."),
+    ServerOption(
+        "--exit-on-stdin-eof",
+        "exit_on_stdin_eof",
+        bool,
+        False,
+        "Stop when stdin reaches EOF (the parent process closed it or died).",
+        hidden=True,
+    ),
+)
+
+
 class StubModel:
     """The timing model: how long prefill and each decode step take.
 
     All parameters are keyword-only, non-negative and finite
     (:class:`ConfigError` otherwise): ``prefill_ms_per_1k_tokens`` (default
-    100.0), ``base_ms`` (5.0), ``inter_token_ms`` (20.0), ``max_tokens``
-    (16, the completion length when a request does not say).
+    :data:`PREFILL_MS_PER_1K_TOKENS`, 100.0), ``base_ms`` (:data:`BASE_MS`,
+    5.0), ``inter_token_ms`` (:data:`INTER_TOKEN_MS`, 20.0), ``max_tokens``
+    (:data:`MAX_TOKENS`, 16: the completion length when a request does not
+    say; capped at 4096).
     """
 
     __slots__ = ("base_ms", "inter_token_ms", "max_tokens", "prefill_ms_per_1k_tokens")
@@ -88,10 +171,10 @@ class StubModel:
     def __init__(
         self,
         *,
-        prefill_ms_per_1k_tokens: float = 100.0,
-        base_ms: float = 5.0,
-        inter_token_ms: float = 20.0,
-        max_tokens: int = 16,
+        prefill_ms_per_1k_tokens: float = PREFILL_MS_PER_1K_TOKENS,
+        base_ms: float = BASE_MS,
+        inter_token_ms: float = INTER_TOKEN_MS,
+        max_tokens: int = MAX_TOKENS,
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -114,14 +197,10 @@ class StubModel:
                 or value < 0
             ):
                 raise ConfigError(f"stub model: {key} must be a finite number >= 0, got {value!r}")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ConfigError(
-                f"stub model: max_tokens must be a positive integer, got {max_tokens!r}"
-            )
         self.prefill_ms_per_1k_tokens = float(prefill_ms_per_1k_tokens)
         self.base_ms = float(base_ms)
         self.inter_token_ms = float(inter_token_ms)
-        self.max_tokens = min(max_tokens, _MAX_TOKENS_CAP)
+        self.max_tokens = min(positive_int("stub model", "max_tokens", max_tokens), _MAX_TOKENS_CAP)
 
     def prefill_seconds(self, prompt_tokens: int) -> float:
         """Modelled time to the first token for a prompt of ``prompt_tokens`` tokens."""
@@ -169,6 +248,89 @@ def _prompt_text(body: dict[str, Any], chat: bool) -> str:
     if not isinstance(prompt, str):
         raise _BadRequest(400, "'prompt' must be a string")
     return prompt
+
+
+def _completion_tokens(body: dict[str, Any], default: int) -> int:
+    """The completion length a request asks for, capped; ``default`` when it does not say."""
+    n_tokens = body.get("max_tokens", body.get("max_completion_tokens", default))
+    if n_tokens is None:
+        n_tokens = default
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
+        raise _BadRequest(400, "'max_tokens' must be a positive integer")
+    return min(n_tokens, _MAX_TOKENS_CAP)
+
+
+@dataclass(frozen=True, slots=True)
+class _Completion:
+    """One completion request, checked, and the JSON objects of its answer."""
+
+    chat: bool
+    ident: str
+    created: int
+    prompt_tokens: int
+    words: list[str]
+    stream: bool
+    include_usage: bool
+
+    @classmethod
+    def from_request(cls, body: dict[str, Any], chat: bool, server: StubServer) -> _Completion:
+        """Check ``body``; :class:`_BadRequest` (status 400) for what the API would reject."""
+        from ..prompt import count_tokens
+
+        prompt_tokens = count_tokens(_prompt_text(body, chat))
+        n_tokens = _completion_tokens(body, server.model.max_tokens)
+        options = body.get("stream_options")
+        return cls(
+            chat=chat,
+            ident=f"{'chatcmpl' if chat else 'cmpl'}-ragbench-{server.next_id()}",
+            created=int(time.time()),
+            prompt_tokens=prompt_tokens,
+            words=[_WORDS[i % len(_WORDS)] for i in range(n_tokens)],
+            stream=bool(body.get("stream", False)),
+            include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+        )
+
+    def usage(self) -> dict[str, int]:
+        n_tokens = len(self.words)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": n_tokens,
+            "total_tokens": self.prompt_tokens + n_tokens,
+        }
+
+    def chunk(self, delta: dict[str, Any] | str | None, finish: str | None) -> dict[str, Any]:
+        """One streamed event carrying ``delta`` (chat) or text (completions)."""
+        if self.chat:
+            choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish}
+        return {
+            "id": self.ident,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": MODEL_ID,
+            "choices": [choice],
+        }
+
+    def whole(self) -> dict[str, Any]:
+        """The answer to a non-streaming request."""
+        text = "".join(self.words)
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+        return {
+            "id": self.ident,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": MODEL_ID,
+            "choices": [choice],
+            "usage": self.usage(),
+        }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -268,63 +430,19 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _complete(self, body: dict[str, Any], chat: bool) -> None:
-        from ..prompt import count_tokens
-
         model = self.server.model
-        prompt_tokens = count_tokens(_prompt_text(body, chat))
-        n_tokens = body.get("max_tokens", body.get("max_completion_tokens", model.max_tokens))
-        if n_tokens is None:
-            n_tokens = model.max_tokens
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-            raise _BadRequest(400, "'max_tokens' must be a positive integer")
-        n_tokens = min(n_tokens, _MAX_TOKENS_CAP)
-        stream = bool(body.get("stream", False))
-        options = body.get("stream_options")
-        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-
-        with self.server.counter_lock:
-            self.server.counter += 1
-            rid = self.server.counter
-        created = int(time.time())
-        ident = f"{'chatcmpl' if chat else 'cmpl'}-ragbench-{rid}"
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": n_tokens,
-            "total_tokens": prompt_tokens + n_tokens,
-        }
-
-        time.sleep(model.prefill_seconds(prompt_tokens))
+        completion = _Completion.from_request(body, chat, self.server)
+        time.sleep(model.prefill_seconds(completion.prompt_tokens))
         step = model.inter_token_ms / 1000.0
-        words = [_WORDS[i % len(_WORDS)] for i in range(n_tokens)]
-
-        if not stream:
-            text = "".join(words)
+        if completion.stream:
+            self._stream(completion, step)
+        else:
             # A non-streaming client waits for the whole completion.
-            time.sleep(step * (n_tokens - 1))
-            if chat:
-                choice: dict[str, Any] = {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "length",
-                }
-                kind = "chat.completion"
-            else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
-                kind = "text_completion"
-            self._send_json(
-                200,
-                {
-                    "id": ident,
-                    "object": kind,
-                    "created": created,
-                    "model": MODEL_ID,
-                    "choices": [choice],
-                    "usage": usage,
-                },
-            )
-            return
+            time.sleep(step * (len(completion.words) - 1))
+            self._send_json(200, completion.whole())
 
+    def _stream(self, completion: _Completion, step: float) -> None:
+        """Send ``completion`` as server-sent events, one token every ``step`` seconds."""
         self.wfile.write(
             (
                 "HTTP/1.1 200 OK\r\n"
@@ -334,47 +452,55 @@ class _Handler(BaseHTTPRequestHandler):
                 f"{STUB_HEADER}: simulated\r\n\r\n"
             ).encode("latin-1")
         )
-
-        def chunk(delta: dict[str, Any] | str | None, finish: str | None) -> dict[str, Any]:
-            if chat:
-                c: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish}
-            else:
-                c = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish}
-            return {
-                "id": ident,
-                "object": obj,
-                "created": created,
-                "model": MODEL_ID,
-                "choices": [c],
-            }
-
+        chat = completion.chat
         if chat:
-            self._event(chunk({"role": "assistant", "content": ""}, None))
-        for i, word in enumerate(words):
+            self._event(completion.chunk({"role": "assistant", "content": ""}, None))
+        for i, word in enumerate(completion.words):
             if i:
                 time.sleep(step)
-            self._event(chunk({"content": word} if chat else word, None))
-        self._event(chunk({} if chat else "", "length"))
-        if include_usage:
-            final = chunk(None, None)
+            self._event(completion.chunk({"content": word} if chat else word, None))
+        self._event(completion.chunk({} if chat else "", "length"))
+        if completion.include_usage:
+            final = completion.chunk(None, None)
             final["choices"] = []
-            final["usage"] = usage
+            final["usage"] = completion.usage()
             self._event(final)
         self._chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
 
 
 class StubServer(ThreadingHTTPServer):
-    """The stub's HTTP server; ``model`` holds its :class:`StubModel`."""
+    """The stub's HTTP server, bound to ``(host, port)``; ``model`` holds its :class:`StubModel`.
+
+    Raises :class:`ConfigError` for a host that is not a non-empty string, a
+    port outside ``[0, 65535]``, or an address it cannot listen on (a port in
+    use, a host that is not this machine's).
+    """
 
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], model: StubModel, verbose: bool = False) -> None:
+        host, port = address
+        if not isinstance(host, str) or not host:
+            raise ConfigError(f"stub LLM server: host must be a non-empty string, got {host!r}")
+        port = positive_int("stub LLM server", "port", port, lo=0, hi=65535)
         self.model = model
         self.verbose = verbose
         self.counter = 0
         self.counter_lock = threading.Lock()
-        super().__init__(address, _Handler)
+        try:
+            super().__init__((host, port), _Handler)
+        except OSError as exc:
+            raise ConfigError(
+                f"stub LLM server: cannot listen on {host}:{port}: {exc}; choose another port "
+                "(0 picks any free one) or a host address of this machine"
+            ) from None
+
+    def next_id(self) -> int:
+        """A number for the next completion's id, unique for this server."""
+        with self.counter_lock:
+            self.counter += 1
+            return self.counter
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client hanging up mid-stream is normal (it had its first token).
@@ -383,11 +509,12 @@ class StubServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def serve(host: str = "127.0.0.1", port: int = 0, **model_params: Any) -> tuple[StubServer, int]:
+def serve(host: str = HOST, port: int = PORT, **model_params: Any) -> tuple[StubServer, int]:
     """Start the stub server in a background thread; return ``(server, port)``.
 
     ``model_params`` are :class:`StubModel`'s. Stop it with
-    ``server.shutdown(); server.server_close()``.
+    ``server.shutdown(); server.server_close()``. Bad values and an address
+    it cannot listen on raise :class:`ConfigError`.
     """
     model = StubModel(**model_params)
     server = StubServer((host, port), model)
@@ -407,8 +534,8 @@ def _url(host: str, port: int) -> str:
 
 
 def run_forever(
-    host: str = "127.0.0.1",
-    port: int = 0,
+    host: str = HOST,
+    port: int = PORT,
     *,
     exit_on_stdin_eof: bool = False,
     verbose: bool = False,
@@ -417,21 +544,15 @@ def run_forever(
     """Serve until Ctrl-C (or stdin EOF if asked); print one line with the base URL first.
 
     The line reads ``ragbench stub LLM (simulated) listening on http://HOST:PORT/v1``.
-    Returns the process exit code (0).
+    ``model_params`` are :class:`StubModel`'s; :data:`SERVER_OPTIONS`
+    describes every parameter as a command-line option. Bad values and an
+    address it cannot listen on raise :class:`ConfigError` before anything
+    is printed. Returns the process exit code (0).
     """
     model = StubModel(**model_params)
     server = StubServer((host, port), model, verbose=verbose)
     if exit_on_stdin_eof:
-
-        def watch() -> None:
-            try:
-                while sys.stdin.buffer.read(65536):
-                    pass
-            except (OSError, ValueError):
-                pass
-            server.shutdown()
-
-        threading.Thread(target=watch, daemon=True, name="ragbench-parent-watch").start()
+        watch_stdin(server.shutdown, exit_after=None)
     print(
         f"ragbench stub LLM (simulated) listening on {_url(host, server.server_address[1])}",
         flush=True,
@@ -443,41 +564,3 @@ def run_forever(
     finally:
         server.server_close()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m ragbench.generators.stub_server [--host H] [--port P] [model options]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m ragbench.generators.stub_server",
-        description="ragbench's OpenAI-compatible streaming stub LLM (timings are simulated).",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
-    parser.add_argument("--prefill-ms-per-1k-tokens", type=float, default=100.0)
-    parser.add_argument("--base-ms", type=float, default=5.0)
-    parser.add_argument("--inter-token-ms", type=float, default=20.0)
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
-    parser.add_argument("--exit-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    try:
-        return run_forever(
-            args.host,
-            args.port,
-            exit_on_stdin_eof=args.exit_on_stdin_eof,
-            verbose=args.verbose,
-            prefill_ms_per_1k_tokens=args.prefill_ms_per_1k_tokens,
-            base_ms=args.base_ms,
-            inter_token_ms=args.inter_token_ms,
-            max_tokens=args.max_tokens,
-        )
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,10 @@
 """Vector and text indexes behind one :class:`Index` protocol.
 
-``create(name, dim=..., metric=..., **build_params)`` builds an empty index;
-``build(data)`` adds the corpus; ``search(queries, k, **query_params)``
+``create(name, dim=..., metric=..., **build_params)`` builds an empty index,
+vector and text indexes alike (a text index such as ``minhash-lsh`` accepts
+and ignores ``dim``, and records a vector ``metric`` as the one its
+candidates are re-scored with); ``build(data)`` adds the corpus (vectors, or
+texts when ``input_kind == "texts"``); ``search(queries, k, **query_params)``
 returns ``(ids int64 (nq, k), scores float32 (nq, k))`` padded with ``-1``.
 Scores are similarities (higher is better) for ``ip``/``cosine`` and
 negated squared distances for ``l2``, so every backend sorts the same way.
@@ -23,7 +26,6 @@ __all__ = [
     "Index",
     "build_timed",
     "create",
-    "create_for",
     "load",
     "names",
     "register",
@@ -63,14 +65,6 @@ registry: Registry[Index] = Registry(
 create = registry.create
 names = registry.names
 register = registry.register
-
-
-def create_for(name: str, *, dim: int, metric: str, **build_params: Any) -> Index:
-    """Create ``name`` for the input it indexes: vector indexes get ``dim`` and
-    ``metric``; text indexes (``input_kind == "texts"``) take neither."""
-    if getattr(registry.factory(name), "input_kind", "vectors") == "texts":
-        return create(name, **build_params)
-    return create(name, dim=dim, metric=metric, **build_params)
 
 
 def build_timed(index: Index, data: Any) -> tuple[int, int]:

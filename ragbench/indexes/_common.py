@@ -16,9 +16,9 @@ import numpy as np
 
 from .. import __version__ as _RAGBENCH_VERSION
 from .._registry import check_params
-from .._validate import as_matrix
-from ..errors import ConfigError, IndexFileError, InputError, NonFiniteError, NotBuiltError
+from ..errors import ConfigError, IndexFileError, InputError, NotBuiltError
 from ..threads import get_threads
+from ..validate import METRICS, as_matrix, check_metric, positive_int
 
 __all__ = [
     "BaseIndex",
@@ -26,9 +26,7 @@ __all__ = [
     "I64",
     "VectorIndex",
     "batch_is_finite",
-    "bool_param",
     "fix_padding",
-    "int_param",
 ]
 
 F32 = np.dtype(np.float32)
@@ -59,24 +57,6 @@ def batch_is_finite(q: np.ndarray) -> bool:
 _NO_PARAMS: tuple[dict[str, Any], Any] = ({}, None)
 
 
-def int_param(owner: str, name: str, value: Any, *, lo: int = 1, hi: int | None = None) -> int:
-    """Return ``value`` as an int in ``[lo, hi]`` or raise :class:`ConfigError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"{owner}: {name} must be an integer, got {value!r}")
-    number = int(value)
-    if number < lo or (hi is not None and number > hi):
-        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ConfigError(f"{owner}: {name} must be {bounds}, got {number}")
-    return number
-
-
-def bool_param(owner: str, name: str, value: Any) -> bool:
-    """Return ``value`` if it is a bool or raise :class:`ConfigError`."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{owner}: {name} must be true or false, got {value!r}")
-    return bool(value)
-
-
 def fix_padding(ids: np.ndarray, scores: np.ndarray) -> None:
     """In place: ``-inf`` scores where ``ids == -1``, each row re-sorted best first.
 
@@ -103,7 +83,7 @@ class BaseIndex:
     name: ClassVar[str] = ""
     input_kind: ClassVar[Literal["vectors", "texts"]] = "vectors"
     library: ClassVar[str] = ""
-    supported_metrics: ClassVar[tuple[str, ...]] = ("ip", "cosine", "l2")
+    supported_metrics: ClassVar[tuple[str, ...]] = METRICS
     build_defaults: ClassVar[Mapping[str, Any]] = {}
     query_defaults: ClassVar[Mapping[str, Any]] = {}
     payload_format: ClassVar[str] = ""
@@ -120,12 +100,7 @@ class BaseIndex:
 
     def _init_common(self, dim: int | None, metric: str, build_params: dict[str, Any]) -> None:
         check_params(f"index {self.name!r}", build_params, frozenset(self.build_defaults))
-        if not isinstance(metric, str) or metric not in self.supported_metrics:
-            raise ConfigError(
-                f"index {self.name!r} does not support metric {metric!r}; "
-                f"it supports: {', '.join(self.supported_metrics)}"
-            )
-        self.metric = metric
+        self.metric = check_metric(f"index {self.name!r}", metric, self.supported_metrics)
         self.dim = dim
         params = dict(self.build_defaults)
         params.update(build_params)
@@ -146,7 +121,7 @@ class BaseIndex:
         return params
 
     def _check_query_value(self, name: str, value: Any) -> Any:
-        return int_param(f"index {self.name!r}", name, value)
+        return positive_int(f"index {self.name!r}", name, value)
 
     def _compile_query(self, params: dict[str, Any]) -> Any:
         """Turn validated query params (defaults filled in) into what search needs."""
@@ -282,7 +257,7 @@ class VectorIndex(BaseIndex):
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         if dim is None:
             raise ConfigError(f"index {self.name!r}: pass dim=<vector width>, e.g. dim=384")
-        dim = int_param(f"index {self.name!r}", "dim", dim)
+        dim = positive_int(f"index {self.name!r}", "dim", dim)
         self._init_common(dim, metric, build_params)
         self._cosine = metric == "cosine"
 
@@ -315,10 +290,7 @@ class VectorIndex(BaseIndex):
         batch (it fails for an empty one), so this path re-checks element by
         element before raising.
         """
-        q = as_matrix(queries, name="queries", dim=self.dim, check_finite=False)
-        if q.size and not np.isfinite(q).all():
-            bad = int(np.argwhere(~np.isfinite(q))[0][0])
-            raise NonFiniteError(f"queries: row {bad} holds NaN or inf")
+        q = as_matrix(queries, name="queries", dim=self.dim)
         if self._cosine and q.shape[0]:
             norms = np.einsum("ij,ij->i", q, q, dtype=np.float64)
             zero = np.flatnonzero(norms == 0)

@@ -30,19 +30,10 @@ from typing import Any, ClassVar
 import faiss
 import numpy as np
 
-from .._validate import check_k
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
-from ._common import (
-    F32,
-    I64,
-    INF,
-    VectorIndex,
-    batch_is_finite,
-    bool_param,
-    fix_padding,
-    int_param,
-)
+from ..validate import bool_param, check_k, positive_int
+from ._common import F32, I64, INF, VectorIndex, batch_is_finite, fix_padding
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
 
@@ -305,8 +296,10 @@ class FaissHnswIndex(_FaissIndex):
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
-        params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
-        params["ef_construction"] = int_param(owner, "ef_construction", params["ef_construction"])
+        params["M"] = positive_int(owner, "M", params["M"], lo=2, hi=4096)
+        params["ef_construction"] = positive_int(
+            owner, "ef_construction", params["ef_construction"]
+        )
         return params
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
@@ -362,8 +355,8 @@ class IvfIndex(_FaissIndex):
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
         if params["nlist"] is not None:
-            params["nlist"] = int_param(owner, "nlist", params["nlist"])
-        params["seed"] = int_param(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
+            params["nlist"] = positive_int(owner, "nlist", params["nlist"])
+        params["seed"] = positive_int(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
         return params
 
     def _lists_for(self, n: int) -> int:
@@ -443,7 +436,7 @@ class LshIndex(_FaissIndex):
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
-        params["nbits"] = int_param(owner, "nbits", params["nbits"], hi=65536)
+        params["nbits"] = positive_int(owner, "nbits", params["nbits"], hi=65536)
         params["rotate_data"] = bool_param(owner, "rotate_data", params["rotate_data"])
         params["train_thresholds"] = bool_param(
             owner, "train_thresholds", params["train_thresholds"]

@@ -44,15 +44,16 @@ import struct
 import tempfile
 import time
 import warnings
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import hnswlib
 import numpy as np
 
-from .._validate import check_k
 from ..errors import IndexFileError
 from ..threads import get_threads
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, int_param
+from ..validate import check_k
+from ..validate import positive_int as int_param
+from ._common import F32, I64, INF, VectorIndex, batch_is_finite
 
 __all__ = ["HnswIndex"]
 
@@ -96,6 +97,24 @@ _SPACE = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
 _HNSW_HEADER = struct.Struct("<6QiI3QdQ")
 
 
+class _HnswHeader(NamedTuple):
+    """The fields of :data:`_HNSW_HEADER`, in file order."""
+
+    offset_level0: int
+    max_elements: int
+    element_count: int
+    size_per_element: int
+    label_offset: int
+    offset_data: int
+    max_level: int
+    entry_point: int
+    max_m: int
+    max_m0: int
+    m: int
+    mult: float
+    ef_construction: int
+
+
 def _check_hnswlib_payload(payload: memoryview, dim: int, count: int, m: int) -> None:
     """Walk hnswlib's file layout and reject anything it could mis-read.
 
@@ -103,35 +122,26 @@ def _check_hnswlib_payload(payload: memoryview, dim: int, count: int, m: int) ->
     id makes it read out of bounds. Every size, level and neighbour id is
     checked here against the header before hnswlib sees the bytes.
     """
-    data = payload
+    header = _check_hnswlib_header(payload, dim, count, m)
+    end0 = _check_level0(payload, count, header)
+    _check_upper_levels(payload, count, header, end0)
+
+
+def _check_hnswlib_header(data: memoryview, dim: int, count: int, m: int) -> _HnswHeader:
+    """Check the header against ``dim``, ``count`` and ``M``; return its fields."""
     if len(data) < _HNSW_HEADER.size:
         raise IndexFileError("hnsw: payload is shorter than hnswlib's header")
-    (
-        off0,
-        max_el,
-        cur,
-        per_el,
-        label_off,
-        data_off,
-        maxlevel,
-        enter,
-        max_m,
-        max_m0,
-        file_m,
-        _mult,
-        _efc,
-    ) = _HNSW_HEADER.unpack_from(data, 0)
-    links0 = max_m0 * 4 + 4
+    header = _HnswHeader._make(_HNSW_HEADER.unpack_from(data, 0))
     expected = {
-        "offsetLevel0": (off0, 0),
-        "element count": (cur, count),
-        "max_elements": (max_el, count),
-        "M": (file_m, m),
-        "maxM": (max_m, m),
-        "maxM0": (max_m0, 2 * m),
-        "offsetData": (data_off, 2 * m * 4 + 4),
-        "label_offset": (label_off, 2 * m * 4 + 4 + dim * 4),
-        "size_data_per_element": (per_el, 2 * m * 4 + 4 + dim * 4 + 8),
+        "offsetLevel0": (header.offset_level0, 0),
+        "element count": (header.element_count, count),
+        "max_elements": (header.max_elements, count),
+        "M": (header.m, m),
+        "maxM": (header.max_m, m),
+        "maxM0": (header.max_m0, 2 * m),
+        "offsetData": (header.offset_data, 2 * m * 4 + 4),
+        "label_offset": (header.label_offset, 2 * m * 4 + 4 + dim * 4),
+        "size_data_per_element": (header.size_per_element, 2 * m * 4 + 4 + dim * 4 + 8),
     }
     for what, (got, want) in expected.items():
         if got != want:
@@ -139,8 +149,14 @@ def _check_hnswlib_payload(payload: memoryview, dim: int, count: int, m: int) ->
                 f"hnsw: payload {what} is {got}, expected {want} for dim={dim}, M={m}, "
                 f"count={count}: the payload does not match its header"
             )
-    if not 0 <= maxlevel < 64 or enter >= count:
+    if not 0 <= header.max_level < 64 or header.entry_point >= count:
         raise IndexFileError("hnsw: payload entry point or top level is out of range")
+    return header
+
+
+def _check_level0(data: memoryview, count: int, header: _HnswHeader) -> int:
+    """Check the level-0 block (neighbour counts, ids, labels); return where it ends."""
+    per_el, label_off, max_m0 = header.size_per_element, header.label_offset, header.max_m0
     start = _HNSW_HEADER.size
     end0 = start + count * per_el
     if len(data) < end0:
@@ -150,15 +166,20 @@ def _check_hnswlib_payload(payload: memoryview, dim: int, count: int, m: int) ->
     counts = level0[:, 0:2].copy().view(np.uint16).ravel()
     if (counts > max_m0).any():
         raise IndexFileError("hnsw: a level-0 neighbour list is longer than maxM0")
-    neighbours = level0[:, 4:links0].copy().view(np.uint32)
+    neighbours = level0[:, 4 : max_m0 * 4 + 4].copy().view(np.uint32)
     used = np.arange(max_m0)[None, :] < counts[:, None]
     if (neighbours[used] >= count).any():
         raise IndexFileError("hnsw: a level-0 neighbour id is out of range")
     labels = level0[:, label_off : label_off + 8].copy().view(np.uint64).ravel()
     if (labels >= count).any() or np.unique(labels).size != count:
         raise IndexFileError("hnsw: payload labels are not the row ids 0..count-1")
+    return end0
+
+
+def _check_upper_levels(data: memoryview, count: int, header: _HnswHeader, pos: int) -> None:
+    """Check each element's upper-level link lists, which run from ``pos`` to the end."""
+    maxlevel, enter, max_m = header.max_level, header.entry_point, header.max_m
     per_level = max_m * 4 + 4
-    pos = end0
     size = len(data)
     unpack_u32 = struct.Struct("<I").unpack_from
     for element in range(count):
@@ -362,9 +383,7 @@ class HnswIndex(VectorIndex):
         if ef < k:
             ef = k
         if ef != self._ef:
-            self._fast = None
-            self._set_ef(ef)
-            self._ef = ef
+            self._change_ef(ef)
         try:
             if n == 1:
                 labels, dist = knn(q, k)
@@ -394,21 +413,33 @@ class HnswIndex(VectorIndex):
         ):
             self._fast = (knn, one_row, k_passed, ef_passed, self._to_scores)
         if check_after and not -INF < dist.item(0) < INF:
-            # A NaN or inf anywhere in an ip/l2 query makes every distance
-            # NaN or inf (hnswlib's walk over it ends normally: comparisons
-            # with NaN are false and no node is visited twice), so a finite
-            # best score proves the query finite, for one item() instead of
-            # a numpy pass over the query on cold caches (measured 4-6 µs
-            # after a walk through a 100k graph). A finite query whose dot
-            # product overflows, or a walk that found nothing, also lands
-            # here: the exact check tells them apart and raises only for NaN/inf.
-            self._slow_queries(q)
+            self._check_nonfinite_answer(q)
         # Labels are the row ids (< 2**63): reinterpret uint64 as int64 in
         # place (the array is ours); ~2 µs cheaper cold than creating a view.
         if _RETYPE_IN_PLACE:
             labels.dtype = I64
             return labels, dist
         return labels.view(I64), dist
+
+    def _change_ef(self, ef: int) -> None:
+        """Set hnswlib's beam width (kept on the index, not per call); drops the fast path."""
+        self._fast = None
+        self._set_ef(ef)
+        self._ef = ef
+
+    def _check_nonfinite_answer(self, q: np.ndarray) -> None:
+        """Raise :class:`~ragbench.errors.NonFiniteError` if the single ip/l2 query ``q`` holds NaN/inf.
+
+        Called when the best score is not finite. A NaN or inf anywhere in an
+        ip/l2 query makes every distance NaN or inf (hnswlib's walk over it
+        ends normally: comparisons with NaN are false and no node is visited
+        twice), so a finite best score proves the query finite, for one
+        ``item()`` instead of a numpy pass over the query on cold caches
+        (measured 4-6 µs after a walk through a 100k graph). A finite query
+        whose dot product overflows, or a walk that found nothing, also lands
+        here: the exact check tells them apart and raises only for NaN/inf.
+        """
+        self._slow_queries(q)
 
     def _queries(self, q: Any) -> np.ndarray:
         """Checked queries for anything but one float32 ``(1, dim)`` row (batches, other types).

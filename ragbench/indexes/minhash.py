@@ -33,15 +33,18 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
-from .._validate import check_k
 from ..errors import ConfigError, IndexFileError, InputError
-from ._common import F32, I64, BaseIndex, int_param
+from ..validate import METRICS, check_k, check_metric
+from ..validate import positive_int as int_param
+from ._common import F32, I64, BaseIndex
 
 __all__ = ["MinHashLshIndex", "shingles"]
 
 _WORD = re.compile(r"\w+")
 _SCHEME = "affine32"
 _EMPTY = np.iinfo(np.uint32).max
+# Its own metric, then the vector metrics it records as rescore_metric.
+_ACCEPTED_METRICS = ("jaccard", *METRICS)
 
 
 def shingles(text: str, size: int) -> list[bytes]:
@@ -71,7 +74,25 @@ def _texts(data: Any, what: str) -> list[str]:
 
 
 class MinHashLshIndex(BaseIndex):
-    """Text index: MinHash signatures + LSH banding; see the module docstring."""
+    """Text index: MinHash signatures + LSH banding; see the module docstring.
+
+    Created like every index, ``create("minhash-lsh", dim=..., metric=..., **build)``,
+    so one call fits vector and text indexes alike:
+
+    ``dim``
+        Ignored: this index hashes texts, not vectors. ``None`` or a
+        positive int (the width of the corpus vectors a pipeline also
+        holds); anything else raises :class:`ConfigError`.
+    ``metric``
+        ``"jaccard"`` (the default) or ``None``: candidates are ranked by
+        estimated Jaccard similarity, and :attr:`metric` is always
+        ``"jaccard"``, since that is what :meth:`search`'s scores are. A
+        vector metric (``"ip"``, ``"cosine"``, ``"l2"``), as a pipeline passes
+        for its corpus vectors, is accepted and recorded as
+        :attr:`rescore_metric`: the metric the candidates are re-scored with
+        by the rerank stage. It does not change what this index returns, and
+        is saved with the index (files without it load with ``None``).
+    """
 
     name: ClassVar[str] = "minhash-lsh"
     input_kind: ClassVar[Literal["vectors", "texts"]] = "texts"
@@ -86,13 +107,15 @@ class MinHashLshIndex(BaseIndex):
     }
 
     def __init__(
-        self, dim: int | None = None, metric: str = "jaccard", **build_params: Any
+        self, dim: int | None = None, metric: str | None = "jaccard", **build_params: Any
     ) -> None:
+        owner = f"index {self.name!r}"
         if dim is not None:
-            raise ConfigError(
-                f"index {self.name!r} indexes texts, not vectors: do not pass dim (got {dim!r})"
-            )
-        self._init_common(None, metric, build_params)
+            int_param(owner, "dim", dim)  # checked, then unused: this index hashes texts
+        metric = check_metric(owner, "jaccard" if metric is None else metric, _ACCEPTED_METRICS)
+        #: The vector metric the rerank stage re-scores candidates with, or None.
+        self.rescore_metric: str | None = None if metric == "jaccard" else metric
+        self._init_common(None, "jaccard", build_params)
         self._lsh: MinHashLSH | None = None
         self._hashvalues = np.empty((0, self.build_params["num_perm"]), dtype=np.uint32)
 
@@ -213,7 +236,12 @@ class MinHashLshIndex(BaseIndex):
         return memoryview(values).cast("B")
 
     def _payload_extra(self) -> dict[str, Any]:
-        return {"scheme": _SCHEME, "dtype": "<u4", "shape": list(self._hashvalues.shape)}
+        return {
+            "scheme": _SCHEME,
+            "dtype": "<u4",
+            "shape": list(self._hashvalues.shape),
+            "rescore_metric": self.rescore_metric,
+        }
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
         count, num_perm = header.get("count"), self.build_params["num_perm"]
@@ -225,6 +253,12 @@ class MinHashLshIndex(BaseIndex):
                 f"{self.name}: payload shape {extra.get('shape')} does not match "
                 f"count={count}, num_perm={num_perm}"
             )
+        rescore_metric = extra.get("rescore_metric")
+        if rescore_metric is not None and rescore_metric not in METRICS:
+            raise IndexFileError(
+                f"{self.name}: header rescore_metric {rescore_metric!r} is not one of "
+                f"{', '.join(METRICS)}"
+            )
         if payload.nbytes != count * num_perm * 4:
             raise IndexFileError(
                 f"{self.name}: payload holds {payload.nbytes} bytes, expected "
@@ -234,3 +268,4 @@ class MinHashLshIndex(BaseIndex):
         self._lsh = self._make_lsh(hashvalues)
         self._hashvalues = hashvalues
         self._n = count
+        self.rescore_metric = rescore_metric

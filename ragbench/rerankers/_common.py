@@ -1,4 +1,4 @@
-"""What every reranker shares: input checks, the numpy scoring rules, the base class.
+"""What every reranker shares: input checks, the base class.
 
 The contract (every backend):
 
@@ -11,7 +11,9 @@ The contract (every backend):
   its id.
 - Scores (higher is better for every metric): ``ip`` is the dot product,
   ``cosine`` is ``dot / (|q| |x|)`` and ``0.0`` when that denominator is 0 (a
-  zero row or a zero query), ``l2`` is the negated squared distance.
+  zero row or a zero query), ``l2`` is the negated squared distance: the rule
+  of :func:`ragbench.metrics.exact_scores`, which the numpy and python
+  backends call and the numba kernels compile.
 - Order: scores descending, equal scores by smaller id, and NaN scores (a NaN
   or an inf-minus-inf in a base row) after every real score, never ahead of
   one. ``+inf``/``-inf`` scores are real scores and sort as such.
@@ -33,44 +35,28 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._registry import check_params
-from ..errors import (
-    ConfigError,
-    DimensionError,
-    IdOutOfRangeError,
-    InputError,
-    KTooLargeError,
-    NonFiniteError,
-)
+from ..errors import DimensionError, InputError
+from ..validate import as_float32, check_finite, check_ids, check_k, check_metric, int_arg
 
 __all__ = [
-    "METRICS",
     "PAD_ID",
     "PAD_SCORE",
+    "K_LIMIT",
     "BaseReranker",
-    "check_ids",
-    "check_k",
     "check_queries",
     "check_query",
     "check_vectors",
-    "numpy_scores",
     "padded",
 ]
 
-METRICS = ("ip", "cosine", "l2")
 PAD_ID = -1
 PAD_SCORE = np.float32(-np.inf)
+#: What bounds ``k`` in :func:`~ragbench.validate.check_k`: ``k`` may exceed the
+#: candidates (padding) or the corpus, not both; callers pass the larger of the two.
+K_LIMIT = "both the candidate list and the corpus"
 
 _F32 = np.dtype(np.float32)
-_I64 = np.dtype(np.int64)
-_I64_MAX = np.iinfo(np.int64).max
 _FIX_VECTORS = "pass np.ascontiguousarray(vectors, dtype=np.float32) once, outside the request path"
-
-
-def check_metric(owner: str, metric: Any) -> str:
-    """Return ``metric`` if it is one of :data:`METRICS`, else raise ConfigError."""
-    if metric not in METRICS:
-        raise ConfigError(f"{owner}: unknown metric {metric!r}; valid: {', '.join(METRICS)}")
-    return str(metric)
 
 
 def check_vectors(vectors: Any) -> np.ndarray:
@@ -92,32 +78,13 @@ def check_vectors(vectors: Any) -> np.ndarray:
     return vectors
 
 
-def _as_float32(x: np.ndarray) -> np.ndarray:
-    if x.dtype == _F32:
-        return np.ascontiguousarray(x)
-    # A float64 value beyond float32's range becomes inf here and is then
-    # rejected as non-finite; numpy's cast-overflow warning would only repeat that.
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.ascontiguousarray(x, dtype=np.float32)
-
-
-def _numeric(x: Any, name: str) -> np.ndarray:
-    try:
-        arr = np.asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name}: not an array of numbers ({exc})") from None
-    if arr.dtype.kind not in "fiu":
-        raise InputError(f"{name}: expected float32 numbers, got dtype {arr.dtype}")
-    return arr
-
-
 def check_query(query: Any, dim: int, *, finite: bool = True) -> np.ndarray:
     """Return the query as a C-contiguous float32 ``(dim,)`` array, or raise.
 
     ``finite=False`` leaves the NaN/inf test to the caller (the numba kernels
     do it in the same compiled call).
     """
-    q = _numeric(query, "query")
+    q = as_float32(query, name="query")
     if q.ndim != 1:
         raise DimensionError(
             f"query: expected one vector of shape ({dim},), got {q.shape}; "
@@ -127,86 +94,23 @@ def check_query(query: Any, dim: int, *, finite: bool = True) -> np.ndarray:
         raise DimensionError(
             f"query: expected dimension {dim} (the vectors' width), got {q.shape[0]}"
         )
-    q = _as_float32(q)
-    if finite and not np.isfinite(q).all():
-        raise NonFiniteError("query holds NaN or inf")
+    if finite:
+        check_finite(q, "query")
     return q
 
 
 def check_queries(queries: Any, dim: int, *, finite: bool = True) -> np.ndarray:
     """Return the queries as a C-contiguous float32 ``(nq, dim)`` array, or raise."""
-    qs = _numeric(queries, "queries")
+    qs = as_float32(queries, name="queries")
     if qs.ndim != 2:
         raise DimensionError(f"queries: expected shape (nq, {dim}), got {qs.shape}")
     if qs.shape[1] != dim:
         raise DimensionError(
             f"queries: expected dimension {dim} (the vectors' width), got {qs.shape[1]}"
         )
-    qs = _as_float32(qs)
-    if finite and qs.size:
-        bad = ~np.isfinite(qs).all(axis=1)
-        if bad.any():
-            raise NonFiniteError(f"queries: row {int(np.argmax(bad))} holds NaN or inf")
+    if finite:
+        check_finite(qs, "queries")
     return qs
-
-
-def check_ids(candidate_ids: Any, n_rows: int, *, ndim: int = 1, values: bool = True) -> np.ndarray:
-    """Return ids as C-contiguous int64 of ``ndim`` dimensions, each in ``[-1, n_rows)``.
-
-    ``values=False`` checks dtype and shape only (the numba kernels check the
-    range as the first loop of the same compiled call).
-    """
-    try:
-        arr = np.asarray(candidate_ids)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"candidate_ids: not an array of integers ({exc})") from None
-    if arr.ndim != ndim:
-        want = "(n,)" if ndim == 1 else "(nq, n)"
-        raise DimensionError(f"candidate_ids: expected shape {want}, got {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        if arr.size == 0 and arr.dtype.kind == "f":
-            # np.asarray([]) is float64; an empty list is a fine empty candidate list.
-            return np.zeros(arr.shape, dtype=np.int64)
-        raise InputError(f"candidate_ids: ids must be integers, got dtype {arr.dtype}")
-    if arr.dtype.kind == "u" and arr.itemsize == 8 and arr.size and int(arr.max()) > _I64_MAX:
-        raise IdOutOfRangeError(
-            f"candidate_ids: id {int(arr.max())} is out of range [0, {n_rows}) (-1 is padding)"
-        )
-    ids = (
-        arr
-        if (arr.dtype == _I64 and arr.flags.c_contiguous)
-        else np.ascontiguousarray(arr, dtype=np.int64)
-    )
-    if values and ids.size:
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo < -1:
-            raise_bad_id(lo, n_rows)
-        if hi >= n_rows:
-            raise_bad_id(hi, n_rows)
-    return ids
-
-
-def raise_bad_id(bad: int, n_rows: int) -> None:
-    """Raise the error for one id outside ``[-1, n_rows)``."""
-    raise IdOutOfRangeError(
-        f"candidate_ids: id {bad} is out of range [0, {n_rows}) (-1 is padding); "
-        "ids must be rows of vectors"
-    )
-
-
-def check_k(k: Any, n_candidates: int, n_rows: int) -> int:
-    """Return ``k`` as an int ``>= 1`` that something could fill, or raise."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise InputError(f"k must be an integer, got {k!r}")
-    value = int(k)
-    if value < 1:
-        raise InputError(f"k must be >= 1, got {value}")
-    if value > n_candidates and value > n_rows:
-        raise KTooLargeError(
-            f"k={value} is larger than both the candidate list ({n_candidates}) and the corpus "
-            f"({n_rows} rows); no call could fill it"
-        )
-    return value
 
 
 def padded(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -216,25 +120,6 @@ def padded(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.
     out_ids[: ids.shape[0]] = ids
     out_scores[: scores.shape[0]] = scores
     return out_ids, out_scores
-
-
-def numpy_scores(query: np.ndarray, rows: np.ndarray, metric: str) -> np.ndarray:
-    """float32 scores ``(n,)`` of the gathered ``rows (n, d)`` against ``query (d,)``.
-
-    float32 arithmetic throughout (BLAS for the dot products); overflow gives
-    inf and inf - inf gives NaN, silently: they are part of the ordering rules.
-    """
-    with np.errstate(all="ignore"):
-        if metric == "ip":
-            return np.asarray(rows @ query, dtype=np.float32)
-        if metric == "l2":
-            diff = rows - query
-            return np.asarray(-np.einsum("ij,ij->i", diff, diff), dtype=np.float32)
-        dots = rows @ query
-        den = np.sqrt(np.einsum("ij,ij->i", rows, rows)) * np.sqrt(np.dot(query, query))
-        out = np.zeros(rows.shape[0], dtype=np.float32)
-        np.divide(dots, den, out=out, where=den != 0)
-        return out
 
 
 class BaseReranker:
@@ -266,7 +151,8 @@ class BaseReranker:
         x = check_vectors(vectors)
         q = check_query(query, x.shape[1])
         ids = check_ids(candidate_ids, x.shape[0])
-        k = check_k(k, ids.shape[0], x.shape[0])
+        n, n_rows = ids.shape[0], x.shape[0]
+        k = check_k(k, n if n > n_rows else n_rows, what=K_LIMIT)
         return self._rerank(q, ids, x, k)
 
     def rerank_batch(
@@ -284,7 +170,8 @@ class BaseReranker:
                 f"candidate_ids: {ids.shape[0]} rows for {qs.shape[0]} queries; "
                 "pass one row of candidates per query"
             )
-        k = check_k(k, ids.shape[1], x.shape[0])
+        n, n_rows = ids.shape[1], x.shape[0]
+        k = check_k(k, n if n > n_rows else n_rows, what=K_LIMIT)
         out_ids = np.empty((qs.shape[0], k), dtype=np.int64)
         out_scores = np.empty((qs.shape[0], k), dtype=np.float32)
         for r in range(qs.shape[0]):
@@ -293,8 +180,7 @@ class BaseReranker:
 
     def warmup(self, dim: int) -> int:
         """Run one tiny rerank of width ``dim``; return the nanoseconds it took."""
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
-            raise InputError(f"dim must be a non-negative integer, got {dim!r}")
+        dim = int_arg("dim", dim, lo=0)
         t0 = time.perf_counter_ns()
         x = np.ones((2, int(dim)), dtype=np.float32)
         self._rerank(np.ones(int(dim), dtype=np.float32), np.array([0, 1], dtype=np.int64), x, 1)

@@ -8,17 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DimensionError, InputError, NonFiniteError
+from ..errors import DimensionError, NonFiniteError
 from ..threads import get_threads
-from ._common import (
-    BaseReranker,
-    check_ids,
-    check_k,
-    check_queries,
-    check_query,
-    check_vectors,
-    raise_bad_id,
-)
+from ..validate import bad_id_error, check_ids, check_k, int_arg, positive_int
+from ._common import K_LIMIT, BaseReranker, check_queries, check_query, check_vectors
 
 __all__ = ["DEFAULT_PARALLEL_THRESHOLD", "NumbaReranker"]
 
@@ -176,16 +169,9 @@ class NumbaReranker(BaseReranker):
         super().__init__(metric, **params)
         if parallel_threshold is None:
             parallel_threshold = DEFAULT_PARALLEL_THRESHOLD
-        if (
-            isinstance(parallel_threshold, bool)
-            or not isinstance(parallel_threshold, int)
-            or parallel_threshold < 1
-        ):
-            raise ConfigError(
-                f"reranker 'numba': parallel_threshold must be a positive "
-                f"integer, got {parallel_threshold!r}"
-            )
-        self.parallel_threshold = parallel_threshold
+        self.parallel_threshold = positive_int(
+            "reranker 'numba'", "parallel_threshold", parallel_threshold
+        )
         self._code = _METRIC_CODES[self.metric]
         self._k = _kernels()
 
@@ -231,7 +217,7 @@ class NumbaReranker(BaseReranker):
             fn = None
         n = len(ids)
         if type(k) is not int or k < 1 or (k > n and k > n_rows):
-            k = check_k(k, n, n_rows)
+            k = check_k(k, n if n > n_rows else n_rows, what=K_LIMIT)
         out_ids = _empty(k, _I64)
         out_scores = _empty(k, _F32)
         if n >= self.parallel_threshold and (threads := _threads()) > 1:
@@ -258,7 +244,8 @@ class NumbaReranker(BaseReranker):
                 f"candidate_ids: {ids.shape[0]} rows for {qs.shape[0]} queries; "
                 "pass one row of candidates per query"
             )
-        k = check_k(k, ids.shape[1], x.shape[0])
+        n, n_rows = ids.shape[1], x.shape[0]
+        k = check_k(k, n if n > n_rows else n_rows, what=K_LIMIT)
         out_ids = np.empty((qs.shape[0], k), dtype=np.int64)
         out_scores = np.empty((qs.shape[0], k), dtype=np.float32)
         if _threads() > 1:
@@ -280,8 +267,7 @@ class NumbaReranker(BaseReranker):
         The kernels are typed on float32 query/vectors and int64 ids, whatever
         ``dim`` is, so one warm-up covers every width and metric.
         """
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 0:
-            raise InputError(f"dim must be a non-negative integer, got {dim!r}")
+        dim = int_arg("dim", dim, lo=0)
         t0 = time.perf_counter_ns()
         x = np.ones((4, int(dim)), dtype=np.float32)
         ids = np.arange(4, dtype=np.int64)
@@ -300,7 +286,7 @@ class NumbaReranker(BaseReranker):
     @staticmethod
     def _raise(status: int, bad: int, n_rows: int, *, batch: bool) -> None:
         if status == 1:
-            raise_bad_id(int(bad), n_rows)
+            raise bad_id_error(int(bad), n_rows)
         if batch:
             raise NonFiniteError(f"queries: row {int(bad)} holds NaN or inf")
         raise NonFiniteError("query holds NaN or inf")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import BaseReranker, numpy_scores, padded
+from ..metrics import exact_scores
+from ._common import BaseReranker, padded
 
 __all__ = ["NumpyReranker"]
 
@@ -30,7 +31,7 @@ class NumpyReranker(BaseReranker):
         self, query: np.ndarray, ids: np.ndarray, vectors: np.ndarray, k: int
     ) -> tuple[np.ndarray, np.ndarray]:
         uniq = np.unique(ids[ids >= 0])
-        scores = numpy_scores(query, vectors[uniq], self.metric)
+        scores = exact_scores(query, vectors[uniq], self.metric)
         # Negated so that ascending order is best first; NaN stays NaN and
         # numpy sorts NaN last.
         key = -scores

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import BaseReranker, numpy_scores, padded
+from ..metrics import exact_scores
+from ._common import BaseReranker, padded
 
 __all__ = ["PythonReranker"]
 
@@ -36,7 +37,7 @@ class PythonReranker(BaseReranker):
         # Same gather order as the numpy reference (sorted unique ids), so the
         # BLAS dot products see the same rows in the same places.
         uniq = sorted({i for i in ids.tolist() if i >= 0})
-        scores = numpy_scores(query, vectors[uniq], self.metric).tolist()
+        scores = exact_scores(query, vectors[uniq], self.metric).tolist()
         best = sorted(zip(uniq, scores, strict=True), key=_key)[:k]
         return padded(
             np.array([doc for doc, _ in best], dtype=np.int64),

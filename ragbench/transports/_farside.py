@@ -1,4 +1,4 @@
-"""The far side of every transport, and the child processes that host it.
+"""The far side of every transport, and the servers that host it in a child process.
 
 What an LLM gateway does with a payload -- decode it with the agreed codec,
 build the prompt -- lives in :class:`FarSideProcessor`, shared by the
@@ -7,13 +7,12 @@ build the prompt -- lives in :class:`FarSideProcessor`, shared by the
 
     python -m ragbench.transports._farside {http|grpc}
 
-The parent writes one JSON line of configuration to the child's stdin (codec
-name, an importable ``"module:attr"`` factory for it, codec and prompt
-parameters, host). The child answers with one stdout line ``READY <port>``
-and then serves until its stdin reaches EOF -- which also happens when the
-parent dies, so a child never outlives it. Subprocess + JSON rather than
-:mod:`multiprocessing`, because multiprocessing ships its arguments as
-pickles and ragbench never loads a pickle.
+The child is a :class:`ragbench.process.ChildProcess`: the parent writes one
+JSON line of configuration to its stdin (codec name, an importable
+``"module:attr"`` factory for it, codec and prompt parameters, host). The
+child answers with one stdout line ``READY <port>`` and then serves until its
+stdin reaches EOF -- which also happens when the parent dies, so a child
+never outlives it.
 
 Reply layout (both servers): a 21-byte little-endian header ``<BIQQ``
 (status, prompt_tokens, decode_ns, prompt_ns) followed by UTF-8 text -- the
@@ -25,29 +24,23 @@ long for the prompt budget; status 2, any other far-side failure).
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
-import os
-import selectors
 import signal
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import weakref
-from collections.abc import Callable, Sequence
-from typing import IO, Any
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import ConfigError, DecodeError, NotBuiltError, RagbenchError, TransportError
+from ..process import ChildProcess, watch_stdin
+from ..validate import positive_number
 
 __all__ = [
-    "ChildProcess",
     "ChildTransport",
     "FarSideProcessor",
-    "child_env",
     "codec_spec",
     "decode_reply",
     "main",
@@ -209,151 +202,6 @@ def decode_reply(reply: bytes, where: str) -> tuple[str, int, int, int]:
     raise TransportError(f"{where}: reply has unknown status {status}")
 
 
-# ------------------------------------------------------------------ child process handle
-
-
-def child_env() -> dict[str, str]:
-    """The parent's environment with ``PYTHONPATH`` set so a child imports what the parent can.
-
-    The directory holding the ragbench package comes first, so the child runs
-    the same checkout as the parent, followed by the parent's ``sys.path``
-    (where test-local codec factories live).
-    """
-    import ragbench
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(ragbench.__file__)))
-    paths = [root] + [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
-    seen: dict[str, None] = dict.fromkeys(paths)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(seen)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-def _stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """Close the child's stdin (its signal to exit), then escalate to SIGTERM, SIGKILL."""
-    if proc.stdin is not None and not proc.stdin.closed:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5.0)
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
-class ChildProcess:
-    """A server in a child process, alive until :meth:`stop`, garbage collection or exit.
-
-    ``argv`` is run with stdin, stdout piped and stderr into a temporary file
-    (so a chatty child can never block on a full pipe). ``config`` (if any)
-    is written as the first stdin line; stdin then stays open, and the child
-    exits at its EOF. The first stdout line is the ready line.
-    """
-
-    def __init__(
-        self, argv: Sequence[str], what: str, config: dict[str, Any] | None = None
-    ) -> None:
-        self.what = what
-        # Lives as long as the child; closed in stop().
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=child_env(),
-            # Its own session: Ctrl-C in a terminal reaches only the parent,
-            # which then stops the child in order.
-            start_new_session=True,
-        )
-        self._finalizer = weakref.finalize(self, _stop_process, self.proc, 3.0)
-        if config is not None and self.proc.stdin is not None:
-            try:
-                self.proc.stdin.write(json.dumps(config).encode() + b"\n")
-                self.proc.stdin.flush()
-            except OSError:
-                pass  # the child already died: wait_ready reports its stderr
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stderr_tail(self, limit: int = 2000) -> str:
-        try:
-            self._stderr.seek(0, os.SEEK_END)
-            size = self._stderr.tell()
-            self._stderr.seek(max(0, size - limit))
-            return self._stderr.read().decode("utf-8", "replace").strip()
-        except (OSError, ValueError):
-            return ""
-
-    def wait_ready(self, timeout: float) -> str:
-        """Return the child's first stdout line; :class:`TransportError` if it fails or is slow."""
-        stdout = self.proc.stdout
-        if stdout is None:  # pragma: no cover - always piped
-            raise TransportError(f"{self.what}: child has no stdout")
-        fd = stdout.fileno()
-        deadline = time.monotonic() + timeout
-        data = b""
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while b"\n" not in data:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self.stop(grace=0.0)
-                    raise TransportError(
-                        f"{self.what}: server did not report ready within {timeout:g} s"
-                        + self._tail_note()
-                    )
-                if not sel.select(left):
-                    continue
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    try:
-                        code: int | str = self.proc.wait(timeout=5.0)
-                    except subprocess.TimeoutExpired:
-                        self.stop(grace=0.0)
-                        code = "unknown (it closed its stdout)"
-                    raise TransportError(
-                        f"{self.what}: server process exited with code {code} before it was "
-                        "ready" + self._tail_note()
-                    )
-                data += chunk
-        return data.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
-
-    def _tail_note(self) -> str:
-        tail = self.stderr_tail()
-        return f"; its stderr ends with:\n{tail}" if tail else ""
-
-    def death_note(self, wait: float = 0.5) -> str:
-        """A phrase for error messages: whether and how the child died."""
-        try:
-            code = self.proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            return "the server process is still running"
-        return f"the server process (pid {self.proc.pid}) exited with code {code}" + (
-            self._tail_note() if code not in (0, -signal.SIGKILL, -signal.SIGTERM) else ""
-        )
-
-    def stop(self, grace: float = 3.0) -> None:
-        """Stop the child (idempotent) and wait for it to be gone."""
-        if self._finalizer.detach() is not None:
-            _stop_process(self.proc, grace)
-        with contextlib.suppress(OSError):
-            self._stderr.close()
-
-
 # ------------------------------------------------------------------ near side base
 
 
@@ -387,15 +235,10 @@ class ChildTransport:
         check_params(f"{self.name} transport", unknown, {"host", "timeout", "startup_timeout"})
         if not isinstance(host, str) or not host:
             raise ConfigError(f"{self.name} transport: host must be a non-empty string")
-        for key, value in (("timeout", timeout), ("startup_timeout", startup_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(
-                    f"{self.name} transport: {key} must be a positive number of seconds, "
-                    f"got {value!r}"
-                )
+        owner = f"{self.name} transport"
         self.host = host
-        self.timeout = float(timeout)
-        self.startup_timeout = float(startup_timeout)
+        self.timeout = positive_number(owner, "timeout", timeout)
+        self.startup_timeout = positive_number(owner, "startup_timeout", startup_timeout)
         self.port = 0
         self.content_type = "application/octet-stream"
         self.codec_name = ""
@@ -445,6 +288,7 @@ class ChildTransport:
             [sys.executable, "-m", "ragbench.transports._farside", self.kind],
             f"{self.name} transport",
             config,
+            error=TransportError,
         )
         try:
             line = child.wait_ready(self.startup_timeout)
@@ -516,23 +360,6 @@ def _read_config() -> dict[str, Any]:
     if not isinstance(config, dict):
         raise SystemExit("far side: configuration must be a JSON object")
     return config
-
-
-def _watch_stdin(on_eof: Callable[[], None]) -> None:
-    """Call ``on_eof`` when the parent closes our stdin or dies, then make sure we exit."""
-
-    def run() -> None:
-        try:
-            while sys.stdin.buffer.read(65536):
-                pass
-        except (OSError, ValueError):
-            pass
-        on_eof()
-        # A server that does not wind down in time must not linger.
-        time.sleep(5.0)
-        os._exit(0)
-
-    threading.Thread(target=run, name="ragbench-parent-watch", daemon=True).start()
 
 
 def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
@@ -610,7 +437,7 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
         daemon_threads = True
 
     server = Server((host, 0), Handler)
-    _watch_stdin(server.shutdown)
+    watch_stdin(server.shutdown)
     print(f"READY {server.server_address[1]}", flush=True)
     server.serve_forever(poll_interval=0.2)
     server.server_close()
@@ -647,7 +474,7 @@ def _serve_grpc(processor: FarSideProcessor, host: str, max_body: int) -> None:
         server.stop(grace=0.5).wait(2.0)
         done.set()
 
-    _watch_stdin(stop)
+    watch_stdin(stop)
     print(f"READY {port}", flush=True)
     done.wait()
 

@@ -1,4 +1,4 @@
-"""Open-loop load: response time as the offered rate grows.
+"""Offered traffic (``ragbench load``): response time as the offered rate grows, open loop.
 
 Requests arrive on a schedule fixed in advance (Poisson or evenly spaced at
 the target rate) whether or not the previous one has finished. Response time
@@ -12,16 +12,16 @@ takes off is that process's capacity.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .errors import ConfigError
+from .records import new_record
+from .timing import Stats
 
-__all__ = ["LOAD_SCHEMA", "load_points", "load_table"]
-
-LOAD_SCHEMA = "ragbench.load/1"
+__all__ = ["arrivals", "load_points", "run_open_loop"]
 
 
 def arrivals(rate: float, count: int, *, kind: str = "poisson", seed: int = 0) -> np.ndarray:
@@ -71,7 +71,7 @@ def load_points(
     duration_s: float,
     kind: str = "poisson",
     seed: int = 0,
-    on_point: Callable[[dict[str, Any]], None],
+    on_point: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One record per offered rate; the pipeline must be set up and warm."""
@@ -89,64 +89,27 @@ def load_points(
         response, service, served = run_open_loop(req, schedule, max_seconds=duration_s * 3 + 5)
         wall = (time.perf_counter_ns() - t0) / 1e9
         counter += served
-        pr = np.percentile(response, [50, 90, 99], method="inverted_cdf") / 1e3
-        ps = np.percentile(service, [50, 99], method="inverted_cdf") / 1e3
-        rec = {
-            "schema": LOAD_SCHEMA,
-            "kind": "load",
+        resp = Stats.from_samples(response)
+        serv = Stats.from_samples(service)
+        fields = {
             "label": pipeline.label,
             "arrivals": kind,
             "offered_qps": float(rate),
             "achieved_qps": served / wall if wall > 0 else float("nan"),
             "requests": int(served),
             "scheduled": int(count),
-            "response_p50_us": float(pr[0]),
-            "response_p90_us": float(pr[1]),
-            "response_p99_us": float(pr[2]),
-            "service_p50_us": float(ps[0]),
-            "service_p99_us": float(ps[1]),
+            "response_p50_us": resp.p50_ns / 1e3,
+            "response_p90_us": resp.p90_ns / 1e3,
+            "response_p99_us": resp.p99_ns / 1e3,
+            "service_p50_us": serv.p50_ns / 1e3,
+            "service_p99_us": serv.p99_ns / 1e3,
             "simulated": list(pipeline.simulated),
             "config": pipeline.config,
         }
-        on_point(rec)
+        rec = new_record("load", fields)
+        if on_point is not None:
+            on_point(rec)
         out.append(rec)
         if progress is not None:
             progress(1)
     return out
-
-
-def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
-    from rich.table import Table
-
-    from .report import _num, _render
-
-    sim = sorted({s for r in records for s in r.get("simulated", [])})
-    title = (
-        f"open-loop load — {records[0]['label']} ({records[0]['arrivals']} arrivals, one worker)"
-    )
-    if sim:
-        title += f"  [SIMULATED: {', '.join(sim)}]"
-    t = Table(title=title, title_justify="left")
-    for col in (
-        "offered QPS",
-        "achieved QPS",
-        "requests",
-        "response p50 µs",
-        "p90 µs",
-        "p99 µs",
-        "service p50 µs",
-        "service p99 µs",
-    ):
-        t.add_column(col, justify="right")
-    for r in records:
-        t.add_row(
-            _num(r["offered_qps"]),
-            _num(r["achieved_qps"]),
-            str(r["requests"]),
-            _num(r["response_p50_us"]),
-            _num(r["response_p90_us"]),
-            _num(r["response_p99_us"]),
-            _num(r["service_p50_us"]),
-            _num(r["service_p99_us"]),
-        )
-    return _render(t, width)

@@ -1,0 +1,217 @@
+"""What every command shares: option decorators, value parsers, progress bars, output.
+
+Parsers raise :class:`click.BadParameter` naming the option, so every bad
+value ends as one line and exit status 2 (see :func:`ragbench.cli.main`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+__all__ = [
+    "config_option",
+    "counts",
+    "dataset_option",
+    "echo",
+    "grid",
+    "index_option",
+    "k_option",
+    "numbers",
+    "out_option",
+    "parse_count",
+    "parse_value",
+    "plot_option",
+    "progress",
+    "queries_option",
+    "set_option",
+    "set_pairs",
+    "split_list",
+    "threads_option",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def split_list(value: str | None, option: str) -> list[str]:
+    """``"a, b,c"`` → ``["a", "b", "c"]``; an empty item is an error; ``None`` → ``[]``."""
+    if value is None:
+        return []
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):
+        raise click.BadParameter(f"empty item in {value!r}", param_hint=option)
+    return items
+
+
+def parse_count(text: str, option: str) -> int:
+    """``10k`` → 10_000, ``1M`` → 1_000_000, ``250`` → 250; anything else is a BadParameter."""
+    t = text.strip().lower().replace("_", "")
+    mult = 1
+    if t.endswith("k"):
+        mult, t = 1000, t[:-1]
+    elif t.endswith("m"):
+        mult, t = 1_000_000, t[:-1]
+    try:
+        value = float(t) * mult
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise click.BadParameter(
+            f"{text!r} is not a whole number >= 1 (e.g. 250, 10k, 1M)", param_hint=option
+        )
+    return int(value)
+
+
+def counts(value: str | None, option: str) -> list[int]:
+    """A comma list of :func:`parse_count` values."""
+    return [parse_count(item, option) for item in split_list(value, option)]
+
+
+def numbers(value: str | None, option: str) -> list[float]:
+    """A comma list of finite numbers > 0 (rates, durations)."""
+    out = []
+    for item in split_list(value, option):
+        try:
+            number = float(item)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number <= 0:
+            raise click.BadParameter(f"{item!r} is not a finite number > 0", param_hint=option)
+        out.append(number)
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """A JSON value (``128``, ``true``, ``"flat"``, ``[1, 2]``), else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def set_pairs(pairs: Sequence[str], option: str = "--set") -> dict[str, Any]:
+    """``retrieve.search.ef=128`` (repeatable) → ``{"retrieve": {"search": {"ef": 128}}}``."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        parts = key.split(".")
+        if not sep or len(parts) < 2 or not all(parts):
+            raise click.BadParameter(f"expected TABLE.KEY=VALUE, got {pair!r}", param_hint=option)
+        node = out
+        for p in parts[:-1]:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
+                raise click.BadParameter(f"{pair!r} sets inside a value", param_hint=option)
+            node = child
+        node[parts[-1]] = parse_value(value)
+    return out
+
+
+def grid(pairs: Sequence[str], option: str) -> dict[str, list[Any]]:
+    """``ef=16,32`` (repeatable) → ``{"ef": [16, 32]}``."""
+    out: dict[str, list[Any]] = {}
+    for pair in pairs:
+        name, sep, values = pair.partition("=")
+        if not sep or not name.strip() or not values:
+            raise click.BadParameter(f"expected NAME=V1,V2,..., got {pair!r}", param_hint=option)
+        out[name.strip()] = [parse_value(v) for v in split_list(values, option)]
+    return out
+
+
+# ---------------------------------------------------------------- options
+
+
+def config_option(
+    *, required: bool = False, help: str = "Pipeline config (TOML)."
+) -> Callable[[F], F]:
+    return click.option(
+        "-c", "--config", "config", required=required, type=click.Path(dir_okay=False), help=help
+    )
+
+
+def dataset_option(
+    *, default: str | None = None, help: str = "Dataset name (pydocs, synthetic) or path."
+) -> Callable[[F], F]:
+    return click.option("--dataset", default=default, show_default=default is not None, help=help)
+
+
+def queries_option(
+    *, default: int | None = None, help: str = "Measured requests."
+) -> Callable[[F], F]:
+    return click.option(
+        "--queries",
+        type=click.IntRange(min=1),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def out_option(help: str) -> Callable[[F], F]:
+    return click.option("--out", type=click.Path(dir_okay=False), help=help)
+
+
+def set_option(
+    help: str = "Override a config value, e.g. --set retrieve.search.ef=128 (repeatable).",
+) -> Callable[[F], F]:
+    return click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help=help)
+
+
+def threads_option(help: str) -> Callable[[F], F]:
+    return click.option("--threads", type=click.IntRange(min=1), help=help)
+
+
+def k_option(*, default: int | None = None, help: str = "Hits per query.") -> Callable[[F], F]:
+    return click.option(
+        "--k",
+        "k",
+        type=click.IntRange(min=1),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def plot_option(help: str) -> Callable[[F], F]:
+    return click.option("--plot", type=click.Path(dir_okay=False), help=help)
+
+
+def index_option(*, required: bool = False, help: str) -> Callable[[F], F]:
+    return click.option("--index", "index", required=required, help=help)
+
+
+# ---------------------------------------------------------------- output
+
+
+@contextmanager
+def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr when it is a terminal; silent otherwise."""
+    if not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def echo(text: str) -> None:
+    click.echo(text)

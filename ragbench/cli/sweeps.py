@@ -1,0 +1,216 @@
+"""``ragbench sweep`` (recall vs latency frontiers) and ``ragbench scale`` (cost as n grows)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from ..errors import ConfigError
+from ..records import RecordWriter
+from ..rendering import render
+from .options import (
+    counts,
+    dataset_option,
+    echo,
+    grid,
+    index_option,
+    k_option,
+    out_option,
+    parse_count,
+    parse_value,
+    plot_option,
+    progress,
+    queries_option,
+    split_list,
+    threads_option,
+)
+
+__all__ = ["scale", "sweep"]
+
+
+def _index_names(value: str) -> list[str]:
+    """Comma-separated index names, each checked against the registry before any work."""
+    from .. import indexes
+
+    names = split_list(value, "--index")
+    for name in names:
+        indexes.registry.factory(name)
+    return names
+
+
+def _finish(writer: RecordWriter, plot: str | None) -> None:
+    echo(render(writer.records))
+    if plot:
+        from ..plots import plot_records
+
+        plot_records(writer.records, plot)
+        echo(f"wrote {plot}")
+
+
+@click.command()
+@dataset_option(default="synthetic")
+@click.option("--n", "n", help="Corpus size for synthetic (e.g. 100k).")
+@click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic.")
+@click.option("--seed", type=int, help="Seed for synthetic.")
+@click.option("--embed", help="Embedder for text datasets (minilm, hashing).")
+@index_option(required=True, help="Comma-separated indexes, e.g. hnsw,faiss-hnsw,ivf,lsh.")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="Query parameter values, e.g. ef=16,32,64 or nprobe=1,4,16 or rescore=100,1000 (repeatable).",
+)
+@click.option(
+    "--build",
+    "builds",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="Build parameter values, e.g. M=16,32 or nlist=256 (repeatable).",
+)
+@k_option(default=10, help="Neighbours per query.")
+@queries_option(default=200, help="Queries measured per point.")
+@threads_option("Threads for batch QPS (single-query latency always uses 1).")
+@out_option("Append one JSON record per point as it finishes.")
+@plot_option("Write recall (x) vs QPS (log y) per index as PNG.")
+def sweep(
+    dataset: str,
+    n: str | None,
+    dim: int | None,
+    seed: int | None,
+    embed: str | None,
+    index: str,
+    params: Sequence[str],
+    builds: Sequence[str],
+    k: int,
+    queries: int,
+    threads: int | None,
+    out: str | None,
+    plot: str | None,
+) -> None:
+    """Recall vs latency frontier: the cartesian product of build × query parameters per index."""
+    from .. import datasets
+    from .. import threads as th
+    from ..pipeline import PROBE_DIM
+    from ..sweeps import SweepData, check_grid, count_points, sweep_points
+
+    names = _index_names(index)
+    query_grid, build_grid = grid(params, "--param"), grid(builds, "--build")
+    # parameter names are checked before the data is loaded or embedded
+    check_grid(names, dim or PROBE_DIM, "ip", build_grid, query_grid)
+    if threads is not None:
+        th.set_threads(threads)
+    size = parse_count(n, "--n") if n else None
+    ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
+    data = SweepData.from_dataset(ds, k=k, n_queries=queries, embedder=embed)
+    dim_ = int(data.vectors.shape[1])
+    writer = RecordWriter(out)
+    try:
+        total = count_points(names, dim_, data.metric, build_grid, query_grid)
+        with progress(total, "sweep points") as advance:
+            sweep_points(
+                data,
+                names,
+                k=k,
+                build_grid=build_grid,
+                query_grid=query_grid,
+                on_point=writer,
+                progress=advance,
+            )
+    except KeyboardInterrupt:
+        if writer.records:
+            echo(render(writer.records))
+        raise
+    _finish(writer, plot)
+
+
+def _per_index_build(builds: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``hnsw.M=32`` (repeatable) → ``{"hnsw": {"M": 32}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for pair in builds:
+        key, sep, value = pair.partition("=")
+        idx, dot, pname = key.partition(".")
+        if not sep or not dot or not idx or not pname:
+            raise click.BadParameter(
+                f"expected INDEX.NAME=VALUE, got {pair!r}", param_hint="--build"
+            )
+        out.setdefault(idx, {})[pname] = parse_value(value)
+    return out
+
+
+@click.command()
+@index_option(required=True, help="Comma-separated indexes, e.g. hnsw,lsh,flat.")
+@click.option("--n", "ns", required=True, help="Comma-separated corpus sizes, e.g. 10k,100k,1M.")
+@click.option(
+    "--dim", type=click.IntRange(min=1), default=384, show_default=True, help="Vector dimension."
+)
+@k_option(default=10, help="Neighbours per query.")
+@click.option(
+    "--recall",
+    "target",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="Recall target the query parameter is tuned to reach.",
+)
+@queries_option(default=200, help="Queries per point.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic data.")
+@click.option(
+    "--build",
+    "builds",
+    multiple=True,
+    metavar="INDEX.NAME=VALUE",
+    help="Build parameter for one index, e.g. hnsw.M=32 (repeatable).",
+)
+@threads_option("Threads for builds and batch QPS.")
+@out_option("Append one JSON record per (index, n).")
+@plot_option("Write a log-log plot of p50 vs n.")
+def scale(
+    index: str,
+    ns: str,
+    dim: int,
+    k: int,
+    target: float,
+    queries: int,
+    seed: int,
+    builds: Sequence[str],
+    threads: int | None,
+    out: str | None,
+    plot: str | None,
+) -> None:
+    """Cost as the corpus grows: build time, memory and p50 at a recall target, per n."""
+    from .. import datasets
+    from .. import threads as th
+    from ..sweeps import SweepData, check_grid, scale_points
+
+    if not 0.0 < target <= 1.0:
+        raise ConfigError(f"--recall must be in (0, 1], got {target}")
+    names = _index_names(index)
+    sizes = counts(ns, "--n")
+    build = _per_index_build(builds)
+    for name, params in build.items():
+        if name not in names:
+            raise ConfigError(f"--build {name}.…: {name!r} is not among --index {', '.join(names)}")
+        check_grid([name], dim, "ip", params, {})
+    if threads is not None:
+        th.set_threads(threads)
+    writer = RecordWriter(out)
+
+    def make(n: int) -> Any:
+        return lambda: SweepData.from_dataset(
+            datasets.load("synthetic", n=n, dim=dim, n_queries=queries, seed=seed), k=k
+        )
+
+    with progress(len(sizes) * len(names), "scale points") as advance:
+        scale_points(
+            [(n, make(n)) for n in sizes],
+            names,
+            k=k,
+            target=target,
+            build=build,
+            on_point=writer,
+            progress=advance,
+        )
+    _finish(writer, plot)

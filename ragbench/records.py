@@ -1,0 +1,205 @@
+"""Result records: their kinds and schemas, the environment stamp, and JSON-lines files.
+
+Every result ragbench produces is a JSON-able dict with ``schema``, ``kind``,
+``time`` and ``env`` (the environment block of :func:`ragbench.env.environment`)::
+
+    kind    schema              written by                      one record per
+    run     ragbench.run/1      ragbench.report.Report          pipeline run
+    sweep   ragbench.sweep/1    ragbench.sweeps.sweep_points    (index, build, query params)
+    scale   ragbench.scale/1    ragbench.sweeps.scale_points    (index, corpus size)
+    load    ragbench.load/1     ragbench.traffic.load_points    (configuration, offered rate)
+
+:func:`new_record` stamps a record of any kind the same way, so a sweep, scale
+or load record carries the environment whether or not it is ever written to a
+file. Files are JSON lines appended record by record and flushed
+(:func:`append_record`, :class:`RecordWriter`): an interrupted run keeps every
+record it finished. What is derived from sets of records and needed by more
+than one reader (Pareto flags, growth exponents) lives here too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from .env import environment
+from .errors import ConfigError, DatasetError
+
+__all__ = [
+    "KINDS",
+    "LOAD_SCHEMA",
+    "RUN_SCHEMA",
+    "SCALE_SCHEMA",
+    "SWEEP_SCHEMA",
+    "RecordWriter",
+    "append_record",
+    "growth_exponents",
+    "jsonable",
+    "new_record",
+    "now_iso",
+    "pareto",
+    "read_records",
+    "records_of",
+]
+
+RUN_SCHEMA = "ragbench.run/1"
+SWEEP_SCHEMA = "ragbench.sweep/1"
+SCALE_SCHEMA = "ragbench.scale/1"
+LOAD_SCHEMA = "ragbench.load/1"
+
+#: Record kind → schema it is written with.
+KINDS: dict[str, str] = {
+    "run": RUN_SCHEMA,
+    "sweep": SWEEP_SCHEMA,
+    "scale": SCALE_SCHEMA,
+    "load": LOAD_SCHEMA,
+}
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 to the second (the ``time`` of a record)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def new_record(
+    kind: str, fields: Mapping[str, Any], *, env: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A record of ``kind``: ``schema``, ``kind``, ``time``, then ``fields``, then ``env``.
+
+    ``env`` defaults to the environment now (CPU, cores, versions, threads,
+    protobuf backend, git revision).
+    """
+    try:
+        schema = KINDS[kind]
+    except KeyError:
+        raise ConfigError(f"unknown record kind {kind!r}; known: {', '.join(KINDS)}") from None
+    rec: dict[str, Any] = {"schema": schema, "kind": kind, "time": now_iso()}
+    rec.update(fields)
+    rec["env"] = dict(env) if env is not None else environment()
+    return rec
+
+
+def records_of(records: Iterable[Mapping[str, Any]], kind: str) -> list[Mapping[str, Any]]:
+    """The records of one kind, in order."""
+    return [r for r in records if r.get("kind") == kind]
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with numpy arrays/scalars, tuples and paths turned into JSON types."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    tolist = getattr(obj, "tolist", None)  # numpy arrays and scalars
+    if tolist is not None and type(obj).__module__ == "numpy":
+        return tolist()
+    if isinstance(obj, PathLike):
+        return os.fspath(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+def append_record(path: str | PathLike[str], record: Mapping[str, Any]) -> None:
+    """Append one JSON line and flush it to disk, so an interrupted run keeps what it finished."""
+    line = json.dumps(jsonable(record), separators=(",", ":"), allow_nan=True) + "\n"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_records(path: str | PathLike[str]) -> list[dict[str, Any]]:
+    """Read a JSON-lines results file; a malformed line is an error naming file and line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DatasetError(f"cannot read results file {p}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{p}: not a UTF-8 JSON-lines file") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{p}:{n}: not a JSON line ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise DatasetError(f"{p}:{n}: a record must be a JSON object")
+        if rec.get("kind") not in KINDS or rec.get("schema") != KINDS[rec["kind"]]:
+            raise DatasetError(
+                f"{p}:{n}: not a ragbench record (kind={rec.get('kind')!r}, "
+                f"schema={rec.get('schema')!r}); known: {', '.join(KINDS.values())}"
+            )
+        out.append(rec)
+    return out
+
+
+class RecordWriter:
+    """Keeps every record it is given and appends it to ``path`` (if any) at once.
+
+    Use it as the ``on_record`` callback of a driver: a record missing its
+    environment block gets one, so records from every kind compare honestly.
+    """
+
+    def __init__(self, path: str | PathLike[str] | None = None) -> None:
+        self.path = path
+        self.records: list[dict[str, Any]] = []
+
+    def __call__(self, record: Mapping[str, Any]) -> None:
+        rec = dict(record)
+        if "env" not in rec:
+            rec["env"] = environment()
+        self.records.append(rec)
+        if self.path is not None:
+            append_record(self.path, rec)
+
+    def write_all(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for rec in records:
+            self(rec)
+
+
+# ---------------------------------------------------------------- derived from records
+
+
+def pareto(
+    points: Sequence[Mapping[str, Any]], *, x: str = "recall", y: str = "qps_single"
+) -> list[bool]:
+    """True for points no other point beats on both ``x`` and ``y`` (higher is better)."""
+    flags = []
+    for p in points:
+        dominated = any(
+            (o[x] >= p[x] and o[y] >= p[y]) and (o[x] > p[x] or o[y] > p[y]) for o in points
+        )
+        flags.append(not dominated)
+    return flags
+
+
+def growth_exponents(records: Sequence[Mapping[str, Any]], key: str = "p50_us") -> dict[str, float]:
+    """Least-squares slope of log(``key``) against log(n) per index (1.0 = linear, ~0 = flat).
+
+    NaN for an index measured at fewer than two sizes.
+    """
+    by: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        if r.get("kind") == "scale" and r.get(key, 0) > 0:
+            by.setdefault(r["index"], []).append((math.log(r["n"]), math.log(r[key])))
+    out = {}
+    for name, pts in by.items():
+        xs = [p[0] for p in pts]
+        if len(set(xs)) < 2:
+            out[name] = float("nan")
+            continue
+        ys = [p[1] for p in pts]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        out[name] = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return out

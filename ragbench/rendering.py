@@ -1,0 +1,493 @@
+"""Tables of result records: text tables, Markdown, CSV and JSON.
+
+Everything here reads records (the dicts of :mod:`ragbench.records`), never a
+live pipeline or index, so a saved results file renders exactly like the run
+that wrote it. :func:`render` is the one entry point: it dispatches on each
+record's ``kind`` (run, sweep, scale, load) and on the format (``table``,
+``md``, ``csv``, ``json``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .errors import ConfigError
+from .records import growth_exponents, pareto, records_of
+
+__all__ = [
+    "FORMATS",
+    "SETUP_LABELS",
+    "STATS",
+    "compare_table",
+    "datasets_table",
+    "event_text",
+    "fixed_line",
+    "load_table",
+    "num",
+    "params_text",
+    "render",
+    "run_table",
+    "scale_table",
+    "setup_summary",
+    "sweep_table",
+    "text_table",
+]
+
+FORMATS = ("table", "md", "csv", "json")
+STATS = ("mean", "p50", "p90", "p95", "p99", "max")
+
+SETUP_LABELS = {
+    "dataset_load": "dataset load",
+    "model_load": "model load",
+    "corpus_vectors": "corpus vectors",
+    "query_vectors": "query vectors",
+    "index_build": "index build",
+    "exact_neighbors": "exact neighbours",
+    "jit_compile": "JIT compile",
+    "transport_start": "transport start",
+    "generator_start": "LLM start",
+    "warmup": "warm-up",
+}
+
+NAN = float("nan")
+
+
+# ---------------------------------------------------------------- cells
+
+
+def num(v: Any) -> str:
+    """A number for a table cell: 3 significant-ish digits, thousands separated, ``—`` for NaN/None."""
+    if v is None:
+        return "—"
+    v = float(v)
+    if v != v:  # NaN
+        return "—"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def text_table(
+    title: str,
+    columns: Sequence[tuple[str, str]],
+    rows: Iterable[Sequence[str]],
+    *,
+    width: int = 400,
+) -> str:
+    """A rich table rendered to plain text (no colour, trailing spaces stripped).
+
+    ``columns`` are ``(header, "left" | "right")``; a row whose first cell is
+    ``None`` draws a section line before the next row.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for header, justify in columns:
+        t.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        t.add_row(*row)
+    buf = io.StringIO()
+    Console(file=buf, width=width, force_terminal=False, color_system=None).print(t)
+    return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())
+
+
+def event_text(ev: Mapping[str, Any]) -> str:
+    """One cache event (``what``, ``hit``, ``seconds``, ``path``) as a phrase."""
+    state = "hit" if ev.get("hit") else "miss (computed and stored)"
+    out = f"{ev.get('what', '?')}: {state}"
+    secs = ev.get("seconds")
+    if isinstance(secs, (int, float)):
+        out += f" in {secs:.2f}s"
+    if ev.get("path"):
+        out += f" [{ev['path']}]"
+    return out
+
+
+def _simulated_note(records: Iterable[Mapping[str, Any]]) -> str:
+    sim = sorted({s for r in records for s in r.get("simulated") or []})
+    return f"  [SIMULATED: {', '.join(sim)}]" if sim else ""
+
+
+def _stat_cells(stats: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    return [num(stats.get(f"{n}_us")) for n in names]
+
+
+# ---------------------------------------------------------------- runs
+
+
+def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
+    """One run record: mean/p50/p90/p99/max µs and share per stage, the total, then notes."""
+    ds = rec.get("dataset") or {}
+    title = f"{rec['label']}  —  {ds.get('name', '?')}, {rec['requests']} requests"
+    title += _simulated_note([rec])
+    cols = [("stage", "left")] + [
+        (c, "right") for c in ("mean µs", "p50 µs", "p90 µs", "p99 µs", "max µs", "share")
+    ]
+    stats = ("mean", "p50", "p90", "p99", "max")
+    rows = []
+    for name in rec["stages"]:
+        s = rec["summary"][name]
+        label = name + (" (simulated)" if name == "generate" and rec.get("simulated") else "")
+        rows.append([label, *_stat_cells(s, stats), f"{100 * s['share']:.1f}%"])
+    rows.append(["before first token", *_stat_cells(rec["total"], stats), "100%"])
+    lines = [text_table(title, cols, rows, width=width)]
+    extra = [
+        f"recall@{rec['k']} {num(rec['recall_at_k'])} (tie-aware, vs exact search)",
+        f"payload {num(rec.get('payload_bytes_p50'))} B p50",
+    ]
+    if rec.get("wire_bytes_p50"):
+        extra.append(f"on the wire {num(rec['wire_bytes_p50'])} B p50")
+    if rec.get("cache_hit_rate") is not None:
+        extra.append(f"cache hit rate {100 * rec['cache_hit_rate']:.1f}%")
+    lines.append("  ".join(extra))
+    lines.append(
+        "setup (not in request latency): "
+        + ", ".join(f"{SETUP_LABELS.get(k, k)} {v:.3f}s" for k, v in rec["setup_s"].items())
+    )
+    lines.extend(f"cache: {event_text(ev)}" for ev in rec.get("cache_events") or [])
+    if rec.get("error"):
+        lines.append(f"STOPPED EARLY: {rec['error']}")
+    return "\n".join(lines)
+
+
+def compare_table(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    stat: str = "p50",
+    stages: Iterable[str] | None = None,
+    width: int = 400,
+) -> str:
+    """One row per run record: ``stat`` of each stage, total p50/p99, ratio to the fastest, recall, bytes."""
+    if stat not in STATS:
+        raise ConfigError(f"unknown statistic {stat!r}; use one of {', '.join(STATS)}")
+    if not records:
+        return "(no runs)"
+    names: list[str] = []
+    for r in records:
+        names += [n for n in r["stages"] if n not in names]
+    if stages is not None:
+        keep = set(stages)
+        names = [n for n in names if n in keep]
+    sim = _simulated_note(records)
+    title = f"side by side, interleaved, {stat} µs per stage — {records[0]['dataset'].get('name', '?')}{sim}"
+    wire = any(r.get("wire_bytes_p50") for r in records)
+    cols = [("run", "left")]
+    cols += [(n + (" (sim)" if n == "generate" and sim else ""), "right") for n in names]
+    cols += [(c, "right") for c in ("total p50", "total p99", "× best", "recall@k", "bytes")]
+    cols += [("wire B", "right")] if wire else []
+    totals = [r["total"]["p50_us"] for r in records if r["requests"]]
+    best = min(totals) if totals else NAN
+    rows = []
+    for r in records:
+        cells = [num(r["summary"][n][f"{stat}_us"]) if n in r["summary"] else "—" for n in names]
+        ratio = r["total"]["p50_us"] / best if best and r["requests"] else NAN
+        row = [r["label"] + (" [stopped early]" if r.get("error") else ""), *cells]
+        row += [num(r["total"]["p50_us"]), num(r["total"]["p99_us"]), f"{ratio:.2f}"]
+        row += [f"{r['recall_at_k']:.3f}", num(r.get("payload_bytes_p50"))]
+        row += [num(r.get("wire_bytes_p50"))] if wire else []
+        rows.append(row)
+    return text_table(title, cols, rows, width=width)
+
+
+def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> str:
+    """What every row of a comparison shares, so row labels can name only what differs."""
+    if not records:
+        return ""
+    cfg, info = records[0]["config"], records[0].get("info") or {}
+    fixed = {
+        "embed": info.get("embedder", cfg["embed"]["backend"]),
+        "retrieve": cfg["retrieve"]["backend"],
+        "rerank": cfg["rerank"]["backend"],
+        "serialize": cfg["serialize"]["backend"],
+        "transport": cfg["transport"]["backend"],
+        "generate": cfg["generate"]["backend"],
+        "k": cfg["run"]["k"],
+        "k_candidates": cfg["run"]["k_candidates"],
+        "threads": cfg["run"]["threads"],
+    }
+    if cfg["serialize"].get("with_embeddings"):
+        fixed["with_embeddings"] = True
+    skip = set(varying)
+    return "same in every row: " + ", ".join(
+        f"{key}={value}" for key, value in fixed.items() if key not in skip
+    )
+
+
+def setup_summary(records: Sequence[Mapping[str, Any]]) -> str:
+    """Cache events (each once), set-up seconds summed over runs, and how to read the table."""
+    lines: list[str] = []
+    for r in records:
+        for ev in r.get("cache_events") or []:
+            text = f"cache: {event_text(ev)}"
+            if text not in lines:
+                lines.append(text)
+    totals: dict[str, float] = {}
+    for r in records:
+        for key, secs in r["setup_s"].items():
+            totals[key] = totals.get(key, 0.0) + secs
+    lines.append(
+        "setup, not in request latency (summed over runs): "
+        + ", ".join(f"{SETUP_LABELS.get(k, k)} {v:.2f}s" for k, v in totals.items())
+    )
+    if records:
+        lines.append(
+            f"recall measured against exact search at k={records[0]['k']}; "
+            "per-stage p50s do not add up to the total p50"
+        )
+    return "\n".join(lines)
+
+
+def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for rec in records:
+        row = {
+            "kind": "run",
+            "label": rec.get("label"),
+            "dataset": (rec.get("dataset") or {}).get("name"),
+            "requests": rec.get("requests"),
+            "total_p50_us": rec["total"].get("p50_us"),
+            "total_p99_us": rec["total"].get("p99_us"),
+            "recall_at_k": rec.get("recall_at_k"),
+            "payload_bytes_p50": rec.get("payload_bytes_p50"),
+        }
+        for stage, stats in rec["summary"].items():
+            row[f"{stage}_p50_us"] = stats.get("p50_us")
+            row[f"{stage}_share"] = stats.get("share")
+        row["simulated"] = ",".join(rec.get("simulated") or [])
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- sweeps and scale
+
+
+def params_text(rec: Mapping[str, Any], build_keys: Iterable[str] | None = None) -> str:
+    """``M=16 ef=64 rescore=100``: the build params (all, or those named) then the query params."""
+    build = rec.get("build") or {}
+    keys = list(build) if build_keys is None else [k for k in build if k in set(build_keys)]
+    parts = [f"{k}={build[k]}" for k in keys]
+    parts += [f"{k}={v}" for k, v in (rec.get("query") or {}).items()]
+    if rec.get("rescore"):
+        parts.append(f"rescore={rec['rescore']}")
+    return " ".join(parts)
+
+
+def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
+    """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS)."""
+    flags = pareto(records)
+    r0 = records[0]
+    # name the build parameters that vary within an index's points; the rest are in the records
+    varying: dict[str, set[str]] = {}
+    for name in {r["index"] for r in records}:
+        pts = [r for r in records if r["index"] == name]
+        keys = {k for r in pts for k in r.get("build", {})}
+        varying[name] = {k for k in keys if len({repr(r.get("build", {}).get(k)) for r in pts}) > 1}
+    title = (
+        f"sweep — {r0['dataset']} n={r0['n']} dim={r0['dim']} {r0['metric']} k={r0['k']}; "
+        "★ = Pareto-optimal (recall vs 1-thread QPS = 1e6 / p50)"
+    )
+    cols = [("", "left"), ("index", "left"), ("params", "left")] + [
+        (c, "right")
+        for c in (
+            "recall",
+            "p50 µs",
+            "p95 µs",
+            "p99 µs",
+            "QPS 1 thread",
+            "QPS batch",
+            "build s",
+            "memory MB",
+        )
+    ]
+    rows = [
+        [
+            "★" if star else "",
+            rec["index"],
+            params_text(rec, varying[rec["index"]]) or "(defaults)",
+            f"{rec['recall']:.4f}",
+            num(rec["p50_us"]),
+            num(rec["p95_us"]),
+            num(rec["p99_us"]),
+            num(rec["qps_single"]),
+            num(rec["qps_batch"]),
+            f"{rec['build_s']:.2f}",
+            f"{rec['memory_bytes'] / 1e6:.1f}",
+        ]
+        for rec, star in zip(records, flags, strict=True)
+    ]
+    return text_table(title, cols, rows, width=width)
+
+
+def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
+    """Scale points sorted by index and n, then the growth exponent of p50 per index."""
+    r0 = records[0]
+    title = f"scale — p50 per query at recall@{r0['k']} ≥ {r0['target_recall']}"
+    cols = [("index", "left"), ("n", "right"), ("query param used", "left")] + [
+        (c, "right") for c in ("recall", "p50 µs", "p99 µs", "build s", "memory MB")
+    ]
+    rows = []
+    for rec in sorted(records, key=lambda r: (r["index"], r["n"])):
+        used = params_text({"query": rec.get("query"), "rescore": rec.get("rescore")}) or "(exact)"
+        if not rec.get("reached", True):
+            used += " (target not reached)"
+        rows.append(
+            [
+                rec["index"],
+                f"{rec['n']:,}",
+                used,
+                f"{rec['recall']:.4f}",
+                num(rec["p50_us"]),
+                num(rec["p99_us"]),
+                f"{rec['build_s']:.2f}",
+                f"{rec['memory_bytes'] / 1e6:.1f}",
+            ]
+        )
+    lines = [text_table(title, cols, rows, width=width)]
+    exps = growth_exponents(records)
+    if exps:
+        lines.append(
+            "growth of p50 latency with n (log-log slope; 1.0 = linear scan): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in exps.items())
+        )
+    return "\n".join(lines)
+
+
+def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    flags = pareto(records_of(records, "sweep"))
+    it = iter(flags)
+    rows = []
+    for r in records:
+        row = {k: v for k, v in r.items() if k not in ("env", "schema", "time")}
+        row["params"] = params_text(r)
+        if r["kind"] == "sweep":
+            row["pareto"] = next(it)
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- load
+
+
+def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
+    """Offered vs achieved QPS and response/service percentiles, one row per (configuration, rate)."""
+    r0 = records[0]
+    labels = list(dict.fromkeys(r["label"] for r in records))
+    title = f"open-loop load — {', '.join(labels)} ({r0['arrivals']} arrivals, one worker)"
+    title += _simulated_note(records)
+    cols = [("configuration", "left")] + [
+        (c, "right")
+        for c in (
+            "offered QPS",
+            "achieved QPS",
+            "requests",
+            "response p50 µs",
+            "p90 µs",
+            "p99 µs",
+            "service p50 µs",
+            "service p99 µs",
+        )
+    ]
+    rows = [
+        [
+            r["label"],
+            num(r["offered_qps"]),
+            num(r["achieved_qps"]),
+            str(r["requests"]),
+            num(r["response_p50_us"]),
+            num(r["response_p90_us"]),
+            num(r["response_p99_us"]),
+            num(r["service_p50_us"]),
+            num(r["service_p99_us"]),
+        ]
+        for r in records
+    ]
+    return text_table(title, cols, rows, width=width)
+
+
+def _load_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in r.items() if k not in ("env", "config", "schema", "time")}
+        for r in records
+    ]
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def datasets_table(described: Sequence[Mapping[str, Any]], remembered: Sequence[str]) -> str:
+    """Bundled and cached datasets (``datasets.describe()``), then names only remembered by path."""
+    rows = [
+        [
+            str(d.get("name")),
+            str(d.get("size", "")),
+            str(d.get("description", "")),
+            str(d.get("source", "")),
+        ]
+        for d in described
+    ]
+    known = {str(d.get("name")) for d in described}
+    rows += [
+        [name, "", "loaded from a path before", "remembered in the ragbench cache"]
+        for name in remembered
+        if name not in known
+    ]
+    return text_table(
+        "datasets", [(c, "left") for c in ("name", "size", "what", "source")], rows, width=160
+    )
+
+
+# ---------------------------------------------------------------- one entry point
+
+
+def _flat_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = _run_rows(records_of(records, "run"))
+    rows += _point_rows([r for r in records if r.get("kind") in ("sweep", "scale")])
+    rows += _load_rows(records_of(records, "load"))
+    return rows
+
+
+def _cell(value: Any, *, exact: bool = False) -> str:
+    if isinstance(value, float) and not exact:
+        return num(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return "" if value is None else str(value)
+
+
+def render(records: Sequence[Mapping[str, Any]], fmt: str = "table", *, stat: str = "p50") -> str:
+    """Render records of any kinds: one table per kind (``table``), or rows as ``md``/``csv``/``json``."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt == "table":
+        parts = []
+        for kind, draw in (
+            ("run", lambda rs: compare_table(rs, stat=stat)),
+            ("sweep", sweep_table),
+            ("scale", scale_table),
+            ("load", load_table),
+        ):
+            of_kind = records_of(records, kind)
+            if of_kind:
+                parts.append(draw(of_kind))
+        return "\n".join(parts)
+    rows = _flat_rows(records)
+    if fmt == "json":
+        return json.dumps(rows, indent=2, default=str)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[_cell(row.get(c), exact=True) for c in columns] for row in rows])
+        return buf.getvalue().rstrip("\n")
+    head = "| " + " | ".join(columns) + " |"
+    sep = "| " + " | ".join("---" for _ in columns) + " |"
+    body = ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join([head, sep, *body])
