@@ -47,6 +47,7 @@ import pytest
 
 import ragbench as rb
 from ragbench import threads
+from ragbench.datasets import brute_force_neighbors
 
 # RAGBENCH_BENCH_N shrinks the corpus for a quick look (the figures then do
 # not compare with PERF.md).
@@ -73,12 +74,6 @@ def clustered(n: int, dim: int, n_queries: int, seed: int) -> tuple[np.ndarray, 
     return draw(n), draw(n_queries)
 
 
-def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    scores = queries @ vectors.T
-    top = np.argpartition(-scores, k, axis=1)[:, :k]
-    return top
-
-
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
     hits = sum(len(set(f.tolist()) & set(t.tolist())) for f, t in zip(found, truth, strict=True))
     return hits / truth.size
@@ -87,7 +82,7 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def data() -> dict[str, object]:
     vectors, queries = clustered(N, DIM, N_QUERIES, SEED)
-    truth = exact_top(vectors, queries, K)
+    truth = brute_force_neighbors(queries, vectors, K, "ip")
     return {"vectors": vectors, "queries": queries, "truth": truth}
 
 

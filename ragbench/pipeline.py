@@ -340,10 +340,6 @@ class Embedding:
         return (self.name, freeze(self.params))
 
 
-#: Vector width used to check index parameters before the data is known.
-PROBE_DIM = 64
-
-
 @dataclass
 class Components:
     """Every backend of a config, created (not started) when the pipeline is.
@@ -368,11 +364,13 @@ class Components:
             embedders.registry.factory(emb)
         r = cfg["retrieve"]
         probe = indexes.create(
-            r["backend"], dim=PROBE_DIM, metric=r["metric"] or "ip", **r["build"]
+            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **r["build"]
         )
-        check_params(
-            f"[retrieve] search of index {r['backend']!r}", r["search"], probe.query_params
-        )
+        check_search = getattr(probe, "check_query_params", None)
+        if check_search is not None:
+            check_search(r["search"])  # names and values
+        else:  # a third-party index: names only
+            check_params(f"index {r['backend']!r} search", r["search"], probe.query_params)
         rr = cfg["rerank"]["backend"]
         reranker = None
         if rr != "none":

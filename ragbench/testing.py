@@ -139,14 +139,12 @@ def rb_index() -> Callable[..., Any]:
         metric = metric or dataset.metric
         key = (name, dataset.content_hash, metric, json.dumps(build, sort_keys=True))
         if key not in cache:
-            factory = indexes.registry.factory(name)
-            if getattr(factory, "input_kind", "vectors") == "texts":
-                index = indexes.create(name, **build)
-                index.build(dataset.corpus.texts)
-            else:
-                vectors = dataset.corpus_vectors(dataset.default_embedder)
-                index = indexes.create(name, dim=int(vectors.shape[1]), metric=metric, **build)
-                index.build(vectors)
+            texts = getattr(indexes.registry.factory(name), "input_kind", "vectors") == "texts"
+            # a text index needs no vectors: embedding a corpus can take minutes
+            vectors = None if texts else dataset.corpus_vectors(dataset.default_embedder)
+            dim = None if vectors is None else int(vectors.shape[1])
+            index = indexes.create(name, dim=dim, metric=metric, **build)
+            index.build(dataset.corpus.texts if vectors is None else vectors)
             cache[key] = index
         return cache[key]
 

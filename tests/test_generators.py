@@ -454,7 +454,9 @@ def test_stub_generator_reports_a_server_that_dies_at_start(
     script = "import sys; sys.stderr.write('no such option'); sys.exit(2)"
     monkeypatch.setattr(StubGenerator, "server_argv", lambda self: [sys.executable, "-c", script])
     gen = StubGenerator()
-    with pytest.raises(GeneratorError, match="(?s)exited with code 2 before it was ready.*no such option"):
+    with pytest.raises(
+        GeneratorError, match="(?s)exited with code 2 before it was ready.*no such option"
+    ):
         gen.start()
     assert gen.pid is None
 

@@ -72,3 +72,48 @@ def test_load_cli_writes_one_record_per_rate(tmp_path: Path, capsys) -> None:
         assert r["response_p50_us"] >= r["service_p50_us"]
         assert r["response_p99_us"] >= r["service_p99_us"]
     assert "offered QPS" in captured.out
+
+
+def _load_record(label: str, rate: float, p50: float, p99: float) -> dict:
+    return {
+        "schema": "ragbench.load/1",
+        "kind": "load",
+        "label": label,
+        "arrivals": "poisson",
+        "offered_qps": rate,
+        "achieved_qps": rate,
+        "requests": 10,
+        "scheduled": 10,
+        "response_p50_us": p50,
+        "response_p90_us": p99,
+        "response_p99_us": p99,
+        "service_p50_us": p50,
+        "service_p99_us": p99,
+        "simulated": [],
+    }
+
+
+def test_load_records_plot_one_p50_and_one_p99_line_per_configuration(tmp_path: Path, capsys) -> None:
+    from ragbench.plots import figure
+    from ragbench.records import append_record
+
+    recs = [
+        _load_record(label, rate, p50, p50 * 3)
+        for label, base in (("hnsw", 100.0), ("lsh", 400.0))
+        for rate, p50 in ((100.0, base), (200.0, base * 2), (400.0, base * 8))
+    ]
+    fig = figure(recs)
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"hnsw p50", "hnsw p99", "lsh p50", "lsh p99"}
+    np.testing.assert_allclose(lines["lsh p99"].get_ydata(), [1.2, 2.4, 9.6])  # ms
+    np.testing.assert_allclose(lines["hnsw p50"].get_xdata(), [100.0, 200.0, 400.0])
+    assert ax.get_yscale() == "log"
+    out, png = tmp_path / "load.jsonl", tmp_path / "load.png"
+    for rec in recs:
+        append_record(out, rec)
+    code = main(["report", str(out), "--plot", str(png)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "hnsw" in captured.out and "lsh" in captured.out

@@ -143,6 +143,8 @@ def test_bad_backends_fail_at_creation_before_any_set_up(monkeypatch) -> None:
         ({"embed": {"backend": "no-such"}}, "no-such"),
         ({"retrieve": {"backend": "hnsw", "build": {"bogus": 1}}}, "bogus"),
         ({"retrieve": {"backend": "hnsw", "search": {"bogus": 1}}}, "bogus"),
+        ({"retrieve": {"backend": "hnsw", "search": {"ef": -3}}}, "ef"),
+        ({"retrieve": {"backend": "ivf", "search": {"nprobe": "8"}}}, "nprobe"),
         ({"rerank": {"backend": "numba", "bogus": 1}}, "bogus"),
         ({"serialize": {"backend": "json", "bogus": 1}}, "bogus"),
         ({"transport": {"backend": "http", "bogus": 1}}, "bogus"),

@@ -23,7 +23,9 @@ def test_unknown_backend_lists_known_names(kind) -> None:
 
 def test_design_names_are_registered() -> None:
     assert {"flat", "hnsw", "faiss-hnsw", "ivf", "lsh", "minhash-lsh"} <= set(rb.indexes.names())
-    assert {"numba", "numpy", "python", "none"} <= set(rb.rerankers.names())
+    assert {"numba", "numpy", "python"} <= set(rb.rerankers.names())
+    # A pipeline's rerank = "none" is no rerank stage, not a reranker.
+    assert "none" not in rb.rerankers.names()
     assert {"json", "orjson", "msgspec-json", "msgpack", "protobuf"} <= set(rb.codecs.names())
     assert {"minilm", "hashing", "precomputed"} <= set(rb.embedders.names())
     assert {"inproc", "http", "grpc"} <= set(rb.transports.names())

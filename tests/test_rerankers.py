@@ -21,7 +21,6 @@ from ragbench.errors import (
 )
 
 NAMES = rb.rerankers.names()
-SORTING = [n for n in NAMES if n != "none"]
 METRICS = ["ip", "cosine", "l2"]
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -168,10 +167,7 @@ def test_contract(name: str, metric: str) -> None:
     assert sorted(ids[:4].tolist()) == [2, 4, 9, 17]
     assert ids[4:].tolist() == [-1, -1] and np.all(scores[4:] == -np.inf)
     np.testing.assert_allclose(scores[:4], exact64(q, x, ids[:4], metric), rtol=1e-5, atol=1e-6)
-    if name == "none":
-        assert ids[:4].tolist() == [4, 9, 17, 2]  # the order given, not sorted
-    else:
-        check_result((ids, scores), q, x, cand, 6, metric)
+    check_result((ids, scores), q, x, cand, 6, metric)
     # k smaller than the candidates truncates; the batch form stacks queries.
     assert rr.rerank(q, cand, x, 2)[0].shape == (2,)
     bids, bscores = rr.rerank_batch(np.stack([q, -q]), np.stack([cand, cand[::-1]]), x, 3)
@@ -207,8 +203,7 @@ def test_zero_width_and_zero_norm(name: str) -> None:
     assert sorted(zip(ids.tolist(), scores.tolist(), strict=True)) == [(0, 0.0), (1, 1.0), (2, 0.0)]
     ids, scores = rr.rerank(np.zeros(4, np.float32), np.array([0, 1, 2]), x, 3)
     assert np.all(scores == 0.0)
-    if name != "none":
-        assert ids.tolist() == [0, 1, 2]  # all tied: smaller id first
+    assert ids.tolist() == [0, 1, 2]  # all tied: smaller id first
     empty = np.zeros((3, 0), np.float32)
     for metric in METRICS:
         ids, scores = rb.rerankers.create(name, metric=metric).rerank(
@@ -596,22 +591,6 @@ def test_python_equals_numpy(
     k = min(k, max(n_cand, n_rows))
     ref = rb.rerankers.create("numpy", metric=metric).rerank(q, cand, x, k)
     assert same(rb.rerankers.create("python", metric=metric).rerank(q, cand, x, k), ref)
-
-
-@PROPS
-@given(seed=st.integers(0, 2**32 - 1), n_cand=st.integers(0, 40), k=st.integers(1, 45))
-def test_none_keeps_given_order(seed: int, n_cand: int, k: int) -> None:
-    x, q, cand = make_case(seed, 20, 6, n_cand, "float")
-    ids, scores = rb.rerankers.create("none").rerank(q, cand, x, min(k, max(n_cand, 20)))
-    seen: list[int] = []
-    for c in cand.tolist():
-        if c >= 0 and c not in seen:
-            seen.append(c)
-    keep = seen[: ids.size]
-    assert ids.tolist() == keep + [-1] * (ids.size - len(keep))
-    np.testing.assert_allclose(
-        scores[: len(keep)], exact64(q, x, np.array(keep, np.int64), "ip"), rtol=1e-5, atol=1e-5
-    )
 
 
 FORK_SCRIPT = """

@@ -91,15 +91,14 @@ def sweep(
     plot: str | None,
 ) -> None:
     """Recall vs latency frontier: the cartesian product of build × query parameters per index."""
-    from .. import datasets
+    from .. import datasets, indexes
     from .. import threads as th
-    from ..pipeline import PROBE_DIM
     from ..sweeps import SweepData, check_grid, count_points, sweep_points
 
     names = _index_names(index)
     query_grid, build_grid = grid(params, "--param"), grid(builds, "--build")
     # parameter names are checked before the data is loaded or embedded
-    check_grid(names, dim or PROBE_DIM, "ip", build_grid, query_grid)
+    check_grid(names, dim or indexes.PROBE_DIM, "ip", build_grid, query_grid)
     if threads is not None:
         th.set_threads(threads)
     size = parse_count(n, "--n") if n else None

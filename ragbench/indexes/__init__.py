@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "PROBE_DIM",
     "Index",
     "build_timed",
     "create",
@@ -63,6 +64,10 @@ registry: Registry[Index] = Registry(
     },
 )
 create = registry.create
+
+#: A vector width for checking an index's parameter names and values before
+#: the data (and so its real width) is known: ``create(name, dim=PROBE_DIM, ...)``.
+PROBE_DIM = 64
 names = registry.names
 register = registry.register
 

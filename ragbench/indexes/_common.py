@@ -137,6 +137,16 @@ class BaseIndex:
         self._last_query = (dict(params), compiled)
         return compiled
 
+    def check_query_params(self, params: Mapping[str, Any]) -> None:
+        """Raise :class:`ConfigError` for an unknown query parameter or a bad value.
+
+        Works before ``build`` (a pipeline checks its config with it before any
+        data is loaded); remembers nothing.
+        """
+        check_params(f"index {self.name!r} search", dict(params), self.query_params)
+        for key, value in params.items():
+            self._check_query_value(key, value)
+
     # -- state ----------------------------------------------------------------------
 
     @property

@@ -3,6 +3,9 @@
 ``rerank(query (d,), candidate_ids int64 (n,), vectors float32 (N, d), k)``
 returns the k best candidates, sorted best first, ties broken by smaller id,
 as ``(ids int64 (k,), scores float32 (k,))`` padded with ``-1``.
+
+There is no ``"none"`` reranker: a pipeline's ``rerank = "none"`` means no
+rerank stage at all (the retriever's own top k and scores are kept).
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ registry: Registry[Reranker] = Registry(
         "numba": "ragbench.rerankers.numba_reranker:NumbaReranker",
         "numpy": "ragbench.rerankers.numpy_reranker:NumpyReranker",
         "python": "ragbench.rerankers.python_reranker:PythonReranker",
-        "none": "ragbench.rerankers.none_reranker:NoReranker",
     },
 )
 create = registry.create

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+import ragbench as rb
+from ragbench.errors import ConfigError, DatasetError
+from ragbench.records import RecordWriter, new_record, read_records
+from ragbench.rendering import render
+from ragbench.sweeps import SweepData, sweep_points
+from ragbench.traffic import load_points
+
+ENV_KEYS = {"cpu", "cores", "python", "libraries", "threads", "protobuf_backend", "git_revision"}
+
+
+def test_new_record_stamps_schema_time_and_environment() -> None:
+    rec = new_record("scale", {"index": "flat"})
+    assert rec["schema"] == "ragbench.scale/1" and rec["kind"] == "scale"
+    assert ENV_KEYS <= set(rec["env"])
+    assert rec["time"].endswith("Z")
+    with pytest.raises(ConfigError, match="unknown record kind"):
+        new_record("bogus", {})
+
+
+def test_driver_records_carry_the_environment_without_the_cli() -> None:
+    ds = rb.datasets.load("synthetic", n=600, dim=16, n_queries=8, seed=2)
+    data = SweepData.from_dataset(ds, k=5)
+    recs = sweep_points(data, ["flat"], k=5, build_grid={}, query_grid={})
+    assert len(recs) == 1 and ENV_KEYS <= set(recs[0]["env"])
+    cfg = {
+        "dataset": {"name": "synthetic", "n": 600, "dim": 16, "n_queries": 8, "seed": 2},
+        "retrieve": {"backend": "flat"},
+        "serialize": {"backend": "json"},
+    }
+    with rb.Pipeline.from_config(cfg) as pipe:
+        pipe.setup()
+        (load,) = load_points(pipe, [200.0], duration_s=0.05)
+    assert load["schema"] == "ragbench.load/1" and ENV_KEYS <= set(load["env"])
+
+
+def test_writer_appends_each_record_as_it_comes(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    writer = RecordWriter(out)
+    writer(new_record("scale", {"n": 1}))
+    assert len(out.read_text().splitlines()) == 1  # on disk before the next record exists
+    writer({"schema": "ragbench.scale/1", "kind": "scale", "n": 2})
+    back = read_records(out)
+    assert [r["n"] for r in back] == [1, 2]
+    assert "env" in back[1]  # a record without one is stamped on the way
+
+
+def test_read_records_rejects_foreign_json(tmp_path: Path) -> None:
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps({"kind": "run", "schema": "other/9"}) + "\n")
+    with pytest.raises(DatasetError, match="x.jsonl:1"):
+        read_records(p)
+
+
+def _sweep(index: str, recall: float, qps: float) -> dict:
+    return new_record(
+        "sweep",
+        {
+            "dataset": "d", "n": 100, "dim": 8, "metric": "ip", "k": 10, "index": index,
+            "build": {"M": 16}, "query": {"ef": 32}, "rescore": None, "recall": recall,
+            "p50_us": 1e6 / qps, "p95_us": 2.0, "p99_us": 3.0, "mean_us": 1.5,
+            "qps_single": qps, "qps_batch": 1234.5678, "build_s": 0.25, "memory_bytes": 1000,
+        },
+        env={},
+    )
+
+
+def test_render_every_format_for_sweep_points() -> None:
+    recs = [_sweep("hnsw", 0.9, 1000.0), _sweep("hnsw", 0.8, 500.0)]  # the second is dominated
+    table = render(recs)
+    assert "★" in table and table.count("★") == 2  # the title's legend and one point
+    rows = json.loads(render(recs, "json"))
+    assert [r["pareto"] for r in rows] == [True, False]
+    parsed = list(csv.DictReader(io.StringIO(render(recs, "csv"))))
+    assert float(parsed[0]["qps_batch"]) == 1234.5678  # csv keeps the exact value
+    md = render(recs, "md").splitlines()
+    assert md[0].startswith("| kind |") and len(md) == 4
+    with pytest.raises(ConfigError, match="unknown format"):
+        render(recs, "xml")
