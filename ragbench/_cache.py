@@ -167,11 +167,11 @@ class ArrayCache:
         info: dict[str, Any] | None = None,
     ) -> np.ndarray:
         """Load ``key`` if it verifies, else ``compute()`` and store it; log a :class:`CacheEvent`."""
-        t0 = time.perf_counter()
+        t0 = time.perf_counter_ns()
         arr, reason = self.load(key)
         npy, _ = self.paths(key)
         if arr is not None:
-            events.append(CacheEvent(what, True, str(npy), time.perf_counter() - t0))
+            events.append(CacheEvent(what, True, str(npy), (time.perf_counter_ns() - t0) / 1e9))
             return arr
         note = ""
         if reason:
@@ -186,5 +186,5 @@ class ArrayCache:
             # A read-only or full cache must not stop the benchmark; it only costs time.
             log.warning("could not write cache entry %s: %s", npy, exc)
             note = (note + "; " if note else "") + f"not saved: {exc}"
-        events.append(CacheEvent(what, False, str(npy), time.perf_counter() - t0, note))
+        events.append(CacheEvent(what, False, str(npy), (time.perf_counter_ns() - t0) / 1e9, note))
         return arr

@@ -758,7 +758,7 @@ def test_hnsw_loaded_index_takes_the_fast_path(tmp_path) -> None:
 def test_build_timed_reports_kernel_loading_apart() -> None:
     hnsw = rb.indexes.create("hnsw", dim=DIM, metric="ip")
     build_ns, compile_ns = rb.indexes.build_timed(hnsw, VECTORS[:300])
-    assert build_ns > 0 and compile_ns > 0 and hnsw.compile_seconds > 0
+    assert build_ns > 0 and compile_ns > 0 and hnsw.compile_ns > 0
     flat = rb.indexes.create("flat", dim=DIM, metric="ip")
     build_ns, compile_ns = rb.indexes.build_timed(flat, VECTORS[:300])
     assert build_ns > 0 and compile_ns == 0

@@ -94,9 +94,9 @@ class BaseIndex:
     query_params: frozenset[str]
     default_query_params: dict[str, Any]
     build_seconds: float | None
-    # Seconds the last build/load spent on kernels of ragbench's own (hnsw's
+    # Nanoseconds the last build/load spent on kernels of ragbench's own (hnsw's
     # compiled score conversion); part of neither the library's build time.
-    compile_seconds: float
+    compile_ns: int
 
     def _init_common(self, dim: int | None, metric: str, build_params: dict[str, Any]) -> None:
         check_params(f"index {self.name!r}", build_params, frozenset(self.build_defaults))
@@ -108,7 +108,7 @@ class BaseIndex:
         self.query_params = frozenset(self.query_defaults)
         self.default_query_params = dict(self.query_defaults)
         self.build_seconds = None
-        self.compile_seconds = 0.0
+        self.compile_ns = 0
         self._n = 0
         # (last params dict, its compiled form): one tuple so a concurrent
         # caller never pairs one call's params with another's compiled value.
@@ -158,9 +158,9 @@ class BaseIndex:
         return NotBuiltError(f"index {self.name!r}: call build(data) before search/save")
 
     def _timed_build(self, fn: Callable[[], None]) -> None:
-        start = time.perf_counter()
+        start = time.perf_counter_ns()
         fn()
-        self.build_seconds = time.perf_counter() - start
+        self.build_seconds = (time.perf_counter_ns() - start) / 1e9
 
     def library_version(self) -> str:
         from importlib.metadata import PackageNotFoundError, version

@@ -279,11 +279,11 @@ class HnswIndex(VectorIndex):
     def _load_to_scores(self) -> None:
         """Load the compiled score conversion (numba, on-disk cache) for ip/l2 indexes."""
         if not self._cosine and _RETYPE_IN_PLACE:
-            t0 = time.perf_counter()
+            t0 = time.perf_counter_ns()
             from ._scores import entry_point
 
             self._to_scores = entry_point(self.metric)
-            self.compile_seconds = time.perf_counter() - t0
+            self.compile_ns = time.perf_counter_ns() - t0
 
     def _set_index(self, index: Any) -> None:
         self._index = index
