@@ -74,9 +74,13 @@ def recall_at_k(
 ) -> np.ndarray:
     """Per-query recall@k of ``found`` (int64 ``(nq, ≥k)``, -1 padded) against exact ``truth``.
 
-    A found id counts when its exact score is at least the k-th best exact
-    score, so a tie at the boundary never costs recall. ``query_rows`` maps
-    each row of ``found`` to its row in ``queries``/``truth`` (default: same row).
+    Tie-aware: a found id scoring above the k-th best exact score counts; ids
+    tied with it (within a relative 1e-5) count only up to the number of
+    places the tie holds in the exact top k, so returning either of two
+    equally good neighbours never costs recall, and two tied ones never hide
+    a missing better one. Padding (-1) and repeated ids count nothing extra.
+    ``query_rows`` maps each row of ``found`` to its row in ``queries``/``truth``
+    (default: same row).
     """
     nq = found.shape[0]
     out = np.empty(nq)
@@ -93,8 +97,12 @@ def recall_at_k(
             out[r] = 0.0
             continue
         q = np.asarray(queries[qi], dtype=np.float64).ravel()
-        kth = exact_scores(q, vectors[t].astype(np.float64), metric).min()
+        exact = exact_scores(q, vectors[t].astype(np.float64), metric)
+        kth = float(exact.min())
+        tol = 1e-5 * max(1.0, abs(kth))
+        tie_places = int(np.count_nonzero(exact <= kth + tol))
         scores = exact_scores(q, vectors[got].astype(np.float64), metric)
-        tol = 1e-5 * max(1.0, abs(float(kth)))
-        out[r] = min(1.0, np.count_nonzero(scores >= kth - tol) / t.size)
+        above = int(np.count_nonzero(scores > kth + tol))
+        tied = int(np.count_nonzero(np.abs(scores - kth) <= tol))
+        out[r] = min(1.0, (above + min(tied, tie_places)) / t.size)
     return out

@@ -160,7 +160,7 @@ def test_run_and_report(tmp_path: Path, capsys) -> None:
         (["load", "--qps", "10,inf"], "inf"),
         (["load", "--qps", "nan"], "nan"),
         (["load", "--qps", "10", "--duration", "0"], "--duration"),
-        (["load", "--qps", "10", "--set", "rerank.backend=\"no-such\""], "no-such"),
+        (["load", "--qps", "10", "--set", 'rerank.backend="no-such"'], "no-such"),
         (["stub-llm", "--port", "70000"], "70000"),
     ],
 )

@@ -70,11 +70,6 @@ def test_a_strictly_worse_neighbour_costs_recall(metric: str) -> None:
 
 
 @pytest.mark.parametrize("metric", list(CASES))
-@pytest.mark.xfail(
-    strict=True,
-    reason="recall_at_k counts every found id scoring >= the k-th score, so both tied "
-    "neighbours fill two places and hide a missing better one (gives 1.0, not 0.75)",
-)
 def test_both_tied_neighbours_do_not_replace_a_better_one(metric: str) -> None:
     x, q, o = CASES[metric]
     truth = o[:4]

@@ -91,7 +91,12 @@ def test_stats_of_nothing_is_nan_not_zero() -> None:
 def test_setup_times_adds_durations_per_step_and_returns_the_value() -> None:
     times = SetupTimes()
     assert times.time("build", sleeper(3.0), None) is None
-    assert times.time("load", lambda a, b=0: (time.sleep(0.002), a + b)[1], 40, b=2) == 42
+
+    def load(a: int, b: int = 0) -> int:
+        time.sleep(0.002)
+        return a + b
+
+    assert times.time("load", load, 40, b=2) == 42
     first = times.ns["build"]
     assert first >= 3 * MS
     times.time("build", sleeper(2.0), None)
