@@ -23,7 +23,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ __all__ = [
     "RUN_SCHEMA",
     "SCALE_SCHEMA",
     "SWEEP_SCHEMA",
+    "Collector",
     "RecordWriter",
     "append_record",
     "growth_exponents",
@@ -141,6 +142,30 @@ def read_records(path: str | PathLike[str]) -> list[dict[str, Any]]:
             )
         out.append(rec)
     return out
+
+
+class Collector:
+    """What a driver does with each record it makes: keep it, hand it on, count progress.
+
+    ``on_record`` (a :class:`RecordWriter`, say) gets each record the moment
+    it exists; ``progress`` is called with 1 per record.
+    """
+
+    def __init__(
+        self,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._on_record = on_record
+        self._progress = progress
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        if self._on_record is not None:
+            self._on_record(record)
+        if self._progress is not None:
+            self._progress(1)
 
 
 class RecordWriter:

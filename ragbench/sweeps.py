@@ -29,7 +29,7 @@ import numpy as np
 from . import embedders, indexes, rerankers, threads
 from .errors import ConfigError
 from .metrics import recall_at_k, rerank_metric
-from .records import new_record
+from .records import Collector, new_record
 from .timing import Stats, run_stages
 
 __all__ = [
@@ -276,7 +276,7 @@ def sweep_points(
     """Measure every (index, build params, query params) point; ``on_point`` gets each record at once."""
     dim = int(data.vectors.shape[1])
     reranker = None
-    out = []
+    emit = Collector(on_point, progress)
     for name in index_names:
         b_axes, q_axes = _grid_axes(name, dim, data.metric, build_grid, query_grid)
         for build in _combos(b_axes):
@@ -287,13 +287,8 @@ def sweep_points(
                 if rescore is not None and reranker is None:
                     reranker = _exact_reranker(data)
                 point = measure(index, data, k, params, rescore=rescore, reranker=reranker)
-                rec = new_record("sweep", {**fields, "query": params, "rescore": rescore, **point})
-                if on_point is not None:
-                    on_point(rec)
-                out.append(rec)
-                if progress is not None:
-                    progress(1)
-    return out
+                emit(new_record("sweep", {**fields, "query": params, "rescore": rescore, **point}))
+    return emit.records
 
 
 def count_points(
@@ -355,7 +350,7 @@ def scale_points(
     progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Per corpus size and index: build, tune the query parameter to ``target`` recall, measure."""
-    out = []
+    emit = Collector(on_point, progress)
     reranker = None
     for n, make in datasets_by_n:
         data = make()
@@ -376,10 +371,6 @@ def scale_points(
                     **point,
                 },
             )
-            if on_point is not None:
-                on_point(rec)
-            out.append(rec)
             del index
-            if progress is not None:
-                progress(1)
-    return out
+            emit(rec)
+    return emit.records

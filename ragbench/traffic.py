@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError
-from .records import new_record
+from .records import Collector, new_record
 from .timing import Stats
 
 __all__ = ["arrivals", "load_points", "run_open_loop"]
@@ -75,7 +75,7 @@ def load_points(
     progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One record per offered rate; the pipeline must be set up and warm."""
-    out = []
+    emit = Collector(on_point, progress)
     counter = 0
     for rate in rates:
         count = max(1, int(round(rate * duration_s)))
@@ -106,10 +106,5 @@ def load_points(
             "simulated": list(pipeline.simulated),
             "config": pipeline.config,
         }
-        rec = new_record("load", fields)
-        if on_point is not None:
-            on_point(rec)
-        out.append(rec)
-        if progress is not None:
-            progress(1)
-    return out
+        emit(new_record("load", fields))
+    return emit.records
