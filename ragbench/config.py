@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .validate import positive_int
+from .validate import bool_param, positive_int
 
 __all__ = ["DEFAULTS", "STAGE_TABLES", "load_config", "merge", "normalize"]
 
@@ -28,10 +28,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "k_candidates": 100,
         "threads": 1,
         "label": None,
+        "cpu_time": False,
     },
     "embed": {"backend": None},
     "cache": {"backend": "none", "size": 1024, "ttl_s": 300.0},
-    "retrieve": {"backend": "hnsw", "metric": None, "build": {}, "search": {}},
+    "retrieve": {
+        "backend": "hnsw",
+        "metric": None,
+        "build": {},
+        "search": {},
+        "index_file": None,
+    },
     "rerank": {"backend": "numba"},
     "serialize": {"backend": "protobuf", "with_embeddings": False, "with_metadata": True},
     "transport": {"backend": "inproc"},
@@ -131,6 +138,10 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         )
     if run["threads"] is not None:
         run["threads"] = positive_int("[run]", "threads", run["threads"])
+    run["cpu_time"] = bool_param("[run]", "cpu_time", run["cpu_time"])
+    index_file = cfg["retrieve"]["index_file"]
+    if index_file is not None and (not isinstance(index_file, str) or not index_file):
+        raise ConfigError(f"[retrieve] index_file must be a path, got {index_file!r}")
     for table in ("retrieve",):
         for sub in ("build", "search"):
             if not isinstance(cfg[table][sub], Mapping):

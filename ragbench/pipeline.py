@@ -18,10 +18,12 @@ start-up and warm-up requests are timed as setup, never as request latency.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
+from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, NamedTuple
 
@@ -34,6 +36,7 @@ from .datasets import Dataset
 from .errors import (
     ConfigError,
     GeneratorError,
+    IndexFileError,
     KTooLargeError,
     NotBuiltError,
     RagbenchError,
@@ -41,7 +44,7 @@ from .errors import (
 )
 from .metrics import recall_at_k, rerank_metric
 from .report import Report
-from .timing import SetupTimes, run_stages
+from .timing import SetupTimes, run_stages, run_stages_cpu
 from .types import Hit, RetrievalResult
 
 __all__ = [
@@ -128,31 +131,37 @@ class EmbedStage:
 
 
 class LruTtlCache:
-    """Query text → final (ids, scores), least recently used evicted, entries expire after ``ttl_s``."""
+    """Query text → final (ids, scores), least recently used evicted, entries expire after ``ttl_s``.
+
+    Safe to share between request threads (one lock around each lookup and insert).
+    """
 
     def __init__(self, size: int, ttl_s: float) -> None:
         self.size = size
         self.ttl_ns = int(ttl_s * 1e9)
         self._data: OrderedDict[str, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
-        entry = self._data.get(key)
-        if entry is None or perf_counter_ns() - entry[0] > self.ttl_ns:
-            if entry is not None:
-                del self._data[key]
-            self.misses += 1
-            return None
-        self._data.move_to_end(key)
-        self.hits += 1
-        return entry[1], entry[2]
+        with self._lock:
+            entry = self._data.get(key)
+            if entry is None or perf_counter_ns() - entry[0] > self.ttl_ns:
+                if entry is not None:
+                    del self._data[key]
+                self.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return entry[1], entry[2]
 
     def put(self, key: str, ids: np.ndarray, scores: np.ndarray) -> None:
-        self._data[key] = (perf_counter_ns(), ids, scores)
-        self._data.move_to_end(key)
-        if len(self._data) > self.size:
-            self._data.popitem(last=False)
+        with self._lock:
+            self._data[key] = (perf_counter_ns(), ids, scores)
+            self._data.move_to_end(key)
+            if len(self._data) > self.size:
+                self._data.popitem(last=False)
 
 
 class CacheStage:
@@ -294,7 +303,8 @@ class RequestRecord(NamedTuple):
     """What one measured request leaves behind; everything else is derived in :meth:`Pipeline.report`."""
 
     stamps: list[int]  # len(loop stages) + 1 perf_counter_ns stamps
-    far: transports.FarSide | None  # the far side's timings and byte counts
+    cpu_stamps: list[int] | None  # the same in thread_time_ns, with [run] cpu_time
+    far: Any  # transports.FarSide (or the same fields) from the far side, or None
     hit_ids: np.ndarray  # the final hits (recall is computed from them)
     payload_bytes: int
     prompt_tokens: int
@@ -418,6 +428,7 @@ class Pipeline:
         self.info: dict[str, Any] = {}
         self.error: str | None = None
         self.request_threads = self.config["run"]["threads"] or 1
+        self.cpu_time: bool = self.config["run"]["cpu_time"]
         # taken now, so pipelines created together (compare) all build with it
         self.build_threads = threads.get_threads()
         self._threads_before: int | None = None
@@ -572,12 +583,40 @@ class Pipeline:
         if key not in shared.indexes:
             dim = int(emb.corpus.shape[1])
             index = indexes.create(r["backend"], dim=dim, metric=metric, **r["build"])
-            data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
-            build_ns, compile_ns = indexes.build_timed(index, data)
-            self.setup_times.add("index_build", build_ns)
-            self.setup_times.add("jit_compile", compile_ns)
+            path = r["index_file"]
+            if path is not None and Path(path).exists():
+                index = self.setup_times.time(
+                    "index_load", self._load_index, path, index, len(ds.corpus.ids)
+                )
+            else:
+                data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
+                build_ns, compile_ns = indexes.build_timed(index, data)
+                self.setup_times.add("index_build", build_ns)
+                self.setup_times.add("jit_compile", compile_ns)
+                if path is not None:
+                    self.setup_times.time("index_save", index.save, path)
             shared.indexes[key] = index
         return shared.indexes[key]
+
+    @staticmethod
+    def _load_index(path: str, like: Any, n: int) -> Any:
+        """The index saved at ``path``, checked to be the one this config would build."""
+        index = indexes.load(path)
+        want = (like.name, like.metric, like.dim, dict(like.build_params), n)
+        got = (
+            index.name,
+            index.metric,
+            getattr(index, "dim", None),
+            dict(index.build_params),
+            index.ntotal,
+        )
+        if got != want:
+            raise IndexFileError(
+                f"[retrieve] index_file {path}: holds (backend, metric, dim, build params, "
+                f"items) {got}, but this config builds {want}; delete the file or point "
+                "index_file elsewhere"
+            )
+        return index
 
     def _exact_neighbors(
         self, ds: Dataset, emb: Embedding, metric: str, shared: SharedParts
@@ -613,12 +652,10 @@ class Pipeline:
         transport = self.transport = self.components.transport
         prompt_params = {k: v for k, v in cfg["prompt"].items() if v is not None}
         self._closers.append(transport.close)
-        self.setup_times.add(
-            "transport_start",
-            transport.start(
-                cfg["serialize"]["backend"], backend_params(cfg, "serialize"), prompt_params
-            ),
-        )
+        args = (cfg["serialize"]["backend"], backend_params(cfg, "serialize"), prompt_params)
+        # the far side measures its own CPU time only when asked (it costs inside the transport)
+        started = transport.start(*args, cpu_time=True) if self.cpu_time else transport.start(*args)
+        self.setup_times.add("transport_start", started)
         return transport
 
     def _start_generator(self) -> Any:
@@ -666,16 +703,28 @@ class Pipeline:
             run_stages(self._stages, self._context(i), stamps)
         self.setup_times.add("warmup", perf_counter_ns() - t0)
 
-    def request(self, i: int) -> None:
-        """Run and record measured request ``i`` (query ``i mod n_queries``)."""
+    def serve(self, i: int) -> RequestRecord:
+        """Run request ``i`` (query ``i mod n_queries``) and return its record without keeping it.
+
+        Safe to call from several threads at once on one set-up pipeline:
+        everything a request writes is its own (each worker thread should
+        call :func:`ragbench.threads.pin_thread` once first).
+        """
         ctx = self._context(i)
         stamps = [0] * (len(self._stages) + 1)
-        run_stages(self._stages, ctx, stamps)
-        self._records.append(
-            RequestRecord(
-                stamps, ctx.far, ctx.hit_ids, len(ctx.payload), ctx.prompt_tokens, ctx.index
-            )
+        if self.cpu_time:
+            cpu = [0] * len(stamps)
+            run_stages_cpu(self._stages, ctx, stamps, cpu)
+        else:
+            cpu = None
+            run_stages(self._stages, ctx, stamps)
+        return RequestRecord(
+            stamps, cpu, ctx.far, ctx.hit_ids, len(ctx.payload), ctx.prompt_tokens, ctx.index
         )
+
+    def request(self, i: int) -> None:
+        """Run request ``i`` and keep its record for :meth:`report`."""
+        self._records.append(self.serve(i))
 
     def begin(self) -> None:
         """Start a new measured run: forget earlier requests, errors and cache counts."""
@@ -716,50 +765,64 @@ class Pipeline:
 
     # ---- results
 
-    def _stage_samples(self) -> np.ndarray:
-        """int64 (requests, stage_names): the far side's decode and prompt split out of transport."""
-        recs = self._records
-        nst = len(self._loop_names)
+    def stage_samples(
+        self, records: Sequence[RequestRecord] | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per-stage wall and CPU nanoseconds of ``records`` (default: this run's), int64 ``(requests, stages)``.
+
+        Columns follow :attr:`stage_names`: the far side's decode and prompt
+        times are split out of the transport's round trip, so each row adds up
+        to the request's total. The CPU matrix is ``None`` without ``[run] cpu_time``.
+        """
+        recs = self._records if records is None else records
+        width = len(self.stage_names)
         if not recs:
-            return np.zeros((0, len(self.stage_names)), np.int64)
-        loop = np.diff(
-            np.asarray([r.stamps for r in recs], dtype=np.int64).reshape(-1, nst + 1), axis=1
+            empty = np.zeros((0, width), np.int64)
+            return empty, (empty.copy() if self.cpu_time else None)
+        far = _far_columns(recs)
+        wall = self._split(
+            np.asarray([r.stamps for r in recs], dtype=np.int64), far[:, 0], far[:, 1], True
         )
-        far = self._far_columns()
+        if not self.cpu_time:
+            return wall, None
+        cpu_stamps = np.asarray([r.cpu_stamps for r in recs], dtype=np.int64)
+        # inproc decodes and builds the prompt in this thread, inside the transport
+        # stage; a far side in another process used its own CPU, not this thread's
+        in_thread = bool(
+            getattr(self.transport, "in_process", self.config["transport"]["backend"] == "inproc")
+        )
+        return wall, self._split(cpu_stamps, far[:, 4], far[:, 5], in_thread)
+
+    def _split(
+        self, stamps: np.ndarray, decode: np.ndarray, prompt: np.ndarray, subtract: bool
+    ) -> np.ndarray:
+        loop = np.diff(stamps.reshape(len(stamps), -1), axis=1)
         columns: dict[str, np.ndarray] = {}
         for j, name in enumerate(self._loop_names):
             if name == "transport":
-                columns["transport"] = loop[:, j] - far[:, 0] - far[:, 1]
-                columns["deserialize"] = far[:, 0]
-                columns["prompt"] = far[:, 1]
+                columns["transport"] = loop[:, j] - decode - prompt if subtract else loop[:, j]
+                columns["deserialize"] = decode
+                columns["prompt"] = prompt
             else:
                 columns[name] = loop[:, j]
         return np.stack([columns[n] for n in self.stage_names], axis=1)
-
-    def _far_columns(self) -> np.ndarray:
-        """int64 (requests, 4): decode ns, prompt ns, wire bytes sent, wire bytes received."""
-        rows = [
-            (f.decode_ns, f.prompt_ns, f.wire_bytes_sent, f.wire_bytes_received)
-            if (f := r.far) is not None
-            else (0, 0, 0, 0)
-            for r in self._records
-        ]
-        return np.asarray(rows, dtype=np.int64).reshape(-1, 4)
 
     def report(self) -> Report:
         """The report of the requests measured since the last :meth:`begin` (or :meth:`run`)."""
         if not self._ready or self.dataset is None:
             raise NotBuiltError("the pipeline has not run")
         recs = self._records
-        far = self._far_columns()
+        far = _far_columns(recs)
         ds = self.dataset
         cache = self._cache
+        wall, cpu = self.stage_samples(recs)
         return Report(
             label=self.label,
             config=self.config,
             stage_names=list(self.stage_names),
-            samples_ns=self._stage_samples(),
-            recall=self._recall(),
+            samples_ns=wall,
+            cpu_samples_ns=cpu,
+            recall=self.recall(recs),
             payload_bytes=np.asarray([r.payload_bytes for r in recs], dtype=np.int64),
             wire_bytes=far[:, 2] + far[:, 3],
             prompt_tokens=np.asarray([r.prompt_tokens for r in recs], dtype=np.int64),
@@ -779,16 +842,17 @@ class Pipeline:
             error=self.error,
         )
 
-    def _recall(self) -> np.ndarray:
-        """Tie-aware recall@k of each request's final hits against exact search."""
+    def recall(self, records: Sequence[RequestRecord] | None = None) -> np.ndarray:
+        """Tie-aware recall@k of each record's final hits against exact search (default: this run's)."""
+        recs = self._records if records is None else records
         k = self.config["run"]["k"]
-        if not self._records:
+        if not recs:
             return np.zeros(0)
-        found = np.full((len(self._records), k), -1, dtype=np.int64)
-        for r, rec in enumerate(self._records):
+        found = np.full((len(recs), k), -1, dtype=np.int64)
+        for r, rec in enumerate(recs):
             n = min(k, len(rec.hit_ids))
             found[r, :n] = rec.hit_ids[:n]
-        rows = np.asarray([rec.query_row for rec in self._records], dtype=np.int64)
+        rows = np.asarray([rec.query_row for rec in recs], dtype=np.int64)
         emb = self._embedding_used
         return recall_at_k(
             found, self._truth, emb.corpus, emb.queries, k, self._metric, query_rows=rows
@@ -809,6 +873,24 @@ class Pipeline:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _far_columns(records: Sequence[RequestRecord]) -> np.ndarray:
+    """int64 (requests, 6): decode ns, prompt ns, wire bytes sent and received, decode and prompt CPU ns."""
+    rows = [
+        (
+            f.decode_ns,
+            f.prompt_ns,
+            f.wire_bytes_sent,
+            f.wire_bytes_received,
+            getattr(f, "decode_cpu_ns", 0),
+            getattr(f, "prompt_cpu_ns", 0),
+        )
+        if (f := r.far) is not None
+        else (0, 0, 0, 0, 0, 0)
+        for r in records
+    ]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 6)
 
 
 def _index_info(index: Any) -> dict[str, Any]:

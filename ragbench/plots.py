@@ -1,7 +1,8 @@
 """Charts of result records (matplotlib, imported only when a chart is drawn).
 
-:func:`figure` draws one panel per record kind present — run bars, sweep
-frontiers, scale growth, load curves — and returns the matplotlib figure;
+:func:`figure` draws the panels of each record kind present — run bars,
+sweep frontiers, scale growth, load curves (SLO line, knees) beside each
+stage's share of CPU time per load level — and returns the matplotlib figure;
 :func:`plot_records` writes it as a PNG. Like :mod:`ragbench.rendering`, it
 reads records only.
 """
@@ -13,7 +14,7 @@ from os import PathLike
 from typing import Any
 
 from .errors import ConfigError, MissingDependencyError
-from .records import growth_exponents, pareto, records_of
+from .records import growth_exponents, knees, load_level, pareto, records_of
 
 __all__ = ["figure", "plot_records", "pyplot"]
 
@@ -110,49 +111,96 @@ def _scales(ax: Any, records: Records) -> None:
 
 
 def _loads(ax: Any, records: Records) -> None:
-    """Response time p50 (solid) and p99 (dashed) against offered QPS, one colour per configuration."""
+    """Response time p50 (solid) and p99 (dashed, failures at the timeout) against offered load."""
+    closed = records[0].get("mode") == "closed"
+    slo = next((r["slo_ms"] for r in records if r.get("slo_ms")), None)
+    knee_at = knees(records, slo) if slo is not None else {}
     for name, pts in _by(records, "label").items():
-        pts = sorted(pts, key=lambda r: r["offered_qps"])
-        xs = [p["offered_qps"] for p in pts]
+        pts = sorted(pts, key=load_level)
+        xs = [load_level(p) for p in pts]
         (line,) = ax.plot(
             xs, [p["response_p50_us"] / 1e3 for p in pts], marker="o", label=f"{name} p50"
         )
-        ax.plot(
-            xs,
-            [p["response_p99_us"] / 1e3 for p in pts],
-            marker="^",
-            linestyle="--",
-            color=line.get_color(),
-            label=f"{name} p99",
-        )
+        p99 = [p["response_all_p99_us"] / 1e3 for p in pts]
+        ax.plot(xs, p99, marker="^", linestyle="--", color=line.get_color(), label=f"{name} p99")
+        knee = knee_at.get(name)
+        if knee is not None:
+            y = p99[xs.index(knee)]
+            ax.plot(
+                [knee], [y], marker="*", markersize=16, color=line.get_color(), linestyle="none"
+            )
+            ax.annotate(
+                f"knee {knee:g}",
+                (knee, y),
+                textcoords="offset points",
+                xytext=(6, -12),
+                fontsize="small",
+            )
+    if slo is not None:
+        ax.axhline(slo, color="black", linewidth=0.8, linestyle=":", label=f"SLO p99 {slo:g} ms")
     sim = sorted({s for r in records for s in r.get("simulated") or []})
+    r0 = records[0]
+    how = "closed loop" if closed else "open loop"
     ax.set_yscale("log")
-    ax.set_xlabel("offered QPS")
+    ax.set_xlabel("concurrent clients (closed loop)" if closed else "offered QPS (open loop)")
     ax.set_ylabel("response time ms (from scheduled arrival, log)")
-    ax.set_title("response time under load" + (f" [SIMULATED: {', '.join(sim)}]" if sim else ""))
+    title = f"response time under load — {how}, {r0.get('workers', 1)} {r0.get('worker_kind', '')} workers"
+    ax.set_title(title + (f" [SIMULATED: {', '.join(sim)}]" if sim else ""), fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
 
 
-PANELS: dict[str, Callable[[Any, Records], None]] = {
-    "run": _runs,
-    "sweep": _sweeps,
-    "scale": _scales,
-    "load": _loads,
+def _load_shares(ax: Any, records: Records) -> None:
+    """Per (configuration, load level): each stage's share of CPU time (or wall time), stacked."""
+    cpu = all("cpu_share" in r for r in records)
+    key = "cpu_share" if cpu else "stage_share"
+    stages: list[str] = []
+    for r in records:
+        stages += [s for s in r.get("stages", []) if s not in stages]
+    rows = sorted(records, key=lambda r: (str(r["label"]), load_level(r)))
+    cmap = pyplot().get_cmap("tab10")
+    for row, r in enumerate(rows):
+        left = 0.0
+        for j, s in enumerate(stages):
+            v = float((r.get(key) or {}).get(s) or 0.0) * 100
+            ax.barh(row, v, left=left, color=cmap(j % 10), label=s if row == 0 else None)
+            left += v
+    ax.set_yticks(range(len(rows)), [f"{r['label']} @ {load_level(r):g}" for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"% of {'CPU' if cpu else 'wall'} time per request, by stage")
+    ax.set_title(
+        "where the CPU goes" if cpu else "where the time goes (no CPU time recorded)",
+        fontsize="medium",
+    )
+    ax.legend(
+        ncols=min(len(stages), 5),
+        fontsize="small",
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12),
+        frameon=False,
+    )
+
+
+PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
+    "run": [_runs],
+    "sweep": [_sweeps],
+    "scale": [_scales],
+    "load": [_loads, _load_shares],
 }
 
 
 def figure(records: Records) -> Any:
     """A matplotlib figure with one panel per record kind present (run, sweep, scale, load)."""
-    kinds = [k for k in PANELS if records_of(records, k)]
-    if not kinds:
+    panels = [(k, draw) for k in PANELS if records_of(records, k) for draw in PANELS[k]]
+    if not panels:
         raise ConfigError("nothing to plot: no run, sweep, scale or load records")
     plt = pyplot()
-    runs = len(records_of(records, "run"))
-    height = max(5.0, 2.2 + 0.5 * runs) if "run" in kinds else 5.0
-    fig, axes = plt.subplots(1, len(kinds), figsize=(8 * len(kinds), height), squeeze=False)
-    for ax, kind in zip(axes[0], kinds, strict=True):
-        PANELS[kind](ax, records_of(records, kind))
+    rows = max(len(records_of(records, "run")), len(records_of(records, "load")))
+    height = max(5.0, 2.2 + 0.4 * rows)
+    fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), height), squeeze=False)
+    for ax, (kind, draw) in zip(axes[0], panels, strict=True):
+        draw(ax, records_of(records, kind))
     fig.tight_layout()
     return fig
 

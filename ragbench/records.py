@@ -41,6 +41,8 @@ __all__ = [
     "RecordWriter",
     "append_record",
     "growth_exponents",
+    "knees",
+    "load_level",
     "jsonable",
     "new_record",
     "now_iso",
@@ -227,4 +229,32 @@ def growth_exponents(records: Sequence[Mapping[str, Any]], key: str = "p50_us") 
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         sxx = sum((x - mx) ** 2 for x in xs)
         out[name] = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return out
+
+
+def load_level(rec: Mapping[str, Any]) -> float:
+    """The load a load record was measured at: offered QPS (open loop) or clients (closed)."""
+    level = rec.get("offered_qps")
+    return float(level if level is not None else rec.get("concurrency") or 0)
+
+
+def knees(records: Sequence[Mapping[str, Any]], slo_ms: float) -> dict[str, float | None]:
+    """Per configuration label: the highest load whose p99 (failures counted at the timeout) meets ``slo_ms``.
+
+    Levels are walked upwards and the walk stops at the first one that
+    misses the objective; ``None`` when even the lowest misses it.
+    """
+    by: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        if r.get("kind") == "load":
+            by.setdefault(str(r["label"]), []).append(r)
+    out: dict[str, float | None] = {}
+    for label, recs in by.items():
+        knee = None
+        for r in sorted(recs, key=load_level):
+            p99 = r.get("response_all_p99_us")
+            if p99 is None or p99 != p99 or p99 > slo_ms * 1e3:
+                break
+            knee = load_level(r)
+        out[label] = knee
     return out

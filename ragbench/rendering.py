@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .errors import ConfigError
-from .records import growth_exponents, pareto, records_of
+from .records import growth_exponents, knees, load_level, pareto, records_of
 
 __all__ = [
     "FORMATS",
@@ -115,6 +115,15 @@ def _simulated_note(records: Iterable[Mapping[str, Any]]) -> str:
     return f"  [SIMULATED: {', '.join(sim)}]" if sim else ""
 
 
+def _cpu_cells(stats: Mapping[str, Any]) -> list[str]:
+    pct, share = stats.get("cpu_pct"), stats.get("cpu_share")
+    return [
+        num(stats.get("cpu_mean_us")),
+        "—" if pct is None or pct != pct else f"{pct:.0f}%",
+        "—" if share is None or share != share else f"{100 * share:.1f}%",
+    ]
+
+
 def _stat_cells(stats: Mapping[str, Any], names: Sequence[str]) -> list[str]:
     return [num(stats.get(f"{n}_us")) for n in names]
 
@@ -127,17 +136,25 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     ds = rec.get("dataset") or {}
     title = f"{rec['label']}  —  {ds.get('name', '?')}, {rec['requests']} requests"
     title += _simulated_note([rec])
-    cols = [("stage", "left")] + [
-        (c, "right") for c in ("mean µs", "p50 µs", "p90 µs", "p99 µs", "max µs", "share")
-    ]
+    cpu = "cpu_total" in rec
+    heads = ["mean µs", "p50 µs", "p90 µs", "p99 µs", "max µs", "share"]
+    heads += ["cpu µs", "cpu %", "cpu share"] if cpu else []
+    cols = [("stage", "left")] + [(c, "right") for c in heads]
     stats = ("mean", "p50", "p90", "p99", "max")
     rows = []
     for name in rec["stages"]:
         s = rec["summary"][name]
         label = name + (" (simulated)" if name == "generate" and rec.get("simulated") else "")
-        rows.append([label, *_stat_cells(s, stats), f"{100 * s['share']:.1f}%"])
-    rows.append(["before first token", *_stat_cells(rec["total"], stats), "100%"])
+        row = [label, *_stat_cells(s, stats), f"{100 * s['share']:.1f}%"]
+        rows.append(row + (_cpu_cells(s) if cpu else []))
+    total = ["before first token", *_stat_cells(rec["total"], stats), "100%"]
+    rows.append(total + ([num(rec["cpu_total"]["mean_us"]), "", "100%"] if cpu else []))
     lines = [text_table(title, cols, rows, width=width)]
+    if cpu:
+        lines.append(
+            "cpu µs: mean thread CPU time per request; cpu %: CPU time / wall time of the stage "
+            "(~100 % CPU-bound, ~0 % waiting); cpu share: of all CPU time before first token"
+        )
     extra = [
         f"recall@{rec['k']} {num(rec['recall_at_k'])} (tie-aware, vs exact search)",
         f"payload {num(rec.get('payload_bytes_p50'))} B p50",
@@ -375,40 +392,112 @@ def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- load
 
 
-def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
-    """Offered vs achieved QPS and response/service percentiles, one row per (configuration, rate)."""
+def _ms(us: Any) -> str:
+    return "—" if us is None else num(float(us) / 1e3)
+
+
+def _load_title(records: Sequence[Mapping[str, Any]]) -> str:
     r0 = records[0]
-    labels = list(dict.fromkeys(r["label"] for r in records))
-    title = f"open-loop load — {', '.join(labels)} ({r0['arrivals']} arrivals, one worker)"
-    title += _simulated_note(records)
-    cols = [("configuration", "left")] + [
-        (c, "right")
-        for c in (
-            "offered QPS",
-            "achieved QPS",
-            "requests",
-            "response p50 µs",
-            "p90 µs",
-            "p99 µs",
-            "service p50 µs",
-            "service p99 µs",
+    kind = f"{r0.get('workers', 1)} {r0.get('worker_kind', 'thread')} worker(s)"
+    if r0.get("mode") == "closed":
+        head = f"closed-loop load — {kind}, {num(r0.get('duration_s'))} s per client count"
+    else:
+        how = r0.get("arrivals", "poisson")
+        if how == "gamma":
+            how += f" (burstiness {num(r0.get('burstiness'))})"
+        head = f"open-loop load — {how} arrivals, {kind}, {num(r0.get('duration_s'))} s per rate"
+    return head + _simulated_note(records)
+
+
+def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
+    """Per (configuration, load level): throughput, outcomes, response and service times, recall."""
+    closed = records[0].get("mode") == "closed"
+    failed = any(r.get("failed") for r in records)
+    heads = [
+        "clients" if closed else "offered QPS",
+        "achieved QPS",
+        "completed",
+        "timed out",
+        "rejected",
+    ]
+    heads += ["failed"] if failed else []
+    heads += [
+        "resp p50 ms",
+        "resp p99 ms",
+        "p99 ms all",
+        "service p50 ms",
+        "dispatch p99 µs",
+        "recall@k",
+    ]
+    cols = [("configuration", "left")] + [(h, "right") for h in heads]
+    rows = []
+    for r in records:
+        level = r.get("concurrency") if closed else r.get("offered_qps")
+        row = [r["label"], num(level), num(r["achieved_qps"]), str(r["completed"])]
+        row += [str(r["timed_out"]), str(r["rejected"])] + (
+            [str(r.get("failed", 0))] if failed else []
         )
-    ]
-    rows = [
-        [
-            r["label"],
-            num(r["offered_qps"]),
-            num(r["achieved_qps"]),
-            str(r["requests"]),
-            num(r["response_p50_us"]),
-            num(r["response_p90_us"]),
-            num(r["response_p99_us"]),
-            num(r["service_p50_us"]),
-            num(r["service_p99_us"]),
-        ]
-        for r in records
-    ]
+        row += [_ms(r["response_p50_us"]), _ms(r["response_p99_us"]), _ms(r["response_all_p99_us"])]
+        row += [_ms(r["service_p50_us"]), num(r["dispatch_delay_p99_us"]), num(r["recall_at_k"])]
+        rows.append(row)
+    lines = [text_table(_load_title(records), cols, rows, width=width)]
+    lines.append(
+        "response time counts from the scheduled arrival; 'p99 ms all' counts every timed-out, "
+        "rejected or failed request at the timeout; service = a worker's own time"
+    )
+    lines += _load_notes(records)
+    lines.append(_stage_table(records, width))
+    return "\n".join(lines)
+
+
+def _load_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    notes = []
+    slo = next((r["slo_ms"] for r in records if r.get("slo_ms")), None)
+    if slo is not None:
+        unit = "clients" if records[0].get("mode") == "closed" else "QPS"
+        for label, knee in knees(records, slo).items():
+            at = [r for r in records if r["label"] == label and load_level(r) == knee]
+            good = (
+                f", goodput there {num(at[0]['goodput_qps'])} QPS"
+                if at and "goodput_qps" in at[0]
+                else ""
+            )
+            where = f"{num(knee)} {unit}" if knee is not None else "below the lowest level offered"
+            notes.append(f"knee of {label} (p99 ≤ {num(slo)} ms, failures included): {where}{good}")
+    for r in records:
+        if r.get("generator_lagged"):
+            notes.append(
+                f"WARNING: at {num(load_level(r))} the load generator fell behind "
+                f"({num(r['idle_dispatch_delay_p99_us'])} µs dispatch delay p99 with a worker idle): "
+                f"the {r['label']} row measures the client, not the system"
+            )
+    return notes
+
+
+def _stage_table(records: Sequence[Mapping[str, Any]], width: int) -> str:
+    """Per-stage p50 µs under load, with each stage's share of CPU time (or of wall time)."""
+    cpu = all("cpu_share" in r for r in records)
+    stages: list[str] = []
+    for r in records:
+        stages += [s for s in r.get("stages", []) if s not in stages]
+    share_key = "cpu_share" if cpu else "stage_share"
+    what = "CPU time" if cpu else "wall time (record CPU time with --cpu-time)"
+    title = f"per-stage p50 µs under load (share of {what} in brackets)"
+    cols = [("configuration", "left"), ("load", "right")] + [(s, "right") for s in stages]
+    cols += [("CPU µs/request", "right")] if cpu else []
+    rows = []
+    for r in records:
+        p50, share = r.get("stage_p50_us", {}), r.get(share_key, {})
+        cells = [f"{num(p50.get(s))} ({_pct(share.get(s))})" if s in p50 else "—" for s in stages]
+        rows.append(
+            [r["label"], num(load_level(r)), *cells]
+            + ([num(r["cpu_per_request_us"])] if cpu else [])
+        )
     return text_table(title, cols, rows, width=width)
+
+
+def _pct(share: Any) -> str:
+    return "—" if share is None or share != share else f"{100 * share:.0f}%"
 
 
 def _load_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

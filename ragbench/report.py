@@ -44,6 +44,7 @@ class Report:
     error: str | None = None
     env: dict[str, Any] | None = None
     time: str | None = None
+    cpu_samples_ns: np.ndarray | None = None  # int64 (requests, stages), with [run] cpu_time
 
     # ---- statistics (derived from the samples)
 
@@ -70,6 +71,27 @@ class Report:
         return {
             n: (float(s) / whole if whole else float("nan"))
             for n, s in zip(self.stage_names, sums, strict=True)
+        }
+
+    def cpu(self) -> dict[str, dict[str, float]] | None:
+        """Per stage: mean CPU µs per request, ``cpu_pct`` (CPU / wall time) and ``cpu_share`` of all CPU time.
+
+        ``None`` unless the run recorded CPU time (``[run] cpu_time``). A sort
+        or a codec reads ~100 %; a socket or an LLM wait ~0 %.
+        """
+        if self.cpu_samples_ns is None:
+            return None
+        cpu = self.cpu_samples_ns.sum(axis=0).astype(np.float64)
+        wall = self.samples_ns.sum(axis=0).astype(np.float64)
+        whole = float(cpu.sum())
+        n = max(self.requests, 1)
+        return {
+            name: {
+                "cpu_mean_us": float(c) / n / 1e3,
+                "cpu_pct": 100.0 * float(c) / float(w) if w > 0 else float("nan"),
+                "cpu_share": float(c) / whole if whole > 0 else float("nan"),
+            }
+            for name, c, w in zip(self.stage_names, cpu, wall, strict=True)
         }
 
     @property
@@ -102,9 +124,12 @@ class Report:
         """This run as one ``ragbench.run/1`` record (see :mod:`ragbench.records`)."""
         stages = {}
         shares = self.shares()
+        cpu = self.cpu()
         for name in self.stage_names:
             d = self.stage(name).as_dict("us")
             d["share"] = shares[name]
+            if cpu is not None:
+                d.update(cpu[name])
             stages[name] = d
         fields = {
             "label": self.label,
@@ -133,6 +158,12 @@ class Report:
             "prompt_tokens": self.prompt_tokens.tolist(),
             "cache": {"hits": self.cache_hits, "lookups": self.cache_lookups},
         }
+        if self.cpu_samples_ns is not None:
+            cpu_total = self.cpu_samples_ns.sum(axis=1)
+            fields["cpu_total"] = Stats.from_samples(cpu_total).as_dict("us")
+            fields["cpu_samples_ns"] = {
+                n: self.cpu_samples_ns[:, j].tolist() for j, n in enumerate(self.stage_names)
+            }
         rec = new_record("run", fields, env=self.env)
         if self.time is not None:
             rec["time"] = self.time
@@ -145,9 +176,8 @@ class Report:
             raise DatasetError(f"not a {RUN_SCHEMA} record (schema={rec.get('schema')!r})")
         try:
             names = list(rec["stages"])
-            samples = np.array([rec["samples_ns"][n] for n in names], dtype=np.int64).T.reshape(
-                -1, len(names)
-            )
+            samples = _matrix(rec["samples_ns"], names)
+            cpu = _matrix(rec["cpu_samples_ns"], names) if "cpu_samples_ns" in rec else None
             return cls(
                 label=str(rec["label"]),
                 config=dict(rec["config"]),
@@ -167,9 +197,14 @@ class Report:
                 error=rec["error"],
                 env=rec["env"],
                 time=rec["time"],
+                cpu_samples_ns=cpu,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"malformed {RUN_SCHEMA} record: {exc!r}") from None
+
+
+def _matrix(columns: Mapping[str, Any], names: list[str]) -> np.ndarray:
+    return np.array([columns[n] for n in names], dtype=np.int64).T.reshape(-1, len(names))
 
 
 def _median(values: np.ndarray) -> float | None:

@@ -1,110 +1,449 @@
-"""Offered traffic (``ragbench load``): response time as the offered rate grows, open loop.
+"""Offered traffic (``ragbench load``): how response time grows with the offered load.
 
-Requests arrive on a schedule fixed in advance (Poisson or evenly spaced at
-the target rate) whether or not the previous one has finished. Response time
-is measured from each request's *scheduled* arrival, so time spent waiting
-behind a slow request counts (no coordinated omission); service time is the
-request's own run time. One worker serves requests in arrival order, like a
-single-threaded Python service process; the rate at which response time
-takes off is that process's capacity.
+Two ways to offer load:
+
+- **open loop** (default): requests arrive on a schedule fixed in advance
+  (Poisson, uniform, or gamma with a burstiness factor) whether or not
+  earlier ones have finished, as users arriving at a service do. Response
+  time counts from each request's *scheduled* arrival, so waiting behind
+  slow requests counts (no coordinated omission).
+- **closed loop**: ``concurrency`` clients each send their next request as
+  soon as their last one finished; throughput follows from the service
+  time. Every table, record and plot labels it closed-loop.
+
+Requests are served by a pool of workers: threads sharing one set-up
+pipeline (the stages that release the GIL -- faiss, hnswlib, numba -- really
+overlap), or processes each with its own pipeline, like the worker processes
+of a Python service (:class:`ThreadWorkers`, :class:`ProcessWorkers`). The
+dispatcher hands a due request to an idle worker at once, or queues it in a
+bounded queue; a request arriving to a full queue is **rejected**, one still
+queued or unfinished ``timeout`` after its arrival is **timed out**, one the
+service answered with an error (a dead far side, say) has **failed**; every
+scheduled request ends as exactly one of completed, timed out, rejected or
+failed.
+Per request it keeps the scheduled, dispatch (a worker started it) and
+finish times and the pipeline's per-stage stamps.
 """
 
 from __future__ import annotations
 
-import time
+import math
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
 from .errors import ConfigError
+from .pipeline import Pipeline, RequestRecord
 from .records import Collector, new_record
 from .timing import Stats
+from .validate import positive_int, positive_number
+from .workers import COMPLETED, FAILED, PENDING, REJECTED, TIMED_OUT, OpenRun
 
-__all__ = ["arrivals", "load_points", "run_open_loop"]
+__all__ = [
+    "ARRIVALS",
+    "COMPLETED",
+    "FAILED",
+    "REJECTED",
+    "TIMED_OUT",
+    "LoadOptions",
+    "Traffic",
+    "arrivals",
+    "closed_loop",
+    "load_points",
+    "open_loop",
+    "summarize",
+    "warm",
+]
+
+ARRIVALS = ("poisson", "uniform", "gamma")
+
+#: Lead time before the first scheduled arrival, so the first one is not late by construction.
+LEAD_NS = 2_000_000
 
 
-def arrivals(rate: float, count: int, *, kind: str = "poisson", seed: int = 0) -> np.ndarray:
-    """Scheduled arrival offsets in ns for ``count`` requests at ``rate`` per second."""
-    if rate <= 0:
-        raise ConfigError(f"a rate must be > 0 requests per second, got {rate}")
+def arrivals(
+    rate: float, count: int, *, kind: str = "poisson", burstiness: float = 1.0, seed: int = 0
+) -> np.ndarray:
+    """Scheduled arrival offsets in ns for ``count`` requests at ``rate`` per second.
+
+    ``poisson``: exponential gaps; ``uniform``: even gaps; ``gamma``: gamma
+    gaps with shape ``burstiness`` and the same mean (1 is Poisson, below 1
+    burstier, above 1 more regular), as vLLM's ``bench serve`` does.
+    """
+    rate = positive_number("arrivals", "rate", rate)
+    if kind not in ARRIVALS:
+        raise ConfigError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {kind!r}")
+    rng = np.random.default_rng(seed)
     if kind == "poisson":
-        gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
+        gaps = rng.exponential(1.0 / rate, size=count)
     elif kind == "uniform":
         gaps = np.full(count, 1.0 / rate)
     else:
-        raise ConfigError(f"arrivals must be 'poisson' or 'uniform', got {kind!r}")
+        shape = positive_number("arrivals", "burstiness", burstiness)
+        gaps = rng.gamma(shape, 1.0 / (rate * shape), size=count)
     return (np.cumsum(gaps) * 1e9).astype(np.int64)
 
 
-def run_open_loop(
-    request: Callable[[int], None], schedule_ns: np.ndarray, *, max_seconds: float | None = None
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Serve requests on ``schedule_ns``; return (response ns, service ns, served count)."""
-    clock = time.perf_counter_ns
-    n = len(schedule_ns)
-    response = np.empty(n, dtype=np.int64)
-    service = np.empty(n, dtype=np.int64)
-    start = clock()
-    deadline = start + int(max_seconds * 1e9) if max_seconds else None
-    served = 0
-    for i in range(n):
-        due = start + int(schedule_ns[i])
-        now = clock()
-        if now < due:
-            time.sleep((due - now) / 1e9)
-        t0 = clock()
-        request(i)
-        t1 = clock()
-        response[i] = t1 - due if t1 > due else t1 - t0
-        service[i] = t1 - t0
-        served += 1
-        if deadline is not None and t1 > deadline:
+@dataclass(frozen=True)
+class LoadOptions:
+    """How load is offered and judged (see the module docstring)."""
+
+    duration_s: float = 5.0
+    arrivals: str = "poisson"
+    burstiness: float = 1.0
+    timeout_s: float = 10.0
+    queue_size: int = 1024
+    seed: int = 0
+    slo_ms: float | None = None
+    #: dispatch-delay p99 (µs) of requests that found a worker idle, above
+    #: which a table warns that the load generator itself fell behind
+    lag_warn_us: float = 1000.0
+
+    def __post_init__(self) -> None:
+        positive_number("load", "duration_s", self.duration_s)
+        positive_number("load", "timeout_s", self.timeout_s)
+        positive_int("load", "queue_size", self.queue_size, lo=0)
+        positive_number("load", "burstiness", self.burstiness)
+        if self.arrivals not in ARRIVALS:
+            raise ConfigError(
+                f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}"
+            )
+        if self.slo_ms is not None:
+            positive_number("load", "slo_ms", self.slo_ms)
+
+
+def warm(pool: Any, per_worker: int) -> None:
+    """Send ``per_worker`` requests through each worker of ``pool`` (connections made, caches warm); results dropped."""
+    if per_worker <= 0:
+        return
+    pending = 0
+    for w in range(pool.size):
+        for i in range(per_worker):
+            pool.dispatch(w, -1, w * per_worker + i)
+            pending += 1
+    while pending:
+        pending -= len(pool.poll(60.0))
+
+
+# ---------------------------------------------------------------- one measured run
+
+
+@dataclass
+class Traffic:
+    """What one run of offered load did, request by request (``ns`` are ``perf_counter_ns``).
+
+    ``dispatch_ns`` is when a worker started a request (-1 if none did);
+    ``idle`` marks requests a worker was already waiting for when they arrived.
+    """
+
+    start_ns: int
+    end_ns: int
+    scheduled_ns: np.ndarray
+    dispatch_ns: np.ndarray
+    finish_ns: np.ndarray
+    outcome: np.ndarray
+    idle: np.ndarray
+    records: list[RequestRecord | None]
+    errors: list[str] = field(default_factory=list)
+
+
+def open_loop(
+    pool: Any,
+    schedule_ns: np.ndarray,
+    *,
+    timeout_s: float = 10.0,
+    queue_size: int = 1024,
+    first_request: int = 0,
+) -> Traffic:
+    """Offer requests at ``schedule_ns`` offsets (see :func:`arrivals`) to ``pool``; wait for all to end.
+
+    Each idle worker takes the next request in arrival order and waits for
+    its arrival itself (see :mod:`ragbench.workers`).
+    """
+    start = perf_counter_ns() + LEAD_NS
+    due = start + np.asarray(schedule_ns, dtype=np.int64)
+    run = OpenRun(
+        int(timeout_s * 1e9), positive_int("load", "queue_size", queue_size, lo=0), first_request
+    )
+    board, records, errors = pool.run_open(due, run)
+    return Traffic(
+        start_ns=start,
+        end_ns=perf_counter_ns(),
+        scheduled_ns=board.due.copy(),
+        dispatch_ns=board.start.copy(),
+        finish_ns=board.finish.copy(),
+        outcome=board.outcome.astype(np.int64),
+        idle=board.idle.astype(bool),
+        records=[
+            r if o == COMPLETED else None for r, o in zip(records, board.outcome, strict=True)
+        ],
+        errors=errors,
+    )
+
+
+class _Clients:
+    """Closed-loop bookkeeping: hands requests to idle workers, queues the rest, expires the queue."""
+
+    def __init__(self, pool: Any, timeout_ns: int, first_request: int) -> None:
+        self.pool, self.timeout_ns = pool, timeout_ns
+        self.idle = list(range(pool.size))
+        self.waiting: deque[int] = deque()
+        self.in_flight = 0
+        self.next_request = first_request
+        self.scheduled: list[int] = []
+        self.dispatch: list[int] = []
+        self.finish: list[int] = []
+        self.outcome: list[int] = []
+        self.records: list[RequestRecord | None] = []
+        self.errors: list[str] = []
+
+    def send(self, now: int) -> None:
+        """A client sends a request now."""
+        slot = len(self.scheduled)
+        self.scheduled.append(now)
+        self.dispatch.append(-1)
+        self.finish.append(-1)
+        self.outcome.append(PENDING)
+        self.records.append(None)
+        if self.idle:
+            self._start(self.idle.pop(), slot)
+        else:
+            self.waiting.append(slot)
+
+    def _start(self, worker: int, slot: int) -> None:
+        self.pool.dispatch(worker, slot, self.next_request)
+        self.next_request += 1
+        self.in_flight += 1
+
+    def expire(self, now: int) -> int:
+        """Time out requests that waited too long; return how many (their clients send again)."""
+        gone = 0
+        while self.waiting and self.scheduled[self.waiting[0]] + self.timeout_ns <= now:
+            self.outcome[self.waiting.popleft()] = TIMED_OUT
+            gone += 1
+        return gone
+
+    def collect(self, timeout_s: float) -> int:
+        """Record finished requests; return how many (their clients send again)."""
+        results = self.pool.poll(timeout_s)
+        for res in results:
+            s = res.slot
+            self.dispatch[s], self.finish[s] = res.dispatch_ns, res.finish_ns
+            if res.error is not None:
+                self.outcome[s] = FAILED
+                self.errors.append(res.error)
+            elif res.finish_ns - self.scheduled[s] > self.timeout_ns:
+                self.outcome[s] = TIMED_OUT
+            else:
+                self.outcome[s] = COMPLETED
+                self.records[s] = res.record
+            self.in_flight -= 1
+            self.idle.append(res.worker)
+        while self.idle and self.waiting:
+            self._start(self.idle.pop(), self.waiting.popleft())
+        return len(results)
+
+
+def closed_loop(
+    pool: Any,
+    concurrency: int,
+    duration_s: float,
+    *,
+    timeout_s: float = 10.0,
+    first_request: int = 0,
+) -> Traffic:
+    """``concurrency`` clients, each sending its next request when its last one ended, for ``duration_s``."""
+    concurrency = positive_int("closed loop", "concurrency", concurrency)
+    start = perf_counter_ns()
+    end = start + int(positive_number("closed loop", "duration_s", duration_s) * 1e9)
+    c = _Clients(pool, int(timeout_s * 1e9), first_request)
+    for _ in range(concurrency):
+        c.send(start)
+    while True:
+        now = perf_counter_ns()
+        again = c.expire(now)
+        if now >= end and not (c.in_flight or c.waiting):
             break
-    return response[:served], service[:served], served
+        again += c.collect((end - now) / 1e9 if now < end else 0.05)
+        now = perf_counter_ns()
+        for _ in range(again if now < end else 0):
+            c.send(now)
+    n = len(c.scheduled)
+    return Traffic(
+        start_ns=start,
+        end_ns=perf_counter_ns(),
+        scheduled_ns=np.asarray(c.scheduled, dtype=np.int64),
+        dispatch_ns=np.asarray(c.dispatch, dtype=np.int64),
+        finish_ns=np.asarray(c.finish, dtype=np.int64),
+        outcome=np.asarray(c.outcome, dtype=np.int64),
+        idle=np.zeros(n, dtype=bool),
+        records=c.records,
+        errors=c.errors,
+    )
+
+
+# ---------------------------------------------------------------- one record per run
+
+
+def _us(stats: Stats) -> dict[str, float]:
+    return {
+        "p50": stats.p50_ns / 1e3,
+        "p90": stats.p90_ns / 1e3,
+        "p99": stats.p99_ns / 1e3,
+        "max": stats.max_ns / 1e3,
+    }
+
+
+def summarize(
+    run: Traffic,
+    pipeline: Pipeline,
+    *,
+    timeout_s: float,
+    slo_ms: float | None = None,
+    lag_warn_us: float = 1000.0,
+) -> dict[str, Any]:
+    """The fields of a load record: counts, rates, percentiles, recall and per-stage times under load."""
+    outcome, sched, disp, fin = run.outcome, run.scheduled_ns, run.dispatch_ns, run.finish_ns
+    ok = outcome == COMPLETED
+    # from the start to the last arrival or finish, whichever is later
+    last = max(int(fin.max()) if fin.size else 0, int(sched.max()) if sched.size else 0)
+    window_ns = last - run.start_ns
+    window_s = max(window_ns, 1) / 1e9
+    response = fin[ok] - sched[ok]
+    timeout_ns = int(timeout_s * 1e9)
+    # every request, a failed one counted as taking the whole timeout
+    response_all = np.where(ok, fin - sched, timeout_ns)
+    dispatched = disp >= 0
+    delay = disp[dispatched] - sched[dispatched]
+    idle = run.idle & dispatched
+    lag = Stats.from_samples(disp[idle] - sched[idle])
+    resp, resp_all = Stats.from_samples(response), Stats.from_samples(response_all)
+    service = Stats.from_samples(fin[ok] - disp[ok])
+    fields: dict[str, Any] = {
+        "scheduled": int(outcome.size),
+        "completed": int(ok.sum()),
+        "timed_out": int((outcome == TIMED_OUT).sum()),
+        "rejected": int((outcome == REJECTED).sum()),
+        "failed": int((outcome == FAILED).sum()),
+        "achieved_qps": float(ok.sum()) / window_s,
+        "window_s": window_s,
+        **{f"response_{k}_us": v for k, v in _us(resp).items()},
+        **{f"response_all_{k}_us": v for k, v in _us(resp_all).items()},
+        "service_p50_us": service.p50_ns / 1e3,
+        "service_p99_us": service.p99_ns / 1e3,
+        "dispatch_delay_p50_us": Stats.from_samples(delay).p50_ns / 1e3,
+        "dispatch_delay_p99_us": Stats.from_samples(delay).p99_ns / 1e3,
+        "idle_dispatch_delay_p99_us": lag.p99_ns / 1e3,
+        "generator_lagged": bool(lag.count and lag.p99_ns / 1e3 > lag_warn_us),
+        "errors": sorted(set(run.errors))[:5],
+    }
+    fields.update(_stage_fields([r for r in run.records if r is not None], pipeline))
+    if slo_ms is not None:
+        fields["slo_ms"] = slo_ms
+        fields["goodput_qps"] = float((response <= slo_ms * 1e6).sum()) / window_s
+    return fields
+
+
+def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str, Any]:
+    wall, cpu = pipeline.stage_samples(records)
+    recall = pipeline.recall(records)
+    out: dict[str, Any] = {
+        "recall_at_k": float(recall.mean()) if recall.size else float("nan"),
+        "k": pipeline.config["run"]["k"],
+        "stages": list(pipeline.stage_names),
+        "stage_p50_us": {
+            n: Stats.from_samples(wall[:, j]).p50_ns / 1e3
+            for j, n in enumerate(pipeline.stage_names)
+        },
+    }
+    wall_sum = wall.sum(axis=0).astype(np.float64)
+    out["stage_share"] = {
+        n: float(v / wall_sum.sum()) if wall_sum.sum() else math.nan
+        for n, v in zip(pipeline.stage_names, wall_sum, strict=True)
+    }
+    if cpu is not None:
+        cpu_sum = cpu.sum(axis=0).astype(np.float64)
+        whole = float(cpu_sum.sum())
+        out["cpu_share"] = {
+            n: float(v) / whole if whole else math.nan
+            for n, v in zip(pipeline.stage_names, cpu_sum, strict=True)
+        }
+        out["cpu_per_request_us"] = whole / max(len(records), 1) / 1e3
+    return out
+
+
+# ---------------------------------------------------------------- curves
+
+
+def _offer(
+    pool: Any, pipeline: Pipeline, level: float, mode: str, options: LoadOptions, first: int
+) -> Traffic:
+    if mode == "closed":
+        return closed_loop(
+            pool, int(level), options.duration_s, timeout_s=options.timeout_s, first_request=first
+        )
+    count = max(1, int(round(level * options.duration_s)))
+    schedule = arrivals(
+        level, count, kind=options.arrivals, burstiness=options.burstiness, seed=options.seed
+    )
+    return open_loop(
+        pool,
+        schedule,
+        timeout_s=options.timeout_s,
+        queue_size=options.queue_size,
+        first_request=first,
+    )
 
 
 def load_points(
-    pipeline: Any,
-    rates: Sequence[float],
+    pipelines: Sequence[Pipeline],
+    pools: Sequence[Any],
+    levels: Sequence[float],
     *,
-    duration_s: float,
-    kind: str = "poisson",
-    seed: int = 0,
+    mode: str = "open",
+    options: LoadOptions | None = None,
     on_point: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One record per offered rate; the pipeline must be set up and warm."""
+    """One record per (level, configuration): offered rates (open loop) or client counts (closed).
+
+    ``pools[j]`` serves ``pipelines[j]`` (set up and warm). Configurations
+    take turns at each level, so slow drift in the machine favours none.
+    """
+    if mode not in ("open", "closed"):
+        raise ConfigError(f"mode must be 'open' or 'closed', got {mode!r}")
+    opts = options or LoadOptions()
     emit = Collector(on_point, progress)
-    counter = 0
-    for rate in rates:
-        count = max(1, int(round(rate * duration_s)))
-        schedule = arrivals(rate, count, kind=kind, seed=seed)
-        base = counter
-
-        def req(i: int, base: int = base) -> None:
-            pipeline.request(base + i)
-
-        t0 = time.perf_counter_ns()
-        response, service, served = run_open_loop(req, schedule, max_seconds=duration_s * 3 + 5)
-        wall = (time.perf_counter_ns() - t0) / 1e9
-        counter += served
-        resp = Stats.from_samples(response)
-        serv = Stats.from_samples(service)
-        fields = {
-            "label": pipeline.label,
-            "arrivals": kind,
-            "offered_qps": float(rate),
-            "achieved_qps": served / wall if wall > 0 else float("nan"),
-            "requests": int(served),
-            "scheduled": int(count),
-            "response_p50_us": resp.p50_ns / 1e3,
-            "response_p90_us": resp.p90_ns / 1e3,
-            "response_p99_us": resp.p99_ns / 1e3,
-            "service_p50_us": serv.p50_ns / 1e3,
-            "service_p99_us": serv.p99_ns / 1e3,
-            "simulated": list(pipeline.simulated),
-            "config": pipeline.config,
-        }
-        emit(new_record("load", fields))
+    first = 0
+    for level in levels:
+        for pipe, pool in zip(pipelines, pools, strict=True):
+            run = _offer(pool, pipe, level, mode, opts, first)
+            first += int(run.outcome.size)
+            fields = {
+                "label": pipe.label,
+                "mode": mode,
+                "worker_kind": pool.kind,
+                "workers": pool.size,
+                "arrivals": opts.arrivals if mode == "open" else "closed-loop",
+                "burstiness": opts.burstiness,
+                "offered_qps": float(level) if mode == "open" else None,
+                "concurrency": int(level) if mode == "closed" else None,
+                "duration_s": opts.duration_s,
+                "timeout_s": opts.timeout_s,
+                "queue_size": opts.queue_size,
+                **summarize(
+                    run,
+                    pipe,
+                    timeout_s=opts.timeout_s,
+                    slo_ms=opts.slo_ms,
+                    lag_warn_us=opts.lag_warn_us,
+                ),
+                "simulated": list(pipe.simulated),
+                "config": pipe.config,
+            }
+            emit(new_record("load", fields))
     return emit.records

@@ -1,33 +1,72 @@
-"""``ragbench load``: response time as the offered rate grows (see :mod:`ragbench.traffic`)."""
+"""``ragbench load``: response time as the offered load grows (see :mod:`ragbench.traffic`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import tempfile
+from contextlib import ExitStack
+from typing import Any
 
 import click
 
-from ..config import load_config, merge
+from ..errors import ConfigError
 from ..records import RecordWriter
 from ..rendering import render
-from .options import (
-    config_option,
-    dataset_option,
-    echo,
-    numbers,
-    out_option,
-    plot_option,
-    progress,
-    set_option,
-    set_pairs,
-)
+from .configs import backend_options, configurations
+from .options import echo, numbers, out_option, plot_option, progress
 
 __all__ = ["load"]
 
+ARRIVALS = ("poisson", "uniform", "gamma")
+
+
+def _levels(qps: str | None, concurrency: str | None) -> tuple[str, list[float]]:
+    if (qps is None) == (concurrency is None):
+        raise click.UsageError("give either --qps (open loop) or --concurrency (closed loop)")
+    if qps is not None:
+        return "open", numbers(qps, "--qps")
+    levels = numbers(concurrency, "--concurrency")
+    if any(c != int(c) for c in levels):
+        raise click.BadParameter("client counts must be whole numbers", param_hint="--concurrency")
+    return "closed", levels
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _pools(
+    stack: ExitStack, pipelines: list[Any], kind: str, workers: int, warmup: int
+) -> list[Any]:
+    """One worker pool per configuration, warm, closed by ``stack``."""
+    from ..traffic import warm
+    from ..workers import ProcessWorkers, ThreadWorkers
+
+    pools: list[Any] = []
+    with progress(
+        len(pipelines), f"starting {workers} {kind} workers per configuration"
+    ) as advance:
+        for pipe in pipelines:
+            pool: Any
+            if kind == "thread":
+                pool = ThreadWorkers(pipe, workers)
+                stack.callback(pool.close)
+                warm(pool, max(1, warmup // workers))
+            else:
+                pool = ProcessWorkers(pipe.config, workers, warmup=warmup)
+                stack.callback(pool.close)
+            pools.append(pool)
+            advance(1)
+    return pools
+
 
 @click.command()
-@config_option(help="Pipeline config (TOML); default: the built-in defaults.")
-@dataset_option(help="Dataset name or path (overrides [dataset]).")
-@click.option("--qps", required=True, help="Comma-separated offered rates, e.g. 50,100,200,400.")
+@backend_options
+@click.option("--qps", help="Comma-separated offered rates, open loop (e.g. 50,100,200,400).")
+@click.option("--concurrency", help="Comma-separated client counts, closed loop (e.g. 1,2,4,8).")
 @click.option(
     "--duration",
     type=click.FloatRange(min=0, min_open=True, max=86_400),
@@ -37,52 +76,116 @@ __all__ = ["load"]
 )
 @click.option(
     "--arrivals",
-    type=click.Choice(["poisson", "uniform"]),
+    type=click.Choice(ARRIVALS),
     default="poisson",
     show_default=True,
-    help="Arrival process.",
+    help="Arrival process (open loop).",
+)
+@click.option(
+    "--burstiness",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Gamma shape for --arrivals gamma (1 = Poisson, <1 burstier).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Workers serving requests. [default: one per core]",
+)
+@click.option(
+    "--worker-kind",
+    type=click.Choice(["process", "thread"]),
+    default="process",
+    show_default=True,
+    help="Worker processes (each its own pipeline) or threads sharing one.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds after its arrival a request is given up.",
+)
+@click.option(
+    "--queue",
+    "queue_size",
+    type=click.IntRange(min=0),
+    default=1024,
+    show_default=True,
+    help="Requests that may wait for a worker; more are rejected.",
+)
+@click.option(
+    "--slo-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    help="p99 response-time objective: report the knee and goodput.",
 )
 @click.option(
     "--warmup",
     type=click.IntRange(min=0),
     default=20,
     show_default=True,
-    help="Warm-up requests before the first rate.",
+    help="Warm-up requests per worker.",
 )
-@set_option()
-@out_option("Append one JSON record per rate.")
-@plot_option("Write response time p50/p99 against offered QPS as PNG.")
-def load(
-    config: str | None,
-    dataset: str | None,
-    qps: str,
-    duration: float,
-    arrivals: str,
-    warmup: int,
-    overrides: Sequence[str],
-    out: str | None,
-    plot: str | None,
-) -> None:
-    """Offer increasing request rates (open loop) and report response time per rate."""
-    from .. import datasets
-    from ..pipeline import Pipeline
-    from ..traffic import load_points
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the arrival schedule."
+)
+@out_option("Append one JSON record per (rate, configuration) as it finishes.")
+@plot_option("Write response time p50/p99 against offered load, and CPU share per stage, as PNG.")
+def load(**opts: Any) -> None:
+    """Offer increasing load to each configuration and report response time, throughput and stages."""
+    from ..pipeline import Pipeline, SharedParts
+    from ..traffic import LoadOptions, load_points
 
-    rates = numbers(qps, "--qps")
-    cfg = load_config(config) if config else load_config({})
-    if dataset is not None:
-        cfg["dataset"] = datasets.spec_table(dataset)
-    writer = RecordWriter(out)
-    with Pipeline.from_config(merge(cfg, set_pairs(overrides))) as pipe:
-        pipe.setup()
-        pipe.warm(warmup)
-        with progress(len(rates), "rates") as advance:
-            load_points(
-                pipe, rates, duration_s=duration, kind=arrivals, on_point=writer, progress=advance
-            )
+    mode, levels = _levels(opts["qps"], opts["concurrency"])
+    options = LoadOptions(
+        duration_s=opts["duration"],
+        arrivals=opts["arrivals"],
+        burstiness=opts["burstiness"],
+        timeout_s=opts["timeout"],
+        queue_size=opts["queue_size"],
+        seed=opts["seed"],
+        slo_ms=opts["slo_ms"],
+    )
+    workers, kind = opts["workers"] or _cores(), opts["worker_kind"]
+    combos, _ = configurations(opts, {"warmup": opts["warmup"]})
+    writer = RecordWriter(opts["out"])
+    with ExitStack() as stack:
+        index_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ragbench-index-"))
+        pipelines = []
+        for j, (cfg, label) in enumerate(combos):
+            if kind == "process" and cfg["retrieve"]["index_file"] is None:
+                # built once here, loaded by every worker process
+                cfg["retrieve"]["index_file"] = os.path.join(index_dir, f"{j}.index")
+            pipelines.append(Pipeline(cfg, label=label))  # every config checked before set-up
+        for pipe in pipelines:
+            stack.callback(pipe.close)
+        shared = SharedParts()
+        with progress(len(pipelines), "setting up") as advance:
+            for pipe in pipelines:
+                pipe.setup(shared=shared)
+                advance(1)
+        pools = _pools(stack, pipelines, kind, workers, opts["warmup"])
+        with progress(len(levels) * len(pipelines), "load levels") as advance:
+            try:
+                load_points(
+                    pipelines,
+                    pools,
+                    levels,
+                    mode=mode,
+                    options=options,
+                    on_point=writer,
+                    progress=advance,
+                )
+            except KeyboardInterrupt:
+                if writer.records:
+                    echo(render(writer.records))
+                raise
+    if not writer.records:
+        raise ConfigError("no load level finished")
     echo(render(writer.records))
-    if plot:
+    if opts["plot"]:
         from ..plots import plot_records
 
-        plot_records(writer.records, plot)
-        echo(f"wrote {plot}")
+        plot_records(writer.records, opts["plot"])
+        echo(f"wrote {opts['plot']}")

@@ -4,6 +4,12 @@
 soon as the first token arrives. ``simulated`` is true for backends whose
 timings are modelled rather than measured on a real model (the ``stub``);
 reports label them so.
+
+Threads: once started, the built-in generators' ``first_token`` may be called
+from several threads at once; ``stub`` and ``openai`` stream each thread's
+requests over that thread's own keep-alive connection, and their
+``connect()`` opens the calling thread's connection ahead of time, outside
+any TTFT clock. ``close()`` closes every thread's connection.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ class NoGenerator:
         """Nothing to start: 0 ns."""
         return 0
 
+    def connect(self) -> None:
+        """Nothing to connect (thread-safe, like :meth:`first_token`)."""
+
     def first_token(self, prompt: str, prompt_tokens: int) -> FirstToken:
         """``FirstToken("", 0)``, without looking at the prompt."""
         return _EMPTY

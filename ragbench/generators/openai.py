@@ -7,13 +7,21 @@ with ``chat=False``) with ``"stream": true``; the server-sent events are read
 until the first non-empty content delta, and TTFT is measured on the client
 from just before the request is written to just after that delta is parsed.
 
-Connection handling: one keep-alive :mod:`http.client` connection, opened in
-:meth:`OpenAIGenerator.start` and, after it was closed, again *before* the
-TTFT clock starts. After the first token the client drains the rest of the
-stream when ``max_tokens <= 1`` (the tail is immediate) and keeps the
+Connection handling: one keep-alive :mod:`http.client` connection per
+calling thread, opened on the thread's first request (the starting thread's
+in :meth:`OpenAIGenerator.start`; any thread's ahead of time by
+:meth:`OpenAIGenerator.connect`) and, after it was closed, again *before*
+the TTFT clock starts. After the first token the client drains the rest of
+the stream when ``max_tokens <= 1`` (the tail is immediate) and keeps the
 connection; otherwise it closes the connection, which cancels the
 generation on the server as any client that only wanted the first token
 would.
+
+Threads: :meth:`OpenAIGenerator.first_token` may be called from several
+threads at once. Each thread streams over its own connection, with no lock
+held across a request, so the requests overlap (the server must serve
+concurrent connections, as vLLM, llama.cpp's server with several slots, and
+the stub do); :meth:`~OpenAIGenerator.close` closes every thread's.
 
 Failures -- connection refused, timeouts, a non-200 status, a body that is
 not an event stream, malformed events, a stream that ends before any
@@ -22,10 +30,12 @@ content -- raise :class:`~ragbench.errors.GeneratorError` saying which.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import socket
+import threading
 import time
 import urllib.parse
 from typing import Any
@@ -40,8 +50,26 @@ __all__ = ["OpenAIGenerator", "StreamClient"]
 _MAX_LINE = 1024 * 1024
 
 
+class _ThreadConn:
+    """One thread's keep-alive connection and whether it has carried a request."""
+
+    __slots__ = ("http", "used")
+
+    def __init__(self, conn: http.client.HTTPConnection) -> None:
+        self.http = conn
+        self.used = False
+
+
 class StreamClient:
-    """A keep-alive client for one OpenAI-compatible base URL (``http://host:port/v1``)."""
+    """A keep-alive client for one OpenAI-compatible base URL (``http://host:port/v1``).
+
+    Thread-safe: each calling thread has its own keep-alive connection,
+    opened on its first request (or by :meth:`connect`) and kept for its
+    next ones; no lock is held across a request. A failure or a hang-up
+    closes only the calling thread's connection; the connection of a thread
+    that has ended is closed when another thread next opens one;
+    :meth:`close` closes every thread's (:attr:`connections` counts them).
+    """
 
     def __init__(self, base_url: str, *, api_key: str | None, timeout: float, what: str) -> None:
         if not isinstance(base_url, str) or not base_url:
@@ -66,80 +94,122 @@ class StreamClient:
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
-        self._conn: http.client.HTTPConnection | None = None
-        self._used = False
+        # The calling thread's connection is self._local.conn; every one is in
+        # self._conns (with its thread). The lock guards both and is taken
+        # only to add or remove a connection, never across a request.
+        self._local = threading.local()
+        self._conns: dict[_ThreadConn, threading.Thread] = {}
+        self._lock = threading.Lock()
 
     # -- connection
 
+    @property
+    def connections(self) -> int:
+        """How many threads' connections are open now."""
+        return len(self._conns)
+
     def connect(self) -> None:
-        """Open the connection now if it is not open (outside any TTFT clock)."""
-        conn = self._conn
-        if conn is None:
-            cls = (
-                http.client.HTTPSConnection
-                if self.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            conn = cls(self.host, self.port, timeout=self.timeout)
-            self._conn = conn
+        """Open the calling thread's connection now if it is not open (outside any TTFT clock)."""
+        self._connection()
+
+    def _new_conn(self) -> _ThreadConn:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        tc = _ThreadConn(cls(self.host, self.port, timeout=self.timeout))
+        with self._lock:
+            stale = [c for c, owner in self._conns.items() if not owner.is_alive()]
+            for c in stale:
+                del self._conns[c]
+            self._conns[tc] = threading.current_thread()
+            self._local.conn = tc
+        for c in stale:
+            c.http.close()
+        return tc
+
+    def _connection(self) -> _ThreadConn:
+        """The calling thread's connection, connected now if it is not."""
+        try:
+            tc: _ThreadConn = self._local.conn
+        except AttributeError:
+            tc = self._new_conn()
+        conn = tc.http
         if conn.sock is None:
             try:
                 conn.connect()
             except ConnectionRefusedError:
-                self.close()
+                self._drop()
                 raise GeneratorError(
                     f"{self.what}: connection to {self.base_url} refused; is the server running "
                     "and is base_url right?"
                 ) from None
             except TimeoutError:
-                self.close()
+                self._drop()
                 raise GeneratorError(
                     f"{self.what}: connecting to {self.base_url} timed out after {self.timeout:g} s"
                 ) from None
             except OSError as exc:
-                self.close()
+                self._drop()
                 raise GeneratorError(
                     f"{self.what}: cannot connect to {self.base_url}: {exc}"
                 ) from None
             if conn.sock is not None and self.scheme == "http":
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._used = False
+            tc.used = False
+        return tc
+
+    def _drop(self) -> None:
+        """Close the calling thread's connection (the next request opens a new one)."""
+        with self._lock:
+            local = self._local
+            tc = getattr(local, "conn", None)
+            if tc is None:
+                return
+            del local.conn
+            self._conns.pop(tc, None)
+        tc.http.close()
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        """Close every thread's connection (idempotent; later requests open new ones)."""
+        with self._lock:
+            conns = list(self._conns)
+            self._conns.clear()
+            # A fresh local: no thread still holds a closed connection.
+            self._local = threading.local()
+        for tc in conns:
+            sock = tc.http.sock
+            if sock is not None:
+                # Wakes a thread blocked reading this connection, if any.
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            tc.http.close()
 
     # -- requests
 
     def _request(self, method: str, path: str, body: bytes | None) -> http.client.HTTPResponse:
         """Send one request and return its response; retries once on a stale keep-alive socket."""
         for attempt in (0, 1):
-            self.connect()
-            conn = self._conn
-            if conn is None:  # pragma: no cover - connect() raised instead
-                raise GeneratorError(f"{self.what}: not connected")
-            reused = self._used
-            self._used = True
+            tc = self._connection()
+            conn = tc.http
+            reused = tc.used
+            tc.used = True
             try:
                 conn.request(method, self.prefix + path, body=body, headers=self.headers)
                 return conn.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 # An idle keep-alive connection the server already dropped:
                 # nothing was processed, so one fresh try is safe.
-                self.close()
+                self._drop()
                 if reused and attempt == 0:
                     continue
                 raise GeneratorError(
                     f"{self.what}: {self.base_url} closed the connection without answering"
                 ) from None
             except TimeoutError:
-                self.close()
+                self._drop()
                 raise GeneratorError(
                     f"{self.what}: no answer from {self.base_url} within {self.timeout:g} s"
                 ) from None
             except (OSError, http.client.HTTPException) as exc:
-                self.close()
+                self._drop()
                 raise GeneratorError(
                     f"{self.what}: request to {self.base_url} failed: {exc}"
                 ) from None
@@ -152,7 +222,7 @@ class StreamClient:
             excerpt = resp.read(2000).decode("utf-8", "replace").strip()
         except (OSError, http.client.HTTPException):
             excerpt = ""
-        self.close()
+        self._drop()
         raise GeneratorError(
             f"{self.what}: {self.base_url}{path} answered {resp.status} {resp.reason}"
             + (f": {excerpt[:500]}" if excerpt else "")
@@ -165,12 +235,12 @@ class StreamClient:
         try:
             data = resp.read()
         except (OSError, http.client.HTTPException) as exc:
-            self.close()
+            self._drop()
             raise GeneratorError(
                 f"{self.what}: reading {self.base_url}{path} failed: {exc}"
             ) from None
         if resp.will_close:
-            self.close()
+            self._drop()
         try:
             return json.loads(data)
         except ValueError:
@@ -190,7 +260,7 @@ class StreamClient:
             self._check_status(resp, path)
             ctype = resp.getheader("Content-Type", "")
             if "text/event-stream" not in ctype:
-                self.close()
+                self._drop()
                 raise GeneratorError(
                     f"{self.what}: {self.base_url}{path} answered Content-Type {ctype!r}, not "
                     'text/event-stream; does the endpoint support "stream": true?'
@@ -203,18 +273,18 @@ class StreamClient:
                 while resp.read1(65536):
                     pass
                 if resp.will_close:
-                    self.close()
+                    self._drop()
             else:
                 # Cancel the rest of the generation: only the first token counts.
-                self.close()
+                self._drop()
             return FirstToken(text, ttft)
         except TimeoutError:
-            self.close()
+            self._drop()
             raise GeneratorError(
                 f"{self.what}: no token from {self.base_url}{path} within {self.timeout:g} s"
             ) from None
         except (OSError, http.client.HTTPException) as exc:
-            self.close()
+            self._drop()
             raise GeneratorError(
                 f"{self.what}: stream from {self.base_url}{path} broke: {exc}"
             ) from None
@@ -226,11 +296,11 @@ class StreamClient:
             nl = buf.find(b"\n")
             if nl < 0:
                 if len(buf) > _MAX_LINE:
-                    self.close()
+                    self._drop()
                     raise GeneratorError(f"{self.what}: malformed stream: a line over 1 MiB")
                 data = resp.read1(65536)
                 if not data:
-                    self.close()
+                    self._drop()
                     raise GeneratorError(
                         f"{self.what}: the stream from {self.base_url} ended before any content token"
                     )
@@ -243,14 +313,14 @@ class StreamClient:
             if field != b"data":
                 if field in (b"event", b"id", b"retry"):
                     continue
-                self.close()
+                self._drop()
                 raise GeneratorError(
                     f"{self.what}: malformed stream from {self.base_url}: not an SSE line: "
                     f"{line[:120]!r}"
                 )
             value = value[1:] if value.startswith(b" ") else value
             if value.strip() == b"[DONE]":
-                self.close()
+                self._drop()
                 raise GeneratorError(
                     f"{self.what}: the stream from {self.base_url} ended ([DONE]) before any "
                     "content token"
@@ -263,16 +333,16 @@ class StreamClient:
         try:
             event = json.loads(value)
         except ValueError:
-            self.close()
+            self._drop()
             raise GeneratorError(
                 f"{self.what}: malformed stream from {self.base_url}: data is not JSON: "
                 f"{value[:120]!r}"
             ) from None
         if not isinstance(event, dict):
-            self.close()
+            self._drop()
             raise GeneratorError(f"{self.what}: malformed stream: event is not a JSON object")
         if "error" in event:
-            self.close()
+            self._drop()
             error = event["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
             raise GeneratorError(f"{self.what}: {self.base_url} reported an error: {message}")
@@ -281,7 +351,7 @@ class StreamClient:
             return ""  # e.g. a usage-only chunk
         choice = choices[0]
         if not isinstance(choice, dict):
-            self.close()
+            self._drop()
             raise GeneratorError(f"{self.what}: malformed stream: a choice is not an object")
         if chat:
             delta = choice.get("delta")
@@ -317,6 +387,12 @@ class OpenAIGenerator:
     ``chat``
         ``True`` for ``/chat/completions`` (the prompt as one user message),
         ``False`` for ``/completions``.
+
+    Thread-safe: once started, :meth:`first_token` may be called from
+    several threads at once; each thread streams over its own keep-alive
+    connection, opened on its first call (inside that call's TTFT only if
+    the thread did not call :meth:`connect` first) and closed by
+    :meth:`close` with all the others.
     """
 
     name = "openai"
@@ -378,6 +454,12 @@ class OpenAIGenerator:
         self._started = True
         return time.perf_counter_ns() - t0
 
+    def connect(self) -> None:
+        """Open the calling thread's connection now, outside any TTFT clock."""
+        if not self._started:
+            raise NotBuiltError("openai generator: call start() before connect()")
+        self._client.connect()
+
     def first_token(self, prompt: str, prompt_tokens: int) -> FirstToken:
         """Stream a completion of ``prompt``; return its first token and client-side TTFT (ns).
 
@@ -395,6 +477,7 @@ class OpenAIGenerator:
         return self._client.first_token(path, body, chat=self.chat, drain=self.max_tokens <= 1)
 
     def close(self) -> None:
+        """Close every thread's connection (idempotent)."""
         self._client.close()
         self._started = False
 

@@ -7,7 +7,7 @@ runs ``python -m ragbench stub-llm ... --exit-on-stdin-eof``
 (:meth:`StubGenerator.server_argv`), so it stops when this process closes
 its stdin or dies. The client side is
 the same streaming client as the ``openai`` generator, over one keep-alive
-connection; TTFT is measured on the client.
+connection per calling thread; TTFT is measured on the client.
 """
 
 from __future__ import annotations
@@ -48,6 +48,14 @@ class StubGenerator:
     client hang up after the first token); ``host`` to bind (default
     ``"127.0.0.1"``); ``timeout`` seconds per read (30);
     ``startup_timeout`` seconds for the server to come up (30).
+
+    Thread-safe: once started, :meth:`first_token` may be called from
+    several threads at once. Each thread streams over its own keep-alive
+    connection (opened on its first call, or ahead of time by
+    :meth:`connect`), with no lock held across a request; the server is a
+    threading HTTP server, one thread per connection, so the requests and
+    their modelled prefill sleeps overlap. :meth:`close` closes every
+    thread's connection and stops the server.
     """
 
     name = "stub"
@@ -149,6 +157,19 @@ class StubGenerator:
         self._client = client
         return time.perf_counter_ns() - t0
 
+    @property
+    def connections(self) -> int:
+        """How many threads' connections to the server are open now."""
+        client = self._client
+        return 0 if client is None else client.connections
+
+    def connect(self) -> None:
+        """Open the calling thread's connection now, outside any TTFT clock."""
+        client = self._client
+        if client is None:
+            raise NotBuiltError("stub generator: call start() before connect()")
+        client.connect()
+
     def first_token(self, prompt: str, prompt_tokens: int) -> FirstToken:
         """Stream a chat completion of ``prompt``; return its first token and client-side TTFT."""
         client = self._client
@@ -171,7 +192,7 @@ class StubGenerator:
             raise
 
     def close(self) -> None:
-        """Close the connection and stop the server process (idempotent)."""
+        """Close every thread's connection and stop the server process (idempotent)."""
         client, self._client = self._client, None
         if client is not None:
             client.close()

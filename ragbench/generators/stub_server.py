@@ -478,6 +478,9 @@ class StubServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    # Many client threads may connect at once; the default backlog of 5
+    # would drop SYNs and add a 1 s retransmit to some of them.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], model: StubModel, verbose: bool = False) -> None:
         host, port = address

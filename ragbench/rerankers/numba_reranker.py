@@ -8,23 +8,21 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DimensionError, NonFiniteError
+from ..errors import ConfigError, DimensionError, NonFiniteError
 from ..threads import get_threads
-from ..validate import bad_id_error, check_ids, check_k, int_arg, positive_int
+from ..validate import bad_id_error, bool_param, check_ids, check_k, int_arg, positive_int
 from ._common import K_LIMIT, BaseReranker, check_queries, check_query, check_vectors
 
 __all__ = ["DEFAULT_PARALLEL_THRESHOLD", "NumbaReranker"]
 
-# Candidates per query from which one query is split across threads (each
-# thread keeps its own top-k, then they are merged). Measured on the project
-# machine (2 shared cores, dim 384, k=10, ip, ids drawn from a 100k-row base,
-# medians of interleaved calls), serial vs 2 threads in µs: 256: 16 vs 21,
-# 512: 28 vs 28, 1024: 71 vs 57, 2048: 136 vs 90, 4096: 354 vs 206. Below
-# ~1k the hand-off to the second thread eats the gain. When the other core is
-# busy (other processes), the split loses badly (10k: 1.2 ms serial vs 4-18
-# ms split, the thread waits for a core), so callers timing single-query
-# latency pin one thread (ragbench.threads.set_threads(1)), which turns the
-# split off.
+# With ``parallel=True``: candidates per query from which one query is split
+# across threads (each thread keeps its own top-k, then they are merged).
+# Measured on the project machine (2 shared cores, dim 384, k=10, ip, ids
+# drawn from a 100k-row base, medians of interleaved calls, nothing else
+# running), serial vs 2 threads in µs: 256: 16 vs 21, 512: 28 vs 28, 1024:
+# 71 vs 57, 2048: 136 vs 90, 4096: 354 vs 206. Below ~1k the hand-off to the
+# second thread eats the gain. Without ``parallel=True`` nothing is split (see
+# the class docstring for why one thread is the default).
 DEFAULT_PARALLEL_THRESHOLD = 1024
 
 _METRIC_CODES = {"ip": 0, "cosine": 1, "l2": 2}
@@ -32,6 +30,7 @@ _NDARRAY = np.ndarray
 _F32 = np.dtype(np.float32)
 _I64 = np.dtype(np.int64)
 _empty = np.empty
+_NEVER = 1 << 62  # more candidates than any call can hold
 
 # The compiled rerank_serial for (float32 (d,), int64 (n,), float32 (N, d),
 # int, int64 (k,), float32 (k,)), all C-contiguous, aligned and writeable.
@@ -127,10 +126,37 @@ class NumbaReranker(BaseReranker):
     tests each score against the worst of the k kept so far; only a better
     candidate touches the kept entries (a sorted run up to k=16, a heap
     above, sorted at the end).
-    From ``parallel_threshold`` candidates on (default
+
+    Threads: one by default, for :meth:`rerank` and :meth:`rerank_batch`
+    alike; numba's thread pool is never started. ``parallel=True`` opts in:
+    from ``parallel_threshold`` candidates on (default
     :data:`DEFAULT_PARALLEL_THRESHOLD`) one query is split across
     ``ragbench.threads.get_threads()`` threads, each keeping its own top-k,
-    merged at the end; ``rerank_batch`` runs queries in parallel instead.
+    merged at the end, and ``rerank_batch`` runs queries in parallel.
+    Why one thread: measured on the project machine (2 shared cores, 10k
+    candidates of dim 384 out of a 100k-row base, k=10, medians of
+    interleaved calls; ``bench/test_bench_rerank.py::test_mixed_work``), the
+    split takes 0.22-0.23 ms alone against 0.61-0.63 ms on one thread, but
+    called alternately with a numpy ``(64, 384) @ (384, 384)`` matmul (a query
+    encoder's layer: any BLAS call big enough for OpenBLAS to use its
+    threads) it takes 4.2 ms (up to 10 ms) while one thread stays at 0.61-0.63
+    ms, 2.5-3.0x faster than numpy argpartition alternated the same way.
+    Two thread pools spin against each other: numba's ``omp`` layer (GNU
+    libgomp) lets its workers busy-wait 300 000 spins after each parallel
+    region (``GOMP_SPINCOUNT``'s default when ``OMP_WAIT_POLICY`` is unset),
+    and OpenBLAS's workers spin (``sched_yield``) for 2^28 cycles after each
+    threaded BLAS call (``OPENBLAS_THREAD_TIMEOUT``), so each pool's next call
+    waits for the other's spinning thread to leave the second core (with
+    nothing else in between, the matmul itself went from 0.12 to 3.7 ms).
+    No setting on numba's side makes the split pay there (measured the same
+    way, one process each): ``OMP_WAIT_POLICY=passive`` stops the fight but
+    costs the split its gain (0.34-0.55 ms alone, 0.55-0.73 ms mixed),
+    ``GOMP_SPINCOUNT=10000`` still loses (1.6 ms mixed), the ``workqueue``
+    layer gains nothing (0.63-0.75 ms alone); and each would have to be set
+    in the environment before the pool starts, for the whole process. Opt in
+    where the cores are free of other thread pools, or where OpenBLAS does
+    not spin (``OPENBLAS_THREAD_TIMEOUT=4`` set before numpy is imported: the
+    split then measured 0.23-0.54 ms mixed).
 
     Arithmetic: float32 accumulation with ``fastmath`` limited to
     reassociation and FMA contraction, which lets the dot product vectorise.
@@ -161,23 +187,40 @@ class NumbaReranker(BaseReranker):
     """
 
     name = "numba"
-    extra_params = frozenset({"parallel_threshold"})
+    extra_params = frozenset({"parallel", "parallel_threshold"})
 
     def __init__(
-        self, metric: str = "ip", *, parallel_threshold: int | None = None, **params: Any
+        self,
+        metric: str = "ip",
+        *,
+        parallel: bool = False,
+        parallel_threshold: int | None = None,
+        **params: Any,
     ) -> None:
         super().__init__(metric, **params)
+        owner = "reranker 'numba'"
+        self.parallel = bool_param(owner, "parallel", parallel)
         if parallel_threshold is None:
             parallel_threshold = DEFAULT_PARALLEL_THRESHOLD
-        self.parallel_threshold = positive_int(
-            "reranker 'numba'", "parallel_threshold", parallel_threshold
-        )
+        elif not self.parallel:
+            raise ConfigError(
+                f"{owner}: parallel_threshold={parallel_threshold!r} applies only with "
+                "parallel=True (the reranker runs on one thread by default); pass "
+                "parallel=True as well to split queries across threads, or drop "
+                "parallel_threshold"
+            )
+        self.parallel_threshold = positive_int(owner, "parallel_threshold", parallel_threshold)
+        # Candidates from which rerank() splits a query: never, on one thread.
+        self._split_from = self.parallel_threshold if self.parallel else _NEVER
         self._code = _METRIC_CODES[self.metric]
         self._k = _kernels()
 
     def __repr__(self) -> str:
+        if not self.parallel:
+            return f"NumbaReranker(metric={self.metric!r})"
         return (
-            f"NumbaReranker(metric={self.metric!r}, parallel_threshold={self.parallel_threshold})"
+            f"NumbaReranker(metric={self.metric!r}, parallel=True, "
+            f"parallel_threshold={self.parallel_threshold})"
         )
 
     def rerank(
@@ -220,7 +263,7 @@ class NumbaReranker(BaseReranker):
             k = check_k(k, n if n > n_rows else n_rows, what=K_LIMIT)
         out_ids = _empty(k, _I64)
         out_scores = _empty(k, _F32)
-        if n >= self.parallel_threshold and (threads := _threads()) > 1:
+        if n >= self._split_from and (threads := _threads()) > 1:
             status = self._k.rerank_chunked(q, ids, x, self._code, threads, out_ids, out_scores)
         else:
             if fn is None:
@@ -234,7 +277,7 @@ class NumbaReranker(BaseReranker):
         self, queries: Any, candidate_ids: Any, vectors: Any, k: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`rerank` for ``queries (nq, d)`` and ``candidate_ids (nq, n)``,
-        queries spread over threads. Returns ``(ids int64 (nq, k), scores float32 (nq, k))``;
+        queries spread over threads with ``parallel=True``. Returns ``(ids int64 (nq, k), scores float32 (nq, k))``;
         row ``r`` equals ``rerank(queries[r], candidate_ids[r], vectors, k)``."""
         x = check_vectors(vectors)
         qs = check_queries(queries, x.shape[1], finite=False)
@@ -248,7 +291,7 @@ class NumbaReranker(BaseReranker):
         k = check_k(k, n if n > n_rows else n_rows, what=K_LIMIT)
         out_ids = np.empty((qs.shape[0], k), dtype=np.int64)
         out_scores = np.empty((qs.shape[0], k), dtype=np.float32)
-        if _threads() > 1:
+        if self.parallel and _threads() > 1:
             status = self._k.rerank_many(qs, ids, x, self._code, out_ids, out_scores)
             if status:
                 self._raise(status, int(out_ids[0, 0]), x.shape[0], batch=True)
@@ -262,10 +305,12 @@ class NumbaReranker(BaseReranker):
         return out_ids, out_scores
 
     def warmup(self, dim: int) -> int:
-        """Compile (or load from the on-disk cache) every kernel; return the ns taken.
+        """Compile (or load from the on-disk cache) the kernels; return the ns taken.
 
-        The kernels are typed on float32 query/vectors and int64 ids, whatever
-        ``dim`` is, so one warm-up covers every width and metric.
+        The serial kernel, and with ``parallel=True`` the parallel ones too
+        (which starts numba's thread pool). The kernels are typed on float32
+        query/vectors and int64 ids, whatever ``dim`` is, so one warm-up covers
+        every width and metric.
         """
         dim = int_arg("dim", dim, lo=0)
         t0 = time.perf_counter_ns()
@@ -276,8 +321,8 @@ class NumbaReranker(BaseReranker):
         out_scores = np.empty((2, 2), dtype=np.float32)
         self._k.rerank_serial(q, ids, x, self._code, out_ids[0], out_scores[0])
         _resolve_serial_entry()
-        _threads()
-        if not _serial_only:
+        if self.parallel and not _serial_only:
+            _threads()
             _parallel_in_use()
             self._k.rerank_chunked(q, ids, x, self._code, 2, out_ids[0], out_scores[0])
             self._k.rerank_many(x[:2], ids.reshape(2, 2), x, self._code, out_ids, out_scores)

@@ -14,12 +14,27 @@ child answers with one stdout line ``READY <port>`` and then serves until its
 stdin reaches EOF -- which also happens when the parent dies, so a child
 never outlives it.
 
-Reply layout (both servers): a 21-byte little-endian header ``<BIQQ``
-(status, prompt_tokens, decode_ns, prompt_ns) followed by UTF-8 text -- the
-prompt when status is 0, else ``codec\\0problem`` (status 1, a
-:class:`~ragbench.errors.DecodeError` on the far side), or a message
-(status 3, a :class:`~ragbench.errors.ConfigError` such as a question too
-long for the prompt budget; status 2, any other far-side failure).
+The configuration line may also carry ``"cpu_time": true``: the far side
+then measures its own thread CPU time (:func:`time.thread_time_ns`) around
+decode and around prompt building, beside the wall-clock figures; without it
+it never calls ``thread_time_ns`` and reports 0 for both.
+
+Reply layout, version 2 (both servers): a 38-byte little-endian header
+``<BBIQQQQ`` -- ``version`` (:data:`REPLY_VERSION`, 2), ``status``,
+``prompt_tokens``, ``decode_ns``, ``prompt_ns``, ``decode_cpu_ns``,
+``prompt_cpu_ns`` (the last two 0 unless CPU time was asked for) --
+followed by UTF-8 text: the prompt when status is 0, else
+``codec\\0problem`` (status 1, a :class:`~ragbench.errors.DecodeError` on
+the far side), or a message (status 3, a
+:class:`~ragbench.errors.ConfigError` such as a question too long for the
+prompt budget; status 2, any other far-side failure). A reply of another
+version is a :class:`~ragbench.errors.TransportError`. (Version 1, before
+the CPU-time fields, was a 21-byte ``<BIQQ`` header without a version byte.)
+
+Both servers serve many connections at once: the ``http`` server is a
+:class:`http.server.ThreadingHTTPServer` (one thread per connection), the
+``grpc`` server runs calls on a pool of up to :data:`GRPC_MAX_WORKERS`
+threads, so each near-side thread's requests are served side by side.
 """
 
 from __future__ import annotations
@@ -39,19 +54,28 @@ from ..process import ChildProcess, watch_stdin
 from ..validate import positive_number
 
 __all__ = [
+    "GRPC_MAX_WORKERS",
+    "REPLY_VERSION",
     "ChildTransport",
     "FarSideProcessor",
     "codec_spec",
+    "cpu_time_flag",
     "decode_reply",
     "main",
 ]
 
+#: Version of the reply layout (the first header byte); see the module docstring.
+REPLY_VERSION = 2
 REPLY_OK = 0
 REPLY_DECODE_ERROR = 1
 REPLY_ERROR = 2
 REPLY_CONFIG_ERROR = 3
-_HEAD = struct.Struct("<BIQQ")
+# version, status, prompt_tokens, decode_ns, prompt_ns, decode_cpu_ns, prompt_cpu_ns
+_HEAD = struct.Struct("<BBIQQQQ")
 HEAD_SIZE = _HEAD.size
+#: Most calls the ``grpc`` far side runs at once (threads are made as needed);
+#: the ``http`` far side has no limit (one thread per connection).
+GRPC_MAX_WORKERS = 64
 
 #: Content type of the far side's reply (the ``http`` transport sends it back).
 REPLY_CONTENT_TYPE = "application/x-ragbench-farside"
@@ -140,58 +164,119 @@ def _make_codec(spec: dict[str, Any]) -> Any:
 # ------------------------------------------------------------------ processing
 
 
+def cpu_time_flag(owner: str, cpu_time: object) -> bool:
+    """``cpu_time`` checked to be a bool (:class:`ConfigError` otherwise)."""
+    if not isinstance(cpu_time, bool):
+        raise ConfigError(f"{owner}: cpu_time must be true or false, got {cpu_time!r}")
+    return cpu_time
+
+
 class FarSideProcessor:
-    """Decode a payload and build its prompt, timing both with ``perf_counter_ns``."""
+    """Decode a payload and build its prompt, timing both with ``perf_counter_ns``.
 
-    __slots__ = ("_build", "_decode", "codec", "codec_name")
+    With ``cpu_time=True`` it also measures the calling thread's CPU time
+    (``thread_time_ns``) around each step; each CPU-time pair brackets the
+    wall-clock pair, so the wall figures mean the same either way and never
+    include the ``thread_time_ns`` calls. Without it ``thread_time_ns`` is
+    never called and both CPU figures are 0.
 
-    def __init__(self, codec: Any, codec_name: str, prompt_params: dict[str, Any]) -> None:
+    Safe to share between threads: it keeps no per-call state, the prompt
+    builder keeps none either, and the codec must be shareable (all of
+    ragbench's are: the stdlib JSON decoder, orjson, msgspec's
+    ``Encoder``/``Decoder`` -- thread-safe since msgspec 0.15 -- and
+    protobuf's ``FromString``).
+    """
+
+    __slots__ = ("_build", "_decode", "codec", "codec_name", "cpu_time")
+
+    def __init__(
+        self,
+        codec: Any,
+        codec_name: str,
+        prompt_params: dict[str, Any],
+        *,
+        cpu_time: bool = False,
+    ) -> None:
         from ..prompt import PromptBuilder
 
         self.codec = codec
         self.codec_name = codec_name
+        self.cpu_time = cpu_time_flag("far side", cpu_time)
         self._decode = codec.decode
         self._build = PromptBuilder(**prompt_params).build
 
-    def process(self, payload: bytes) -> tuple[str, int, int, int]:
-        """``(prompt, prompt_tokens, decode_ns, prompt_ns)``; raises the codec's DecodeError."""
-        t0 = time.perf_counter_ns()
+    def process(self, payload: bytes) -> tuple[str, int, int, int, int, int]:
+        """``(prompt, prompt_tokens, decode_ns, prompt_ns, decode_cpu_ns, prompt_cpu_ns)``.
+
+        Raises the codec's DecodeError (and the prompt builder's ConfigError).
+        """
+        if self.cpu_time:
+            return self._process_with_cpu_time(payload)
+        perf = time.perf_counter_ns
+        t0 = perf()
         result = self._decode(payload)
-        t1 = time.perf_counter_ns()
+        t1 = perf()
         prompt, tokens = self._build(result)
-        t2 = time.perf_counter_ns()
-        return prompt, tokens, t1 - t0, t2 - t1
+        t2 = perf()
+        return prompt, tokens, t1 - t0, t2 - t1, 0, 0
+
+    def _process_with_cpu_time(self, payload: bytes) -> tuple[str, int, int, int, int, int]:
+        perf = time.perf_counter_ns
+        cpu = time.thread_time_ns
+        c0 = cpu()
+        t0 = perf()
+        result = self._decode(payload)
+        t1 = perf()
+        c1 = cpu()
+        c2 = cpu()
+        t2 = perf()
+        prompt, tokens = self._build(result)
+        t3 = perf()
+        c3 = cpu()
+        return prompt, tokens, t1 - t0, t3 - t2, c1 - c0, c3 - c2
 
     def reply(self, payload: bytes) -> bytes:
         """The encoded reply for ``payload``; never raises for a bad payload."""
         try:
-            prompt, tokens, decode_ns, prompt_ns = self.process(payload)
+            prompt, tokens, decode_ns, prompt_ns, decode_cpu, prompt_cpu = self.process(payload)
         except DecodeError as exc:
             body = f"{exc.codec}\0{exc.problem}".encode("utf-8", "replace")
-            return _HEAD.pack(REPLY_DECODE_ERROR, 0, 0, 0) + body
+            return _failure_head(REPLY_DECODE_ERROR) + body
         except ConfigError as exc:
             # e.g. a question too long for the prompt budget: the same error inproc raises.
-            return _HEAD.pack(REPLY_CONFIG_ERROR, 0, 0, 0) + str(exc).encode("utf-8", "replace")
+            return _failure_head(REPLY_CONFIG_ERROR) + str(exc).encode("utf-8", "replace")
         except Exception as exc:  # the far side must answer, whatever went wrong
             text = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
-            return _HEAD.pack(REPLY_ERROR, 0, 0, 0) + text
-        return _HEAD.pack(REPLY_OK, tokens, decode_ns, prompt_ns) + prompt.encode(
-            "utf-8", "surrogatepass"
+            return _failure_head(REPLY_ERROR) + text
+        head = _HEAD.pack(
+            REPLY_VERSION, REPLY_OK, tokens, decode_ns, prompt_ns, decode_cpu, prompt_cpu
         )
+        return head + prompt.encode("utf-8", "surrogatepass")
 
 
-def decode_reply(reply: bytes, where: str) -> tuple[str, int, int, int]:
-    """Parse a far-side reply into ``(prompt, prompt_tokens, decode_ns, prompt_ns)``.
+def _failure_head(status: int) -> bytes:
+    return _HEAD.pack(REPLY_VERSION, status, 0, 0, 0, 0, 0)
+
+
+def decode_reply(reply: bytes, where: str) -> tuple[str, int, int, int, int, int]:
+    """Parse a far-side reply into ``(prompt, prompt_tokens, decode_ns, prompt_ns,
+    decode_cpu_ns, prompt_cpu_ns)``.
 
     A far-side decode failure becomes :class:`DecodeError` (same codec, same
-    problem); anything else unreadable becomes :class:`TransportError`.
+    problem); anything else unreadable, or a reply of another layout version,
+    becomes :class:`TransportError`.
     """
     if len(reply) < HEAD_SIZE:
         raise TransportError(f"{where}: reply of {len(reply)} bytes is shorter than its header")
-    status, tokens, decode_ns, prompt_ns = _HEAD.unpack_from(reply)
+    version, status, tokens, decode_ns, prompt_ns, decode_cpu, prompt_cpu = _HEAD.unpack_from(reply)
+    if version != REPLY_VERSION:
+        raise TransportError(
+            f"{where}: reply layout version {version}, expected {REPLY_VERSION} (is the far "
+            "side running another ragbench version?)"
+        )
     text = reply[HEAD_SIZE:].decode("utf-8", "surrogatepass")
     if status == REPLY_OK:
-        return text, tokens, decode_ns, prompt_ns
+        return text, tokens, decode_ns, prompt_ns, decode_cpu, prompt_cpu
     if status == REPLY_DECODE_ERROR:
         codec, _, problem = text.partition("\0")
         raise DecodeError(codec, f"{problem} (reported by the far side over {where})")
@@ -214,9 +299,18 @@ class ChildTransport:
     fails with :class:`TransportError` (default 30), ``startup_timeout``
     seconds the child may take to report ready (default 30).
 
-    One connection carries one request at a time: use one transport per
-    thread. ``alive`` says whether the far side still runs; after it died,
-    every ``send`` raises :class:`TransportError` at once.
+    Threads: one started transport may be shared by many threads. Each
+    calling thread gets its own connection, opened on its first
+    :meth:`send` (or ahead of time, outside any clock, by :meth:`connect`)
+    and kept for its later requests; no lock is held across a request, so
+    the threads' requests overlap on the wire and on the far side, which
+    serves every connection in a thread of its own. A failed request closes
+    only its thread's connection. The connection of a thread that has ended
+    is closed when another thread next opens one; :meth:`close` closes every
+    thread's connection (:attr:`connections` counts the open ones).
+
+    ``alive`` says whether the far side still runs; after it died, every
+    ``send`` raises :class:`TransportError` at once.
     """
 
     name = ""
@@ -242,8 +336,16 @@ class ChildTransport:
         self.port = 0
         self.content_type = "application/octet-stream"
         self.codec_name = ""
+        self.cpu_time = False
         self._child: ChildProcess | None = None
         self._dead: str | None = None
+        # The calling thread's connection is self._local.conn; every open
+        # one is in self._conns (with the thread that owns it). The lock
+        # guards self._conns and self._local, and is only taken to open or
+        # close connections, never across a request.
+        self._local = threading.local()
+        self._conns: dict[Any, threading.Thread] = {}
+        self._lock = threading.Lock()
 
     @property
     def pid(self) -> int | None:
@@ -255,20 +357,34 @@ class ChildTransport:
         """True while the far side's process runs and has not failed a request fatally."""
         return self._child is not None and self._dead is None and self._child.alive
 
+    @property
+    def connections(self) -> int:
+        """How many connections to the far side are open now (at most one per thread)."""
+        return len(self._conns)
+
     def start(
-        self, codec_name: str, codec_params: dict[str, Any], prompt_params: dict[str, Any]
+        self,
+        codec_name: str,
+        codec_params: dict[str, Any],
+        prompt_params: dict[str, Any],
+        *,
+        cpu_time: bool = False,
     ) -> int:
         """Start the far side's server process; return the nanoseconds until it was ready.
 
         The codec and the prompt parameters are checked here first, so a
         configuration mistake is a :class:`ConfigError` from this process,
-        not a dead child.
+        not a dead child. With ``cpu_time=True`` the far side also reports
+        its thread CPU time for decode and prompt building
+        (``FarSide.decode_cpu_ns``/``prompt_cpu_ns``; 0 otherwise). The
+        calling thread's connection is opened here, inside the time returned.
         """
         from ..prompt import PromptBuilder
 
         if self._child is not None:
             raise ConfigError(f"{self.name} transport: already started; close() it first")
         t0 = time.perf_counter_ns()
+        cpu_time = cpu_time_flag(f"{self.name} transport", cpu_time)
         spec, codec = codec_spec(codec_name, codec_params)
         if not isinstance(prompt_params, dict):
             raise ConfigError(f"{self.name} transport: prompt parameters must be a dict")
@@ -281,9 +397,16 @@ class ChildTransport:
             ) from None
         self.content_type = str(getattr(codec, "content_type", "application/octet-stream"))
         self.codec_name = codec_name
+        self.cpu_time = cpu_time
         limit = getattr(codec, "max_payload_bytes", None)
         max_body = limit if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_BODY
-        config = {"codec": spec, "prompt": prompt_params, "host": self.host, "max_body": max_body}
+        config = {
+            "codec": spec,
+            "prompt": prompt_params,
+            "host": self.host,
+            "max_body": max_body,
+            "cpu_time": cpu_time,
+        }
         child = ChildProcess(
             [sys.executable, "-m", "ragbench.transports._farside", self.kind],
             f"{self.name} transport",
@@ -298,18 +421,80 @@ class ChildTransport:
             self.port = int(port)
             self._child = child
             self._dead = None
-            self._connect()
+            self._adopt(self._open())
         except BaseException:
             self._child = None
+            self._disconnect_all()
             child.stop(grace=0.0)
             raise
         return time.perf_counter_ns() - t0
 
-    def _connect(self) -> None:
+    def connect(self) -> None:
+        """Open the calling thread's connection now if it has none (outside any clock).
+
+        :meth:`send` opens it on the thread's first request otherwise, and
+        that request's time then includes the connection set-up.
+        """
+        self._check_usable()
+        if getattr(self._local, "conn", None) is None:
+            self._attach("(connect)")
+
+    # -- connections: subclasses say how to open and close one
+
+    def _open(self) -> Any:
+        """A new connection to the far side (raises OSError or TransportError)."""
         raise NotImplementedError
 
-    def _disconnect(self) -> None:
+    def _close_conn(self, conn: Any) -> None:
         raise NotImplementedError
+
+    def _adopt(self, conn: Any) -> Any:
+        """Make ``conn`` the calling thread's connection; close those of ended threads."""
+        with self._lock:
+            if self._child is None:
+                stale = [conn]  # closed while it was being opened
+            else:
+                stale = [c for c, owner in self._conns.items() if not owner.is_alive()]
+                for c in stale:
+                    del self._conns[c]
+                self._conns[conn] = threading.current_thread()
+                self._local.conn = conn
+        for c in stale:
+            self._close_conn(c)
+        if stale and stale[0] is conn:
+            raise NotBuiltError(f"{self.name} transport: closed while connecting")
+        return conn
+
+    def _attach(self, query: str) -> Any:
+        """Open the calling thread's connection (the slow path of a thread's first send)."""
+        try:
+            conn = self._open()
+        except OSError as exc:
+            raise self._failed(f"cannot connect: {exc}", query) from None
+        except TransportError as exc:
+            raise self._failed(str(exc), query) from None
+        return self._adopt(conn)
+
+    def _disconnect(self) -> None:
+        """Close the calling thread's connection, if it has one."""
+        with self._lock:
+            local = self._local
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                return
+            del local.conn
+            self._conns.pop(conn, None)
+        self._close_conn(conn)
+
+    def _disconnect_all(self) -> None:
+        """Close every thread's connection."""
+        with self._lock:
+            conns = list(self._conns)
+            self._conns.clear()
+            # A fresh local: no thread still holds a closed connection.
+            self._local = threading.local()
+        for conn in conns:
+            self._close_conn(conn)
 
     def _check_usable(self) -> ChildProcess:
         child = self._child
@@ -336,9 +521,9 @@ class ChildTransport:
         )
 
     def close(self) -> None:
-        """Close the connection and stop the far side's process (idempotent)."""
-        self._disconnect()
+        """Close every thread's connection and stop the far side's process (idempotent)."""
         child, self._child = self._child, None
+        self._disconnect_all()
         if child is not None:
             child.stop()
 
@@ -435,6 +620,7 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True
+        request_queue_size = 128  # threads connecting at once; a backlog of 5 drops SYNs
 
     server = Server((host, 0), Handler)
     watch_stdin(server.shutdown)
@@ -455,7 +641,9 @@ def _serve_grpc(processor: FarSideProcessor, host: str, max_body: int) -> None:
         GRPC_SERVICE, {GRPC_METHOD: grpc.unary_unary_rpc_method_handler(process)}
     )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=4),
+        # Enough workers that concurrent near-side threads are served side by
+        # side, as the http server does, rather than queued here.
+        futures.ThreadPoolExecutor(max_workers=GRPC_MAX_WORKERS),
         handlers=(handler,),
         options=[
             ("grpc.max_receive_message_length", max_body),
@@ -495,7 +683,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = _read_config()
     try:
         codec = _make_codec(config["codec"])
-        processor = FarSideProcessor(codec, config["codec"]["name"], config.get("prompt", {}))
+        processor = FarSideProcessor(
+            codec,
+            config["codec"]["name"],
+            config.get("prompt", {}),
+            cpu_time=bool(config.get("cpu_time", False)),
+        )
     except (RagbenchError, ImportError, KeyError, TypeError) as exc:
         print(f"far side: cannot set up: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3

@@ -14,6 +14,16 @@ one 9-byte HTTP/2 DATA frame header per direction. HPACK-compressed HEADERS
 frames (a few dozen bytes per call once the header table is warm) are not
 counted, so the ``grpc`` byte counts are a lower bound.
 
+Threads: a gRPC channel is thread-safe and would multiplex every thread's
+calls as HTTP/2 streams over one TCP connection (channels with equal
+arguments even share it, through gRPC's global subchannel pool). Instead
+each calling thread gets its own channel, opened on its first call, with
+``grpc.use_local_subchannel_pool`` so it really is its own TCP connection:
+like the ``http`` transport's socket per thread, so the two compare like for
+like under concurrency, and one thread's large payload never waits behind
+another's in a shared connection's flow-control window. The far side runs
+up to :data:`~ragbench.transports._farside.GRPC_MAX_WORKERS` calls at once.
+
 Parameters: see :class:`ragbench.transports._farside.ChildTransport`
 (``host``, ``timeout``, ``startup_timeout``). Needs ``grpcio``
 (``pip install 'ragbench[grpc]'``).
@@ -41,8 +51,23 @@ def _grpc() -> Any:
     return grpc
 
 
+class _Channel:
+    """One thread's channel and its ``Process`` method."""
+
+    __slots__ = ("call", "channel")
+
+    def __init__(self, channel: Any, call: Any) -> None:
+        self.channel = channel
+        self.call = call
+
+
 class GrpcTransport(ChildTransport):
-    """Payloads as raw-bytes unary gRPC calls over one insecure loopback channel."""
+    """Payloads as raw-bytes unary gRPC calls over insecure loopback channels.
+
+    Thread-safe: each calling thread calls over its own channel (its own TCP
+    connection), opened on its first :meth:`send` (or by :meth:`connect`);
+    :meth:`close` closes them all. Calls from different threads overlap.
+    """
 
     name = "grpc"
     kind = "grpc"
@@ -50,13 +75,13 @@ class GrpcTransport(ChildTransport):
     def __init__(self, **params: Any) -> None:
         self._grpc = _grpc()  # fail at create time, before any process starts
         super().__init__(**params)
-        self._channel: Any = None
-        self._call: Any = None
         self._metadata: tuple[tuple[str, str], ...] = ()
 
-    def _connect(self) -> None:
+    def _open(self) -> _Channel:
         grpc = self._grpc
         host = f"[{self.host}]" if ":" in self.host else self.host
+        # The same value for every thread; set before any of them calls.
+        self._metadata = (("x-ragbench-content-type", self.content_type),)
         channel = grpc.insecure_channel(
             f"{host}:{self.port}",
             options=[
@@ -66,6 +91,9 @@ class GrpcTransport(ChildTransport):
                 # not after a long reconnect back-off.
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 1000),
+                # This channel's own TCP connection, not one shared with the
+                # other threads' channels through the global subchannel pool.
+                ("grpc.use_local_subchannel_pool", 1),
             ],
         )
         try:
@@ -76,14 +104,10 @@ class GrpcTransport(ChildTransport):
                 f"grpc transport: could not connect to {host}:{self.port} "
                 f"within {self.startup_timeout:g} s"
             ) from None
-        self._channel = channel
-        self._call = channel.unary_unary(GRPC_PATH)
-        self._metadata = (("x-ragbench-content-type", self.content_type),)
+        return _Channel(channel, channel.unary_unary(GRPC_PATH))
 
-    def _disconnect(self) -> None:
-        channel, self._channel, self._call = self._channel, None, None
-        if channel is not None:
-            channel.close()
+    def _close_conn(self, conn: Any) -> None:
+        conn.channel.close()
 
     def send(self, payload: bytes, query: str) -> FarSide:
         """Call the far side with ``payload``; return its prompt, timings and wire byte counts.
@@ -94,15 +118,13 @@ class GrpcTransport(ChildTransport):
         server died or the ``timeout`` deadline passed.
         """
         self._check_usable()
-        call = self._call
-        if call is None:
-            try:
-                self._connect()
-            except TransportError as exc:
-                raise self._failed(str(exc), query) from None
-            call = self._call
         try:
-            reply = call(payload, timeout=self.timeout, metadata=self._metadata)
+            conn = self._local.conn
+        except AttributeError:
+            # This thread's first call, or the first after a failure closed its channel.
+            conn = self._attach(query)
+        try:
+            reply = conn.call(payload, timeout=self.timeout, metadata=self._metadata)
         except self._grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             details = exc.details() if hasattr(exc, "details") else str(exc)
@@ -115,7 +137,7 @@ class GrpcTransport(ChildTransport):
             raise self._failed(f"call failed with {name}: {details}", query) from None
         if not isinstance(reply, bytes):
             raise TransportError(f"grpc transport: reply is {type(reply).__name__}, not bytes")
-        prompt, tokens, decode_ns, prompt_ns = decode_reply(reply, "grpc")
+        prompt, tokens, decode_ns, prompt_ns, decode_cpu, prompt_cpu = decode_reply(reply, "grpc")
         return FarSide(
             prompt,
             tokens,
@@ -123,4 +145,6 @@ class GrpcTransport(ChildTransport):
             prompt_ns,
             len(payload) + _FRAMING_BYTES,
             len(reply) + _FRAMING_BYTES,
+            decode_cpu,
+            prompt_cpu,
         )

@@ -1,4 +1,4 @@
-"""``http``: HTTP/1.1 POST to a far-side server in a child process, over one keep-alive socket.
+"""``http``: HTTP/1.1 POST to a far-side server in a child process, over keep-alive sockets.
 
 The far side is a stdlib :class:`http.server.ThreadingHTTPServer` (HTTP/1.1,
 keep-alive) in a child process bound to ``host`` on a port the kernel picks.
@@ -6,6 +6,11 @@ The near side speaks HTTP/1.1 directly on a socket rather than through
 :mod:`http.client`: the request goes out in one ``sendall`` and the byte
 counts reported are exactly what crossed the socket -- request line, headers
 and body sent; status line, headers and body received.
+
+Threads: each calling thread has its own keep-alive socket (HTTP/1.1 carries
+one request at a time per connection), opened on its first request; the far
+side serves every connection in its own thread. See
+:class:`ragbench.transports._farside.ChildTransport`.
 
 Parameters: see :class:`ragbench.transports._farside.ChildTransport`
 (``host``, ``timeout``, ``startup_timeout``).
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from typing import Any
 
 from ..errors import DecodeError, TransportError
 from . import FarSide
@@ -25,33 +31,46 @@ __all__ = ["HttpTransport"]
 _MAX_HEAD = 64 * 1024
 
 
+class _Connection:
+    """One thread's keep-alive socket, its receive buffer and its request head."""
+
+    __slots__ = ("buf", "head", "sock")
+
+    def __init__(self, sock: socket.socket, head: bytes) -> None:
+        self.sock = sock
+        self.head = head
+        self.buf = bytearray()
+
+
 class HttpTransport(ChildTransport):
-    """Payloads as HTTP/1.1 POST bodies to ``/v1/process``; ``Content-Type`` is the codec's."""
+    """Payloads as HTTP/1.1 POST bodies to ``/v1/process``; ``Content-Type`` is the codec's.
+
+    Thread-safe: each calling thread sends over its own keep-alive socket,
+    opened on its first :meth:`send` (or by :meth:`connect`); :meth:`close`
+    closes them all. Requests from different threads overlap.
+    """
 
     name = "http"
     kind = "http"
 
-    _sock: socket.socket | None = None
-    _head: bytes = b""
-    _buf: bytearray
-
-    def _connect(self) -> None:
+    def _open(self) -> _Connection:
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         # Request and reply are single writes; Nagle would only add delay.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock = sock
-        self._buf = bytearray()
         host = f"[{self.host}]" if ":" in self.host else self.host
-        self._head = (
+        head = (
             f"POST /v1/process HTTP/1.1\r\nHost: {host}:{self.port}\r\n"
             f"Content-Type: {self.content_type}\r\nContent-Length: "
         ).encode("latin-1")
+        return _Connection(sock, head)
 
-    def _disconnect(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
+    def _close_conn(self, conn: Any) -> None:
+        sock = conn.sock
+        # shutdown first: it wakes a thread blocked in recv on this socket.
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
 
     def send(self, payload: bytes, query: str) -> FarSide:
         """POST ``payload``; return the far side's prompt, its timings and the wire byte counts.
@@ -62,20 +81,15 @@ class HttpTransport(ChildTransport):
         the server failed, died or did not answer within ``timeout``.
         """
         self._check_usable()
-        sock = self._sock
-        if sock is None:
-            # Only after an earlier failure closed the keep-alive socket.
-            try:
-                self._connect()
-            except OSError as exc:
-                raise self._failed(f"cannot connect: {exc}", query) from None
-            sock = self._sock
-            if sock is None:
-                raise self._failed("cannot connect", query)
-        request = b"".join((self._head, str(len(payload)).encode(), b"\r\n\r\n", payload))
         try:
-            sock.sendall(request)
-            status, reason, body, received = self._read_response(sock)
+            conn = self._local.conn
+        except AttributeError:
+            # This thread's first request, or the first after a failure closed its socket.
+            conn = self._attach(query)
+        request = b"".join((conn.head, str(len(payload)).encode(), b"\r\n\r\n", payload))
+        try:
+            conn.sock.sendall(request)
+            status, reason, body, received = self._read_response(conn)
         except TimeoutError:
             raise self._failed(f"no reply within {self.timeout:g} s", query) from None
         except (OSError, ValueError) as exc:
@@ -93,12 +107,15 @@ class HttpTransport(ChildTransport):
                 f"http transport: far side answered {status} {reason}: {text} "
                 f"(query {query[:60]!r})"
             )
-        prompt, tokens, decode_ns, prompt_ns = decode_reply(body, "http")
-        return FarSide(prompt, tokens, decode_ns, prompt_ns, len(request), received)
+        prompt, tokens, decode_ns, prompt_ns, decode_cpu, prompt_cpu = decode_reply(body, "http")
+        return FarSide(
+            prompt, tokens, decode_ns, prompt_ns, len(request), received, decode_cpu, prompt_cpu
+        )
 
-    def _read_response(self, sock: socket.socket) -> tuple[int, str, bytes, int]:
-        """Read one response: ``(status, reason, body, bytes received)``."""
-        buf = self._buf
+    def _read_response(self, conn: _Connection) -> tuple[int, str, bytes, int]:
+        """Read one response on ``conn``: ``(status, reason, body, bytes received)``."""
+        buf = conn.buf
+        sock = conn.sock
         while (end := buf.find(b"\r\n\r\n")) < 0:
             if len(buf) > _MAX_HEAD:
                 raise ValueError("response head larger than 64 KiB")

@@ -1,0 +1,147 @@
+"""The configurations ``compare`` and ``load`` run side by side: one option set, one product.
+
+:func:`backend_options` declares the options both commands take (a base
+config, the dataset, one comma list per varied backend, the run settings,
+``--set``); :func:`configurations` turns them into one (config, label) per
+combination of the comma lists, every config already checked.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import click
+
+from ..config import load_config, merge, normalize
+from .options import (
+    config_option,
+    counts,
+    dataset_option,
+    k_option,
+    parse_count,
+    set_option,
+    set_pairs,
+    split_list,
+    threads_option,
+)
+
+__all__ = ["AXES", "backend_options", "configurations"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Comma-list options → the config table whose backend each varies.
+AXES = (
+    ("--index", "retrieve"),
+    ("--rerank", "rerank"),
+    ("--codec", "serialize"),
+    ("--transport", "transport"),
+)
+
+
+def backend_options(fn: F) -> F:
+    """The options of every command that runs configurations side by side."""
+    decorators = [
+        config_option(help="Base pipeline config (TOML); the options below vary it."),
+        dataset_option(help="Dataset name (pydocs, synthetic) or path. [default: pydocs]"),
+        click.option("--n", "n", help="Corpus size for synthetic (e.g. 10k)."),
+        click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
+        click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
+        click.option(
+            "--index", "index", help="Comma-separated index backends, e.g. flat,hnsw,lsh."
+        ),
+        click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),
+        click.option("--codec", help="Comma-separated codecs, e.g. json,orjson,protobuf."),
+        click.option("--transport", help="Comma-separated transports, e.g. inproc,http,grpc."),
+        click.option("--generate", help="Generator backend (none, stub, openai)."),
+        k_option(),
+        click.option(
+            "--k-candidates",
+            "k_candidates",
+            help="Comma-separated candidate counts, e.g. 10,100,1000.",
+        ),
+        click.option(
+            "--with-embeddings/--without-embeddings",
+            default=None,
+            help="Carry chunk embeddings in the payload.",
+        ),
+        threads_option(
+            "Threads each request's library calls may use (default 1; set-up uses every core)."
+        ),
+        click.option(
+            "--cpu-time",
+            "cpu_time",
+            is_flag=True,
+            default=None,
+            help="Also record each stage's thread CPU time (costs ~0.5 µs per stage).",
+        ),
+        set_option(),
+    ]
+    for decorate in reversed(decorators):
+        fn = decorate(fn)
+    return fn
+
+
+def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any]:
+    """The config every combination starts from: file, then --set, then the named options."""
+    from .. import datasets
+
+    base = load_config(opts["config"]) if opts["config"] else {}
+    if any(opts[o] is not None for o in ("dataset", "n", "dim")):
+        n = parse_count(opts["n"], "--n") if opts["n"] else None
+        base["dataset"] = datasets.spec_table(opts["dataset"] or "synthetic", n=n, dim=opts["dim"])
+    extra = set_pairs(opts["overrides"])
+    named = {
+        "run": {
+            **run_over,
+            "k": opts["k"],
+            "threads": opts["threads"],
+            "cpu_time": opts["cpu_time"],
+        },
+        "embed": {"backend": opts["embed"]},
+        "generate": {"backend": opts["generate"]},
+        "serialize": {"with_embeddings": opts["with_embeddings"]},
+    }
+    for table, values in named.items():
+        given = {k: v for k, v in values.items() if v is not None}
+        if given:
+            extra[table] = {**extra.get(table, {}), **given}
+    return normalize(merge(base, extra))
+
+
+def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
+    axes: list[tuple[str, list[Any]]] = []
+    for option, table in AXES:
+        items = split_list(opts[option.lstrip("-")], option)
+        axes += [(table, items)] if items else []
+    kc = counts(opts["k_candidates"], "--k-candidates")
+    return axes + ([("k_candidates", kc)] if kc else [])
+
+
+def configurations(
+    opts: Mapping[str, Any], run_over: Mapping[str, Any] | None = None
+) -> tuple[list[tuple[dict[str, Any], str | None]], set[str]]:
+    """One (config, label) per combination of the comma lists, and the axes that vary.
+
+    Labels name only what varies between rows. An index's build/search
+    parameters belong to the base config's own index; other indexes in the
+    list get their defaults (unless the base came from a file).
+    """
+    base = _base(opts, run_over or {})
+    axes = _axes(opts)
+    out = []
+    for combo in itertools.product(*[values for _, values in axes]):
+        cfg = merge(base, {})
+        parts = []
+        for (axis, values), value in zip(axes, combo, strict=True):
+            if axis == "k_candidates":
+                cfg["run"]["k_candidates"] = value
+                parts += [f"kc={value}"] if len(values) > 1 else []
+                continue
+            if axis == "retrieve" and value != cfg["retrieve"]["backend"] and not opts["config"]:
+                cfg["retrieve"]["build"], cfg["retrieve"]["search"] = {}, {}
+            cfg[axis]["backend"] = value
+            parts += [str(value)] if len(values) > 1 else []
+        out.append((normalize(cfg), "/".join(parts) if parts else None))
+    return out, {axis for axis, values in axes if len(values) > 1}
