@@ -258,7 +258,8 @@ def _built(name: str, data: SweepData, build: Mapping[str, Any]) -> tuple[Any, f
 
 
 def _exact_reranker(data: SweepData) -> Any:
-    reranker = rerankers.create("numba", metric=rerank_metric(data.metric))
+    # parallel across queries for batch QPS; single queries run on the one pinned thread
+    reranker = rerankers.create("numba", metric=rerank_metric(data.metric), parallel=True)
     reranker.warmup(int(data.vectors.shape[1]))
     return reranker
 

@@ -12,7 +12,8 @@ from ragbench.errors import ConfigError, DatasetError
 from ragbench.records import RecordWriter, new_record, read_records
 from ragbench.rendering import render
 from ragbench.sweeps import SweepData, sweep_points
-from ragbench.traffic import load_points
+from ragbench.traffic import LoadOptions, load_points
+from ragbench.workers import ThreadWorkers
 
 ENV_KEYS = {"cpu", "cores", "python", "libraries", "threads", "protobuf_backend", "git_revision"}
 
@@ -38,7 +39,11 @@ def test_driver_records_carry_the_environment_without_the_cli() -> None:
     }
     with rb.Pipeline.from_config(cfg) as pipe:
         pipe.setup()
-        (load,) = load_points(pipe, [200.0], duration_s=0.05)
+        pool = ThreadWorkers(pipe, 1)
+        try:
+            (load,) = load_points([pipe], [pool], [200.0], options=LoadOptions(duration_s=0.05))
+        finally:
+            pool.close()
     assert load["schema"] == "ragbench.load/1" and set(load["env"]) >= ENV_KEYS
 
 

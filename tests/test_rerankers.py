@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -23,6 +26,10 @@ from ragbench.errors import (
 NAMES = rb.rerankers.names()
 METRICS = ["ip", "cosine", "l2"]
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The numba reranker's two ways of running: as shipped (one thread) and opted
+# in to threads, splitting every query with more than one candidate.
+SPLIT = {"parallel": True, "parallel_threshold": 1}
+NUMBA_MODES = [{}, SPLIT]
 
 
 # ---------------------------------------------------------------- helpers
@@ -146,7 +153,7 @@ def same(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> 
 
 @pytest.fixture(scope="module")
 def numba_warm() -> None:
-    rb.rerankers.create("numba").warmup(8)
+    rb.rerankers.create("numba", parallel=True).warmup(8)  # the serial kernel and the parallel ones
 
 
 # ---------------------------------------------------------------- contract, every backend
@@ -221,10 +228,22 @@ def test_config_errors(name: str) -> None:
 
 
 def test_numba_params() -> None:
-    assert rb.rerankers.create("numba", parallel_threshold=5).parallel_threshold == 5
+    rr = rb.rerankers.create("numba")
+    assert rr.parallel is False and repr(rr) == "NumbaReranker(metric='ip')"
+    rr = rb.rerankers.create("numba", parallel=True, parallel_threshold=5)
+    assert rr.parallel is True and rr.parallel_threshold == 5
+    assert repr(rr) == "NumbaReranker(metric='ip', parallel=True, parallel_threshold=5)"
+    assert rb.rerankers.create("numba", parallel=np.bool_(True)).parallel is True
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ConfigError, match="parallel_threshold"):
-            rb.rerankers.create("numba", parallel_threshold=bad)
+            rb.rerankers.create("numba", parallel=True, parallel_threshold=bad)
+    for bad in (1, "yes", None):
+        with pytest.raises(ConfigError, match="parallel must be true or false"):
+            rb.rerankers.create("numba", parallel=bad)
+    # A threshold without the opt-in would silently do nothing: it says how to fix it.
+    for off in ({}, {"parallel": False}):
+        with pytest.raises(ConfigError, match="only with parallel=True.*pass parallel=True"):
+            rb.rerankers.create("numba", parallel_threshold=5, **off)
 
 
 # ---------------------------------------------------------------- bad input, every backend
@@ -375,9 +394,7 @@ def test_numba_matches_numpy(
     k = min(k, max(n_cand, n_rows))
     ref = rb.rerankers.create("numpy", metric=metric).rerank(q, cand, x, k)
     serial = rb.rerankers.create("numba", metric=metric).rerank(q, cand, x, k)
-    chunked = rb.rerankers.create("numba", metric=metric, parallel_threshold=1).rerank(
-        q, cand, x, k
-    )
+    chunked = rb.rerankers.create("numba", metric=metric, **SPLIT).rerank(q, cand, x, k)
     # Split across threads or not, the kernel reaches the same scores and order.
     assert same(serial, chunked)
     if mode.startswith("int"):
@@ -425,8 +442,8 @@ def test_numba_ties_go_to_smaller_id(numba_warm: None) -> None:
     x = np.tile(np.arange(1, 9, dtype=np.float32), (50, 1))  # fifty identical rows
     q = np.linspace(-1, 1, 8).astype(np.float32)
     for metric in METRICS:
-        for threshold in (1, 10_000):
-            rr = rb.rerankers.create("numba", metric=metric, parallel_threshold=threshold)
+        for mode in NUMBA_MODES:
+            rr = rb.rerankers.create("numba", metric=metric, **mode)
             cand = np.random.default_rng(0).permutation(50)
             ids, scores = rr.rerank(q, cand, x, 7)
             assert ids.tolist() == list(range(7))
@@ -482,7 +499,7 @@ def test_numba_respects_thread_setting(numba_warm: None) -> None:
 
     before = threads.get_threads()
     x, q, cand = make_case(6, 300, 8, 3000, "float")
-    rr = rb.rerankers.create("numba", parallel_threshold=1)
+    rr = rb.rerankers.create("numba", **SPLIT)
     try:
         threads.set_threads(1)
         one = rr.rerank(q, cand, x, 10)
@@ -495,15 +512,147 @@ def test_numba_respects_thread_setting(numba_warm: None) -> None:
     assert same(one, two)
 
 
+class KernelSpy:
+    """Stands in for the kernels module of one reranker: counts parallel kernel calls."""
+
+    def __init__(self, parallel_allowed: bool) -> None:
+        from ragbench.rerankers import _kernels
+
+        self._real = _kernels
+        self.rerank_serial = _kernels.rerank_serial
+        self.allowed = parallel_allowed
+        self.calls: list[str] = []
+
+    def _parallel(self, name: str, *args: object) -> int:
+        if not self.allowed:
+            raise AssertionError(f"the one-thread reranker called the parallel kernel {name}")
+        self.calls.append(name)
+        return int(getattr(self._real, name)(*args))
+
+    def rerank_chunked(self, *args: object) -> int:
+        return self._parallel("rerank_chunked", *args)
+
+    def rerank_many(self, *args: object) -> int:
+        return self._parallel("rerank_many", *args)
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    """Pin two threads for the test (what would let a parallel kernel run), then restore."""
+    import numba
+
+    from ragbench import threads
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread here: no parallel kernel to reach")
+    before = threads.get_threads()
+    threads.set_threads(2)
+    yield
+    threads.set_threads(before)
+
+
+def test_numba_default_is_one_thread(numba_warm: None, two_threads: None) -> None:
+    """As shipped, never a parallel kernel: not from the threshold, not for a batch,
+    not in warmup, even with two threads pinned."""
+    from ragbench.rerankers.numba_reranker import DEFAULT_PARALLEL_THRESHOLD
+
+    x, q, cand = make_case(12, 500, 8, 4 * DEFAULT_PARALLEL_THRESHOLD, "float")
+    rr = rb.rerankers.create("numba")
+    rr._k = spy = KernelSpy(parallel_allowed=False)
+    rr.warmup(8)
+    ids, scores = rr.rerank(q, cand, x, 10)
+    check_result((ids, scores), q, x, cand, 10, "ip")
+    assert same(rr.rerank(q, cand.astype(np.int32), x, 10), (ids, scores))  # dispatcher path
+    bids, bscores = rr.rerank_batch(np.stack([q, -q]), np.stack([cand, cand[::-1]]), x, 10)
+    assert same((bids[0], bscores[0]), (ids, scores))
+    assert spy.calls == []
+
+
+def test_numba_parallel_option_reaches_parallel_kernels(
+    numba_warm: None, two_threads: None
+) -> None:
+    """parallel=True splits a query from parallel_threshold on and runs batches in
+    parallel, with the same answers as the one-thread default, bit for bit."""
+    x, q, cand = make_case(13, 500, 8, 3000, "float")
+    qs = np.stack([q, -q, q * 2])
+    cands = np.stack([cand, cand[::-1], cand])
+    for metric in METRICS:
+        one = rb.rerankers.create("numba", metric=metric)
+        rr = rb.rerankers.create("numba", metric=metric, parallel=True, parallel_threshold=1024)
+        rr._k = spy = KernelSpy(parallel_allowed=True)
+        for n in (3000, 1024):
+            assert same(rr.rerank(q, cand[:n], x, 10), one.rerank(q, cand[:n], x, 10))
+        assert spy.calls == ["rerank_chunked", "rerank_chunked"]
+        # Below the threshold one query stays on one thread.
+        assert same(rr.rerank(q, cand[:1023], x, 10), one.rerank(q, cand[:1023], x, 10))
+        assert spy.calls == ["rerank_chunked", "rerank_chunked"]
+        got = rr.rerank_batch(qs, cands, x, 10)
+        assert spy.calls[-1] == "rerank_many"
+        assert same(got, one.rerank_batch(qs, cands, x, 10))
+
+
+POOL_SCRIPT = """
+import json, os, sys
+import numpy as np
+import numba
+import ragbench as rb
+
+def tasks():
+    return len(os.listdir("/proc/self/task"))
+
+def pool_started():
+    try:
+        numba.threading_layer()
+    except ValueError:  # "Threading layer is not initialized."
+        return False
+    return True
+
+x = np.random.default_rng(0).standard_normal((5000, 16), dtype=np.float32)
+ids = np.arange(5000)
+numba.njit(lambda: 0)()  # numba's own start-up (one idle helper thread of its own)
+before = tasks()
+rr = rb.rerankers.create("numba")
+rr.warmup(16)
+rr.rerank(x[0], ids, x, 10)
+rr.rerank_batch(x[:4], np.stack([ids] * 4), x, 10)
+default = {"pool": pool_started(), "new_threads": tasks() - before}
+opt = rb.rerankers.create("numba", parallel=True)
+opt.warmup(16)
+opt.rerank(x[0], ids, x, 10)
+print(json.dumps({"default": default, "parallel": {"pool": pool_started(),
+                  "new_threads": tasks() - before}}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads in /proc")
+def test_numba_default_never_starts_the_thread_pool() -> None:
+    """In a fresh process the default reranker (warmup, rerank above the old
+    threshold, batch) loads no threading layer and starts no thread, so it has
+    no pool to spin; parallel=True does start one (the check can fail)."""
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", POOL_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "RAGBENCH_THREADS": "2", "NUMBA_NUM_THREADS": "2"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["default"] == {"pool": False, "new_threads": 0}
+    assert got["parallel"]["pool"] is True and got["parallel"]["new_threads"] >= 1
+
+
 def test_numba_large_k_and_adversarial_order(numba_warm: None) -> None:
     # Ascending scores: every candidate enters the heap. Duplicates everywhere.
     x = np.arange(2000, dtype=np.float32).reshape(-1, 1)
     cand = np.concatenate([np.arange(2000), np.arange(2000)[::-1], [-1] * 5])
     q = np.ones(1, np.float32)
-    for threshold in (1, 10_000):
-        ids, scores = rb.rerankers.create("numba", parallel_threshold=threshold).rerank(
-            q, cand, x, 1500
-        )
+    for mode in NUMBA_MODES:
+        ids, scores = rb.rerankers.create("numba", **mode).rerank(q, cand, x, 1500)
         assert ids.tolist() == list(range(1999, 499, -1))
         assert scores.tolist() == [float(i) for i in range(1999, 499, -1)]
 
@@ -523,8 +672,8 @@ def test_numba_sorted_run_and_heap_agree_with_numpy(numba_warm: None, k: int) ->
         for metric in METRICS:
             x, q, cand = make_case(seed, 60, 7, 150, "int", special_rows=3)
             ref = rb.rerankers.create("numpy", metric=metric).rerank(q, cand, x, k)
-            for threshold in (1, 10_000):
-                rr = rb.rerankers.create("numba", metric=metric, parallel_threshold=threshold)
+            for mode in NUMBA_MODES:
+                rr = rb.rerankers.create("numba", metric=metric, **mode)
                 assert same(rr.rerank(q, cand, x, k), ref)
                 assert same(rr.rerank(q, cand[::-1].copy(), x, k), ref)
             ids, scores = rb.rerankers.create("numba", metric=metric).rerank_batch(
@@ -562,8 +711,8 @@ def test_numba_fast_path_and_dispatcher_agree(numba_warm: None) -> None:
     assert same(rr.rerank(q_ro, cand_ro, x_ro, 5), ref)
     assert same(rr.rerank(q, cand.astype(np.int32), x, 5), ref)
     assert same(rr.rerank(np.repeat(q, 2)[::2], cand, x, 5), ref)
-    for threshold in (1, 10_000):
-        split = rb.rerankers.create("numba", parallel_threshold=threshold)
+    for mode in NUMBA_MODES:
+        split = rb.rerankers.create("numba", **mode)
         for bad in (50, -7):
             with pytest.raises(IdOutOfRangeError, match=f"id {bad} is out of range"):
                 split.rerank(q, np.r_[cand, bad], x, 5)
@@ -597,7 +746,7 @@ FORK_SCRIPT = """
 import os, sys
 import numpy as np
 import ragbench as rb
-rr = rb.rerankers.create("numba", parallel_threshold=1)
+rr = rb.rerankers.create("numba", parallel=True, parallel_threshold=1)
 rr.warmup(8)
 x = np.random.default_rng(0).standard_normal((3000, 8), dtype=np.float32)
 ids = np.arange(3000)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -24,6 +29,12 @@ from ragbench.errors import (
 )
 from ragbench.prompt import build_prompt
 from ragbench.transports import FarSide
+from ragbench.transports._farside import (
+    HEAD_SIZE,
+    REPLY_VERSION,
+    FarSideProcessor,
+    decode_reply,
+)
 
 PROMPT_PARAMS = {"max_tokens": 700}
 REMOTE = ["http", "grpc"]
@@ -55,6 +66,57 @@ def make_test_codec() -> TinyJsonCodec:
     return TinyJsonCodec()
 
 
+class RendezvousCodec(TinyJsonCodec):
+    """Its decode waits until ``parties`` decodes are in flight at once (or ``wait`` s pass).
+
+    The most it saw at once is appended to the decoded question, so it comes
+    back in the prompt: a far side that serves requests one by one shows 1.
+    """
+
+    name = "test-rendezvous"
+
+    def __init__(self, parties: int = 1, wait: float = 10.0) -> None:
+        self.parties = parties
+        self.wait = wait
+        self._cond = threading.Condition()
+        self._inflight = 0
+        self._peak = 0
+
+    def decode(self, payload: bytes) -> rb.RetrievalResult:
+        result = super().decode(payload)
+        with self._cond:
+            self._inflight += 1
+            self._peak = max(self._peak, self._inflight)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._peak >= self.parties, timeout=self.wait)
+            seen = self._peak
+            self._inflight -= 1
+        return rb.RetrievalResult(result.query_id, f"{result.query} [{seen} at once]", result.hits)
+
+
+def make_rendezvous_codec(parties: int = 1, wait: float = 10.0) -> RendezvousCodec:
+    return RendezvousCodec(parties, wait)
+
+
+class SlowCodec(TinyJsonCodec):
+    """Its decode sleeps ``seconds`` for a question that says "slow"."""
+
+    name = "test-slow"
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+
+    def decode(self, payload: bytes) -> rb.RetrievalResult:
+        result = super().decode(payload)
+        if "slow" in result.query:
+            time.sleep(self.seconds)
+        return result
+
+
+def make_slow_codec(seconds: float = 0.0) -> SlowCodec:
+    return SlowCodec(seconds)
+
+
 def make_codec_that_fails_in_the_child() -> TinyJsonCodec:
     if os.environ.get("RAGBENCH_TEST_FAIL_CHILD_OF") == str(os.getppid()):
         raise RuntimeError("boom in the far side's process")
@@ -68,6 +130,8 @@ CODECS = ["test-json", *[n for n in rb.codecs.names() if not n.startswith("test-
 def _test_codecs() -> Iterator[None]:
     """Register this file's codecs for its tests only, so other files never list them."""
     rb.codecs.register("test-json", make_test_codec)
+    rb.codecs.register("test-rendezvous", make_rendezvous_codec)
+    rb.codecs.register("test-slow", make_slow_codec)
     try:
         yield
     finally:
@@ -366,3 +430,325 @@ def test_missing_grpc_is_a_missing_dependency_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "grpc", None)
     with pytest.raises(MissingDependencyError, match=r"ragbench\[grpc\]"):
         GrpcTransport()
+
+
+# ----------------------------------------------------------------- the far side's CPU time
+
+# Each CPU-time pair brackets its wall-clock pair, so CPU time exceeds wall time
+# by the clock reads (~0.6 us here) when the thread is never descheduled. The
+# kernel's thread CPU clock also runs ahead of the monotonic clock now and then
+# (up to ~45 us in ~0.1% of 20,000 samples on a 2-core VM), so the typical
+# (median) excess is held to a few us and each sample only to a loose bound.
+TOLERANCE_NS = 5_000
+OUTLIER_NS = 100_000
+
+
+def big_result() -> rb.RetrievalResult:
+    """A result whose test-json payload is about 100 KB."""
+    hits = [
+        rb.Hit(f"d{i}", 1.0 - i / 100, f"chunk {i}: " + "retrieval text, naïve 检索 " * 160, {})
+        for i in range(20)
+    ]
+    return rb.RetrievalResult("q-big", "how big is the payload?", hits)
+
+
+def test_big_result_is_about_100_kb() -> None:
+    assert 80_000 < len(TinyJsonCodec().encode(big_result())) < 150_000
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["inproc", *REMOTE])
+def test_far_side_reports_its_cpu_time_when_asked(started: list, kind: str) -> None:
+    transport = rb.transports.create(kind)
+    started.append(transport)
+    transport.start("test-json", {}, dict(PROMPT_PARAMS), cpu_time=True)
+    result = big_result()
+    payload = TinyJsonCodec().encode(result)
+    replies = [transport.send(payload, result.query) for _ in range(21)]
+    for far in replies:
+        assert far.prompt == build_prompt(result, **PROMPT_PARAMS)[0]
+        assert 0 < far.decode_cpu_ns <= far.decode_ns + OUTLIER_NS
+        assert 0 <= far.prompt_cpu_ns <= far.prompt_ns + OUTLIER_NS
+    for wall, cpu in (("decode_ns", "decode_cpu_ns"), ("prompt_ns", "prompt_cpu_ns")):
+        excess = sorted(getattr(far, cpu) - getattr(far, wall) for far in replies)
+        assert excess[len(excess) // 2] <= TOLERANCE_NS, (cpu, excess)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["inproc", *REMOTE])
+def test_far_side_reports_no_cpu_time_unless_asked(started: list, kind: str) -> None:
+    transport = start(started, kind)
+    result = big_result()
+    far = transport.send(TinyJsonCodec().encode(result), result.query)
+    assert far.decode_ns > 0 and far.prompt_ns > 0
+    assert far.decode_cpu_ns == 0 and far.prompt_cpu_ns == 0
+
+
+@pytest.mark.parametrize("cpu_time", [False, True])
+def test_thread_time_is_read_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch, cpu_time: bool
+) -> None:
+    calls: list[int] = []
+    real = time.thread_time_ns
+
+    def counting() -> int:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(time, "thread_time_ns", counting)
+    transport = rb.transports.create("inproc")
+    transport.start("test-json", {}, dict(PROMPT_PARAMS), cpu_time=cpu_time)
+    result = results(1)[0]
+    for _ in range(3):
+        transport.send(TinyJsonCodec().encode(result), result.query)
+    transport.close()
+    # Two readings around decode, two around prompt building, per send.
+    assert len(calls) == (12 if cpu_time else 0)
+
+
+@pytest.mark.parametrize("kind", ["inproc", *REMOTE])
+def test_cpu_time_must_be_a_bool(kind: str) -> None:
+    transport = rb.transports.create(kind)
+    with pytest.raises(ConfigError, match="cpu_time"):
+        transport.start("test-json", {}, {}, cpu_time="yes")  # type: ignore[arg-type]
+    assert transport.alive is False
+
+
+def test_reply_round_trip_and_version_check() -> None:
+    processor = FarSideProcessor(TinyJsonCodec(), "test-json", dict(PROMPT_PARAMS), cpu_time=True)
+    result = results(1)[0]
+    reply = processor.reply(TinyJsonCodec().encode(result))
+    assert reply[0] == REPLY_VERSION and len(reply) > HEAD_SIZE
+    prompt, tokens, decode_ns, prompt_ns, decode_cpu, prompt_cpu = decode_reply(reply, "test")
+    assert (prompt, tokens) == build_prompt(result, **PROMPT_PARAMS)
+    assert decode_ns > 0 and prompt_ns > 0 and decode_cpu > 0 and prompt_cpu > 0
+    with pytest.raises(TransportError, match="version 9"):
+        decode_reply(bytes([9]) + reply[1:], "test")
+    with pytest.raises(TransportError, match="shorter than its header"):
+        decode_reply(reply[: HEAD_SIZE - 1], "test")
+    bad = processor.reply(b"\xffnot json")
+    assert bad[0] == REPLY_VERSION
+    with pytest.raises(DecodeError):
+        decode_reply(bad, "test")
+
+
+def test_far_side_record_keeps_its_dataclass_contract() -> None:
+    """FarSide's fast __init__ takes exactly the fields, with their defaults."""
+    fields = dataclasses.fields(FarSide)
+    params = list(inspect.signature(FarSide).parameters.values())
+    assert [p.name for p in params] == [f.name for f in fields]
+    assert [p.default for p in params] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default for f in fields
+    ]
+    far = FarSide("p", 1, 2, 3, 4, 5)
+    assert (far.decode_cpu_ns, far.prompt_cpu_ns) == (0, 0)
+    assert far == FarSide(
+        prompt="p",
+        prompt_tokens=1,
+        decode_ns=2,
+        prompt_ns=3,
+        wire_bytes_sent=4,
+        wire_bytes_received=5,
+        decode_cpu_ns=0,
+        prompt_cpu_ns=0,
+    )
+    assert dataclasses.replace(far, decode_cpu_ns=7).decode_cpu_ns == 7
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        far.prompt = "q"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        FarSide("p", 1, 2, 3, 4)  # type: ignore[call-arg]
+
+
+# ----------------------------------------------------------------- one transport, many threads
+
+
+def in_threads(
+    n: int, work: Callable[[int], Any], while_parked: Callable[[], Any] | None = None
+) -> tuple[list[Any], Any]:
+    """Run ``work(t)`` in ``n`` threads at once; return their results and ``while_parked()``.
+
+    ``while_parked`` runs once every thread has finished its work but before
+    any of them ends (so their connections are still theirs). The first
+    error of a thread is raised here.
+    """
+    out: list[Any] = [None] * n
+    errors: list[BaseException] = []
+    done = threading.Barrier(n + 1)
+    release = threading.Event()
+
+    def run(t: int) -> None:
+        try:
+            out[t] = work(t)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                done.wait(120)
+            release.wait(120)
+
+    threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(n)]
+    for thread in threads:
+        thread.start()
+    try:
+        done.wait(600)
+        parked = while_parked() if while_parked is not None else None
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(60)
+    if errors:
+        raise errors[0]
+    return out, parked
+
+
+def socket_fds() -> set[str]:
+    """This process's open sockets, as ``socket:[inode]``."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            found.add(target)
+    return found
+
+
+def leaked_sockets(before: set[str], limit: float = 10.0) -> set[str]:
+    """Sockets opened since ``before`` that are still open (grpc closes its own a bit later)."""
+    end = time.monotonic() + limit
+    while (left := socket_fds() - before) and time.monotonic() < end:
+        time.sleep(0.05)
+    return left
+
+
+def server_connections(port: int) -> int:
+    """Established TCP connections whose server end is ``port`` (from /proc/net)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+def thread_result(t: int, i: int) -> rb.RetrievalResult:
+    """A result only thread ``t``'s request ``i`` sends, of a size that varies."""
+    hits = [
+        rb.Hit(f"t{t}-r{i}-d{j}", 1.0 - j / 10, f"thread {t} request {i} chunk {j} " * (3 + 5 * t))
+        for j in range(1 + (i + t) % 5)
+    ]
+    return rb.RetrievalResult(f"t{t}-r{i}", f"what did thread {t} ask in request {i}?", hits)
+
+
+N_THREADS = 4
+N_REQUESTS = 50
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["inproc", *REMOTE])
+def test_threads_share_one_transport(started: list, kind: str) -> None:
+    before = socket_fds()
+    transport = start(started, kind)
+    codec = TinyJsonCodec()
+
+    def work(t: int) -> list[tuple[rb.RetrievalResult, FarSide]]:
+        replies = []
+        for i in range(N_REQUESTS):
+            result = thread_result(t, i)
+            replies.append((result, transport.send(codec.encode(result), result.query)))
+        return replies
+
+    def look() -> tuple[int, int]:
+        port = getattr(transport, "port", 0)
+        return getattr(transport, "connections", 0), server_connections(port) if port else 0
+
+    out, (connections, at_server) = in_threads(N_THREADS, work, look)
+    for replies in out:
+        assert len(replies) == N_REQUESTS
+        for result, far in replies:
+            # Every reply is the one for its own request: no crossed replies.
+            assert result.query in far.prompt
+            assert (far.prompt, far.prompt_tokens) == build_prompt(result, **PROMPT_PARAMS)
+    if kind != "inproc":
+        # One connection per thread, plus the one start() opened, all open at once.
+        assert connections == N_THREADS + 1
+        assert at_server >= N_THREADS + 1
+    transport.close()
+    assert getattr(transport, "connections", 0) == 0
+    assert not leaked_sockets(before)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["inproc", *REMOTE])
+def test_requests_from_threads_overlap_on_the_far_side(started: list, kind: str) -> None:
+    # More threads than the grpc far side used to have workers (4).
+    parties = 8
+    transport = rb.transports.create(kind)
+    started.append(transport)
+    transport.start("test-rendezvous", {"parties": parties}, dict(PROMPT_PARAMS))
+    codec = TinyJsonCodec()
+    ready = threading.Barrier(parties)
+
+    def work(t: int) -> FarSide:
+        transport.connect()  # not timed here, but keeps the requests themselves together
+        ready.wait(60)
+        result = thread_result(t, 0)
+        return transport.send(codec.encode(result), result.query)
+
+    out, _ = in_threads(parties, work)
+    for t, far in enumerate(out):
+        # Each decode waited for all the others: they were on the far side together.
+        assert f"what did thread {t} ask in request 0? [{parties} at once]" in far.prompt
+
+
+@pytest.mark.integration
+def test_connections_of_ended_threads_are_closed(started: list) -> None:
+    before = socket_fds()
+    transport = start(started, "http")
+    assert transport.connections == 1
+    result = results(1)[0]
+    payload = TinyJsonCodec().encode(result)
+    for _ in range(3):
+        thread = threading.Thread(target=transport.send, args=(payload, result.query))
+        thread.start()
+        thread.join(60)
+    # Each new thread's connection closed the previous, ended thread's one.
+    assert transport.connections == 2
+    assert len(socket_fds() - before) == 2
+    transport.connect()  # the calling thread already has its own: nothing new
+    assert transport.connections == 2
+    transport.close()
+    assert not leaked_sockets(before)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", REMOTE)
+def test_a_failed_request_closes_only_its_threads_connection(started: list, kind: str) -> None:
+    transport = rb.transports.create(kind, timeout=2.0)
+    started.append(transport)
+    transport.start("test-slow", {"seconds": 6.0}, dict(PROMPT_PARAMS))
+    codec = TinyJsonCodec()
+    result = results(1)[0]
+    slow = rb.RetrievalResult("q-slow", "a slow question?", [])
+
+    def work(t: int) -> str:
+        if t == 0:
+            # The far side sleeps 6 s on this one: the 2 s deadline fails it.
+            with pytest.raises(TransportError, match="no reply within|DEADLINE"):
+                transport.send(codec.encode(slow), slow.query)
+            return "failed"
+        return transport.send(codec.encode(result), result.query).prompt
+
+    out, connections = in_threads(3, work, lambda: transport.connections)
+    assert out[0] == "failed" and out[1] == out[2] == build_prompt(result, **PROMPT_PARAMS)[0]
+    # Only thread 0's connection was closed: the starting thread's and threads 1, 2's remain.
+    assert connections == 3
+    assert transport.alive
+    assert transport.send(codec.encode(result), result.query).prompt == out[1]

@@ -454,6 +454,11 @@ class OpenAIGenerator:
         self._started = True
         return time.perf_counter_ns() - t0
 
+    @property
+    def connections(self) -> int:
+        """How many threads' connections to the endpoint are open now."""
+        return self._client.connections
+
     def connect(self) -> None:
         """Open the calling thread's connection now, outside any TTFT clock."""
         if not self._started:
