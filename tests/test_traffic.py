@@ -17,6 +17,7 @@ from ragbench.generators import FirstToken
 from ragbench.records import knees
 from ragbench.traffic import (
     COMPLETED,
+    REJECTED,
     LoadOptions,
     arrivals,
     closed_loop,
@@ -147,6 +148,25 @@ def test_overload_ends_every_request_once_and_the_knee_is_below_it(test_backends
     assert high["response_p99_us"] <= 100_000 + 20_000  # nothing completed long after its timeout
     assert high["response_all_p99_us"] == pytest.approx(100_000)  # failures counted at the timeout
     assert knees(recs, 50.0) == {p.label: 50.0}
+
+
+def test_overload_memory_is_bounded_by_the_queue_not_the_offered_rate(pipe: rb.Pipeline) -> None:
+    import tracemalloc
+
+    pool = ThreadWorkers(pipe, 1)
+    try:
+        tracemalloc.start()
+        try:
+            run = open_loop(pool, arrivals(50_000.0, 20_000), timeout_s=0.05, queue_size=32)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    finally:
+        pool.close()
+    kept = sum(r is not None for r in run.records)
+    assert kept == int((run.outcome == COMPLETED).sum()) < 5_000  # only what was served
+    assert int((run.outcome == REJECTED).sum()) > 10_000  # the rest was rejected at the door
+    assert peak < 40 * 2**20  # 20 000 requests offered in 0.4 s, a few MB held
 
 
 def test_a_low_rate_is_achieved(pipe: rb.Pipeline) -> None:
