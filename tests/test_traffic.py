@@ -211,9 +211,12 @@ def test_cpu_time_tells_a_waiting_stage_from_a_busy_one(test_backends: None) -> 
         report = p.run(queries=10, warmup=1)
     cpu = report.cpu()
     assert cpu is not None
-    assert cpu["rerank"]["cpu_pct"] > 70  # spins on the CPU
-    assert cpu["generate"]["cpu_pct"] < 20  # sleeps
+    # the spinning stage used its 4 ms of CPU per request; the sleeping one almost none
+    # (cpu % of the spinner is ~100 % on a quiet machine, lower when other work takes the core)
     assert cpu["rerank"]["cpu_mean_us"] >= SPIN_MS * 1e3
+    assert cpu["generate"]["cpu_mean_us"] < 0.2 * NAP_MS * 1e3
+    assert cpu["generate"]["cpu_pct"] < 20
+    assert cpu["rerank"]["cpu_pct"] > 5 * cpu["generate"]["cpu_pct"]
     assert cpu["rerank"]["cpu_share"] > 0.5
     # the table says so, and the record carries the CPU samples
     assert "cpu %" in report.table()
