@@ -183,8 +183,8 @@ class FarSideProcessor:
     Safe to share between threads: it keeps no per-call state, the prompt
     builder keeps none either, and the codec must be shareable (all of
     ragbench's are: the stdlib JSON decoder, orjson, msgspec's
-    ``Encoder``/``Decoder`` -- thread-safe since msgspec 0.15 -- and
-    protobuf's ``FromString``).
+    ``Encoder``/``Decoder`` -- thread-safe since msgspec/msgspec#402, May 2023 --
+    and protobuf's ``FromString``).
     """
 
     __slots__ = ("_build", "_decode", "codec", "codec_name", "cpu_time")
