@@ -29,6 +29,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "threads": 1,
         "label": None,
         "cpu_time": False,
+        "repeat": 1,
     },
     "embed": {"backend": None},
     "cache": {"backend": "none", "size": 1024, "ttl_s": 300.0},
@@ -62,6 +63,7 @@ _INT_KEYS = {
     ("run", "warmup"): 0,
     ("run", "k"): 1,
     ("run", "k_candidates"): 1,
+    ("run", "repeat"): 1,
     ("cache", "size"): 1,
     ("prompt", "max_tokens"): 1,
 }

@@ -156,6 +156,11 @@ class LruTtlCache:
             self.hits += 1
             return entry[1], entry[2]
 
+    def clear(self) -> None:
+        """Forget every entry (the hit and miss counts stay)."""
+        with self._lock:
+            self._data.clear()
+
     def put(self, key: str, ids: np.ndarray, scores: np.ndarray) -> None:
         with self._lock:
             self._data[key] = (perf_counter_ns(), ids, scores)
@@ -436,6 +441,7 @@ class Pipeline:
         self._loop_names: list[str] = []
         self._closers: list[Callable[[], None]] = []
         self._records: list[RequestRecord] = []
+        self._repetition_starts: list[int] = []
         self._cache: LruTtlCache | None = None
         self._ready = False
 
@@ -729,9 +735,36 @@ class Pipeline:
     def begin(self) -> None:
         """Start a new measured run: forget earlier requests, errors and cache counts."""
         self._records = []
+        self._repetition_starts = []
         self.error = None
         if self._cache is not None:
             self._cache.hits = self._cache.misses = 0
+
+    def start_repetition(self, warmup: int) -> None:
+        """Begin a repetition of the measured run: an empty cache, ``warmup`` requests, then a mark.
+
+        Every repetition starts from the same state -- built parts reused,
+        the cache emptied and warmed the same way -- so the variation between
+        repetitions is what a fresh run would see.
+        """
+        cache = self._cache
+        counts = (cache.hits, cache.misses) if cache is not None else (0, 0)
+        if cache is not None:
+            cache.clear()
+        self.warm(warmup)
+        if cache is not None:
+            cache.hits, cache.misses = counts  # warm-up lookups are not measured ones
+        self._repetition_starts.append(len(self._records))
+
+    def repetitions(self) -> np.ndarray | None:
+        """The repetition of each measured request, or ``None`` for a single repetition."""
+        starts = self._repetition_starts
+        if len(starts) < 2:
+            return None
+        reps = np.zeros(len(self._records), dtype=np.int64)
+        for r, start in enumerate(starts[1:], 1):
+            reps[start:] = r
+        return reps
 
     def run(
         self,
@@ -739,29 +772,40 @@ class Pipeline:
         *,
         queries: int | None = None,
         warmup: int | None = None,
+        repeat: int | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Report:
-        """Set up, warm up, run ``queries`` measured requests one by one, and report them.
+        """Set up, then ``repeat`` times: warm up and run ``queries`` measured requests one by one.
 
-        Each call reports its own requests only. A :class:`TransportError` or
-        :class:`GeneratorError` stops the run; the report keeps every request
-        finished before it and says why.
+        Each call reports its own requests only; with several repetitions the
+        report keeps which one each request ran in, and its intervals resample
+        repetitions too. A :class:`TransportError` or :class:`GeneratorError`
+        stops the run; the report keeps every request finished before it and
+        says why.
         """
         run = self.config["run"]
         queries = run["queries"] if queries is None else queries
         warmup = run["warmup"] if warmup is None else warmup
+        repeat = run["repeat"] if repeat is None else repeat
         self.setup(dataset)
-        self.warm(warmup)
         self.begin()
+        for _ in range(repeat):
+            self.start_repetition(warmup)
+            if not self._measure(queries, progress):
+                break
+        return self.report()
+
+    def _measure(self, queries: int, progress: Callable[[int], None] | None) -> bool:
+        """``queries`` measured requests; False when a failing far side or LLM stopped them."""
         for i in range(queries):
             try:
                 self.request(i)
             except (TransportError, GeneratorError) as exc:
                 self.error = f"{type(exc).__name__}: {exc}"
-                break
+                return False
             if progress is not None:
                 progress(1)
-        return self.report()
+        return True
 
     # ---- results
 
@@ -840,6 +884,7 @@ class Pipeline:
             info=dict(self.info),
             cache_events=list(self.cache_events),
             error=self.error,
+            repetition=self.repetitions(),
         )
 
     def recall(self, records: Sequence[RequestRecord] | None = None) -> np.ndarray:
@@ -918,22 +963,37 @@ def _event_dict(event: Any) -> dict[str, Any]:
 
 
 def interleave(
-    pipelines: Sequence[Pipeline], queries: int, *, progress: Callable[[int], None] | None = None
+    pipelines: Sequence[Pipeline],
+    queries: int,
+    *,
+    warmup: int = 0,
+    repeat: int = 1,
+    progress: Callable[[int], None] | None = None,
 ) -> None:
-    """Run ``queries`` requests on every pipeline, interleaved request by request.
+    """Run ``queries`` requests on every pipeline, interleaved request by request, ``repeat`` times.
 
-    Each pipeline starts a new measured run (:meth:`Pipeline.begin`). The
-    order of pipelines rotates each round so none always runs first (caches
-    and turbo states favour no one). A failing pipeline is dropped from later
-    rounds with its error kept.
+    Each pipeline starts a new measured run (:meth:`Pipeline.begin`), and
+    each repetition with ``warmup`` requests on every pipeline. The order of
+    pipelines rotates each round so none always runs first (caches and turbo
+    states favour no one). A failing pipeline is dropped from later rounds
+    with its error kept.
     """
     for p in pipelines:
         p.begin()
     live = list(pipelines)
+    for _ in range(repeat):
+        for p in live:
+            p.start_repetition(warmup)
+        live = _interleaved_round(live, queries, progress)
+
+
+def _interleaved_round(
+    live: list[Pipeline], queries: int, progress: Callable[[int], None] | None
+) -> list[Pipeline]:
     for i in range(queries):
         n = len(live)
         if n == 0:
-            return
+            return live
         for j in range(n):
             p = live[(i + j) % n]
             try:
@@ -943,3 +1003,4 @@ def interleave(
         live = [p for p in live if p.error is None]
         if progress is not None:
             progress(1)
+    return live

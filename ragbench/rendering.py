@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from . import intervals
 from .errors import ConfigError
 from .records import growth_exponents, knees, load_level, pareto, records_of
 
@@ -124,8 +125,19 @@ def _cpu_cells(stats: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def with_ci(value: Any, ci: Sequence[float] | None) -> str:
+    """``186 ±3%``: a value and half its interval's width relative to it (the value alone without one)."""
+    text = num(value)
+    if value is None or not ci or ci[0] is None or ci[1] is None:
+        return text
+    lo, hi, v = float(ci[0]), float(ci[1]), float(value)
+    if not v or lo != lo or hi != hi:
+        return text
+    return f"{text} ±{100 * (hi - lo) / 2 / abs(v):.0f}%"
+
+
 def _stat_cells(stats: Mapping[str, Any], names: Sequence[str]) -> list[str]:
-    return [num(stats.get(f"{n}_us")) for n in names]
+    return [with_ci(stats.get(f"{n}_us"), stats.get(f"{n}_us_ci")) for n in names]
 
 
 # ---------------------------------------------------------------- runs
@@ -150,6 +162,8 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     total = ["before first token", *_stat_cells(rec["total"], stats), "100%"]
     rows.append(total + ([num(rec["cpu_total"]["mean_us"]), "", "100%"] if cpu else []))
     lines = [text_table(title, cols, rows, width=width)]
+    if rec.get("intervals"):
+        lines.append(f"p50 and p99 with {rec['intervals']}")
     if cpu:
         lines.append(
             "cpu µs: mean thread CPU time per request; cpu %: CPU time / wall time of the stage "
@@ -199,18 +213,55 @@ def compare_table(
     cols += [(n + (" (sim)" if n == "generate" and sim else ""), "right") for n in names]
     cols += [(c, "right") for c in ("total p50", "total p99", "× best", "recall@k", "bytes")]
     cols += [("wire B", "right")] if wire else []
-    totals = [r["total"]["p50_us"] for r in records if r["requests"]]
-    best = min(totals) if totals else NAN
+    live = [r for r in records if r["requests"]]
+    best = min(live, key=lambda r: r["total"]["p50_us"]) if live else None
     rows = []
     for r in records:
-        cells = [num(r["summary"][n][f"{stat}_us"]) if n in r["summary"] else "—" for n in names]
-        ratio = r["total"]["p50_us"] / best if best and r["requests"] else NAN
+        cells = [_stage_cell(r, n, stat) if n in r["summary"] else "—" for n in names]
         row = [r["label"] + (" [stopped early]" if r.get("error") else ""), *cells]
-        row += [num(r["total"]["p50_us"]), num(r["total"]["p99_us"]), f"{ratio:.2f}"]
-        row += [f"{r['recall_at_k']:.3f}", num(r.get("payload_bytes_p50"))]
+        row += _stat_cells(r["total"], ("p50", "p99"))
+        row += [_ratio_cell(r, best), f"{r['recall_at_k']:.3f}", num(r.get("payload_bytes_p50"))]
         row += [num(r.get("wire_bytes_p50"))] if wire else []
         rows.append(row)
-    return text_table(title, cols, rows, width=width)
+    table = text_table(title, cols, rows, width=width)
+    what = {str(r["intervals"]) for r in records if r.get("intervals")}
+    if what:
+        table += f"\n±: {'; '.join(sorted(what))}; × best: total p50 ratio to the fastest run, [95 % interval]"
+    return table
+
+
+def _samples(rec: Mapping[str, Any], stage: str | None) -> tuple[Any, Any]:
+    """A run record's raw ns samples of one stage (or the total) and their repetition labels."""
+    import numpy as np
+
+    cols = rec.get("samples_ns") or {}
+    if stage is None:
+        x = np.sum([np.asarray(cols[n], dtype=np.float64) for n in rec["stages"]], axis=0)
+    else:
+        x = np.asarray(cols.get(stage, []), dtype=np.float64)
+    reps = rec.get("repetition")
+    return x, (np.asarray(reps) if reps is not None else None)
+
+
+def _stage_cell(rec: Mapping[str, Any], stage: str, stat: str) -> str:
+    summary = rec["summary"][stage]
+    ci = summary.get(f"{stat}_us_ci")
+    if ci is None and stat in intervals.STATS and rec.get("samples_ns"):
+        x, reps = _samples(rec, stage)
+        iv = intervals.bootstrap(x, stat, groups=reps)
+        ci = [iv.low / 1e3, iv.high / 1e3]
+    return with_ci(summary.get(f"{stat}_us"), ci)
+
+
+def _ratio_cell(rec: Mapping[str, Any], best: Mapping[str, Any] | None) -> str:
+    if best is None or not rec["requests"]:
+        return "—"
+    ratio = rec["total"]["p50_us"] / best["total"]["p50_us"]
+    if rec is best or not (rec.get("samples_ns") and best.get("samples_ns")):
+        return f"{ratio:.2f}"
+    (a, ga), (b, gb) = _samples(best, None), _samples(rec, None)
+    iv = intervals.ratio(a, b, "p50", base_groups=ga, other_groups=gb)
+    return f"{ratio:.2f} [{iv.low:.2f}–{iv.high:.2f}]"
 
 
 def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> str:

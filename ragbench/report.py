@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import intervals
 from .errors import DatasetError
 from .records import RUN_SCHEMA, jsonable, new_record
 from .rendering import run_table
@@ -45,6 +46,7 @@ class Report:
     env: dict[str, Any] | None = None
     time: str | None = None
     cpu_samples_ns: np.ndarray | None = None  # int64 (requests, stages), with [run] cpu_time
+    repetition: np.ndarray | None = None  # int (requests,): which repetition each request ran in
 
     # ---- statistics (derived from the samples)
 
@@ -63,6 +65,16 @@ class Report:
 
     def total(self) -> Stats:
         return Stats.from_samples(self.totals_ns)
+
+    @property
+    def repeats(self) -> int:
+        """How many repetitions the requests came from (``--repeat``)."""
+        return 1 if self.repetition is None else len(np.unique(self.repetition))
+
+    def interval(self, name: str, stat: str = "p50") -> intervals.Interval:
+        """``stat`` (ns) of stage ``name`` -- or ``"total"`` -- with its bootstrap interval."""
+        x = self.totals_ns if name == "total" else self.samples_ns[:, self.stage_names.index(name)]
+        return intervals.bootstrap(x, stat, groups=self.repetition)
 
     def shares(self) -> dict[str, float]:
         """Each stage's share of the summed time before first token (mean-based)."""
@@ -108,6 +120,13 @@ class Report:
     def k(self) -> int:
         return int(self.config["run"]["k"])
 
+    def _ci_fields(self, name: str) -> dict[str, list[float]]:
+        out = {}
+        for stat in ("p50", "p99"):
+            iv = self.interval(name, stat)
+            out[f"{stat}_us_ci"] = [iv.low / 1e3, iv.high / 1e3]
+        return out
+
     # ---- rendering
 
     def table(self, *, width: int = 110) -> str:
@@ -126,7 +145,7 @@ class Report:
         shares = self.shares()
         cpu = self.cpu()
         for name in self.stage_names:
-            d = self.stage(name).as_dict("us")
+            d: dict[str, Any] = {**self.stage(name).as_dict("us"), **self._ci_fields(name)}
             d["share"] = shares[name]
             if cpu is not None:
                 d.update(cpu[name])
@@ -138,7 +157,9 @@ class Report:
             "info": jsonable(self.info),
             "stages": self.stage_names,
             "summary": stages,
-            "total": self.total().as_dict("us"),
+            "total": {**self.total().as_dict("us"), **self._ci_fields("total")},
+            "repeats": self.repeats,
+            "intervals": intervals.describe(self.repetition),
             "requests": self.requests,
             "k": self.k,
             "recall_at_k": self.mean_recall,
@@ -158,6 +179,8 @@ class Report:
             "prompt_tokens": self.prompt_tokens.tolist(),
             "cache": {"hits": self.cache_hits, "lookups": self.cache_lookups},
         }
+        if self.repetition is not None:
+            fields["repetition"] = self.repetition.tolist()
         if self.cpu_samples_ns is not None:
             cpu_total = self.cpu_samples_ns.sum(axis=1)
             fields["cpu_total"] = Stats.from_samples(cpu_total).as_dict("us")
@@ -198,6 +221,7 @@ class Report:
                 env=rec["env"],
                 time=rec["time"],
                 cpu_samples_ns=cpu,
+                repetition=np.asarray(rec["repetition"]) if "repetition" in rec else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"malformed {RUN_SCHEMA} record: {exc!r}") from None

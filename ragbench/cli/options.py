@@ -30,6 +30,7 @@ __all__ = [
     "plot_option",
     "progress",
     "queries_option",
+    "repeat_option",
     "set_option",
     "set_pairs",
     "split_list",
@@ -154,6 +155,12 @@ def queries_option(
         show_default=default is not None,
         help=help,
     )
+
+
+def repeat_option(
+    help: str = "Independent repetitions (each warmed up the same way); intervals resample them.",
+) -> Callable[[F], F]:
+    return click.option("--repeat", type=click.IntRange(min=1), help=help)
 
 
 def out_option(help: str) -> Callable[[F], F]:

@@ -18,6 +18,7 @@ from .options import (
     out_option,
     progress,
     queries_option,
+    repeat_option,
     set_option,
     set_pairs,
 )
@@ -40,6 +41,7 @@ __all__ = ["compare", "run"]
     default=None,
     help="Also record each stage's thread CPU time (overrides [run] cpu_time).",
 )
+@repeat_option()
 @set_option()
 def run(
     config: str,
@@ -48,6 +50,7 @@ def run(
     warmup: int | None,
     dataset: str | None,
     cpu_time: bool | None,
+    repeat: int | None,
     overrides: Sequence[str],
 ) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
@@ -58,15 +61,19 @@ def run(
     extra = set_pairs(overrides)
     if dataset is not None:
         cfg["dataset"] = datasets.spec_table(dataset)
-    for key, value in (("queries", queries), ("warmup", warmup), ("cpu_time", cpu_time)):
+    for key, value in (
+        ("queries", queries),
+        ("warmup", warmup),
+        ("cpu_time", cpu_time),
+        ("repeat", repeat),
+    ):
         if value is not None:
             extra.setdefault("run", {})[key] = value
     with Pipeline.from_config(merge(cfg, extra)) as pipe:
         pipe.setup()
-        pipe.warm(pipe.config["run"]["warmup"])
-        n = pipe.config["run"]["queries"]
-        with progress(n, "requests") as advance:
-            report = pipe.run(queries=n, warmup=0, progress=advance)
+        n, reps = pipe.config["run"]["queries"], pipe.config["run"]["repeat"]
+        with progress(n * reps, "requests") as advance:
+            report = pipe.run(progress=advance)
     echo(report.table())
     if out is not None:
         RecordWriter(out).write_all(report.to_records())
@@ -83,11 +90,11 @@ def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
         for pipe in pipelines:
             pipe.setup(shared=shared)
             advance(1)
-    for pipe in pipelines:
-        pipe.warm(pipe.config["run"]["warmup"])
-    n = pipelines[0].config["run"]["queries"]
-    with progress(n, f"{len(pipelines)} runs × {n} requests, interleaved") as advance:
-        interleave(pipelines, n, progress=advance)
+    run = pipelines[0].config["run"]
+    n, reps = run["queries"], run["repeat"]
+    label = f"{len(pipelines)} runs × {n} requests × {reps} repetition(s), interleaved"
+    with progress(n * reps, label) as advance:
+        interleave(pipelines, n, warmup=run["warmup"], repeat=reps, progress=advance)
     return [p.report() for p in pipelines]
 
 
@@ -95,6 +102,7 @@ def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
 @backend_options
 @queries_option(help="Measured requests per combination.")
 @click.option("--warmup", type=click.IntRange(min=0), help="Warm-up requests per combination.")
+@repeat_option()
 @out_option("Append one JSON record per combination.")
 @click.option(
     "--stat",
@@ -107,7 +115,8 @@ def compare(**opts: Any) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process."""
     from ..pipeline import Pipeline
 
-    combos, varying = configurations(opts, {"queries": opts["queries"], "warmup": opts["warmup"]})
+    run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
+    combos, varying = configurations(opts, run_over)
     # every combination is created (and so checked) before anything is set up
     pipelines = [Pipeline(cfg, label=label) for cfg, label in combos]
     try:

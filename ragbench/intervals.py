@@ -1,0 +1,194 @@
+"""Confidence intervals for latency statistics and their ratios: the bootstrap.
+
+A percentile of a few hundred requests moves from run to run; a table that
+prints ``186 µs`` without saying by how much invites reading noise as a
+difference. Every statistic here comes with a percentile-bootstrap interval:
+
+- over requests, when the samples come from one repetition;
+- over repetitions and then requests within each (a two-level, hierarchical
+  bootstrap), when they come from several (``--repeat N``): the variation
+  between repetitions -- a warmer cache, a busier neighbour -- is part of
+  the interval, not hidden in it.
+
+Percentiles are nearest-rank, as everywhere in ragbench
+(:class:`ragbench.timing.Stats`). The resampling is seeded, so a table
+renders the same interval every time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .errors import ConfigError
+
+__all__ = [
+    "LEVEL",
+    "RESAMPLES",
+    "STATS",
+    "Interval",
+    "bootstrap",
+    "describe",
+    "distribution",
+    "point",
+    "ratio",
+]
+
+#: Confidence level of every interval.
+LEVEL = 0.95
+#: Bootstrap resamples per interval.
+RESAMPLES = 1000
+#: Statistics an interval can be computed for.
+STATS = ("mean", "p50", "p90", "p95", "p99")
+
+_CHUNK = 2_000_000  # resampled values held at once
+
+
+class Interval(NamedTuple):
+    """A statistic and its confidence interval (same unit as the samples)."""
+
+    value: float
+    low: float
+    high: float
+
+    @property
+    def half_width_pct(self) -> float:
+        """Half the interval's width as a percentage of the value (NaN when undefined)."""
+        if not self.value or self.value != self.value:
+            return float("nan")
+        return 100.0 * (self.high - self.low) / 2.0 / abs(self.value)
+
+
+def _stat_rows(values: np.ndarray, stat: str) -> np.ndarray:
+    """The statistic of each row of ``values`` (nearest-rank percentiles)."""
+    if stat == "mean":
+        out: np.ndarray = values.mean(axis=1)
+        return out
+    if stat not in STATS:
+        raise ConfigError(f"unknown statistic {stat!r}; use one of {', '.join(STATS)}")
+    # nearest rank: the smallest value with at least q % of the samples at or below it
+    n = values.shape[1]
+    k = max(0, math.ceil(float(stat[1:]) / 100.0 * n) - 1)
+    part: np.ndarray = np.partition(values, k, axis=1)[:, k]
+    return part
+
+
+def _resample_indices(
+    rng: np.random.Generator, groups: list[np.ndarray], n: int, rows: int
+) -> np.ndarray:
+    """(rows, n) indices: repetitions drawn with replacement, then requests within each."""
+    if len(groups) == 1:
+        return rng.integers(0, n, size=(rows, n))
+    sizes = {len(g) for g in groups}
+    if len(sizes) == 1:  # repetitions of one size (the usual case): all at once
+        members = np.stack(groups)
+        size = sizes.pop()
+        picks = rng.integers(0, len(groups), size=(rows, len(groups), 1))
+        within = rng.integers(0, size, size=(rows, len(groups), size))
+        return members[picks, within].reshape(rows, -1)
+    out = np.empty((rows, n), dtype=np.int64)
+    picks = rng.integers(0, len(groups), size=(rows, len(groups)))
+    for r in range(rows):
+        chosen = [groups[g] for g in picks[r]]
+        parts = [members[rng.integers(0, len(members), size=len(members))] for members in chosen]
+        drawn = np.concatenate(parts)
+        # repetitions of different sizes: keep n draws so every row has one length
+        out[r] = drawn[:n] if drawn.size >= n else rng.choice(drawn, size=n)
+    return out
+
+
+def _groups(n: int, groups: np.ndarray | None) -> list[np.ndarray]:
+    if groups is None:
+        return [np.arange(n)]
+    labels = np.asarray(groups)
+    if labels.shape != (n,):
+        raise ConfigError(f"groups: expected {n} labels, got shape {labels.shape}")
+    return [np.flatnonzero(labels == g) for g in np.unique(labels)]
+
+
+def distribution(
+    samples: np.ndarray,
+    stat: str,
+    *,
+    groups: np.ndarray | None = None,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> np.ndarray:
+    """The bootstrap distribution (``resamples`` values) of ``stat`` of ``samples``."""
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    n = x.size
+    if n == 0:
+        return np.full(resamples, np.nan)
+    rng = np.random.default_rng(seed)
+    parts = _groups(n, groups)
+    out = np.empty(resamples)
+    step = max(1, _CHUNK // n)
+    for lo in range(0, resamples, step):
+        rows = min(step, resamples - lo)
+        out[lo : lo + rows] = _stat_rows(x[_resample_indices(rng, parts, n, rows)], stat)
+    return out
+
+
+def _interval(value: float, dist: np.ndarray, level: float) -> Interval:
+    if not np.isfinite(dist).any():
+        return Interval(value, float("nan"), float("nan"))
+    tail = (1.0 - level) / 2.0 * 100.0
+    low, high = np.nanpercentile(dist, [tail, 100.0 - tail])
+    return Interval(value, float(low), float(high))
+
+
+def point(samples: np.ndarray, stat: str) -> float:
+    """``stat`` of ``samples`` (nearest-rank percentiles); NaN when there are none."""
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    return float(_stat_rows(x[None, :], stat)[0]) if x.size else float("nan")
+
+
+def bootstrap(
+    samples: np.ndarray,
+    stat: str = "p50",
+    *,
+    groups: np.ndarray | None = None,
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    """``stat`` of ``samples`` with its percentile-bootstrap interval.
+
+    ``groups`` labels each sample's repetition; with more than one, the
+    resampling draws repetitions first, then samples within each.
+    """
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    if x.size == 0:
+        nan = float("nan")
+        return Interval(nan, nan, nan)
+    value = point(x, stat)
+    dist = distribution(x, stat, groups=groups, resamples=resamples, seed=seed)
+    return _interval(value, dist, level)
+
+
+def ratio(
+    base: np.ndarray,
+    other: np.ndarray,
+    stat: str = "p50",
+    *,
+    base_groups: np.ndarray | None = None,
+    other_groups: np.ndarray | None = None,
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    """``stat(other) / stat(base)`` with its interval (the two resampled independently)."""
+    a, b = point(base, stat), point(other, stat)
+    da = distribution(base, stat, groups=base_groups, resamples=resamples, seed=seed)
+    db = distribution(other, stat, groups=other_groups, resamples=resamples, seed=seed + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _interval(b / a if a else float("nan"), db / da, level)
+
+
+def describe(groups: np.ndarray | None) -> str:
+    """What an interval was resampled over, for a table footer."""
+    reps = 1 if groups is None else len(np.unique(groups))
+    over = "requests" if reps <= 1 else f"{reps} repetitions, then requests within each"
+    return f"{int(LEVEL * 100)} % bootstrap intervals ({RESAMPLES} resamples over {over})"
