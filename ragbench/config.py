@@ -29,6 +29,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "threads": 1,
         "label": None,
         "cpu_time": False,
+        "otel": False,
         "repeat": 1,
     },
     "embed": {"backend": None},
@@ -141,6 +142,7 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
     if run["threads"] is not None:
         run["threads"] = positive_int("[run]", "threads", run["threads"])
     run["cpu_time"] = bool_param("[run]", "cpu_time", run["cpu_time"])
+    run["otel"] = bool_param("[run]", "otel", run["otel"])
     index_file = cfg["retrieve"]["index_file"]
     if index_file is not None and (not isinstance(index_file, str) or not index_file):
         raise ConfigError(f"[retrieve] index_file must be a path, got {index_file!r}")

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import codecs, embedders, generators, indexes, rerankers, threads, transports
+from . import otel as tracing
 from ._registry import check_params
 from .config import backend_params, load_config
 from .datasets import Dataset
@@ -70,6 +71,10 @@ STAGES = (
     "generate",
 )
 
+
+#: Exported requests between flushes when exporting in bulk (a batch span
+#: processor holds 2048 spans by default and drops what overflows).
+TRACE_FLUSH_EVERY = 100
 
 NO_IDS = np.empty(0, dtype=np.int64)
 NO_IDS.flags.writeable = False
@@ -416,11 +421,18 @@ class Pipeline:
     (timed as set-up), runs warm-up requests, then the measured requests one
     by one, and returns a :class:`ragbench.report.Report` of that run only.
     Use it as a context manager, or call :meth:`close`, to stop transport and
-    LLM servers and restore the process-wide thread setting.
+    LLM servers and restore the process-wide thread setting. With ``[run]
+    otel = true`` or an ``otel=`` :class:`ragbench.otel.TraceExporter`, every
+    measured request is also exported as an OpenTelemetry trace once it has
+    been timed (:meth:`export_traces`).
     """
 
     def __init__(
-        self, config: str | PathLike[str] | Mapping[str, Any], *, label: str | None = None
+        self,
+        config: str | PathLike[str] | Mapping[str, Any],
+        *,
+        label: str | None = None,
+        otel: tracing.TraceExporter | None = None,
     ) -> None:
         self.config = load_config(config)
         self.components = Components.create(self.config)
@@ -444,6 +456,11 @@ class Pipeline:
         self._repetition_starts: list[int] = []
         self._cache: LruTtlCache | None = None
         self._ready = False
+        self._otel = otel
+        self._traced = 0  # this run's records already exported as traces
+        self._trace_parts: dict[str, dict[str, Any]] | None = None
+        if otel is None and self.config["run"]["otel"]:
+            tracing.check_available()  # a missing extra fails now, like any bad config
 
     @classmethod
     def from_config(cls, config: str | PathLike[str] | Mapping[str, Any], **kw: Any) -> Pipeline:
@@ -735,6 +752,7 @@ class Pipeline:
     def begin(self) -> None:
         """Start a new measured run: forget earlier requests, errors and cache counts."""
         self._records = []
+        self._traced = 0
         self._repetition_starts = []
         self.error = None
         if self._cache is not None:
@@ -855,6 +873,7 @@ class Pipeline:
         """The report of the requests measured since the last :meth:`begin` (or :meth:`run`)."""
         if not self._ready or self.dataset is None:
             raise NotBuiltError("the pipeline has not run")
+        self.export_traces()
         recs = self._records
         far = _far_columns(recs)
         ds = self.dataset
@@ -903,6 +922,111 @@ class Pipeline:
             found, self._truth, emb.corpus, emb.queries, k, self._metric, query_rows=rows
         )
 
+    # ---- OpenTelemetry: after timing, never inside serve()
+
+    def trace_exporter(self) -> tracing.TraceExporter | None:
+        """Where this pipeline's traces go: the ``otel=`` exporter, else with ``[run] otel`` one
+        made from the ``OTEL_*`` environment on first use (closed with the pipeline), else ``None``."""
+        if self._otel is None and self.config["run"]["otel"]:
+            self._otel = tracing.TraceExporter()
+            self._closers.append(self._otel.close)
+        return self._otel
+
+    def export_traces(self, records: Sequence[RequestRecord] | None = None) -> int:
+        """Export requests as OpenTelemetry traces (see :mod:`ragbench.otel`); return how many.
+
+        Default: this run's requests not exported yet. Nothing happens without
+        ``[run] otel`` or an ``otel=`` exporter. :meth:`report` calls it, and
+        ``ragbench load`` after each load level: always after the requests
+        were timed, from their recorded stamps, so it changes no stage time.
+        The spans are flushed before it returns.
+        """
+        exporter = self.trace_exporter() if self._ready else None
+        if exporter is None or exporter.spans_failed:
+            return 0  # off, or its collector failed already (said once, by flush)
+        if records is None:
+            recs: Sequence[RequestRecord] = self._records[self._traced :]
+            self._traced = len(self._records)
+        else:
+            recs = records
+        if not recs:
+            return 0
+        wall, _ = self.stage_samples(recs)
+        recall = self.recall(recs)
+        first_token = self.config["generate"]["backend"] != "none"
+        for r, rec in enumerate(recs):
+            exporter.export(
+                self._loop_names,
+                rec.stamps,
+                first_token=first_token,
+                **self._trace_of(rec, wall[r], float(recall[r]), first_token),
+            )
+            # a batch processor's queue drops what overflows; a dead collector stops the rest
+            if (r + 1) % TRACE_FLUSH_EVERY == 0 and not exporter.flush():
+                return r + 1
+        exporter.flush()
+        return len(recs)
+
+    def _trace_of(
+        self, rec: RequestRecord, row: np.ndarray, recall: float, llm: bool
+    ) -> dict[str, Any]:
+        """The attributes and nested spans of one request's trace."""
+        static = self._trace_static()
+        stage_ns = {name: int(row[j]) for j, name in enumerate(self.stage_names)}
+        far = rec.far
+        own = tracing.request_stage_attributes(
+            stage_ns,
+            payload_bytes=rec.payload_bytes,
+            wire_bytes=None if far is None else (far.wire_bytes_sent, far.wire_bytes_received),
+            prompt_tokens=rec.prompt_tokens,
+            llm_stage="generate" if llm else None,
+        )
+        stages = {name: {**static.get(name, {}), **own[name]} for name in stage_ns}
+        inner = None
+        if far is not None and "transport" in self._loop_names:
+            j = self._loop_names.index("transport")
+            parts = [
+                ("deserialize", far.decode_ns, stages["deserialize"]),
+                ("prompt", far.prompt_ns, stages["prompt"]),
+            ]
+            inner = {"transport": tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)}
+        ds = self.dataset
+        attributes = tracing.request_attributes(
+            label=self.label,
+            query_id=ds.queries.ids[rec.query_row] if ds is not None else None,
+            k=self.config["run"]["k"],
+            k_candidates=self.info.get("k_candidates"),
+            payload_bytes=rec.payload_bytes,
+            prompt_tokens=rec.prompt_tokens,
+            recall=recall,
+            simulated=bool(self.simulated),
+        )
+        return {"attributes": attributes, "stage_attributes": stages, "inner": inner}
+
+    def _trace_static(self) -> dict[str, dict[str, Any]]:
+        """Stage-span attributes every request of this pipeline shares (made once)."""
+        if self._trace_parts is None:
+            cfg, b = self.config, self.backends()
+            backends = {
+                "embed": self._embedding_used.name,
+                "cache": cfg["cache"]["backend"],
+                "retrieve": b["retrieve"],
+                "rerank": b["rerank"],
+                "serialize": b["serialize"],
+                "transport": b["transport"],
+                "deserialize": b["serialize"],
+                "generate": b["generate"],
+            }
+            self._trace_parts = tracing.stage_attributes(
+                {stage: v for stage, v in backends.items() if stage in self.stage_names},
+                k=cfg["run"]["k"],
+                k_candidates=self.info.get("k_candidates"),
+                dimension=int(self._embedding_used.corpus.shape[1]),
+                data_source=self.dataset.name if self.dataset is not None else None,
+                generator=_llm_info(self.components.generator),
+            )
+        return self._trace_parts
+
     def close(self) -> None:
         """Stop every server this pipeline started and restore the thread setting (idempotent)."""
         while self._closers:
@@ -936,6 +1060,25 @@ def _far_columns(records: Sequence[RequestRecord]) -> np.ndarray:
         for r in records
     ]
     return np.asarray(rows, dtype=np.int64).reshape(-1, 6)
+
+
+def _llm_info(generator: Any) -> dict[str, Any]:
+    """What the GenAI span attributes say about the LLM client (nothing for ``none``)."""
+    name = getattr(generator, "name", "none")
+    if name == "none":
+        return {}
+    model = getattr(generator, "model", None)
+    if name == "stub":
+        from .generators.stub_server import MODEL_ID
+
+        model = MODEL_ID
+    max_tokens = getattr(generator, "max_tokens", None)
+    return {
+        "operation": "chat" if getattr(generator, "chat", True) else "text_completion",
+        "provider": "openai" if name == "openai" else f"ragbench.{name}",
+        "model": model if isinstance(model, str) else None,
+        "max_tokens": max_tokens if isinstance(max_tokens, int) else None,
+    }
 
 
 def _index_info(index: Any) -> dict[str, Any]:

@@ -432,7 +432,7 @@ def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     it = iter(flags)
     rows = []
     for r in records:
-        row = {k: v for k, v in r.items() if k not in ("env", "schema", "time")}
+        row = {k: v for k, v in r.items() if k not in ("env", "schema", "time", "latency_ns")}
         row["params"] = params_text(r)
         if r["kind"] == "sweep":
             row["pareto"] = next(it)

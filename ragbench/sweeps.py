@@ -208,6 +208,7 @@ def measure(
         "batch_threads": batch_threads,
         "queries": nq,
         "search_p50_us": Stats.from_samples(per_step[:, 0]).p50_ns / 1e3,
+        "latency_ns": per_step.sum(axis=1).tolist(),  # raw, one query per call (diff, intervals)
     }
     if len(steps) > 1:
         point["rescore_p50_us"] = Stats.from_samples(per_step[:, 1]).p50_ns / 1e3

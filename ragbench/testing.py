@@ -14,7 +14,11 @@ Installing ragbench makes these fixtures available in any pytest session::
 - ``rb_index(name, dataset, **build_params)``: a built index, cached for the
   session;
 - ``rb_pipeline(config)``: a set-up :class:`ragbench.Pipeline`, closed (its
-  servers stopped) at teardown.
+  servers stopped) at teardown;
+- ``rb_bench(config, requests=200, warmup=20)`` (with pytest-benchmark): times
+  whole requests of a pipeline with the ``benchmark`` fixture and puts
+  ragbench's per-stage figures -- p50/p99 per stage, recall, and the raw
+  per-stage samples ``ragbench diff`` reads -- into ``benchmark.extra_info["ragbench"]``.
 
 Nothing heavy is imported until a fixture is used.
 """
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
     from .datasets import Dataset
     from .pipeline import Pipeline
 
-__all__ = ["sample_result"]
+__all__ = ["sample_result", "stage_info"]
 
 _WORDS = [
     "index",
@@ -167,3 +171,38 @@ def rb_pipeline() -> Iterator[Callable[[Mapping[str, Any]], Pipeline]]:
     yield make
     for pipe in made:
         pipe.close()
+
+
+def stage_info(report: Any) -> dict[str, Any]:
+    """What ``rb_bench`` puts in ``benchmark.extra_info["ragbench"]`` for a report."""
+    return {
+        "label": report.label,
+        "stages": list(report.stage_names),
+        "p50_us": {n: report.stage(n).p50_ns / 1e3 for n in report.stage_names},
+        "p99_us": {n: report.stage(n).p99_ns / 1e3 for n in report.stage_names},
+        "total_p50_us": report.total().p50_ns / 1e3,
+        "recall_at_k": report.mean_recall,
+        "samples_ns": {
+            "total": report.totals_ns.tolist(),
+            **{n: report.samples_ns[:, j].tolist() for j, n in enumerate(report.stage_names)},
+        },
+    }
+
+
+@pytest.fixture
+def rb_bench(
+    benchmark: Any, rb_pipeline: Callable[[Mapping[str, Any]], Pipeline]
+) -> Callable[..., Any]:
+    """Benchmark a pipeline's whole requests; per-stage figures land in ``benchmark.extra_info``."""
+
+    def run(config: Mapping[str, Any], *, requests: int = 200, warmup: int = 20) -> Any:
+        pipe = rb_pipeline(config)
+        pipe.begin()
+        pipe.start_repetition(warmup)
+        counter = iter(range(10**12))
+        benchmark.pedantic(lambda: pipe.request(next(counter)), rounds=requests, iterations=1)
+        report = pipe.report()
+        benchmark.extra_info["ragbench"] = stage_info(report)
+        return report
+
+    return run

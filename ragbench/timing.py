@@ -12,7 +12,7 @@ latency that was actually observed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
@@ -146,20 +146,58 @@ class StageTimer:
 
     >>> timer = StageTimer(["retrieve", "rerank"])
     >>> timer.start(); ...; timer.mark(); ...; timer.mark()
+
+    Each stored request can also be handed on, after its last stamp (so it
+    adds nothing to any stage time): ``on_request(names, stamps, attributes)``
+    is called once per request, from the last :meth:`mark` (or :meth:`add`),
+    with the stage names, the request's ``len(names) + 1`` ``perf_counter_ns``
+    stamps (a list the timer reuses: copy it to keep it) and what
+    :meth:`annotate` added to this request (or ``None``). ``otel=`` takes a
+    :class:`ragbench.otel.TraceExporter` and exports every request as an
+    OpenTelemetry trace whose stage spans start and end at these stamps::
+
+        timer = StageTimer(["embed", "retrieve", "generate"], otel=TraceExporter())
+
+    Without either, a request costs what it always did (plus one ``None``
+    check when it is stored).
     """
 
-    __slots__ = ("_names", "_rows", "_stamps", "_next", "_count", "_block")
+    __slots__ = (
+        "_names",
+        "_rows",
+        "_stamps",
+        "_next",
+        "_count",
+        "_block",
+        "_on_request",
+        "_attributes",
+    )
 
-    def __init__(self, names: Sequence[str], *, block: int = 1024) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        *,
+        block: int = 1024,
+        on_request: Callable[[list[str], Sequence[int], dict[str, Any] | None], None] | None = None,
+        otel: Any = None,
+    ) -> None:
         names = list(names)
         if not names or len(set(names)) != len(names):
             raise ConfigError("StageTimer needs a non-empty list of distinct stage names")
+        if on_request is not None and otel is not None:
+            raise ConfigError("StageTimer takes on_request or otel, not both")
+        if otel is not None:
+            on_request = otel.on_request
+        if on_request is not None and not callable(on_request):
+            raise ConfigError(f"StageTimer on_request must be callable, got {on_request!r}")
         self._names = names
         self._block = block
         self._rows = np.zeros((block, len(names)), dtype=np.int64)
         self._stamps = [0] * (len(names) + 1)
         self._next = 0
         self._count = 0
+        self._on_request = on_request
+        self._attributes: dict[str, Any] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -194,6 +232,23 @@ class StageTimer:
             )
         self._rows[self._count] = np.diff(np.asarray(stamps, dtype=np.int64))
         self._count += 1
+        hook = self._on_request
+        if hook is not None:
+            attributes, self._attributes = self._attributes, None
+            hook(self._names, stamps, attributes)
+
+    def annotate(self, attributes: Mapping[str, Any]) -> None:
+        """Attributes of the current request for the ``on_request``/``otel`` hook (payload size, ...).
+
+        They go with the next request stored, then are forgotten; without a
+        hook they are dropped.
+        """
+        if self._on_request is None:
+            return
+        if self._attributes is None:
+            self._attributes = dict(attributes)
+        else:
+            self._attributes.update(attributes)
 
     def samples(self, name: str | None = None) -> np.ndarray:
         """Raw samples: int64 ``(requests, stages)``, or ``(requests,)`` for one stage."""

@@ -413,6 +413,8 @@ def load_points(
 
     ``pools[j]`` serves ``pipelines[j]`` (set up and warm). Configurations
     take turns at each level, so slow drift in the machine favours none.
+    With ``[run] otel`` each level's completed requests are exported as
+    OpenTelemetry traces (and flushed) before the next level starts.
     """
     if mode not in ("open", "closed"):
         raise ConfigError(f"mode must be 'open' or 'closed', got {mode!r}")
@@ -423,6 +425,8 @@ def load_points(
         for pipe, pool in zip(pipelines, pools, strict=True):
             run = _offer(pool, pipe, level, mode, opts, first)
             first += int(run.outcome.size)
+            # with [run] otel: the level's completed requests, now that none is being timed
+            pipe.export_traces([r for r in run.records if r is not None])
             fields = {
                 "label": pipe.label,
                 "mode": mode,

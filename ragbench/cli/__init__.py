@@ -17,7 +17,7 @@ import click
 
 from ..errors import RagbenchError
 from .pipelines import compare, run
-from .results import datasets, report
+from .results import datasets, diff, report
 from .stub import stub_llm
 from .sweeps import scale, sweep
 from .traffic import load
@@ -31,7 +31,7 @@ def cli() -> None:
     """Measure where the time goes between a question and the first token of a RAG service."""
 
 
-for command in (datasets, run, compare, sweep, scale, load, report, stub_llm):
+for command in (datasets, run, compare, sweep, scale, load, report, diff, stub_llm):
     cli.add_command(command)
 
 

@@ -27,7 +27,7 @@ from .options import (
     threads_option,
 )
 
-__all__ = ["AXES", "backend_options", "configurations"]
+__all__ = ["AXES", "backend_options", "configurations", "otel_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,11 +76,24 @@ def backend_options(fn: F) -> F:
             default=None,
             help="Also record each stage's thread CPU time (costs ~0.5 µs per stage).",
         ),
+        otel_option(),
         set_option(),
     ]
     for decorate in reversed(decorators):
         fn = decorate(fn)
     return fn
+
+
+def otel_option() -> Callable[[F], F]:
+    """``--otel``: export every measured request as an OpenTelemetry trace ([run] otel)."""
+    return click.option(
+        "--otel",
+        "otel",
+        is_flag=True,
+        default=None,
+        help="Export each measured request as OpenTelemetry spans (OTLP, configured by the "
+        "OTEL_EXPORTER_OTLP_* variables), after timing. Needs ragbench[otel].",
+    )
 
 
 def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,6 +111,7 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
             "k": opts["k"],
             "threads": opts["threads"],
             "cpu_time": opts["cpu_time"],
+            "otel": opts["otel"],
         },
         "embed": {"backend": opts["embed"]},
         "generate": {"backend": opts["generate"]},

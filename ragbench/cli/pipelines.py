@@ -10,7 +10,7 @@ import click
 from ..config import load_config, merge
 from ..records import RecordWriter
 from ..rendering import STATS, compare_table, fixed_line, setup_summary
-from .configs import backend_options, configurations
+from .configs import backend_options, configurations, otel_option
 from .options import (
     config_option,
     dataset_option,
@@ -42,6 +42,7 @@ __all__ = ["compare", "run"]
     help="Also record each stage's thread CPU time (overrides [run] cpu_time).",
 )
 @repeat_option()
+@otel_option()
 @set_option()
 def run(
     config: str,
@@ -51,6 +52,7 @@ def run(
     dataset: str | None,
     cpu_time: bool | None,
     repeat: int | None,
+    otel: bool | None,
     overrides: Sequence[str],
 ) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
@@ -66,6 +68,7 @@ def run(
         ("warmup", warmup),
         ("cpu_time", cpu_time),
         ("repeat", repeat),
+        ("otel", otel),
     ):
         if value is not None:
             extra.setdefault("run", {})[key] = value
