@@ -565,6 +565,15 @@ def in_threads(
     return out, parked
 
 
+def no_new_sockets(before: set[str]) -> bool:
+    """True once every socket opened since ``before`` is closed (the in-process stub server
+    closes its end of a connection a moment after the client does)."""
+    deadline = time.monotonic() + 10
+    while socket_fds() - before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not socket_fds() - before
+
+
 def socket_fds() -> set[str]:
     """This process's open sockets, as ``socket:[inode]``."""
     found = set()
@@ -632,7 +641,7 @@ def test_stub_generator_serves_threads_side_by_side() -> None:
     finally:
         gen.close()
     assert gen.connections == 0
-    assert not socket_fds() - before
+    assert no_new_sockets(before)
 
 
 @pytest.mark.integration
@@ -660,4 +669,4 @@ def test_openai_generator_gives_each_thread_its_connection(stub_url: str) -> Non
     finally:
         gen.close()
     assert gen.connections == 0
-    assert not socket_fds() - before
+    assert no_new_sockets(before)
