@@ -97,7 +97,8 @@ def _sweep(rec: Mapping[str, Any]) -> Comparable:
         "latency": {s: rec[f"{s}_us"] * 1e3 for s in ("p50", "p95", "p99") if f"{s}_us" in rec}
     }
     key = f"{rec['index']} {params}".strip()
-    return Comparable(key, "sweep", samples, None, values, dict(rec.get("env") or {}))
+    groups = np.asarray(rec["repetition"]) if rec.get("repetition") is not None else None
+    return Comparable(key, "sweep", samples, groups, values, dict(rec.get("env") or {}))
 
 
 def _bench(entry: Mapping[str, Any], machine: Mapping[str, Any]) -> Comparable:

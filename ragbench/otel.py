@@ -449,7 +449,7 @@ def _merged(base: Attributes | None, extra: Attributes | None) -> Attributes | N
 
 
 def stage_attributes(
-    backends: Mapping[str, str],
+    backends: Mapping[str, str | None],
     *,
     k: int | None = None,
     k_candidates: int | None = None,
@@ -459,12 +459,14 @@ def stage_attributes(
 ) -> dict[str, dict[str, Any]]:
     """The attributes of each stage's span that every request shares (see the module docstring).
 
-    ``backends`` maps stage name to backend name; ``generator`` may give
+    ``backends`` maps each stage to its backend name (``None``: a stage
+    without one, such as ``prompt``); ``generator`` may give
     ``operation`` (``chat``/``text_completion``), ``provider``, ``model`` and
     ``max_tokens`` of the LLM client.
     """
     out: dict[str, dict[str, Any]] = {
-        stage: {"ragbench.backend": str(backend)} for stage, backend in backends.items()
+        stage: {} if backend is None else {"ragbench.backend": str(backend)}
+        for stage, backend in backends.items()
     }
     for stage, operation in OPERATIONS.items():
         if stage in out:

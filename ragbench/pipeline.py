@@ -1007,7 +1007,7 @@ class Pipeline:
         """Stage-span attributes every request of this pipeline shares (made once)."""
         if self._trace_parts is None:
             cfg, b = self.config, self.backends()
-            backends = {
+            backends: dict[str, str | None] = {
                 "embed": self._embedding_used.name,
                 "cache": cfg["cache"]["backend"],
                 "retrieve": b["retrieve"],
@@ -1015,6 +1015,7 @@ class Pipeline:
                 "serialize": b["serialize"],
                 "transport": b["transport"],
                 "deserialize": b["serialize"],
+                "prompt": None,
                 "generate": b["generate"],
             }
             self._trace_parts = tracing.stage_attributes(

@@ -380,9 +380,9 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             rec["index"],
             params_text(rec, varying[rec["index"]]) or "(defaults)",
             f"{rec['recall']:.4f}",
-            num(rec["p50_us"]),
+            with_ci(rec["p50_us"], rec.get("p50_us_ci")),
             num(rec["p95_us"]),
-            num(rec["p99_us"]),
+            with_ci(rec["p99_us"], rec.get("p99_us_ci")),
             num(rec["qps_single"]),
             num(rec["qps_batch"]),
             f"{rec['build_s']:.2f}",
@@ -390,7 +390,12 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
         ]
         for rec, star in zip(records, flags, strict=True)
     ]
-    return text_table(title, cols, rows, width=width)
+    table = text_table(title, cols, rows, width=width)
+    if any(r.get("p50_us_ci") for r in records):
+        reps = max(int(r.get("repeats") or 1) for r in records)
+        over = f"{reps} passes over the queries, then queries" if reps > 1 else "queries"
+        table += f"\np50/p99 ±: 95 % bootstrap intervals over {over}"
+    return table
 
 
 def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
@@ -432,7 +437,11 @@ def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     it = iter(flags)
     rows = []
     for r in records:
-        row = {k: v for k, v in r.items() if k not in ("env", "schema", "time", "latency_ns")}
+        row = {
+            k: v
+            for k, v in r.items()
+            if k not in ("env", "schema", "time", "latency_ns", "repetition")
+        }
         row["params"] = params_text(r)
         if r["kind"] == "sweep":
             row["pareto"] = next(it)
@@ -445,6 +454,13 @@ def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _ms(us: Any) -> str:
     return "—" if us is None else num(float(us) / 1e3)
+
+
+def _ms_ci(rec: Mapping[str, Any], key: str) -> str:
+    us, ci = rec.get(f"{key}_us"), rec.get(f"{key}_us_ci")
+    if us is None:
+        return "—"
+    return with_ci(float(us) / 1e3, [c / 1e3 for c in ci] if ci else None)
 
 
 def _load_title(records: Sequence[Mapping[str, Any]]) -> str:
@@ -488,13 +504,16 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
         row += [str(r["timed_out"]), str(r["rejected"])] + (
             [str(r.get("failed", 0))] if failed else []
         )
-        row += [_ms(r["response_p50_us"]), _ms(r["response_p99_us"]), _ms(r["response_all_p99_us"])]
+        row += [_ms_ci(r, "response_p50"), _ms_ci(r, "response_p99"), _ms(r["response_all_p99_us"])]
         row += [_ms(r["service_p50_us"]), num(r["dispatch_delay_p99_us"]), num(r["recall_at_k"])]
         rows.append(row)
     lines = [text_table(_load_title(records), cols, rows, width=width)]
+    reps = max(int(r.get("repeats") or 1) for r in records)
+    over = f"{reps} repetitions, then requests within each" if reps > 1 else "requests"
     lines.append(
         "response time counts from the scheduled arrival; 'p99 ms all' counts every timed-out, "
-        "rejected or failed request at the timeout; service = a worker's own time"
+        f"rejected or failed request at the timeout; service = a worker's own time; "
+        f"±: 95 % bootstrap intervals over {over}"
     )
     lines += _load_notes(records)
     lines.append(_stage_table(records, width))

@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from . import embedders, indexes, rerankers, threads
+from . import embedders, indexes, intervals, rerankers, threads
 from .errors import ConfigError
 from .metrics import recall_at_k, rerank_metric
 from .records import Collector, new_record
 from .timing import Stats, run_stages
+from .validate import positive_int
 
 __all__ = [
     "SweepData",
@@ -162,12 +163,15 @@ def measure(
     *,
     rescore: int | None = None,
     reranker: Any = None,
+    repeat: int = 1,
 ) -> dict[str, Any]:
     """Recall, per-query latency (one query per call, one thread) and batch QPS of one point.
 
     Each query is timed with :func:`ragbench.timing.run_stages` over its steps
     (the search, then the exact re-scoring when ``rescore`` is set), like a
-    pipeline request; the point reports the total and each step's p50.
+    pipeline request; the point reports the total and each step's p50, with
+    bootstrap intervals for p50 and p99 (over ``repeat`` passes over the
+    queries, then queries within each, when ``repeat > 1``).
     """
     kk = min(rescore or k, index.ntotal)
     if kk < k:
@@ -177,20 +181,24 @@ def measure(
     nq = len(Q)
     steps = _steps(index, kk, params, k, X, reranker if rescore else None)
     found = np.full((nq, k), -1, dtype=np.int64)
-    stamps = np.zeros((nq, len(steps) + 1), dtype=np.int64)
+    stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
     row = [0] * (len(steps) + 1)
     batch_threads = threads.get_threads()
     threads.set_threads(1)
     try:
-        for i in range(nq):
-            q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i])
-            run_stages(steps, q, row)
-            stamps[i] = row
-            found[i, : min(k, len(q.ids))] = q.ids[:k]
+        for r in range(positive_int("sweep", "repeat", repeat)):
+            for i in range(nq):
+                q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i])
+                run_stages(steps, q, row)
+                stamps[r * nq + i] = row
+                found[i, : min(k, len(q.ids))] = q.ids[:k]
     finally:
         threads.set_threads(batch_threads)
     per_step = np.diff(stamps, axis=1)
-    lat = Stats.from_samples(per_step.sum(axis=1))
+    totals = per_step.sum(axis=1)
+    lat = Stats.from_samples(totals)
+    groups = np.repeat(np.arange(repeat), nq) if repeat > 1 else None
+    cis = {s: intervals.bootstrap(totals, s, groups=groups) for s in ("p50", "p99")}
     t0 = perf_counter_ns()
     ids, _ = index.search(data.query_texts if texts else Q, kk, **params)
     if rescore and reranker is not None:
@@ -208,8 +216,13 @@ def measure(
         "batch_threads": batch_threads,
         "queries": nq,
         "search_p50_us": Stats.from_samples(per_step[:, 0]).p50_ns / 1e3,
-        "latency_ns": per_step.sum(axis=1).tolist(),  # raw, one query per call (diff, intervals)
+        "latency_ns": totals.tolist(),  # raw, one query per call (diff, intervals)
+        "p50_us_ci": [cis["p50"].low / 1e3, cis["p50"].high / 1e3],
+        "p99_us_ci": [cis["p99"].low / 1e3, cis["p99"].high / 1e3],
+        "repeats": repeat,
     }
+    if groups is not None:
+        point["repetition"] = groups.tolist()
     if len(steps) > 1:
         point["rescore_p50_us"] = Stats.from_samples(per_step[:, 1]).p50_ns / 1e3
     return point
@@ -274,6 +287,7 @@ def sweep_points(
     query_grid: Mapping[str, Sequence[Any]],
     on_point: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    repeat: int = 1,
 ) -> list[dict[str, Any]]:
     """Measure every (index, build params, query params) point; ``on_point`` gets each record at once."""
     dim = int(data.vectors.shape[1])
@@ -288,7 +302,9 @@ def sweep_points(
                 rescore = params.pop("rescore", None)
                 if rescore is not None and reranker is None:
                     reranker = _exact_reranker(data)
-                point = measure(index, data, k, params, rescore=rescore, reranker=reranker)
+                point = measure(
+                    index, data, k, params, rescore=rescore, reranker=reranker, repeat=repeat
+                )
                 emit(new_record("sweep", {**fields, "query": params, "rescore": rescore, **point}))
     return emit.records
 

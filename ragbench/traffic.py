@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from . import intervals
 from .errors import ConfigError
 from .pipeline import Pipeline, RequestRecord
 from .records import Collector, new_record
@@ -99,6 +100,8 @@ class LoadOptions:
     queue_size: int = 1024
     seed: int = 0
     slo_ms: float | None = None
+    #: repetitions of each level (taking turns with the other configurations)
+    repeat: int = 1
     #: dispatch-delay p99 (µs) of requests that found a worker idle, above
     #: which a table warns that the load generator itself fell behind
     lag_warn_us: float = 1000.0
@@ -108,6 +111,7 @@ class LoadOptions:
         positive_number("load", "timeout_s", self.timeout_s)
         positive_int("load", "queue_size", self.queue_size, lo=0)
         positive_number("load", "burstiness", self.burstiness)
+        positive_int("load", "repeat", self.repeat)
         if self.arrivals not in ARRIVALS:
             raise ConfigError(
                 f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}"
@@ -298,28 +302,44 @@ def _us(stats: Stats) -> dict[str, float]:
     }
 
 
+def _window_ns(run: Traffic) -> int:
+    """From the start to the last arrival or finish, whichever is later."""
+    last = max(
+        int(run.finish_ns.max()) if run.finish_ns.size else 0,
+        int(run.scheduled_ns.max()) if run.scheduled_ns.size else 0,
+    )
+    return max(last - run.start_ns, 1)
+
+
 def summarize(
-    run: Traffic,
+    run: Traffic | Sequence[Traffic],
     pipeline: Pipeline,
     *,
     timeout_s: float,
     slo_ms: float | None = None,
     lag_warn_us: float = 1000.0,
 ) -> dict[str, Any]:
-    """The fields of a load record: counts, rates, percentiles, recall and per-stage times under load."""
-    outcome, sched, disp, fin = run.outcome, run.scheduled_ns, run.dispatch_ns, run.finish_ns
+    """The fields of a load record: counts, rates, percentiles, recall and per-stage times under load.
+
+    Several runs are repetitions of one level: counts and rates add up over
+    them, percentiles pool their requests, and the p50/p99 intervals resample
+    repetitions, then requests within each.
+    """
+    runs = [run] if isinstance(run, Traffic) else list(run)
+    outcome, sched, disp, fin, idle_all = (
+        np.concatenate([getattr(r, f) for r in runs])
+        for f in ("outcome", "scheduled_ns", "dispatch_ns", "finish_ns", "idle")
+    )
+    reps = np.concatenate([np.full(r.outcome.size, j) for j, r in enumerate(runs)])
     ok = outcome == COMPLETED
-    # from the start to the last arrival or finish, whichever is later
-    last = max(int(fin.max()) if fin.size else 0, int(sched.max()) if sched.size else 0)
-    window_ns = last - run.start_ns
-    window_s = max(window_ns, 1) / 1e9
+    window_s = sum(_window_ns(r) for r in runs) / 1e9
     response = fin[ok] - sched[ok]
     timeout_ns = int(timeout_s * 1e9)
     # every request, a failed one counted as taking the whole timeout
     response_all = np.where(ok, fin - sched, timeout_ns)
     dispatched = disp >= 0
     delay = disp[dispatched] - sched[dispatched]
-    idle = run.idle & dispatched
+    idle = idle_all & dispatched
     lag = Stats.from_samples(disp[idle] - sched[idle])
     resp, resp_all = Stats.from_samples(response), Stats.from_samples(response_all)
     service = Stats.from_samples(fin[ok] - disp[ok])
@@ -339,9 +359,15 @@ def summarize(
         "dispatch_delay_p99_us": Stats.from_samples(delay).p99_ns / 1e3,
         "idle_dispatch_delay_p99_us": lag.p99_ns / 1e3,
         "generator_lagged": bool(lag.count and lag.p99_ns / 1e3 > lag_warn_us),
-        "errors": sorted(set(run.errors))[:5],
+        "errors": sorted({e for r in runs for e in r.errors})[:5],
+        "repeats": len(runs),
     }
-    fields.update(_stage_fields([r for r in run.records if r is not None], pipeline))
+    groups = reps[ok] if len(runs) > 1 else None
+    for stat in ("p50", "p99"):
+        iv = intervals.bootstrap(response, stat, groups=groups)
+        fields[f"response_{stat}_us_ci"] = [iv.low / 1e3, iv.high / 1e3]
+    records = [rec for r in runs for rec in r.records if rec is not None]
+    fields.update(_stage_fields(records, pipeline))
     if slo_ms is not None:
         fields["slo_ms"] = slo_ms
         fields["goodput_qps"] = float((response <= slo_ms * 1e6).sum()) / window_s
@@ -422,11 +448,16 @@ def load_points(
     emit = Collector(on_point, progress)
     first = 0
     for level in levels:
-        for pipe, pool in zip(pipelines, pools, strict=True):
-            run = _offer(pool, pipe, level, mode, opts, first)
-            first += int(run.outcome.size)
+        runs: list[list[Traffic]] = [[] for _ in pipelines]
+        for _ in range(opts.repeat):  # repetitions take turns too
+            for j, (pipe, pool) in enumerate(zip(pipelines, pools, strict=True)):
+                run = _offer(pool, pipe, level, mode, opts, first)
+                first += int(run.outcome.size)
+                runs[j].append(run)
+        for j, (pipe, pool) in enumerate(zip(pipelines, pools, strict=True)):
+            done = runs[j]
             # with [run] otel: the level's completed requests, now that none is being timed
-            pipe.export_traces([r for r in run.records if r is not None])
+            pipe.export_traces([r for t in done for r in t.records if r is not None])
             fields = {
                 "label": pipe.label,
                 "mode": mode,
@@ -440,7 +471,7 @@ def load_points(
                 "timeout_s": opts.timeout_s,
                 "queue_size": opts.queue_size,
                 **summarize(
-                    run,
+                    done,
                     pipe,
                     timeout_s=opts.timeout_s,
                     slo_ms=opts.slo_ms,

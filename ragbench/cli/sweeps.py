@@ -23,6 +23,7 @@ from .options import (
     plot_option,
     progress,
     queries_option,
+    repeat_option,
     split_list,
     threads_option,
 )
@@ -72,6 +73,7 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
 )
 @k_option(default=10, help="Neighbours per query.")
 @queries_option(default=200, help="Queries measured per point.")
+@repeat_option("Passes over the queries per point; intervals resample them.")
 @threads_option("Threads for batch QPS (single-query latency always uses 1).")
 @out_option("Append one JSON record per point as it finishes.")
 @plot_option("Write recall (x) vs QPS (log y) per index as PNG.")
@@ -86,6 +88,7 @@ def sweep(
     builds: Sequence[str],
     k: int,
     queries: int,
+    repeat: int | None,
     threads: int | None,
     out: str | None,
     plot: str | None,
@@ -117,6 +120,7 @@ def sweep(
                 query_grid=query_grid,
                 on_point=writer,
                 progress=advance,
+                repeat=repeat or 1,
             )
     except KeyboardInterrupt:
         if writer.records:

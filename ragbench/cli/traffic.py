@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..records import RecordWriter
 from ..rendering import render
 from .configs import backend_options, configurations
-from .options import echo, numbers, out_option, plot_option, progress
+from .options import echo, numbers, out_option, plot_option, progress, repeat_option
 
 __all__ = ["load"]
 
@@ -130,6 +130,7 @@ def _pools(
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the arrival schedule."
 )
+@repeat_option("Repetitions of each load level (taking turns); intervals resample them.")
 @out_option("Append one JSON record per (rate, configuration) as it finishes.")
 @plot_option("Write response time p50/p99 against offered load, and CPU share per stage, as PNG.")
 def load(**opts: Any) -> None:
@@ -146,6 +147,7 @@ def load(**opts: Any) -> None:
         queue_size=opts["queue_size"],
         seed=opts["seed"],
         slo_ms=opts["slo_ms"],
+        repeat=opts["repeat"] or 1,
     )
     workers, kind = opts["workers"] or _cores(), opts["worker_kind"]
     combos, _ = configurations(opts, {"warmup": opts["warmup"]})
