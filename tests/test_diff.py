@@ -214,3 +214,50 @@ def test_rb_bench_fixture_puts_stage_figures_in_extra_info(pytester: pytest.Pyte
 
 
 pytest_plugins = ["pytester"]
+
+
+def test_sweep_and_load_repeat_keep_repetitions(tmp_path: Path, capsys) -> None:
+    import ragbench as rb
+    from ragbench.traffic import LoadOptions, load_points
+    from ragbench.workers import ThreadWorkers
+
+    out = tmp_path / "s.jsonl"
+    code, stdout, err = cli(
+        capsys,
+        "sweep",
+        "--n",
+        "1000",
+        "--dim",
+        "16",
+        "--index",
+        "flat",
+        "--queries",
+        "20",
+        "--repeat",
+        "3",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    (rec,) = read_records(out)
+    assert rec["repeats"] == 3 and len(rec["latency_ns"]) == 60
+    assert sorted(set(rec["repetition"])) == [0, 1, 2]
+    assert rec["p50_us_ci"][0] <= rec["p50_us"] <= rec["p50_us_ci"][1]
+    assert "3 passes" in stdout
+    cfg = {
+        "dataset": {"name": "synthetic", "n": 500, "dim": 16, "n_queries": 10},
+        "retrieve": {"backend": "flat"},
+        "serialize": {"backend": "json"},
+    }
+    with rb.Pipeline.from_config(cfg) as pipe:
+        pipe.setup()
+        pool = ThreadWorkers(pipe, 1)
+        try:
+            (load,) = load_points(
+                [pipe], [pool], [100.0], options=LoadOptions(duration_s=0.2, repeat=2)
+            )
+        finally:
+            pool.close()
+    assert load["repeats"] == 2 and load["scheduled"] == 40
+    lo, hi = load["response_p50_us_ci"]
+    assert lo <= load["response_p50_us"] <= hi
