@@ -5,7 +5,12 @@
   timing one stage (target ≤ 200 ns);
 - per request: ``Pipeline.request`` over 9 trivial stages, minus the bare
   calls of the same stages (target ≤ 3 µs per request, including building the
-  request's context, its stamps and recording the request).
+  request's context, its stamps and recording the request);
+- CPU-time mode (``[run] cpu_time = true``: ``run_stages_cpu`` also stamps
+  ``thread_time_ns``) vs without, per stage: the loops alone, and
+  ``Pipeline.serve`` of two trivial pipelines differing only in ``cpu_time``
+  (which adds the CPU stamps list); target ≤ 1.2 µs added per stage, both
+  asserted.
 
 Both are differences of medians measured side by side, interleaved, in one
 process. Run: ``.venv/bin/pytest bench/test_bench_pipeline.py -p no:cacheprovider -s``
@@ -20,13 +25,14 @@ from time import perf_counter_ns
 import numpy as np
 
 from ragbench.pipeline import Pipeline, RequestContext, RequestRecord
-from ragbench.timing import run_stages
+from ragbench.timing import run_stages, run_stages_cpu
 
 N_STAGES = 9
 REPEATS = 2000
 ROUNDS = 31
 PER_STAGE_TARGET_NS = 200
 PER_REQUEST_TARGET_NS = 3000
+CPU_TIME_PER_STAGE_TARGET_NS = 1200
 
 
 class Noop:
@@ -69,9 +75,9 @@ TRIVIAL = {
 }
 
 
-def _trivial_pipeline() -> Pipeline:
+def _trivial_pipeline(*, cpu_time: bool = False) -> Pipeline:
     """A set-up pipeline (public API) whose stages are then swapped for no-ops."""
-    pipe = Pipeline(TRIVIAL)
+    pipe = Pipeline({**TRIVIAL, "run": {**TRIVIAL["run"], "cpu_time": cpu_time}})
     pipe.setup()
     pipe._stages = [Noop() for _ in range(N_STAGES)]
     pipe._loop_names = [f"s{i}" for i in range(N_STAGES)]
@@ -120,7 +126,7 @@ def test_pipeline_request_overhead(benchmark) -> None:
                 request,
                 lambda: RequestContext(0, "q0", "question"),
                 lambda: [0] * (N_STAGES + 1),
-                lambda: RequestRecord([0], far, ids, 0, 0, 0),
+                lambda: RequestRecord([0], None, far, ids, 0, 0, 0),
             ]
         )
         overhead = full - bare
@@ -137,3 +143,136 @@ def test_pipeline_request_overhead(benchmark) -> None:
         f"a request's bookkeeping costs {overhead:.0f} ns, "
         f"{overhead - PER_REQUEST_TARGET_NS:.0f} ns over the {PER_REQUEST_TARGET_NS} ns target"
     )
+
+
+def test_otel_export_cost(benchmark) -> None:
+    """OpenTelemetry export per request, after timing; the timed request path unchanged with it on.
+
+    Export cost: ``TraceExporter.export`` of a request shaped like the
+    pipeline's (root, 6 loop stages, deserialize and prompt nested under
+    transport: 9 spans) -- span creation plus the BatchSpanProcessor's enqueue,
+    to an exporter that drops every span; then the whole
+    ``Pipeline.export_traces`` per request (attributes, recall, flushes).
+    Neither runs inside a timed request: ``Pipeline.request`` with an
+    exporter attached calls it zero times and costs what it costs without.
+    """
+    import pytest
+
+    pytest.importorskip("opentelemetry.sdk.trace", reason="needs ragbench[otel]")
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from ragbench.otel import TraceExporter
+
+    class Drop(SpanExporter):
+        spans = 0
+
+        def export(self, spans) -> SpanExportResult:
+            Drop.spans += len(spans)
+            return SpanExportResult.SUCCESS
+
+    exporter = TraceExporter(Drop())  # BatchSpanProcessor, as --otel uses
+    with Pipeline(TRIVIAL, otel=exporter) as traced, Pipeline(TRIVIAL) as plain:
+        for pipe in (traced, plain):
+            pipe.setup()
+            pipe.begin()
+        per_batch = 100
+        for i in range(per_batch):
+            traced.request(i)
+        records = list(traced._records)
+        kwargs = [
+            traced._trace_of(rec, row, 1.0, False)
+            for rec, row in zip(records, traced.stage_samples(records)[0], strict=True)
+        ]
+        names = traced._loop_names
+        exported_before = exporter.exported
+
+        # the timed path: a request with an exporter attached vs without, interleaved
+        def request(pipe: Pipeline) -> Callable[[], None]:
+            def one() -> None:
+                pipe.request(0)
+                if len(pipe._records) >= 10_000:
+                    pipe._records.clear()
+
+            return one
+
+        with_otel, without = _interleaved([request(traced), request(plain)], inner=500)
+        assert exporter.exported == exported_before, "a timed request exported something"
+
+        # span creation + enqueue, 100 requests at a time, flushed (untimed) between batches
+        span_ns: list[float] = []
+        full_ns: list[float] = []
+        for _ in range(ROUNDS):
+            t0 = perf_counter_ns()
+            for rec, kw in zip(records, kwargs, strict=True):
+                exporter.export(names, rec.stamps, first_token=False, **kw)
+            span_ns.append((perf_counter_ns() - t0) / per_batch)
+            exporter.flush()
+            t0 = perf_counter_ns()
+            traced.export_traces(records)
+            full_ns.append((perf_counter_ns() - t0) / per_batch)
+        spans_per_request = 1 + len(names) + 2
+        export = statistics.median(span_ns)
+        full = statistics.median(full_ns)
+        benchmark.extra_info.update(
+            export_ns=export,
+            export_traces_ns=full,
+            spans_per_request=spans_per_request,
+            request_with_otel_ns=with_otel,
+            request_without_ns=without,
+        )
+        print(
+            f"\nOpenTelemetry export per request ({spans_per_request} spans): {export / 1e3:.1f} µs "
+            f"span creation + batch enqueue ({export / spans_per_request / 1e3:.1f} µs per span); "
+            f"{full / 1e3:.1f} µs per request for Pipeline.export_traces (attributes, recall, "
+            f"flushes to a dropping exporter); timed request with an exporter attached "
+            f"{with_otel:.0f} ns vs {without:.0f} ns without (exports after timing: 0 during it)"
+        )
+        assert Drop.spans >= ROUNDS * per_batch * spans_per_request  # nothing was lost
+        benchmark.pedantic(
+            exporter.export,
+            args=(names, records[0].stamps),
+            kwargs={"first_token": False, **kwargs[0]},
+            rounds=200,
+            iterations=1,
+        )
+    exporter.close()
+
+
+def test_cpu_time_mode_per_stage(benchmark) -> None:
+    stages = [Noop() for _ in range(N_STAGES)]
+    ctx = RequestContext(0, "q0", "question")
+    stamps = [0] * (N_STAGES + 1)
+    cpu = [0] * (N_STAGES + 1)
+    with _trivial_pipeline() as off, _trivial_pipeline(cpu_time=True) as on:
+        assert off.serve(0).cpu_stamps is None and on.serve(0).cpu_stamps is not None
+        wall, both, serve_off, serve_on = _interleaved(
+            [
+                lambda: run_stages(stages, ctx, stamps),
+                lambda: run_stages_cpu(stages, ctx, stamps, cpu),
+                lambda: off.serve(0),
+                lambda: on.serve(0),
+            ]
+        )
+        loop_added = (both - wall) / N_STAGES
+        serve_added = (serve_on - serve_off) / N_STAGES
+        benchmark.extra_info.update(
+            run_stages_ns=wall,
+            run_stages_cpu_ns=both,
+            serve_off_ns=serve_off,
+            serve_on_ns=serve_on,
+            loop_added_per_stage_ns=loop_added,
+            serve_added_per_stage_ns=serve_added,
+        )
+        print(
+            f"\ncpu_time mode, added per stage: {loop_added:.0f} ns in the loop (run_stages_cpu "
+            f"{both:.0f} ns vs run_stages {wall:.0f} ns for {N_STAGES} no-op stages), "
+            f"{serve_added:.0f} ns per stage through Pipeline.serve (cpu_time on {serve_on:.0f} ns "
+            f"vs off {serve_off:.0f} ns per request); target ≤ {CPU_TIME_PER_STAGE_TARGET_NS} ns"
+        )
+        benchmark(on.serve, 0)
+    for what, added in (("run_stages_cpu", loop_added), ("Pipeline.serve", serve_added)):
+        assert added <= CPU_TIME_PER_STAGE_TARGET_NS, (
+            f"cpu_time mode adds {added:.0f} ns per stage through {what}, "
+            f"{added - CPU_TIME_PER_STAGE_TARGET_NS:.0f} ns over the "
+            f"{CPU_TIME_PER_STAGE_TARGET_NS} ns target"
+        )

@@ -95,8 +95,9 @@ Export
     ``OTEL_BSP_*`` settings apply) of the exporter's own tracer provider
     unless one is passed; :meth:`TraceExporter.close` flushes them.
 
-Nothing here imports OpenTelemetry until an exporter is made; without the
-``otel`` extra that raises :class:`~ragbench.errors.MissingDependencyError`
+Nothing here imports OpenTelemetry until an exporter is made
+(:func:`check_available` only looks for the packages); without the ``otel``
+extra that raises :class:`~ragbench.errors.MissingDependencyError`
 naming it (``pip install 'ragbench[otel]'``).
 """
 
@@ -122,6 +123,7 @@ __all__ = [
     "clock_offset_ns",
     "centered_spans",
     "otlp_span_exporter",
+    "protocol_from_env",
     "request_attributes",
     "request_stage_attributes",
     "stage_attributes",
@@ -176,12 +178,21 @@ def protocol_from_env() -> str:
     return "http/protobuf"
 
 
+def _protocol(protocol: str | None) -> str:
+    proto = protocol or protocol_from_env()
+    if proto not in PROTOCOLS:
+        raise ConfigError(
+            f"OTLP protocol {proto!r} is not supported; use one of: {', '.join(PROTOCOLS)}"
+        )
+    return proto
+
+
 def check_available(protocol: str | None = None) -> None:
     """Raise :class:`MissingDependencyError` unless the SDK and the OTLP exporter are installed.
 
     Cheap: it finds the packages without importing them (a config check).
     """
-    proto = protocol or protocol_from_env()
+    proto = _protocol(protocol)
     for module, package in (("opentelemetry.sdk", "opentelemetry-sdk"), EXPORTER_PACKAGES[proto]):
         try:
             found = find_spec(module) is not None
@@ -192,7 +203,7 @@ def check_available(protocol: str | None = None) -> None:
 
 
 def _sdk() -> Any:
-    """The SDK's trace module (TracerProvider, BatchSpanProcessor, ...), or the install hint."""
+    """The API's trace module and the SDK's trace, Resource and export, or the install hint."""
     try:
         from opentelemetry import trace
         from opentelemetry.sdk import trace as sdk_trace
@@ -209,11 +220,7 @@ def otlp_span_exporter(protocol: str | None = None) -> Any:
     ``protocol`` overrides ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``: ``http/protobuf``
     (default) or ``grpc``. Nothing is sent until spans are exported.
     """
-    proto = protocol or protocol_from_env()
-    if proto not in PROTOCOLS:
-        raise ConfigError(
-            f"OTLP protocol {proto!r} is not supported; use one of: {', '.join(PROTOCOLS)}"
-        )
+    proto = _protocol(protocol)
     _sdk()
     try:
         if proto == "grpc":

@@ -961,8 +961,9 @@ class Pipeline:
                 first_token=first_token,
                 **self._trace_of(rec, wall[r], float(recall[r]), first_token),
             )
-            # a batch processor's queue drops what overflows; a dead collector stops the rest
-            if (r + 1) % TRACE_FLUSH_EVERY == 0 and not exporter.flush():
+            # a batch processor's queue drops what overflows; a dead collector, found with
+            # the first request's spans, stops the rest
+            if (r == 0 or (r + 1) % TRACE_FLUSH_EVERY == 0) and not exporter.flush():
                 return r + 1
         exporter.flush()
         return len(recs)

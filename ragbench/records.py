@@ -11,7 +11,8 @@ Every result ragbench produces is a JSON-able dict with ``schema``, ``kind``,
 
 :func:`new_record` stamps a record of any kind the same way, so a sweep, scale
 or load record carries the environment whether or not it is ever written to a
-file. Files are JSON lines appended record by record and flushed
+file, and ``node``: the host name of the machine it was measured on (also kept
+in ``env``), which tells points measured on different Ray nodes apart. Files are JSON lines appended record by record and flushed
 (:func:`append_record`, :class:`RecordWriter`): an interrupted run keeps every
 record it finished. What is derived from sets of records and needed by more
 than one reader (Pareto flags, growth exponents) lives here too.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
@@ -45,6 +47,7 @@ __all__ = [
     "load_level",
     "jsonable",
     "new_record",
+    "node_name",
     "now_iso",
     "pareto",
     "read_records",
@@ -70,13 +73,24 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def node_name() -> str:
+    """The host name of this machine: the ``node`` a record was measured on."""
+    return platform.node() or "unknown"
+
+
+def _here() -> dict[str, Any]:
+    """The environment now, with the ``node`` it describes."""
+    return {**environment(), "node": node_name()}
+
+
 def new_record(
     kind: str, fields: Mapping[str, Any], *, env: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """A record of ``kind``: ``schema``, ``kind``, ``time``, then ``fields``, then ``env``.
+    """A record of ``kind``: ``schema``, ``kind``, ``time``, then ``fields``, ``node``, ``env``.
 
     ``env`` defaults to the environment now (CPU, cores, versions, threads,
-    protobuf backend, git revision).
+    protobuf backend, git revision, and ``node``: this host's name). ``node``
+    comes from ``fields`` if they name it, else from ``env``.
     """
     try:
         schema = KINDS[kind]
@@ -84,7 +98,9 @@ def new_record(
         raise ConfigError(f"unknown record kind {kind!r}; known: {', '.join(KINDS)}") from None
     rec: dict[str, Any] = {"schema": schema, "kind": kind, "time": now_iso()}
     rec.update(fields)
-    rec["env"] = dict(env) if env is not None else environment()
+    block = dict(env) if env is not None else _here()
+    rec["node"] = fields.get("node", block.get("node"))
+    rec["env"] = block
     return rec
 
 
@@ -184,7 +200,8 @@ class RecordWriter:
     def __call__(self, record: Mapping[str, Any]) -> None:
         rec = dict(record)
         if "env" not in rec:
-            rec["env"] = environment()
+            rec["env"] = _here()
+            rec.setdefault("node", rec["env"]["node"])
         self.records.append(rec)
         if self.path is not None:
             append_record(self.path, rec)

@@ -185,13 +185,13 @@ def run_open_worker(
         if now < arrived:
             board.idle[j] = 1
             wait_until(arrived, yield_gil=yield_gil)
+        elif board.queue_full(j, run.queue_size, run.timeout_ns):
+            board.left[j] = arrived  # turned away at the door, when it arrived
+            board.outcome[j] = REJECTED
+            continue
         elif now - arrived > run.timeout_ns:
             board.left[j] = arrived + run.timeout_ns
             board.outcome[j] = TIMED_OUT
-            continue
-        elif board.queue_full(j, run.queue_size, run.timeout_ns):
-            board.left[j] = arrived
-            board.outcome[j] = REJECTED
             continue
         board.left[j] = perf_counter_ns()
         t0, t1, rec, err = serve_timed(pipe, run.first_request + j)

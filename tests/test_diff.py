@@ -134,12 +134,12 @@ def test_diff_finds_the_expected_direction_and_fails_on_a_regression(
     code, stdout, _ = cli(capsys, "diff", str(flat), str(hnsw))  # A flat, B hnsw: faster
     assert code == 0
     assert "faster" in next(line for line in stdout.splitlines() if " total " in line)
-    code, stdout, _ = cli(capsys, "diff", str(hnsw), str(flat), "--stat", "p99")  # a regression
+    code, stdout, _ = cli(capsys, "diff", str(hnsw), str(flat))  # the other way: a regression
     assert code == 1
     total = next(line for line in stdout.splitlines() if " total " in line)
     assert "slower" in total
-    ratio = float(total.split("│")[5])
-    assert ratio > 2  # exact search over 50k is many times the graph walk
+    retrieve = next(line for line in stdout.splitlines() if " retrieve " in line)
+    assert float(retrieve.split("│")[5]) > 1.3  # exact search over 50k vs a graph walk
 
 
 def test_diff_refuses_other_environments_unless_allowed(tmp_path: Path, capsys) -> None:

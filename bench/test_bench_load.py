@@ -1,0 +1,445 @@
+"""The load side (targets in shared PERF.md), asserted: generator precision and worker scaling.
+
+Run (about 2-3 minutes on 2 shared cores, most of it building the 100k HNSW
+index once)::
+
+    .venv/bin/python -m pytest bench/test_bench_load.py -p no:cacheprovider -s -q
+
+**Dispatch delay with idle workers** (``test_dispatch_delay_with_idle_workers``):
+Poisson schedules at 200, 1 000, 2 000 and 5 000 offered QPS through
+``open_loop`` on two pools of 2 workers (one per core, as ``ragbench load``
+starts by default): :class:`ThreadWorkers` over a no-op pipeline (``serve``
+returns ``None``) and :class:`ProcessWorkers` over a tiny real pipeline
+(synthetic n=500 dim=16, flat, json, inproc, index loaded from a file). The
+delay of a request is ``dispatch_ns - scheduled_ns``, kept only for requests a
+worker was already waiting for (``Traffic.idle``); its p99 per run, median
+over the runs. Target ≤ 200 µs for both pools at every rate.
+
+**Scaling** (``test_process_scaling``, ``test_thread_scaling``): the
+retrieval-dominated pipeline -- hnsw over synthetic n=100 000 dim=384 (the
+dataset's shipped vectors, no model), numba rerank of 100 candidates,
+msgpack, inproc, ``[run] cpu_time`` on for the per-stage CPU figures (~4 µs of
+a ~300 µs request, on both sides of every ratio). The parent builds the index
+once into ``[retrieve] index_file``; process workers load it, thread workers
+share the parent's pipeline. Highest sustained QPS = completed / window of
+``closed_loop(pool, concurrency=2 * workers)``: 2 workers vs 1, process pools
+(target ≥ 1.6×, asserted) and thread pools (reported, with what holds the
+GIL: each stage called alone in one thread vs in two threads at once, and its
+wall minus CPU time under load). The four pools take turns round by round.
+
+**Noise.** Both figures need the machine's cores: two spinning (or busy)
+workers on 2 cores leave none for anything else, and a worker descheduled for
+another process's time slice is late by milliseconds (measured here with a
+CPU hog running: p99 0.4-5 ms for both pools at every rate, whatever
+``SPIN_NS``). Each run therefore measures the CPU time every *other* process
+on the machine used during it (``/proc/<pid>/stat``); runs where others used
+more than :data:`QUIET_CORES` are printed but not judged, and are re-run
+while the time budget lasts. When no quiet run could be had the test is
+skipped and says so, with the figures.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from time import perf_counter, perf_counter_ns
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragbench import threads
+from ragbench.pipeline import Pipeline
+from ragbench.traffic import arrivals, closed_loop, open_loop, summarize, warm
+from ragbench.workers import SPIN_NS, ProcessWorkers, ThreadWorkers
+
+#: A run counts when other processes used at most this many cores during it.
+QUIET_CORES = 0.2
+_TICK = os.sysconf("SC_CLK_TCK")
+
+# ---- dispatch delay
+RATES = (200, 1_000, 2_000, 5_000)
+#: requests per run: at least 600 (the p99 is then the 6th largest delay), 1 s at the higher rates
+COUNTS = {200: 600, 1_000: 1_000, 2_000: 2_000, 5_000: 5_000}
+DELAY_WORKERS = 2
+DELAY_TARGET_US = 200.0
+DELAY_RUNS = 3  # quiet runs wanted per (pool, rate)
+DELAY_BUDGET_S = 60.0  # then judge what was measured
+
+TINY = {
+    "dataset": {"name": "synthetic", "n": 500, "dim": 16, "n_queries": 50, "seed": 0},
+    "run": {"k": 10, "k_candidates": 50},
+    "retrieve": {"backend": "flat"},
+    "serialize": {"backend": "json"},
+    "transport": {"backend": "inproc"},
+}
+
+# ---- scaling
+BIG = {
+    "dataset": {"name": "synthetic", "n": 100_000, "dim": 384, "seed": 0},
+    "run": {"k": 10, "k_candidates": 100, "cpu_time": True},
+    "retrieve": {"backend": "hnsw"},
+    "rerank": {"backend": "numba"},
+    "serialize": {"backend": "msgpack"},
+    "transport": {"backend": "inproc"},
+}
+SCALING_TARGET = 1.6
+WINDOW_S = 2.0  # closed-loop duration of one run
+SCALING_RUNS = 3  # quiet rounds wanted
+SCALING_BUDGET_S = 45.0
+WARMUP = 20
+
+
+# ---------------------------------------------------------------- the machine
+
+
+def _cpu_by_pid() -> dict[int, float]:
+    """CPU seconds (user + system, all threads) of every process on the machine."""
+    out: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        out[int(name)] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+class Watch:
+    """Cores used during a block by other processes and by ``ours`` (the test and its workers)."""
+
+    def __init__(self, ours: Iterable[int]) -> None:
+        self.ours = set(ours) | {os.getpid()}
+
+    def __enter__(self) -> Watch:
+        self._t = perf_counter()
+        self._cpu = _cpu_by_pid()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = _cpu_by_pid()
+        self.seconds = perf_counter() - self._t
+        used = {p: v - self._cpu.get(p, 0.0) for p, v in after.items()}
+        self.own_s = {p: used.get(p, 0.0) for p in self.ours}
+        self.others = sum(v for p, v in used.items() if p not in self.ours) / self.seconds
+        self.load = _load()
+
+    @property
+    def quiet(self) -> bool:
+        return self.others <= QUIET_CORES
+
+
+def _pids(pool: Any) -> list[int]:
+    return [p.pid for p in getattr(pool, "_procs", [])]
+
+
+def _budgeted(
+    keys: list[Any], wanted: int, budget_s: float, measure: Callable[[Any, int], Watch]
+) -> None:
+    """Rounds over ``keys`` (order alternating) until each has ``wanted`` quiet runs or the budget is spent."""
+    quiet = dict.fromkeys(keys, 0)
+    end = perf_counter() + budget_s
+    r = 0
+    while True:
+        todo = [k for k in keys if quiet[k] < wanted]
+        if not todo or (r >= wanted and perf_counter() > end):
+            return
+        for k in todo if r % 2 == 0 else todo[::-1]:
+            quiet[k] += measure(k, r).quiet
+        r += 1
+
+
+def _fmt_others(runs: list[dict[str, Any]]) -> str:
+    return " ".join(
+        f"{x['value']:.0f}{'' if x['quiet'] else '*'}(o{x['others']:.2f},l{x['load']})"
+        for x in runs
+    )
+
+
+# ---------------------------------------------------------------- dispatch delay
+
+
+class NoopPipeline:
+    """What ThreadWorkers needs of a pipeline, doing nothing: the delay is the pool's alone."""
+
+    request_threads = 1
+
+    def serve(self, i: int) -> None:
+        return None
+
+
+def _idle_delays(pool: Any, rate: float, seed: int) -> tuple[np.ndarray, int]:
+    n = COUNTS[int(rate)]
+    run = open_loop(pool, arrivals(rate, n, kind="poisson", seed=seed), timeout_s=10.0)
+    idle = run.idle & (run.dispatch_ns >= 0)
+    return (run.dispatch_ns[idle] - run.scheduled_ns[idle]) / 1e3, n
+
+
+def test_dispatch_delay_with_idle_workers(benchmark, tmp_path: Path) -> None:
+    cfg = {**TINY, "retrieve": {**TINY["retrieve"], "index_file": str(tmp_path / "flat.index")}}
+    with Pipeline(cfg) as parent:
+        parent.setup()  # builds and saves the index file the workers load
+        config = parent.config
+    pools: dict[str, Any] = {}
+    try:
+        pools["thread"] = ThreadWorkers(NoopPipeline(), DELAY_WORKERS)  # type: ignore[arg-type]
+        pools["process"] = ProcessWorkers(config, DELAY_WORKERS, warmup=WARMUP)
+        runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+
+        def measure(key: tuple[str, int], r: int) -> Watch:
+            kind, rate = key
+            with Watch(_pids(pools[kind])) as w:
+                delays, n = _idle_delays(pools[kind], rate, seed=r)
+            runs.setdefault(key, []).append(
+                {
+                    "value": float(np.percentile(delays, 99)) if delays.size else float("nan"),
+                    "p50": float(np.percentile(delays, 50)) if delays.size else float("nan"),
+                    "idle": delays.size / n,
+                    "others": w.others,
+                    "load": w.load,
+                    "quiet": w.quiet,
+                }
+            )
+            return w
+
+        keys = [(kind, rate) for rate in RATES for kind in pools]
+        _budgeted(keys, DELAY_RUNS, DELAY_BUDGET_S, measure)
+        thread_pool = pools["thread"]
+        schedule = arrivals(5_000, 200, seed=99)
+        benchmark.pedantic(open_loop, args=(thread_pool, schedule), rounds=3, iterations=1)
+    finally:
+        for pool in pools.values():
+            pool.close()
+
+    print(
+        f"\ndispatch delay of requests that found a worker idle, {DELAY_WORKERS} workers per pool, "
+        f"Poisson, SPIN_NS {SPIN_NS / 1e3:.0f} µs (target p99 ≤ {DELAY_TARGET_US:.0f} µs)\n"
+        f"{'pool':8} {'QPS':>5} {'p99 µs':>7} {'p50 µs':>7} {'idle':>5}  "
+        f"per-run p99 µs (o: cores other processes used, l: loadavg; * not quiet, not judged)"
+    )
+    judged: dict[tuple[str, int], float] = {}
+    for key in keys:
+        kind, rate = key
+        rs = runs[key]
+        ok = [x for x in rs if x["quiet"]]
+        p99 = statistics.median(x["value"] for x in ok) if ok else float("nan")
+        p50 = statistics.median(x["p50"] for x in (ok or rs))
+        if ok:
+            judged[key] = p99
+        benchmark.extra_info[f"{kind}/{rate}/idle_delay_p99_us"] = p99
+        print(
+            f"{kind:8} {rate:5d} {p99:7.0f} {p50:7.1f} {statistics.median(x['idle'] for x in rs):5.0%}  "
+            f"{_fmt_others(rs)}"
+        )
+    over = {k: v for k, v in judged.items() if v > DELAY_TARGET_US}
+    assert not over, f"idle dispatch delay p99 over {DELAY_TARGET_US:.0f} µs: " + ", ".join(
+        f"{kind} at {rate} QPS {v:.0f} µs" for (kind, rate), v in over.items()
+    )
+    missing = [k for k in keys if k not in judged]
+    if missing:
+        pytest.skip(
+            f"machine busy: no run with other processes under {QUIET_CORES} cores for "
+            + ", ".join(f"{kind} at {rate} QPS" for kind, rate in missing)
+        )
+
+
+# ---------------------------------------------------------------- scaling
+
+
+@pytest.fixture(scope="module")
+def scaling(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The 100k pipeline, its four pools and their interleaved closed-loop runs (measured once)."""
+    index_file = tmp_path_factory.mktemp("load") / "hnsw-100k.index"
+    cfg = {**BIG, "retrieve": {**BIG["retrieve"], "index_file": str(index_file)}}
+    t0 = perf_counter()
+    pools: dict[tuple[str, int], Any] = {}
+    with Pipeline(cfg) as pipe:
+        pipe.setup()  # dataset, index build and save: once
+        build_s = perf_counter() - t0
+        try:
+            for n in (1, 2):
+                pools[("process", n)] = ProcessWorkers(pipe.config, n, warmup=WARMUP)
+                pools[("thread", n)] = ThreadWorkers(pipe, n)
+                warm(pools[("thread", n)], WARMUP)
+            for pool in pools.values():  # untimed: every worker and queue warm
+                closed_loop(pool, 2 * pool.size, 0.3)
+            print(
+                f"\nscaling set-up: {build_s:.0f} s dataset and index build, "
+                f"{perf_counter() - t0 - build_s:.0f} s pools"
+            )
+            runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+
+            def measure(key: tuple[str, int], r: int) -> Watch:
+                pool = pools[key]
+                ours = _pids(pool)
+                with Watch(ours) as w:
+                    traffic = closed_loop(pool, 2 * pool.size, WINDOW_S)
+                fields = summarize(traffic, pipe, timeout_s=10.0)
+                done = max(fields["completed"], 1)
+                runs.setdefault(key, []).append(
+                    {
+                        "value": fields["achieved_qps"],
+                        "fields": fields,
+                        "records": [x for x in traffic.records if x is not None],
+                        # CPU per completed request: the test process, each worker
+                        "parent_cpu_us": w.own_s[os.getpid()] / done * 1e6,
+                        "workers_cpu_us": sum(w.own_s[p] for p in ours) / done * 1e6,
+                        "round": r,
+                        "others": w.others,
+                        "load": w.load,
+                        "quiet": w.quiet,
+                    }
+                )
+                return w
+
+            _budgeted(list(pools), SCALING_RUNS, SCALING_BUDGET_S, measure)
+            yield pipe, pools, runs
+        finally:
+            for pool in pools.values():
+                pool.close()
+
+
+def _ratio(runs: dict[tuple[str, int], list[dict[str, Any]]], kind: str) -> tuple[float, str]:
+    """2 workers / 1 from the medians of quiet runs (nan without), and the per-run figures."""
+    q = {}
+    for n in (1, 2):
+        ok = [x["value"] for x in runs[(kind, n)] if x["quiet"]]
+        q[n] = statistics.median(ok) if ok else float("nan")
+    text = "\n".join(
+        f"  {kind} x{n}: {q[n]:6.0f} QPS  per run: {_fmt_others(runs[(kind, n)])}" for n in (1, 2)
+    )
+    return q[2] / q[1], text
+
+
+def _median_field(rs: list[dict[str, Any]], get: Callable[[dict[str, Any]], float]) -> float:
+    ok = [x for x in rs if x["quiet"]] or rs
+    return statistics.median(get(x) for x in ok)
+
+
+def test_process_scaling(benchmark, scaling) -> None:
+    pipe, pools, runs = scaling
+    ratio, text = _ratio(runs, "process")
+    cpu = {
+        n: (
+            _median_field(runs[("process", n)], lambda x: x["workers_cpu_us"]),
+            _median_field(runs[("process", n)], lambda x: x["parent_cpu_us"]),
+        )
+        for n in (1, 2)
+    }
+    print(
+        f"\nhighest sustained QPS (closed loop, concurrency 2 x workers, {WINDOW_S:.0f} s "
+        f"windows), hnsw 100k x 384, 2 cores: 2 process workers / 1 = {ratio:.2f}x "
+        f"(target ≥ {SCALING_TARGET}x)\n{text}\n"
+        + "\n".join(
+            f"  CPU per request, process x{n}: workers {w:.0f} µs, parent (dispatch, "
+            f"records) {p:.0f} µs"
+            for n, (w, p) in cpu.items()
+        )
+        + f"\n  ceiling on 2 cores with that parent share: {2 * cpu[2][0] / (cpu[2][0] + cpu[2][1]):.2f}x"
+    )
+    benchmark.extra_info.update(process_scaling=ratio)
+    benchmark.pedantic(closed_loop, args=(pools[("process", 2)], 4, 0.2), rounds=1, iterations=1)
+    if np.isnan(ratio):
+        pytest.skip(
+            f"machine busy: no closed-loop run with other processes under {QUIET_CORES} cores"
+        )
+    assert ratio >= SCALING_TARGET, (
+        f"2 process workers reach {ratio:.2f}x the throughput of 1, under the {SCALING_TARGET}x target"
+    )
+
+
+def _stage_speedups(pipe: Pipeline, reps: int = 5) -> dict[str, float]:
+    """Each stage called alone in one thread vs in two threads at once: throughput ratio (2 = no GIL held)."""
+    stages = pipe._stages
+    ctxs = []
+    for i in range(50):
+        ctx = pipe._context(i)
+        for stage in stages:
+            stage(ctx)
+        ctxs.append(ctx)
+
+    def work(stage: Callable[[Any], None], n: int) -> None:
+        threads.pin_thread(1)
+        for r in range(n):
+            stage(ctxs[r % len(ctxs)])
+
+    out = {}
+    for stage in stages:
+        work(stage, 50)
+        t0 = perf_counter_ns()
+        work(stage, 50)
+        per_call = max(perf_counter_ns() - t0, 1) / 50
+        n = int(max(50, min(3_000, 60e6 / per_call)))  # ~60 ms per thread
+        ratios = []
+        for _ in range(reps):
+            t0 = perf_counter_ns()
+            work(stage, n)
+            one = perf_counter_ns() - t0
+            pair = [threading.Thread(target=work, args=(stage, n)) for _ in range(2)]
+            t0 = perf_counter_ns()
+            for t in pair:
+                t.start()
+            for t in pair:
+                t.join()
+            ratios.append(2 * one / (perf_counter_ns() - t0))
+        out[stage.name] = statistics.median(ratios)
+    return out
+
+
+def test_thread_scaling(benchmark, scaling) -> None:
+    pipe, pools, runs = scaling
+    ratio, text = _ratio(runs, "thread")
+    last = {
+        n: ([x for x in runs[("thread", n)] if x["quiet"]] or runs[("thread", n)])[-1]
+        for n in (1, 2)
+    }
+    wall, cpu = {}, {}
+    for n in (1, 2):
+        w, c = pipe.stage_samples(last[n]["records"])
+        wall[n] = np.median(w, axis=0) / 1e3
+        cpu[n] = np.median(c, axis=0) / 1e3
+    share = last[2]["fields"]["cpu_share"]
+    with Watch([]) as w:
+        speedup = _stage_speedups(pipe)
+    glue = {
+        n: _median_field(runs[("thread", n)], lambda x: x["parent_cpu_us"])
+        - _median_field(runs[("thread", n)], lambda x: x["fields"]["cpu_per_request_us"])
+        for n in (1, 2)
+    }
+    print(
+        f"\n2 thread workers / 1 = {ratio:.2f}x (reported, no target)\n{text}\n"
+        f"per stage, last quiet run of each pool (µs, p50); 2-thread speed-up = the stage alone "
+        f"in 2 threads at once vs 1 (2.0: the GIL is released; others {w.others:.2f} cores, "
+        f"load {w.load}):\n"
+        f"  {'stage':12} {'CPU share':>9} {'wall x1':>8} {'wall x2':>8} {'CPU x2':>7} "
+        f"{'wait x2':>8} {'2-thread':>8}"
+    )
+    held = 0.0
+    for j, name in enumerate(pipe.stage_names):
+        s = speedup.get(name)
+        if s is None:  # deserialize, prompt: inside the transport stage's call
+            s = speedup.get("transport", float("nan"))
+        if s < 1.3:
+            held += share[name]
+        print(
+            f"  {name:12} {share[name]:9.1%} {wall[1][j]:8.1f} {wall[2][j]:8.1f} {cpu[2][j]:7.1f} "
+            f"{wall[2][j] - cpu[2][j]:8.1f} {s:8.2f}"
+        )
+    print(
+        f"  stages holding the GIL (2-thread speed-up < 1.3): {held:.0%} of stage CPU; "
+        f"GIL-held CPU outside the stages per request (dispatch loop, queues, records): "
+        f"x1 {glue[1]:.0f} µs, x2 {glue[2]:.0f} µs"
+    )
+    benchmark.extra_info.update(thread_scaling=ratio, stage_speedup=speedup)
+    benchmark.pedantic(closed_loop, args=(pools[("thread", 2)], 4, 0.2), rounds=1, iterations=1)
