@@ -12,10 +12,11 @@ Every result ragbench produces is a JSON-able dict with ``schema``, ``kind``,
 :func:`new_record` stamps a record of any kind the same way, so a sweep, scale
 or load record carries the environment whether or not it is ever written to a
 file, and ``node``: the host name of the machine it was measured on (also kept
-in ``env``), which tells points measured on different Ray nodes apart. Files are JSON lines appended record by record and flushed
-(:func:`append_record`, :class:`RecordWriter`): an interrupted run keeps every
-record it finished. What is derived from sets of records and needed by more
-than one reader (Pareto flags, growth exponents) lives here too.
+in ``env``), which tells points measured on different Ray nodes apart. Files
+are JSON lines appended record by record and flushed (:func:`append_record`,
+:class:`RecordWriter`): an interrupted run keeps every record it finished.
+What is derived from sets of records and needed by more than one reader
+(Pareto flags, growth exponents) lives here too.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ __all__ = [
     "datasets_table",
     "event_text",
     "fixed_line",
+    "hardware_note",
     "load_table",
     "num",
     "params_text",
@@ -140,6 +141,41 @@ def _stat_cells(stats: Mapping[str, Any], names: Sequence[str]) -> list[str]:
     return [with_ci(stats.get(f"{n}_us"), stats.get(f"{n}_us_ci")) for n in names]
 
 
+def hardware_note(records: Sequence[Mapping[str, Any]]) -> str:
+    """A line under a table when its rows were measured on different machines ("" when not).
+
+    A machine is a record's ``node`` with its environment's CPU model and
+    cores; load records offered from several Ray nodes say so too.
+    """
+    machines: dict[tuple[str, str, Any], int] = {}
+    for r in records:
+        env = r.get("env") or {}
+        key = (
+            str(r.get("node") or env.get("node") or "?"),
+            str(env.get("cpu") or "?"),
+            env.get("cores"),
+        )
+        machines[key] = machines.get(key, 0) + 1
+    lines = []
+    if len(machines) > 1:
+        same_cpu = len({(cpu, cores) for _, cpu, cores in machines}) == 1
+        what = "different nodes with the same CPU" if same_cpu else "different hardware"
+        lines.append(
+            f"NOTE: rows measured on {what}: "
+            + "; ".join(
+                f"{node} ({cpu}, {cores} cores) {n} row(s)"
+                for (node, cpu, cores), n in machines.items()
+            )
+        )
+    senders = sorted({str(n) for r in records for n in (r.get("nodes") or [])})
+    if len(senders) > 1:
+        lines.append(
+            f"load offered from {len(senders)} nodes ({', '.join(senders)}); "
+            "each request timed on the node that sent it"
+        )
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- runs
 
 
@@ -207,7 +243,14 @@ def compare_table(
         keep = set(stages)
         names = [n for n in names if n in keep]
     sim = _simulated_note(records)
-    title = f"side by side, interleaved, {stat} µs per stage — {records[0]['dataset'].get('name', '?')}{sim}"
+    how = (
+        "interleaved"
+        if all(r.get("interleaved", True) for r in records)
+        else "each configuration in its own task, not interleaved"
+    )
+    title = (
+        f"side by side, {how}, {stat} µs per stage — {records[0]['dataset'].get('name', '?')}{sim}"
+    )
     wire = any(r.get("wire_bytes_p50") for r in records)
     cols = [("run", "left")]
     cols += [(n + (" (sim)" if n == "generate" and sim else ""), "right") for n in names]
@@ -227,7 +270,8 @@ def compare_table(
     what = {str(r["intervals"]) for r in records if r.get("intervals")}
     if what:
         table += f"\n±: {'; '.join(sorted(what))}; × best: total p50 ratio to the fastest run, [95 % interval]"
-    return table
+    hardware = hardware_note(records)
+    return table + ("\n" + hardware if hardware else "")
 
 
 def _samples(rec: Mapping[str, Any], stage: str | None) -> tuple[Any, Any]:
@@ -395,7 +439,8 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
         reps = max(int(r.get("repeats") or 1) for r in records)
         over = f"{reps} passes over the queries, then queries" if reps > 1 else "queries"
         table += f"\np50/p99 ±: 95 % bootstrap intervals over {over}"
-    return table
+    hardware = hardware_note(records)
+    return table + ("\n" + hardware if hardware else "")
 
 
 def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
@@ -429,7 +474,8 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             "growth of p50 latency with n (log-log slope; 1.0 = linear scan): "
             + ", ".join(f"{k} {v:.2f}" for k, v in exps.items())
         )
-    return "\n".join(lines)
+    hardware = hardware_note(records)
+    return "\n".join(lines + ([hardware] if hardware else []))
 
 
 def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -466,6 +512,8 @@ def _ms_ci(rec: Mapping[str, Any], key: str) -> str:
 def _load_title(records: Sequence[Mapping[str, Any]]) -> str:
     r0 = records[0]
     kind = f"{r0.get('workers', 1)} {r0.get('worker_kind', 'thread')} worker(s)"
+    if r0.get("actors"):
+        kind += f" in {r0['actors']} Ray actor(s)"
     if r0.get("mode") == "closed":
         head = f"closed-loop load — {kind}, {num(r0.get('duration_s'))} s per client count"
     else:
@@ -516,6 +564,8 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
         f"±: 95 % bootstrap intervals over {over}"
     )
     lines += _load_notes(records)
+    hardware = hardware_note(records)
+    lines += [hardware] if hardware else []
     lines.append(_stage_table(records, width))
     return "\n".join(lines)
 

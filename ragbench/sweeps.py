@@ -13,21 +13,29 @@ index does not take. Every point is measured the same way:
 ``rescore`` is a query parameter every index accepts here: ask the index for
 ``rescore`` candidates and re-score them exactly with the numba reranker, as
 the pipeline's rerank stage would (LSH and MinHash LSH need it).
+
+Both drivers split their work into independent units run by an executor
+(:mod:`ragbench.executors`): in this process, in order (the default), or as
+Ray tasks. A sweep unit is one (index, build parameters): built once, then
+measured at every query-parameter point (:func:`sweep_unit`); a scale unit is
+one (corpus size, index) (:func:`scale_unit`). Records come back as each
+point finishes.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
-from . import embedders, indexes, intervals, rerankers, threads
+from . import datasets, embedders, indexes, intervals, rerankers, threads
 from .errors import ConfigError
+from .executors import Executor, LocalExecutor, Unit
 from .metrics import recall_at_k, rerank_metric
 from .records import Collector, new_record
 from .timing import Stats, run_stages
@@ -40,7 +48,10 @@ __all__ = [
     "index_param_names",
     "measure",
     "scale_points",
+    "scale_unit",
     "sweep_points",
+    "sweep_unit",
+    "synthetic_data",
     "tune",
 ]
 
@@ -278,6 +289,28 @@ def _exact_reranker(data: SweepData) -> Any:
     return reranker
 
 
+def sweep_unit(
+    data: SweepData,
+    name: str,
+    build: Mapping[str, Any],
+    queries: Sequence[Mapping[str, Any]],
+    *,
+    k: int,
+    repeat: int = 1,
+) -> Iterator[dict[str, Any]]:
+    """Build index ``name`` once with ``build``, then yield one sweep record per query-parameter point."""
+    index, build_s = _built(name, data, build)
+    fields = _point_fields(data, k, name, index, build_s)
+    reranker = None
+    for point_params in queries:
+        params = dict(point_params)
+        rescore = params.pop("rescore", None)
+        if rescore is not None and reranker is None:
+            reranker = _exact_reranker(data)
+        point = measure(index, data, k, params, rescore=rescore, reranker=reranker, repeat=repeat)
+        yield new_record("sweep", {**fields, "query": params, "rescore": rescore, **point})
+
+
 def sweep_points(
     data: SweepData,
     index_names: Sequence[str],
@@ -288,24 +321,28 @@ def sweep_points(
     on_point: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     repeat: int = 1,
+    executor: Executor | None = None,
 ) -> list[dict[str, Any]]:
-    """Measure every (index, build params, query params) point; ``on_point`` gets each record at once."""
+    """Measure every (index, build params, query params) point; ``on_point`` gets each record at once.
+
+    One unit of work per (index, build params) (:func:`sweep_unit`), run by
+    ``executor`` (default: in this process, in order); the data is shared
+    with the units once (:meth:`~ragbench.executors.Executor.share`: on Ray,
+    one copy in the object store, since embedding and exact search are done once here).
+    """
     dim = int(data.vectors.shape[1])
-    reranker = None
-    emit = Collector(on_point, progress)
+    ex = executor or LocalExecutor()
+    shared = ex.share(data)
+    units = []
     for name in index_names:
         b_axes, q_axes = _grid_axes(name, dim, data.metric, build_grid, query_grid)
+        queries = _combos(q_axes)
         for build in _combos(b_axes):
-            index, build_s = _built(name, data, build)
-            fields = _point_fields(data, k, name, index, build_s)
-            for params in _combos(q_axes):
-                rescore = params.pop("rescore", None)
-                if rescore is not None and reranker is None:
-                    reranker = _exact_reranker(data)
-                point = measure(
-                    index, data, k, params, rescore=rescore, reranker=reranker, repeat=repeat
-                )
-                emit(new_record("sweep", {**fields, "query": params, "rescore": rescore, **point}))
+            units.append(
+                Unit(sweep_unit, (shared, name, build, queries), {"k": k, "repeat": repeat})
+            )
+    emit = Collector(on_point, progress)
+    ex.run(units, emit)
     return emit.records
 
 
@@ -357,6 +394,43 @@ def tune(
     raise ConfigError(f"index {index.name!r}: no tuning values")  # values is never empty
 
 
+def synthetic_data(n: int, *, dim: int, n_queries: int, seed: int, k: int) -> SweepData:
+    """The synthetic corpus of size ``n`` (deterministic: the same on every machine) as sweep data."""
+    return SweepData.from_dataset(
+        datasets.load("synthetic", n=n, dim=dim, n_queries=n_queries, seed=seed), k=k
+    )
+
+
+def scale_unit(
+    make: Callable[[], SweepData],
+    n: int,
+    index_names: Sequence[str],
+    *,
+    k: int,
+    target: float,
+    build: Mapping[str, Mapping[str, Any]],
+) -> Iterator[dict[str, Any]]:
+    """Make the size-``n`` data once; per index: build, tune to ``target`` recall, yield its record."""
+    data = make()
+    reranker = _exact_reranker(data)
+    for name in index_names:
+        index, build_s = _built(name, data, build.get(name, {}))
+        params, rescore, point, reached = tune(index, data, k, target, reranker)
+        fields = {**_point_fields(data, k, name, index, build_s), "n": n}
+        del index
+        yield new_record(
+            "scale",
+            {
+                **fields,
+                "query": params,
+                "rescore": rescore,
+                "target_recall": target,
+                "reached": reached,
+                **point,
+            },
+        )
+
+
 def scale_points(
     datasets_by_n: Iterable[tuple[int, Callable[[], SweepData]]],
     index_names: Sequence[str],
@@ -366,29 +440,23 @@ def scale_points(
     build: Mapping[str, Mapping[str, Any]],
     on_point: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    executor: Executor | None = None,
 ) -> list[dict[str, Any]]:
-    """Per corpus size and index: build, tune the query parameter to ``target`` recall, measure."""
+    """Per corpus size and index: build, tune the query parameter to ``target`` recall, measure.
+
+    In this process (the default executor) one unit per size makes its data
+    once for every index; elsewhere (Ray) each (size, index) is its own unit
+    and makes its own data by calling ``make`` where it runs, so give a
+    ``make`` that is cheap to send and gives the same data everywhere, such
+    as :func:`synthetic_data` bound with :func:`functools.partial` (no corpus
+    crosses the network, and no size waits in the object store for its turn).
+    """
+    ex = executor or LocalExecutor()
+    groups = [list(index_names)] if ex.in_process else [[name] for name in index_names]
+    options = {"k": k, "target": target, "build": build}
+    units = [
+        Unit(scale_unit, (make, n, names), options) for n, make in datasets_by_n for names in groups
+    ]
     emit = Collector(on_point, progress)
-    reranker = None
-    for n, make in datasets_by_n:
-        data = make()
-        if reranker is None:
-            reranker = _exact_reranker(data)
-        for name in index_names:
-            index, build_s = _built(name, data, build.get(name, {}))
-            params, rescore, point, reached = tune(index, data, k, target, reranker)
-            fields = {**_point_fields(data, k, name, index, build_s), "n": n}
-            rec = new_record(
-                "scale",
-                {
-                    **fields,
-                    "query": params,
-                    "rescore": rescore,
-                    "target_recall": target,
-                    "reached": reached,
-                    **point,
-                },
-            )
-            del index
-            emit(rec)
+    ex.run(units, emit)
     return emit.records

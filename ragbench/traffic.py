@@ -55,6 +55,7 @@ __all__ = [
     "arrivals",
     "closed_loop",
     "load_points",
+    "merge_concurrent",
     "open_loop",
     "summarize",
     "warm",
@@ -287,6 +288,34 @@ def closed_loop(
         idle=np.zeros(n, dtype=bool),
         records=c.records,
         errors=c.errors,
+    )
+
+
+def merge_concurrent(runs: Sequence[Traffic]) -> Traffic:
+    """Runs offered at the same time by several load generators (each on its own clock) as one run.
+
+    ``ragbench load --executor ray`` has each Ray actor offer its share of a
+    rate; their runs are merged here before :func:`summarize`. No two clocks
+    are compared: each run's times are taken relative to its own start, so
+    every request is timed on the node that sent it, the merged window is the
+    longest of the runs' windows, and counts and requests simply add up.
+    """
+    if not runs:
+        raise ConfigError("merge_concurrent needs at least one run")
+
+    def since_start(times: np.ndarray, start: int) -> np.ndarray:
+        return np.where(times >= 0, times - start, times)  # -1: never started / finished
+
+    return Traffic(
+        start_ns=0,
+        end_ns=max(r.end_ns - r.start_ns for r in runs),
+        scheduled_ns=np.concatenate([r.scheduled_ns - r.start_ns for r in runs]),
+        dispatch_ns=np.concatenate([since_start(r.dispatch_ns, r.start_ns) for r in runs]),
+        finish_ns=np.concatenate([since_start(r.finish_ns, r.start_ns) for r in runs]),
+        outcome=np.concatenate([r.outcome for r in runs]),
+        idle=np.concatenate([r.idle for r in runs]),
+        records=[rec for r in runs for rec in r.records],
+        errors=[e for r in runs for e in r.errors],
     )
 
 

@@ -20,6 +20,8 @@ __all__ = [
     "counts",
     "dataset_option",
     "echo",
+    "executor_from",
+    "executor_options",
     "grid",
     "index_option",
     "k_option",
@@ -194,6 +196,39 @@ def plot_option(help: str) -> Callable[[F], F]:
 
 def index_option(*, required: bool = False, help: str) -> Callable[[F], F]:
     return click.option("--index", "index", required=required, help=help)
+
+
+def executor_options(fn: F) -> F:
+    """``--executor local|ray`` and ``--ray-address``: where the units of work run."""
+    fn = click.option(
+        "--ray-address",
+        "ray_address",
+        metavar="auto|ray://HOST:PORT",
+        help="Ray cluster for --executor ray: auto (the one running here, or RAY_ADDRESS) or "
+        "ray://HOST:PORT (Ray Client). [default: start a local Ray instance]",
+    )(fn)
+    return click.option(
+        "--executor",
+        type=click.Choice(["local", "ray"]),
+        default="local",
+        show_default=True,
+        help="Where the work runs: local (this process, in order) or ray (Ray tasks or actors "
+        "on a cluster, each asking for the pinned thread count in CPUs; needs ragbench[ray]).",
+    )(fn)
+
+
+@contextmanager
+def executor_from(name: str, address: str | None) -> Iterator[Any]:
+    """The executor ``--executor``/``--ray-address`` ask for; a Ray it started is shut down after."""
+    from ..executors import LocalExecutor, RayExecutor
+
+    if name != "ray":
+        if address is not None:
+            raise click.UsageError("--ray-address needs --executor ray")
+        yield LocalExecutor()
+        return
+    with RayExecutor(address) as executor:
+        yield executor
 
 
 # ---------------------------------------------------------------- output

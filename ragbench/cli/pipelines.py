@@ -15,6 +15,8 @@ from .options import (
     config_option,
     dataset_option,
     echo,
+    executor_from,
+    executor_options,
     out_option,
     progress,
     queries_option,
@@ -114,27 +116,62 @@ def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
     show_default=True,
     help="Statistic shown for each stage.",
 )
+@executor_options
 def compare(**opts: Any) -> None:
-    """Run the cartesian product of the given backends side by side, interleaved, in one process."""
+    """Run the cartesian product of the given backends side by side, interleaved, in one process.
+
+    With --executor ray each configuration runs as its own Ray task instead (set up, warmed
+    and measured on its own, possibly at the same time as others): not interleaved.
+    """
     from ..pipeline import Pipeline
 
+    if opts["executor"] != "ray" and opts["ray_address"] is not None:
+        raise click.UsageError("--ray-address needs --executor ray")
     run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     combos, varying = configurations(opts, run_over)
     # every combination is created (and so checked) before anything is set up
     pipelines = [Pipeline(cfg, label=label) for cfg, label in combos]
-    try:
-        reports = _run_side_by_side(pipelines)
-    finally:
+    if opts["executor"] == "ray":
+        labels = [p.label for p in pipelines]
         for p in pipelines:
-            p.close()
-    records = [rec for r in reports for rec in r.to_records()]
-    if opts["out"]:
-        RecordWriter(opts["out"]).write_all(records)
+            p.close()  # checked; each task makes its own
+        records = _run_as_tasks(combos, labels, opts)
+    else:
+        try:
+            reports = _run_side_by_side(pipelines)
+        finally:
+            for p in pipelines:
+                p.close()
+        records = [rec for r in reports for rec in r.to_records()]
+        if opts["out"]:
+            RecordWriter(opts["out"]).write_all(records)
     echo(fixed_line(records, varying))
     echo(compare_table(records, stat=opts["stat"]))
     echo(setup_summary(records))
-    for r in reports:
-        if r.error:
-            echo(f"{r.label}: STOPPED EARLY: {r.error}")
-    if any(r.error for r in reports):
+    stopped = [r for r in records if r.get("error")]
+    for r in stopped:
+        echo(f"{r['label']}: STOPPED EARLY: {r['error']}")
+    if stopped:
         raise SystemExit(1)
+
+
+def _run_as_tasks(
+    combos: Sequence[tuple[dict[str, Any], str | None]], labels: list[str], opts: Any
+) -> list[dict[str, Any]]:
+    """Each configuration as its own task on the executor; records appended as each finishes."""
+    from ..executors import run_configurations
+
+    writer = RecordWriter(opts["out"])
+    with (
+        executor_from(opts["executor"], opts["ray_address"]) as executor,
+        progress(len(combos), "configurations, each its own Ray task") as advance,
+    ):
+        try:
+            run_configurations(combos, executor, on_record=writer, progress=advance)
+        except KeyboardInterrupt:
+            if writer.records:
+                echo(compare_table(writer.records, stat=opts["stat"]))
+            raise
+    # in the order of the options, not of finishing
+    order = {label: i for i, label in enumerate(labels)}
+    return sorted(writer.records, key=lambda r: order.get(r["label"], len(order)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,8 @@ from .options import (
     counts,
     dataset_option,
     echo,
+    executor_from,
+    executor_options,
     grid,
     index_option,
     k_option,
@@ -77,6 +80,7 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
 @threads_option("Threads for batch QPS (single-query latency always uses 1).")
 @out_option("Append one JSON record per point as it finishes.")
 @plot_option("Write recall (x) vs QPS (log y) per index as PNG.")
+@executor_options
 def sweep(
     dataset: str,
     n: str | None,
@@ -92,8 +96,14 @@ def sweep(
     threads: int | None,
     out: str | None,
     plot: str | None,
+    executor: str,
+    ray_address: str | None,
 ) -> None:
-    """Recall vs latency frontier: the cartesian product of build × query parameters per index."""
+    """Recall vs latency frontier: the cartesian product of build × query parameters per index.
+
+    Each (index, build parameters) is one unit of work: built once, measured at every
+    query-parameter point; with --executor ray each is a Ray task.
+    """
     from .. import datasets, indexes
     from .. import threads as th
     from ..sweeps import SweepData, check_grid, count_points, sweep_points
@@ -104,28 +114,31 @@ def sweep(
     check_grid(names, dim or indexes.PROBE_DIM, "ip", build_grid, query_grid)
     if threads is not None:
         th.set_threads(threads)
-    size = parse_count(n, "--n") if n else None
-    ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
-    data = SweepData.from_dataset(ds, k=k, n_queries=queries, embedder=embed)
-    dim_ = int(data.vectors.shape[1])
     writer = RecordWriter(out)
-    try:
-        total = count_points(names, dim_, data.metric, build_grid, query_grid)
-        with progress(total, "sweep points") as advance:
-            sweep_points(
-                data,
-                names,
-                k=k,
-                build_grid=build_grid,
-                query_grid=query_grid,
-                on_point=writer,
-                progress=advance,
-                repeat=repeat or 1,
-            )
-    except KeyboardInterrupt:
-        if writer.records:
-            echo(render(writer.records))
-        raise
+    # the executor first: a missing extra or an unreachable cluster fails before any embedding
+    with executor_from(executor, ray_address) as ex:
+        size = parse_count(n, "--n") if n else None
+        ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
+        data = SweepData.from_dataset(ds, k=k, n_queries=queries, embedder=embed)
+        dim_ = int(data.vectors.shape[1])
+        try:
+            total = count_points(names, dim_, data.metric, build_grid, query_grid)
+            with progress(total, "sweep points") as advance:
+                sweep_points(
+                    data,
+                    names,
+                    k=k,
+                    build_grid=build_grid,
+                    query_grid=query_grid,
+                    on_point=writer,
+                    progress=advance,
+                    repeat=repeat or 1,
+                    executor=ex,
+                )
+        except KeyboardInterrupt:
+            if writer.records:
+                echo(render(writer.records))
+            raise
     _finish(writer, plot)
 
 
@@ -170,6 +183,7 @@ def _per_index_build(builds: Sequence[str]) -> dict[str, dict[str, Any]]:
 @threads_option("Threads for builds and batch QPS.")
 @out_option("Append one JSON record per (index, n).")
 @plot_option("Write a log-log plot of p50 vs n.")
+@executor_options
 def scale(
     index: str,
     ns: str,
@@ -182,11 +196,16 @@ def scale(
     threads: int | None,
     out: str | None,
     plot: str | None,
+    executor: str,
+    ray_address: str | None,
 ) -> None:
-    """Cost as the corpus grows: build time, memory and p50 at a recall target, per n."""
-    from .. import datasets
+    """Cost as the corpus grows: build time, memory and p50 at a recall target, per n.
+
+    With --executor ray each (n, index) is a Ray task that makes its own synthetic corpus
+    (deterministic: the same on every node).
+    """
     from .. import threads as th
-    from ..sweeps import SweepData, check_grid, scale_points
+    from ..sweeps import check_grid, scale_points, synthetic_data
 
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"--recall must be in (0, 1], got {target}")
@@ -200,20 +219,22 @@ def scale(
     if threads is not None:
         th.set_threads(threads)
     writer = RecordWriter(out)
-
-    def make(n: int) -> Any:
-        return lambda: SweepData.from_dataset(
-            datasets.load("synthetic", n=n, dim=dim, n_queries=queries, seed=seed), k=k
-        )
-
-    with progress(len(sizes) * len(names), "scale points") as advance:
+    by_n = [
+        (n, functools.partial(synthetic_data, n, dim=dim, n_queries=queries, seed=seed, k=k))
+        for n in sizes
+    ]
+    with (
+        executor_from(executor, ray_address) as ex,
+        progress(len(sizes) * len(names), "scale points") as advance,
+    ):
         scale_points(
-            [(n, make(n)) for n in sizes],
+            by_n,
             names,
             k=k,
             target=target,
             build=build,
             on_point=writer,
             progress=advance,
+            executor=ex,
         )
     _finish(writer, plot)

@@ -13,7 +13,16 @@ from ..errors import ConfigError
 from ..records import RecordWriter
 from ..rendering import render
 from .configs import backend_options, configurations
-from .options import echo, numbers, out_option, plot_option, progress, repeat_option
+from .options import (
+    echo,
+    executor_from,
+    executor_options,
+    numbers,
+    out_option,
+    plot_option,
+    progress,
+    repeat_option,
+)
 
 __all__ = ["load"]
 
@@ -133,12 +142,24 @@ def _pools(
 @repeat_option("Repetitions of each load level (taking turns); intervals resample them.")
 @out_option("Append one JSON record per (rate, configuration) as it finishes.")
 @plot_option("Write response time p50/p99 against offered load, and CPU share per stage, as PNG.")
+@executor_options
+@click.option(
+    "--actors",
+    type=click.IntRange(min=1),
+    help="With --executor ray: load generators (Ray actors), each offering rate / actors with "
+    "its own pipeline and --workers workers. [default: one per node]",
+)
 def load(**opts: Any) -> None:
-    """Offer increasing load to each configuration and report response time, throughput and stages."""
+    """Offer increasing load to each configuration and report response time, throughput and stages.
+
+    With --executor ray, load generators run as Ray actors (open loop only), each offering
+    its share of every rate; their requests are merged into one curve per configuration.
+    """
     from ..pipeline import Pipeline, SharedParts
     from ..traffic import LoadOptions, load_points
 
     mode, levels = _levels(opts["qps"], opts["concurrency"])
+    _check_executor(opts, mode)
     options = LoadOptions(
         duration_s=opts["duration"],
         arrivals=opts["arrivals"],
@@ -149,9 +170,13 @@ def load(**opts: Any) -> None:
         slo_ms=opts["slo_ms"],
         repeat=opts["repeat"] or 1,
     )
-    workers, kind = opts["workers"] or _cores(), opts["worker_kind"]
     combos, _ = configurations(opts, {"warmup": opts["warmup"]})
     writer = RecordWriter(opts["out"])
+    if opts["executor"] == "ray":
+        _load_on_ray(opts, combos, levels, options, writer)
+        _finish(writer, opts["plot"])
+        return
+    workers, kind = opts["workers"] or _cores(), opts["worker_kind"]
     with ExitStack() as stack:
         index_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ragbench-index-"))
         pipelines = []
@@ -183,11 +208,60 @@ def load(**opts: Any) -> None:
                 if writer.records:
                     echo(render(writer.records))
                 raise
+    _finish(writer, opts["plot"])
+
+
+def _finish(writer: RecordWriter, plot: str | None) -> None:
     if not writer.records:
         raise ConfigError("no load level finished")
     echo(render(writer.records))
-    if opts["plot"]:
+    if plot:
         from ..plots import plot_records
 
-        plot_records(writer.records, opts["plot"])
-        echo(f"wrote {opts['plot']}")
+        plot_records(writer.records, plot)
+        echo(f"wrote {plot}")
+
+
+def _check_executor(opts: dict[str, Any], mode: str) -> None:
+    if opts["executor"] == "ray":
+        if mode != "open":
+            raise click.UsageError("--executor ray offers open-loop load only (--qps)")
+        return
+    if opts["ray_address"] is not None or opts["actors"] is not None:
+        raise click.UsageError("--ray-address and --actors need --executor ray")
+
+
+def _load_on_ray(
+    opts: dict[str, Any],
+    combos: list[tuple[dict[str, Any], str | None]],
+    levels: list[float],
+    options: Any,
+    writer: RecordWriter,
+) -> None:
+    """Load generators as Ray actors: each sets up its own pipelines and workers where it runs."""
+    from ..executors import ray_load_points
+    from ..pipeline import Pipeline
+
+    for cfg, label in combos:
+        Pipeline(cfg, label=label).close()  # every config checked before any actor starts
+    with (
+        executor_from("ray", opts["ray_address"]) as executor,
+        progress(len(levels) * len(combos), "load levels (Ray actors)") as advance,
+    ):
+        try:
+            ray_load_points(
+                executor,
+                combos,
+                levels,
+                actors=opts["actors"],
+                workers=opts["workers"],
+                worker_kind=opts["worker_kind"],
+                warmup=opts["warmup"],
+                options=options,
+                on_point=writer,
+                progress=advance,
+            )
+        except KeyboardInterrupt:
+            if writer.records:
+                echo(render(writer.records))
+            raise

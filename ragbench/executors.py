@@ -1,0 +1,649 @@
+"""Where independent units of work run: in this process, in order, or as Ray tasks on a cluster.
+
+A driver splits its work into :class:`Unit` s -- a module-level generator
+function and its arguments, yielding result records, depending on no other
+unit -- and hands them to an executor with a callback. The executor calls
+the callback with each record as soon as the record exists, wherever it was
+measured, so a :class:`ragbench.records.RecordWriter` appends it at once:
+
+- :class:`LocalExecutor`: this process, one unit after the other, in order
+  (what ragbench always did);
+- :class:`RayExecutor`: one Ray task per unit on a Ray cluster (a local one it
+  starts, ``"auto"``, or ``"ray://host:port"`` through Ray Client).
+
+On Ray:
+
+- every task asks for ``num_cpus`` = the pinned thread count
+  (:func:`ragbench.threads.get_threads`, ``--threads``) and pins it when it
+  starts, so two measurements never share a core of a node;
+- records stream back as they are made (not when the task ends) through a
+  small inbox actor, which works through Ray Client too (streaming
+  generators do not);
+- what a driver shares (:meth:`Executor.share`) goes to the object store once
+  (``ray.put``); a unit's other arguments travel with it;
+- an exception in the driver -- Ctrl-C, or one raised by the callback --
+  cancels every task not finished (``ray.cancel``, forced) and waits for
+  them to end before it propagates; every record already handed to the
+  callback is kept. A task's own error stops the run the same way and is
+  raised again here as itself.
+
+Ray ships functions, arguments and results between its processes with
+(cloud)pickle, so use it on a cluster you trust; the local executor sends
+nothing anywhere.
+
+Drivers: :func:`ragbench.sweeps.sweep_points` and
+:func:`~ragbench.sweeps.scale_points` (a unit per (index, build parameters)
+and per (corpus size, index)); :func:`run_configurations` (``compare
+--executor ray``: a task per configuration -- run on its own, not
+interleaved request by request with the others); :func:`ray_load_points`
+(``load --executor ray``: load generators as Ray actors, see there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, NamedTuple, NoReturn, Protocol
+
+from . import threads
+from .env import environment
+from .errors import ConfigError, MissingDependencyError
+from .pipeline import Pipeline, SharedParts
+from .records import Collector, new_record, node_name
+from .traffic import LoadOptions, Traffic, arrivals, merge_concurrent, open_loop, summarize, warm
+from .validate import positive_int
+from .workers import ProcessWorkers, ThreadWorkers
+
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "LoadGenerator",
+    "LocalExecutor",
+    "RayExecutor",
+    "Unit",
+    "configuration_records",
+    "import_ray",
+    "ray_load_points",
+    "run_configurations",
+]
+
+EXECUTORS = ("local", "ray")
+
+#: Seconds the driver waits for cancelled tasks (or stopping actors) to end.
+STOP_WAIT_S = 60.0
+
+#: Longest one inbox call waits for a record before it returns empty and is made again.
+INBOX_WAIT_S = 10.0
+
+Configs = Sequence[tuple[Mapping[str, Any], str | None]]
+
+
+class Unit(NamedTuple):
+    """One independent piece of work: ``fn(*args, **kwargs)`` yields records.
+
+    ``fn`` must be a module-level function (Ray sends it by name); ``args``
+    may hold what :meth:`Executor.share` returned.
+    """
+
+    fn: Callable[..., Iterator[dict[str, Any]]]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = {}
+
+
+class Executor(Protocol):
+    """What a driver needs: share data once, run units, get each record as it is made."""
+
+    name: str
+    #: units run in the driver's process, so they may share what they make
+    in_process: bool
+
+    def share(self, value: Any) -> Any:
+        """``value`` as an argument every unit can take (on Ray: one copy in the object store)."""
+        ...
+
+    def run(
+        self,
+        units: Sequence[Unit],
+        on_record: Callable[[dict[str, Any]], None],
+        *,
+        num_cpus: int | None = None,
+    ) -> None:
+        """Run every unit; ``on_record`` gets each record as soon as it exists."""
+        ...
+
+
+class LocalExecutor:
+    """Every unit in this process, one after the other, in order."""
+
+    name = "local"
+    in_process = True
+
+    def share(self, value: Any) -> Any:
+        return value
+
+    def run(
+        self,
+        units: Sequence[Unit],
+        on_record: Callable[[dict[str, Any]], None],
+        *,
+        num_cpus: int | None = None,
+    ) -> None:
+        """Run the units in order; ``num_cpus`` is ignored (the pinned thread count applies)."""
+        for unit in units:
+            for record in unit.fn(*unit.args, **unit.kwargs):
+                on_record(record)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------- Ray
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or :class:`MissingDependencyError` naming the ``ray`` extra."""
+    try:
+        import ray
+    except ImportError:
+        raise MissingDependencyError("ray", "ray") from None
+    return ray
+
+
+class _Inbox:
+    """A Ray actor holding records until the driver takes them (a long poll, no busy waiting)."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self._items: list[dict[str, Any]] = []
+        self._arrived = asyncio.Event()
+        self._closed = False
+
+    async def put(self, record: dict[str, Any]) -> None:
+        self._items.append(record)
+        self._arrived.set()
+
+    async def take(self, timeout_s: float) -> list[dict[str, Any]]:
+        import asyncio
+
+        if not self._items and not self._closed:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), timeout_s)
+        items, self._items = self._items, []
+        self._arrived.clear()
+        return items
+
+    async def close(self) -> None:
+        self._closed = True
+        self._arrived.set()
+
+
+def _run_unit(
+    fn: Callable[..., Iterator[dict[str, Any]]],
+    cpus: int,
+    inbox: Any,
+    kwargs: Mapping[str, Any],
+    *args: Any,
+) -> int:
+    """A unit in a Ray task: pin ``cpus`` threads, hand each record to ``inbox``; how many."""
+    import ray
+
+    threads.set_threads(cpus)
+    made = 0
+    for record in fn(*args, **kwargs):
+        ray.get(inbox.put.remote(record))  # delivered before the next point starts
+        made += 1
+    return made
+
+
+def _raise_cause(ray: Any, exc: BaseException) -> NoReturn:
+    """Raise the error a Ray task or actor raised as itself (a one-line ragbench error stays one)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
+        raise cause from None
+    raise exc
+
+
+class RayExecutor:
+    """Units as Ray tasks (see the module docstring).
+
+    ``address``: ``None`` starts a local Ray instance (or joins the one
+    ``RAY_ADDRESS`` names), ``"auto"`` joins the cluster running on this
+    machine, ``"ray://host:port"`` connects through Ray Client. When Ray is
+    already initialized in this process it is used as it is, and left
+    running. ``num_cpus``: CPUs each task asks for (default: the pinned
+    thread count when :meth:`run` is called). ragbench must be installed on
+    every node.
+    """
+
+    name = "ray"
+    in_process = False
+
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None) -> None:
+        if address is not None and address != "auto" and not address.startswith("ray://"):
+            raise ConfigError(
+                f"a Ray address is 'auto' or 'ray://host:port' (Ray Client), got {address!r}"
+            )
+        self.address = address
+        self.num_cpus = None if num_cpus is None else positive_int("ray", "num_cpus", num_cpus)
+        self.ray = import_ray()
+        self._owned = not self.ray.is_initialized()
+        if self._owned:
+            extra = {"include_dashboard": False} if address is None else {}
+            self.ray.init(address=address, log_to_driver=False, logging_level="warning", **extra)
+        self._task = self.ray.remote(_run_unit)
+        self._inbox = self.ray.remote(_Inbox).options(num_cpus=0)
+
+    # ---- the cluster
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Alive nodes with CPUs: ``{"id", "host", "cpus"}`` each."""
+        out = []
+        for node in self.ray.nodes():
+            cpus = float(node.get("Resources", {}).get("CPU", 0))
+            if node.get("Alive") and cpus >= 1:
+                out.append(
+                    {"id": node["NodeID"], "host": node.get("NodeManagerHostname"), "cpus": cpus}
+                )
+        return out
+
+    def check_fits(self, cpus: int, what: str = "task") -> None:
+        """Raise :class:`ConfigError` when no node has ``cpus`` CPUs (the work would wait forever)."""
+        biggest = max((n["cpus"] for n in self.nodes()), default=0.0)
+        if cpus > biggest:
+            raise ConfigError(
+                f"each Ray {what} asks for {cpus} CPUs (one per pinned thread) but the largest "
+                f"node has {biggest:g}; pin fewer threads (--threads) or add larger nodes"
+            )
+
+    def cpus_for(self, num_cpus: int | None = None) -> int:
+        """CPUs a task asks for: ``num_cpus``, else the executor's, else the pinned thread count."""
+        return positive_int("ray", "num_cpus", num_cpus or self.num_cpus or threads.get_threads())
+
+    # ---- units
+
+    def share(self, value: Any) -> Any:
+        return self.ray.put(value)
+
+    def run(
+        self,
+        units: Sequence[Unit],
+        on_record: Callable[[dict[str, Any]], None],
+        *,
+        num_cpus: int | None = None,
+    ) -> None:
+        """Run each unit as a task asking for ``num_cpus`` CPUs; records reach ``on_record`` as made."""
+        if not units:
+            return
+        cpus = self.cpus_for(num_cpus)
+        self.check_fits(cpus)
+        inbox = self._inbox.remote()
+        task = self._task.options(num_cpus=cpus)
+        pending = [task.remote(u.fn, cpus, inbox, dict(u.kwargs), *u.args) for u in units]
+        try:
+            self._stream(inbox, pending, on_record)
+        except BaseException:
+            self.cancel(pending)
+            raise
+        finally:
+            self.ray.kill(inbox)
+
+    def _stream(
+        self, inbox: Any, pending: list[Any], on_record: Callable[[dict[str, Any]], None]
+    ) -> None:
+        """Hand records to ``on_record`` until every task ended; ``pending`` shrinks as they do."""
+        ray = self.ray
+        take: Any = inbox.take.remote(INBOX_WAIT_S)
+        while True:
+            (ready,), _ = ray.wait([take, *pending], num_returns=1)
+            if ready == take:
+                for record in ray.get(take):
+                    on_record(record)
+                if not pending:
+                    return
+                take = inbox.take.remote(INBOX_WAIT_S)
+                continue
+            pending.remove(ready)
+            try:
+                ray.get(ready)
+            except ray.exceptions.RayError as exc:
+                _raise_cause(ray, exc)
+            if not pending:  # its records are in the inbox: the pending take returns them now
+                inbox.close.remote()
+
+    def cancel(self, refs: Sequence[Any]) -> None:
+        """Cancel ``refs`` (killing the workers of running ones) and wait for them to end.
+
+        Cancelling is repeated each second for those still running: a task
+        being handed to a worker at that moment can miss one cancel (seen with Ray 2.60).
+        """
+        left = list(refs)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while left and time.monotonic() < deadline:
+            for ref in left:
+                with contextlib.suppress(Exception):  # finished meanwhile, or already cancelled
+                    self.ray.cancel(ref, force=True)
+            _, left = self.ray.wait(left, num_returns=len(left), timeout=1.0)
+
+    def close(self) -> None:
+        """Shut Ray down if this executor started or joined it (an initialized Ray is left alone)."""
+        if self._owned and self.ray.is_initialized():
+            self.ray.shutdown()
+        self._owned = False
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------- compare
+
+
+def configuration_records(
+    config: Mapping[str, Any], label: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Set up one pipeline, warm it and run it on its own; its run record(s), marked not interleaved."""
+    with Pipeline(config, label=label) as pipe:
+        report = pipe.run()
+    for record in report.to_records():
+        yield {**record, "interleaved": False}
+
+
+def run_configurations(
+    configs: Configs,
+    executor: Executor,
+    *,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One unit per (config, label), each run on its own (:func:`configuration_records`); their records.
+
+    Each asks for as many CPUs as the larger of the pinned thread count (its
+    set-up) and its ``[run] threads`` (its requests). Unlike ``compare`` in
+    one process, configurations are not interleaved request by request: on
+    Ray they may run at the same time on different cores or nodes.
+    """
+    units = [Unit(configuration_records, (dict(cfg), label)) for cfg, label in configs]
+    cpus = max([threads.get_threads()] + [int(cfg["run"]["threads"] or 1) for cfg, _ in configs])
+    emit = Collector(on_record, progress)
+    executor.run(units, emit, num_cpus=cpus)
+    return emit.records
+
+
+# ---------------------------------------------------------------- load
+
+
+class LoadGenerator:
+    """A Ray actor offering one share of each load level (:func:`ray_load_points`).
+
+    It sets up its own pipeline per configuration (built where it runs), its
+    own pool of ``workers`` thread or process workers per configuration, and
+    offers open-loop arrivals to it with :func:`ragbench.traffic.open_loop`.
+    """
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self.pipelines: list[Pipeline] = []
+        self.pools: list[Any] = []
+
+    def setup(
+        self, configs: Configs, *, worker_kind: str, workers: int, warmup: int, build_threads: int
+    ) -> dict[str, Any]:
+        """Set up every configuration and its warm pool; where this actor runs (:meth:`about`).
+
+        A method, not the constructor: an error here reaches the driver as itself.
+        """
+        threads.set_threads(build_threads)
+        try:
+            self._setup(configs, worker_kind, workers, warmup)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self.about()
+
+    def _setup(self, configs: Configs, worker_kind: str, workers: int, warmup: int) -> None:
+        index_dir = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="ragbench-"))
+        for j, (config, label) in enumerate(configs):
+            cfg = copy.deepcopy(dict(config))
+            if worker_kind == "process" and cfg["retrieve"]["index_file"] is None:
+                # built once here, loaded by every worker process of this actor
+                cfg["retrieve"]["index_file"] = os.path.join(index_dir, f"{j}.index")
+            pipe = Pipeline(cfg, label=label)
+            self._stack.callback(pipe.close)
+            self.pipelines.append(pipe)
+        shared = SharedParts()
+        for pipe in self.pipelines:
+            pipe.setup(shared=shared)
+        for pipe in self.pipelines:
+            pool: Any
+            if worker_kind == "thread":
+                pool = ThreadWorkers(pipe, workers)
+                self._stack.callback(pool.close)
+                warm(pool, max(1, warmup // workers))
+            else:
+                pool = ProcessWorkers(pipe.config, workers, warmup=warmup)
+                self._stack.callback(pool.close)
+            self.pools.append(pool)
+
+    def about(self) -> dict[str, Any]:
+        """Where this actor runs: its ``node`` and environment block."""
+        return {"node": node_name(), "env": {**environment(), "node": node_name()}}
+
+    def offer(
+        self, j: int, rate: float, count: int, seed: int, first: int, options: LoadOptions
+    ) -> Traffic:
+        """Offer ``count`` requests at ``rate``/s (open loop) to configuration ``j``'s pool."""
+        schedule = arrivals(
+            rate, count, kind=options.arrivals, burstiness=options.burstiness, seed=seed
+        )
+        run = open_loop(
+            self.pools[j],
+            schedule,
+            timeout_s=options.timeout_s,
+            queue_size=options.queue_size,
+            first_request=first,
+        )
+        # with [run] otel: this actor's completed requests, now that none is being timed
+        self.pipelines[j].export_traces([r for r in run.records if r is not None])
+        return run
+
+    def summary(self, j: int, options: LoadOptions, repeats: int, *runs: Traffic) -> dict[str, Any]:
+        """Load-record fields of configuration ``j`` from every actor's runs (``repeats`` rounds of them)."""
+        per = len(runs) // repeats
+        merged = [merge_concurrent(runs[r * per : (r + 1) * per]) for r in range(repeats)]
+        pipe = self.pipelines[j]
+        fields = summarize(
+            merged,
+            pipe,
+            timeout_s=options.timeout_s,
+            slo_ms=options.slo_ms,
+            lag_warn_us=options.lag_warn_us,
+        )
+        return {
+            "label": pipe.label,
+            **fields,
+            "simulated": list(pipe.simulated),
+            "config": pipe.config,
+        }
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _plan(
+    executor: RayExecutor, actors: int | None, workers: int | None, request_threads: int
+) -> list[tuple[dict[str, Any], int]]:
+    """Per actor: its Ray options (CPUs, placement) and its worker count."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = executor.nodes()
+    if not nodes:
+        raise ConfigError("the Ray cluster has no node with CPUs")
+    plan: list[tuple[dict[str, Any], int]] = []
+    if actors is None:  # one per node, pinned to it, by default a worker per core
+        for node in nodes:
+            n = workers or max(1, int(node["cpus"]) // request_threads)
+            if n * request_threads > node["cpus"]:
+                raise ConfigError(
+                    f"a load generator with {n} workers × {request_threads} threads needs "
+                    f"{n * request_threads} CPUs; node {node['host']} has {node['cpus']:g}"
+                )
+            where = NodeAffinitySchedulingStrategy(node["id"], soft=False)
+            plan.append(({"num_cpus": n * request_threads, "scheduling_strategy": where}, n))
+    else:  # spread; by default the cluster's cores shared out among them
+        total = sum(int(node["cpus"]) for node in nodes)
+        n = workers or max(1, total // (actors * request_threads))
+        plan = [({"num_cpus": n * request_threads, "scheduling_strategy": "SPREAD"}, n)] * actors
+        if actors * n * request_threads > total:
+            raise ConfigError(
+                f"{actors} load generators × {n} workers × {request_threads} threads need "
+                f"{actors * n * request_threads} CPUs; the cluster has {total}"
+            )
+    for _, n in plan:
+        executor.check_fits(n * request_threads, "load generator")
+    return plan
+
+
+def ray_load_points(
+    executor: RayExecutor,
+    configs: Configs,
+    rates: Sequence[float],
+    *,
+    actors: int | None = None,
+    workers: int | None = None,
+    worker_kind: str = "thread",
+    warmup: int = 20,
+    options: LoadOptions | None = None,
+    on_point: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Open-loop load from Ray actors: one load record per (rate, configuration).
+
+    ``actors`` load generators (:class:`LoadGenerator`; default one per node,
+    pinned to it) each offer ``rate / actors`` with their own pipeline and
+    ``workers`` workers (default: their node's cores, or the cluster's cores
+    shared out), asking Ray for ``workers × [run] threads`` CPUs. Per level
+    and configuration every actor's requests are merged into one record
+    (:func:`ragbench.traffic.merge_concurrent`: each request timed on the
+    node that sent it, no clocks compared across nodes); configurations take
+    turns, as in :func:`ragbench.traffic.load_points`. Each actor's arrivals
+    have their own seed, so their schedules do not coincide.
+    """
+    opts = options or LoadOptions()
+    ray = executor.ray
+    request_threads = max(int(cfg["run"]["threads"] or 1) for cfg, _ in configs)
+    plan = _plan(executor, actors, workers, request_threads)
+    remote = ray.remote(LoadGenerator)
+    handles = [remote.options(**ray_options).remote() for ray_options, _ in plan]
+    emit = Collector(on_point, progress)
+    try:
+        about = _get(
+            ray,
+            [
+                h.setup.remote(
+                    list(configs),
+                    worker_kind=worker_kind,
+                    workers=n,
+                    warmup=warmup,
+                    build_threads=ray_options["num_cpus"],
+                )
+                for h, (ray_options, n) in zip(handles, plan, strict=True)
+            ],
+        )
+        shape = {
+            "executor": "ray",
+            "actors": len(handles),
+            "worker_kind": worker_kind,
+            "workers": sum(n for _, n in plan),
+            "workers_per_actor": [n for _, n in plan],
+            "nodes": [a["node"] for a in about],
+            "node": ",".join(sorted({a["node"] for a in about})),
+        }
+        first = 0
+        for rate in rates:
+            runs, first = _offer_level(ray, handles, len(configs), rate, opts, first)
+            for j in range(len(configs)):
+                fields = _get(ray, handles[0].summary.remote(j, opts, opts.repeat, *runs[j]))
+                emit(
+                    new_record("load", _load_fields(fields, shape, rate, opts), env=about[0]["env"])
+                )
+    except BaseException:
+        for h in handles:
+            ray.kill(h)
+        raise
+    _stop(ray, handles)
+    return emit.records
+
+
+def _offer_level(
+    ray: Any, handles: list[Any], n_configs: int, rate: float, opts: LoadOptions, first: int
+) -> tuple[list[list[Any]], int]:
+    """Every actor offers its share of ``rate`` to each configuration in turn, ``repeat`` rounds."""
+    share = rate / len(handles)
+    count = max(1, int(round(share * opts.duration_s)))
+    runs: list[list[Any]] = [[] for _ in range(n_configs)]
+    for _ in range(opts.repeat):  # repetitions take turns too
+        for j in range(n_configs):
+            refs = [
+                # seed * 1000 + a: every actor's arrivals differ, and stay reproducible
+                h.offer.remote(j, share, count, opts.seed * 1000 + a, first + a * count, opts)
+                for a, h in enumerate(handles)
+            ]
+            ray.wait(refs, num_returns=len(refs), fetch_local=False)  # the next takes its turn
+            runs[j] += refs
+            first += count * len(handles)
+    return runs, first
+
+
+def _load_fields(
+    fields: Mapping[str, Any], shape: Mapping[str, Any], rate: float, opts: LoadOptions
+) -> dict[str, Any]:
+    return {
+        "label": fields["label"],
+        "mode": "open",
+        **shape,
+        "arrivals": opts.arrivals,
+        "burstiness": opts.burstiness,
+        "offered_qps": float(rate),
+        "concurrency": None,
+        "duration_s": opts.duration_s,
+        "timeout_s": opts.timeout_s,
+        "queue_size": opts.queue_size,
+        **{k: v for k, v in fields.items() if k not in ("label", "config", "simulated")},
+        "simulated": fields["simulated"],
+        "config": fields["config"],
+    }
+
+
+def _get(ray: Any, refs: Any) -> Any:
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayError as exc:
+        _raise_cause(ray, exc)
+
+
+def _stop(ray: Any, handles: list[Any]) -> None:
+    """Close every actor (its pools, pipelines and servers), then end it."""
+    closing = [h.close.remote() for h in handles]
+    with contextlib.suppress(Exception):
+        ray.wait(closing, num_returns=len(closing), timeout=STOP_WAIT_S)
+    for h in handles:
+        ray.kill(h)
