@@ -492,6 +492,7 @@ def load_points(
                 "mode": mode,
                 "worker_kind": pool.kind,
                 "workers": pool.size,
+                "pinned": bool(getattr(pool, "pinned", False)),
                 "arrivals": opts.arrivals if mode == "open" else "closed-loop",
                 "burstiness": opts.burstiness,
                 "offered_qps": float(level) if mode == "open" else None,

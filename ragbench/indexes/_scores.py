@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit, typeof
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _similarity(dist):
     # ip / cosine: hnswlib's distance is 1 - similarity. The same float32
     # operation as numpy's np.subtract(1, dist): bit-identical results.
@@ -31,7 +31,7 @@ def _similarity(dist):
     return row[0]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _negated(dist):
     # l2: hnswlib's distance is the squared distance; the score is its negation.
     row = dist[0]

@@ -105,7 +105,7 @@ def prefetch_row(typingctx, vectors, row):
     return types.void(vectors, row), codegen
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _worse(s1, i1, s2, i2):
     """True when (s1, i1) ranks after (s2, i2)."""
     # Two real, different scores settle it in one or two compares (the
@@ -120,7 +120,7 @@ def _worse(s1, i1, s2, i2):
     return i1 > i2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sift_up(hs, hi, c):
     # Root holds the worst kept entry, so a child must never be worse than its parent.
     while c > 0:
@@ -133,7 +133,7 @@ def _sift_up(hs, hi, c):
             break
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sift_down(hs, hi, c, m):
     while True:
         left = 2 * c + 1
@@ -151,7 +151,7 @@ def _sift_down(hs, hi, c, m):
             break
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _contains(hi, m, row):
     """Whether ``row`` is among the m kept ids (a full pass, no early exit to mispredict)."""
     found = False
@@ -160,7 +160,7 @@ def _contains(hi, m, row):
     return found
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _count_worse(hs, hi, m, s, row):
     """How many of the m kept entries rank after (s, row), without branching.
 
@@ -183,7 +183,7 @@ def _count_worse(hs, hi, m, s, row):
     return c
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _offer(hs, hi, m, s, row):
     """Offer (s, row) to the m kept entries; return the new count.
 
@@ -233,7 +233,7 @@ def _offer(hs, hi, m, s, row):
     return m + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _finish(hs, hi, m):
     """Order the m kept entries best first in place, then pad to k."""
     if hs.shape[0] <= SMALL_K:
@@ -258,7 +258,7 @@ def _finish(hs, hi, m):
         hi[t] = -1
 
 
-@njit(cache=True, fastmath=_FASTMATH, inline="always")
+@njit(cache=True, nogil=True, fastmath=_FASTMATH, inline="always")
 def _ip4(vectors, r0, r1, r2, r3, q):
     # Four rows per pass: q is loaded once for four rows and four independent
     # sums keep the FMA units and the memory system busy (see the module
@@ -276,7 +276,7 @@ def _ip4(vectors, r0, r1, r2, r3, q):
     return a0, a1, a2, a3
 
 
-@njit(cache=True, fastmath=_FASTMATH, inline="always")
+@njit(cache=True, nogil=True, fastmath=_FASTMATH, inline="always")
 def _l2_4(vectors, r0, r1, r2, r3, q):
     # Direct sum of squared differences (not |x|^2 - 2x.q + |q|^2, which cancels).
     a0 = np.float32(0.0)
@@ -296,7 +296,7 @@ def _l2_4(vectors, r0, r1, r2, r3, q):
     return -a0, -a1, -a2, -a3
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _cos(dot, xx, qnorm):
     # Same rule as the numpy reference: a zero denominator (a zero row or a
     # zero query) scores 0.0.
@@ -306,7 +306,7 @@ def _cos(dot, xx, qnorm):
     return np.float32(dot / den)
 
 
-@njit(cache=True, fastmath=_FASTMATH, inline="always")
+@njit(cache=True, nogil=True, fastmath=_FASTMATH, inline="always")
 def _cos4(vectors, r0, r1, r2, r3, q, qnorm):
     d0 = np.float32(0.0)
     d1 = np.float32(0.0)
@@ -333,7 +333,7 @@ def _cos4(vectors, r0, r1, r2, r3, q, qnorm):
     return _cos(d0, n0, qnorm), _cos(d1, n1, qnorm), _cos(d2, n2, qnorm), _cos(d3, n3, qnorm)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _score4(vectors, r0, r1, r2, r3, q, metric, qnorm):
     if metric == IP:
         return _ip4(vectors, r0, r1, r2, r3, q)
@@ -342,7 +342,7 @@ def _score4(vectors, r0, r1, r2, r3, q, metric, qnorm):
     return _cos4(vectors, r0, r1, r2, r3, q, qnorm)
 
 
-@njit(cache=True, fastmath=_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def _scan(q, ids, start, stop, vectors, metric, qnorm, hs, hi):
     """The fused pass: score ids[start:stop] in place, keep the best in (hs, hi).
 
@@ -415,7 +415,7 @@ def _scan(q, ids, start, stop, vectors, metric, qnorm, hs, hi):
     return m
 
 
-@njit(cache=True, fastmath=_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def _query_norm(q):
     acc = np.float32(0.0)
     for j in range(q.shape[0]):
@@ -423,7 +423,7 @@ def _query_norm(q):
     return np.float32(np.sqrt(acc))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _check_ids(ids, n_rows):
     lo = np.int64(0)
     hi = np.int64(-1)
@@ -438,7 +438,7 @@ def _check_ids(ids, n_rows):
     return np.int64(-1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _finite(q):
     # On the bit pattern: an all-ones exponent is inf or NaN. Integer max
     # vectorises without fastmath (a float test would be a serial chain).
@@ -449,7 +449,7 @@ def _finite(q):
     return top != np.int32(0x7F800000)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rerank_serial(q, ids, vectors, metric, out_i, out_s):
     """One query, one thread, into ``out_i``/``out_s`` (length k, allocated by
     the caller: returning arrays allocated here costs ~0.7 µs more per call).
@@ -467,7 +467,7 @@ def rerank_serial(q, ids, vectors, metric, out_i, out_s):
     return OK
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def rerank_chunked(q, ids, vectors, metric, chunks, out_i, out_s):
     """One query, candidates split in ``chunks`` parts across threads; each
     part keeps its own top-k, then the parts are merged. As rerank_serial."""
@@ -495,7 +495,7 @@ def rerank_chunked(q, ids, vectors, metric, chunks, out_i, out_s):
     return OK
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def rerank_many(queries, ids, vectors, metric, out_i, out_s):
     """Many queries, spread over threads; ids and outputs are ``(nq, n)`` and
     ``(nq, k)``. As rerank_serial; the bad id, or the row of a non-finite
