@@ -55,6 +55,7 @@ __all__ = [
     "RequestContext",
     "RequestRecord",
     "SharedParts",
+    "far_fields",
     "interleave",
 ]
 
@@ -1046,21 +1047,24 @@ class Pipeline:
         self.close()
 
 
+def far_fields(far: Any) -> tuple[int, int, int, int, int, int]:
+    """A far side's report as numbers: decode ns, prompt ns, wire bytes sent and received,
+    decode and prompt CPU ns (zeros for no far side)."""
+    if far is None:
+        return (0, 0, 0, 0, 0, 0)
+    return (
+        far.decode_ns,
+        far.prompt_ns,
+        far.wire_bytes_sent,
+        far.wire_bytes_received,
+        getattr(far, "decode_cpu_ns", 0),
+        getattr(far, "prompt_cpu_ns", 0),
+    )
+
+
 def _far_columns(records: Sequence[RequestRecord]) -> np.ndarray:
-    """int64 (requests, 6): decode ns, prompt ns, wire bytes sent and received, decode and prompt CPU ns."""
-    rows = [
-        (
-            f.decode_ns,
-            f.prompt_ns,
-            f.wire_bytes_sent,
-            f.wire_bytes_received,
-            getattr(f, "decode_cpu_ns", 0),
-            getattr(f, "prompt_cpu_ns", 0),
-        )
-        if (f := r.far) is not None
-        else (0, 0, 0, 0, 0, 0)
-        for r in records
-    ]
+    """int64 (requests, 6): :func:`far_fields` of each record."""
+    rows = [far_fields(r.far) for r in records]
     return np.asarray(rows, dtype=np.int64).reshape(-1, 6)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from . import threads
 from .errors import ConfigError, RagbenchError, TransportError
-from .pipeline import Pipeline, RequestRecord
+from .pipeline import Pipeline, RequestRecord, far_fields
 from .validate import positive_int
 
 __all__ = [
@@ -302,17 +302,7 @@ class _Far(NamedTuple):
 def _pack(rec: RequestRecord | None) -> tuple[Any, ...] | None:
     if rec is None:
         return None
-    f = rec.far
-    far = None
-    if f is not None:
-        far = (
-            f.decode_ns,
-            f.prompt_ns,
-            f.wire_bytes_sent,
-            f.wire_bytes_received,
-            getattr(f, "decode_cpu_ns", 0),
-            getattr(f, "prompt_cpu_ns", 0),
-        )
+    far = far_fields(rec.far) if rec.far is not None else None
     ids = np.asarray(rec.hit_ids, dtype=np.int64).tobytes()
     return (
         rec.stamps,
