@@ -80,10 +80,24 @@ def pin_thread(n: int | None = None) -> None:
     n = get_threads() if n is None else positive_int("pin_thread", "n", n)
     if "faiss" in sys.modules:
         sys.modules["faiss"].omp_set_num_threads(n)
-    if "numba" in sys.modules:
+    if _numba_pool_started():
         import numba
 
         numba.set_num_threads(min(n, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+
+
+def _numba_pool_started() -> bool:
+    """Whether numba's thread pool runs (``set_num_threads`` would start it otherwise).
+
+    Starting it early costs dearly: numba's OpenMP runtime, once started
+    before torch loads, is the one torch's parallel code then runs on, and
+    sentence embedding became 11x slower (measured: 64 passages 29.6 s vs
+    2.7 s). The parallel kernels set their own count when they first run.
+    """
+    if "numba" not in sys.modules:
+        return False
+    parallel = sys.modules.get("numba.np.ufunc.parallel")
+    return bool(getattr(parallel, "_is_initialized", True)) if parallel is not None else False
 
 
 def _blas_controller() -> Any:
