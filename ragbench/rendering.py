@@ -365,12 +365,15 @@ def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "dataset": (rec.get("dataset") or {}).get("name"),
             "requests": rec.get("requests"),
             "total_p50_us": rec["total"].get("p50_us"),
+            "total_p50_us_ci": rec["total"].get("p50_us_ci"),
             "total_p99_us": rec["total"].get("p99_us"),
+            "total_p99_us_ci": rec["total"].get("p99_us_ci"),
             "recall_at_k": rec.get("recall_at_k"),
             "payload_bytes_p50": rec.get("payload_bytes_p50"),
         }
         for stage, stats in rec["summary"].items():
             row[f"{stage}_p50_us"] = stats.get("p50_us")
+            row[f"{stage}_p50_us_ci"] = stats.get("p50_us_ci")
             row[f"{stage}_share"] = stats.get("share")
         row["simulated"] = ",".join(rec.get("simulated") or [])
         rows.append(row)
@@ -461,8 +464,8 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
                 f"{rec['n']:,}",
                 used,
                 f"{rec['recall']:.4f}",
-                num(rec["p50_us"]),
-                num(rec["p99_us"]),
+                with_ci(rec["p50_us"], rec.get("p50_us_ci")),
+                with_ci(rec["p99_us"], rec.get("p99_us_ci")),
                 f"{rec['build_s']:.2f}",
                 f"{rec['memory_bytes'] / 1e6:.1f}",
             ]

@@ -104,3 +104,19 @@ def test_render_every_format_for_sweep_points() -> None:
     assert md[0].startswith("| kind |") and len(md) == 4
     with pytest.raises(ConfigError, match="unknown format"):
         render(recs, "xml")
+
+
+def test_run_rows_carry_interval_bounds_in_every_format(tmp_path: Path) -> None:
+    cfg = {
+        "dataset": {"name": "synthetic", "n": 400, "dim": 8, "n_queries": 10, "seed": 1},
+        "retrieve": {"backend": "flat"},
+        "serialize": {"backend": "json"},
+    }
+    with rb.Pipeline.from_config(cfg) as pipe:
+        rec = pipe.run(queries=30, warmup=0).to_record()
+    (row,) = json.loads(render([rec], "json"))
+    lo, hi = row["total_p50_us_ci"]
+    assert lo <= row["total_p50_us"] <= hi
+    assert "retrieve_p50_us_ci" in row
+    header = render([rec], "csv").splitlines()[0]
+    assert "total_p50_us_ci" in header
