@@ -17,7 +17,15 @@ from typing import Any
 
 from .validate import positive_int
 
-__all__ = ["apply", "blas_threads", "get_threads", "pin_thread", "set_threads", "settings"]
+__all__ = [
+    "apply",
+    "blas_threads",
+    "get_threads",
+    "pin_thread",
+    "set_threads",
+    "settings",
+    "usable_cores",
+]
 
 
 def _default() -> int:
@@ -28,10 +36,15 @@ def _default() -> int:
         except ValueError:
             value = env  # not a number: positive_int names it
         return positive_int("environment", "RAGBENCH_THREADS", value)
+    return len(usable_cores())
+
+
+def usable_cores() -> list[int]:
+    """The CPUs this process may run on (its affinity mask), in order."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
 
 
 _threads: int | None = None

@@ -40,6 +40,7 @@ import numpy as np
 from . import threads
 from .errors import ConfigError, RagbenchError, TransportError
 from .pipeline import Pipeline, RequestRecord, far_fields
+from .transports import FarSide
 from .validate import positive_int
 
 __all__ = [
@@ -290,15 +291,6 @@ class ThreadWorkers:
 # ---------------------------------------------------------------- processes
 
 
-class _Far(NamedTuple):
-    decode_ns: int
-    prompt_ns: int
-    wire_bytes_sent: int
-    wire_bytes_received: int
-    decode_cpu_ns: int
-    prompt_cpu_ns: int
-
-
 def _pack(rec: RequestRecord | None) -> tuple[Any, ...] | None:
     if rec is None:
         return None
@@ -319,7 +311,8 @@ def _unpack(packed: tuple[Any, ...] | None) -> RequestRecord | None:
     if packed is None:
         return None
     stamps, cpu, far, ids, payload, tokens, row = packed
-    far_side = _Far(*far) if far is not None else None
+    # the prompt itself stays in the worker: the report needs only the numbers
+    far_side = FarSide("", tokens, *far) if far is not None else None
     hits = np.frombuffer(ids, dtype=np.int64)
     return RequestRecord(stamps, cpu, far_side, hits, payload, tokens, row)
 
@@ -384,13 +377,6 @@ def process_worker(
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def _usable_cores() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return list(range(os.cpu_count() or 1))
-
-
 class ProcessWorkers:
     """``n`` worker processes, each with its own pipeline built from ``config`` (see the module docstring)."""
 
@@ -406,7 +392,7 @@ class ProcessWorkers:
         pin: bool = True,
     ) -> None:
         self.size = positive_int("process workers", "n", n)
-        cores = _usable_cores()
+        cores = threads.usable_cores()
         # one core each when there are enough: a worker sleeping until its next arrival then
         # wakes on time instead of behind a sibling spinning on the same core (measured: p99
         # dispatch delay at 200 QPS 386 -> 74 µs with two workers on 2 cores)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from .. import threads
 from ..errors import ConfigError
 from ..records import RecordWriter
 from ..rendering import render
@@ -38,13 +39,6 @@ def _levels(qps: str | None, concurrency: str | None) -> tuple[str, list[float]]
     if any(c != int(c) for c in levels):
         raise click.BadParameter("client counts must be whole numbers", param_hint="--concurrency")
     return "closed", levels
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _pools(
@@ -176,7 +170,7 @@ def load(**opts: Any) -> None:
         _load_on_ray(opts, combos, levels, options, writer)
         _finish(writer, opts["plot"])
         return
-    workers, kind = opts["workers"] or _cores(), opts["worker_kind"]
+    workers, kind = opts["workers"] or len(threads.usable_cores()), opts["worker_kind"]
     with ExitStack() as stack:
         index_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ragbench-index-"))
         pipelines = []
