@@ -1,7 +1,7 @@
-"""Transport round trips, side by side: inproc vs http vs grpc, per codec.
+"""Transport round trips, side by side: inproc vs http vs grpc vs asgi, per codec.
 
 One send = near side writes the payload, the far side (a child process for
-http/grpc) decodes it and builds the prompt, and the reply comes back. The
+http/grpc/asgi) decodes it and builds the prompt, and the reply comes back. The
 table splits each round trip into wire time (round trip minus the far side's
 own decode and prompt times) and the far side's work, per codec, for a
 10-chunk payload of ~1 KB chunks with 3 metadata entries. Interleaved, medians.
@@ -19,7 +19,7 @@ import pytest
 import ragbench as rb
 from ragbench.testing import sample_result
 
-TRANSPORTS = ("inproc", "http", "grpc")
+TRANSPORTS = ("inproc", "http", "grpc", "asgi")
 CODECS = ("orjson", "msgpack", "protobuf")
 ROUNDS = 400
 

@@ -44,7 +44,9 @@ class CacheEvent:
     ``what`` names the array (``"corpus_vectors[minilm]"``), ``hit`` is true when
     a verified file was read, ``path`` is the ``.npy`` file, ``seconds`` the
     wall time of the load or of the computation and write, and ``note`` says
-    why an existing entry was rebuilt (empty otherwise).
+    why an existing entry was rebuilt (empty otherwise). ``shipped`` is true
+    when the array came from a file shipped with the dataset (``path``), not
+    from the cache.
     """
 
     what: str
@@ -52,6 +54,7 @@ class CacheEvent:
     path: str
     seconds: float
     note: str = ""
+    shipped: bool = False
 
 
 class _HashingWriter:
@@ -165,15 +168,20 @@ class ArrayCache:
         compute: Callable[[], np.ndarray],
         events: list[CacheEvent],
         info: dict[str, Any] | None = None,
+        *,
+        force: bool = False,
     ) -> np.ndarray:
-        """Load ``key`` if it verifies, else ``compute()`` and store it; log a :class:`CacheEvent`."""
+        """Load ``key`` if it verifies, else ``compute()`` and store it; log a :class:`CacheEvent`.
+
+        ``force=True`` computes (and stores) without reading an existing entry.
+        """
         t0 = time.perf_counter_ns()
-        arr, reason = self.load(key)
+        arr, reason = (None, "") if force else self.load(key)
         npy, _ = self.paths(key)
         if arr is not None:
             events.append(CacheEvent(what, True, str(npy), (time.perf_counter_ns() - t0) / 1e9))
             return arr
-        note = ""
+        note = "recomputed on request" if force else ""
         if reason:
             note = f"rebuilt: {reason}"
             log.warning(

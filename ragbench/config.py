@@ -32,7 +32,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "otel": False,
         "repeat": 1,
     },
-    "embed": {"backend": None},
+    # re_embed: compute the vectors even when shipped or cached ones apply (--re-embed)
+    "embed": {"backend": None, "re_embed": False},
     "cache": {"backend": "none", "size": 1024, "ttl_s": 300.0},
     "retrieve": {
         "backend": "hnsw",
@@ -143,6 +144,7 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         run["threads"] = positive_int("[run]", "threads", run["threads"])
     run["cpu_time"] = bool_param("[run]", "cpu_time", run["cpu_time"])
     run["otel"] = bool_param("[run]", "otel", run["otel"])
+    cfg["embed"]["re_embed"] = bool_param("[embed]", "re_embed", cfg["embed"]["re_embed"])
     index_file = cfg["retrieve"]["index_file"]
     if index_file is not None and (not isinstance(index_file, str) or not index_file):
         raise ConfigError(f"[retrieve] index_file must be a path, got {index_file!r}")
@@ -168,6 +170,8 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
 def backend_params(cfg: Mapping[str, Any], table: str) -> dict[str, Any]:
     """The backend parameters of an open stage table (everything but ragbench's keys)."""
     skip = {"backend"}
+    if table == "embed":
+        skip.add("re_embed")
     if table == "serialize":
         skip |= {"with_embeddings", "with_metadata"}
     return {k: v for k, v in cfg[table].items() if k not in skip}

@@ -23,8 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _formats
+from . import _formats, _synthetic, progress
 from ._cache import ArrayCache, CacheEvent, cache_dir
 from ._registry import check_params
+from ._shipped import ShippedVectors, find_shipped
 from .errors import ConfigError, DatasetError, InputError
 from .metrics import unit_rows
 from .validate import as_matrix, check_k, check_metric, positive_int
@@ -60,13 +61,7 @@ __all__ = [
 log = logging.getLogger("ragbench.datasets")
 
 SYNTHETIC_DEFAULTS: dict[str, int] = {"n": 10_000, "dim": 384, "n_queries": 200, "seed": 0}
-_SYNTHETIC_VERSION = "synthetic-v2"  # bump whenever the generated data changes: it keys caches
-# Shape of the synthetic clusters; chosen so hnswlib (M=16) reaches recall@10
-# ~0.9 at ef=16 and ~0.99 at ef=64 on 100k x 384, as on real sentence embeddings.
-_RANK = 16
-_N_BASES = 8
-_SUBSPACE_NOISE = 0.8
-_ISO_NOISE = 0.25
+_SYNTHETIC_VERSION = _synthetic.VERSION  # keys caches; bumped when the data changes
 _KNOWN_FILE = "known_datasets.json"
 _NEIGHBORS_BLOCK_BYTES = 64 << 20  # score block size: bounded memory on 1M-row corpora
 
@@ -215,6 +210,8 @@ class Dataset:
         self.source = source
         self.notes = list(notes)
         self.cache_events: list[CacheEvent] = []
+        #: folder that may hold shipped vectors (``vectors-<embedder>.json``); bundled datasets
+        self.shipped_dir: Path | None = None
         self._corpus_hash = corpus_hash
         self._queries_hash = queries_hash
 
@@ -283,13 +280,14 @@ class Dataset:
             )
         return arr
 
-    def _embed_cached(self, which: str, emb: Embedder) -> np.ndarray:
+    def _embed_cached(self, which: str, emb: Embedder, *, force: bool = False) -> np.ndarray:
         texts = self.corpus.texts if which == "corpus" else self.queries.texts
         content = self.corpus_hash if which == "corpus" else self.queries_hash
         key = _key(self.name, f"{which}-{emb.name}", content, emb.fingerprint)
 
         def compute() -> np.ndarray:
-            return _embed_all(emb, texts)
+            unit = "passages" if which == "corpus" else "queries"
+            return _embed_all(emb, texts, f"embedding {which} ({emb.name})", unit)
 
         return ArrayCache().get_or_compute(
             key,
@@ -297,27 +295,62 @@ class Dataset:
             compute,
             self.cache_events,
             info={"dataset": self.name, "embedder": emb.fingerprint, "content": content},
+            force=force,
         )
 
-    def corpus_vectors(self, embedder: str | Embedder = "minilm", **params: Any) -> np.ndarray:
+    def shipped_vectors(self, embedder: Embedder) -> ShippedVectors | None:
+        """The vectors shipped for ``embedder`` if they apply to these texts, else None.
+
+        They apply when the sidecar's embedder fingerprint and content hashes
+        equal ``embedder.fingerprint`` and this dataset's :attr:`corpus_hash`
+        and :attr:`queries_hash`.
+        """
+        found = find_shipped(self.shipped_dir, embedder.name)
+        if found is None or not found.matches(
+            embedder.fingerprint, self.corpus_hash, self.queries_hash
+        ):
+            return None
+        return found
+
+    def _vectors(self, which: str, emb: Embedder, re_embed: bool) -> np.ndarray:
+        found = None if re_embed else self.shipped_vectors(emb)
+        if found is None:
+            return self._embed_cached(which, emb, force=re_embed)
+        t0 = time.perf_counter_ns()
+        arr = found.load(which)
+        seconds = (time.perf_counter_ns() - t0) / 1e9
+        path = str(found.path(which))
+        self.cache_events.append(
+            CacheEvent(f"{which}_vectors[{emb.name}]", True, path, seconds, shipped=True)
+        )
+        return arr
+
+    def corpus_vectors(
+        self, embedder: str | Embedder = "minilm", *, re_embed: bool = False, **params: Any
+    ) -> np.ndarray:
         """Corpus vectors: float32 ``(n, d)``, C-contiguous.
 
         ``"precomputed"`` returns the shipped vectors as they are; a text
         embedder (name plus its parameters, or an instance) gives L2-normalized
-        vectors, cached on disk and recorded in :attr:`cache_events`. Do not
-        modify the returned array in place.
+        vectors: the ones shipped with the dataset for that embedder when
+        :meth:`shipped_vectors` finds them, else embedded and cached on disk;
+        each use is recorded in :attr:`cache_events`. ``re_embed=True``
+        ignores shipped and cached vectors and embeds (the result is still
+        cached). Do not modify the returned array in place.
         """
         emb = self._embedder(embedder, params)
         if emb is None:
             return self._shipped("corpus")
-        return self._embed_cached("corpus", emb)
+        return self._vectors("corpus", emb, re_embed)
 
-    def query_vectors(self, embedder: str | Embedder = "minilm", **params: Any) -> np.ndarray:
+    def query_vectors(
+        self, embedder: str | Embedder = "minilm", *, re_embed: bool = False, **params: Any
+    ) -> np.ndarray:
         """Query vectors: float32 ``(nq, d)``, C-contiguous; same rules as :meth:`corpus_vectors`."""
         emb = self._embedder(embedder, params)
         if emb is None:
             return self._shipped("queries")
-        return self._embed_cached("queries", emb)
+        return self._vectors("queries", emb, re_embed)
 
     def exact_neighbors(
         self,
@@ -325,6 +358,7 @@ class Dataset:
         *,
         embedder: str | Embedder | None = None,
         metric: str | None = None,
+        re_embed: bool = False,
     ) -> np.ndarray:
         """Exact top-``k`` corpus rows per query: int64 ``(nq, k)``, best first.
 
@@ -332,7 +366,10 @@ class Dataset:
         the shipped ones, the metric is the dataset's and ``k`` fits; otherwise
         brute force (float32 matmul in blocks; equal scores rank the smaller
         row first), cached on disk. ``embedder`` defaults to
-        :attr:`default_embedder`, ``metric`` to :attr:`metric`.
+        :attr:`default_embedder`, ``metric`` to :attr:`metric`. The
+        neighbours are those of the vectors :meth:`corpus_vectors` gives with
+        the same ``re_embed`` (shipped vectors and embedded ones are cached
+        apart); ``re_embed=True`` recomputes them too.
         """
         k = check_k(k, len(self.corpus))
         metric = check_metric(f"dataset {self.name!r}", self.metric if metric is None else metric)
@@ -342,13 +379,22 @@ class Dataset:
             return np.ascontiguousarray(gt[:, :k])
         fingerprint = "precomputed" if emb is None else emb.fingerprint
         label = "precomputed" if emb is None else emb.name
+        found = None if emb is None or re_embed else self.shipped_vectors(emb)
+        if found is not None:
+            # computed from the shipped vectors, which differ in the last bits from embedded ones
+            fingerprint += f":shipped:{found.parts['corpus']['sha256']}"
         key = _key(self.name, f"neighbors-{label}-{metric}-k{k}", self.content_hash, fingerprint)
 
         def compute() -> np.ndarray:
             if emb is None:
                 base, queries = self._shipped("corpus"), self._shipped("queries")
+            elif found is not None:
+                base = self._vectors("corpus", emb, False)
+                queries = self._vectors("queries", emb, False)
             else:
-                base, queries = self.corpus_vectors(emb), self.query_vectors(emb)
+                # the embedded vectors, from the cache a re_embed just filled
+                base = self._embed_cached("corpus", emb)
+                queries = self._embed_cached("queries", emb)
             return brute_force_neighbors(queries, base, k, metric)
 
         return ArrayCache().get_or_compute(
@@ -357,6 +403,7 @@ class Dataset:
             compute,
             self.cache_events,
             info={"dataset": self.name, "embedder": fingerprint, "metric": metric, "k": k},
+            force=re_embed,
         )
 
     def subset(self, n_queries: int) -> Dataset:
@@ -378,6 +425,7 @@ class Dataset:
             corpus_hash=self._corpus_hash,
         )
         out.default_embedder = self.default_embedder
+        out.shipped_dir = self.shipped_dir  # queries differ, so only a full set's vectors apply
         return out
 
 
@@ -387,9 +435,28 @@ def _key(name: str, what: str, content: str, fingerprint: str) -> str:
     return f"{safe}-{digest}"
 
 
-def _embed_all(emb: Embedder, texts: Sequence[str], batch: int = 4096) -> np.ndarray:
-    parts = [emb.embed(list(texts[i : i + batch])) for i in range(0, len(texts), batch)]
-    out = np.concatenate(parts) if parts else np.zeros((0, emb.dim), np.float32)
+_EMBED_CHUNK = 256  # texts per embed() call: the progress step, a few batches of the model
+
+
+def _embed_all(
+    emb: Embedder, texts: Sequence[str], description: str = "embedding", unit: str = "texts"
+) -> np.ndarray:
+    """Embed ``texts`` in chunks, longest first, reporting progress; rows in input order.
+
+    Sorting by length first keeps the padding of each model batch small, as
+    sentence-transformers does within one call, so chunking costs no speed.
+    """
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    parts = []
+    with progress.task(description, len(texts), unit=unit) as advance:
+        for start in range(0, len(order), _EMBED_CHUNK):
+            rows = order[start : start + _EMBED_CHUNK]
+            parts.append(emb.embed([texts[i] for i in rows]))
+            advance(len(rows))
+    out = np.zeros((0, emb.dim), np.float32)
+    if parts:
+        out = np.empty((len(texts), parts[0].shape[1]), np.float32)
+        out[np.asarray(order, dtype=np.int64)] = np.concatenate(parts)
     out = np.ascontiguousarray(out, dtype=np.float32)
     if out.shape != (len(texts), emb.dim):
         raise InputError(
@@ -422,21 +489,36 @@ def brute_force_neighbors(
     block = max(k, min(n, _NEIGHBORS_BLOCK_BYTES // (4 * max(nq, 1))))
     best_scores = np.full((nq, 0), -np.inf, np.float32)
     best_ids = np.zeros((nq, 0), np.int64)
-    for start in range(0, n, block):
-        xb = x[start : start + block]
-        if metric == "cosine":
-            xb = unit_rows(xb)
-        scores = q @ xb.T
-        if metric == "l2":
-            # ||q-x||^2 = ||q||^2 - 2 q.x + ||x||^2; ||q||^2 is constant per row, so rank by the rest.
-            scores = 2 * scores - np.einsum("ij,ij->i", xb, xb)[None, :]
-        top_scores, top_ids = _block_topk(scores, min(k, scores.shape[1]))
-        all_scores = np.concatenate([best_scores, top_scores], axis=1)
-        all_ids = np.concatenate([best_ids, top_ids + start], axis=1)
-        order = np.lexsort((all_ids, -all_scores), axis=1)[:, :k]
-        best_scores = np.take_along_axis(all_scores, order, axis=1)
-        best_ids = np.take_along_axis(all_ids, order, axis=1)
+    with progress.task("exact neighbours", n, unit="rows") as advance:
+        for start in range(0, n, block):
+            best_scores, best_ids = _neighbors_block(
+                q, x[start : start + block], start, k, metric, (best_scores, best_ids)
+            )
+            advance(min(block, n - start))
     return np.ascontiguousarray(best_ids, dtype=np.int64)
+
+
+def _neighbors_block(
+    q: np.ndarray,
+    xb: np.ndarray,
+    start: int,
+    k: int,
+    metric: str,
+    best: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the top-``k`` of corpus rows ``start:start+len(xb)`` into ``best`` (scores, ids)."""
+    best_scores, best_ids = best
+    if metric == "cosine":
+        xb = unit_rows(xb)
+    scores = q @ xb.T
+    if metric == "l2":
+        # ||q-x||^2 = ||q||^2 - 2 q.x + ||x||^2; ||q||^2 is constant per row, so rank by the rest.
+        scores = 2 * scores - np.einsum("ij,ij->i", xb, xb)[None, :]
+    top_scores, top_ids = _block_topk(scores, min(k, scores.shape[1]))
+    all_scores = np.concatenate([best_scores, top_scores], axis=1)
+    all_ids = np.concatenate([best_ids, top_ids + start], axis=1)
+    order = np.lexsort((all_ids, -all_scores), axis=1)[:, :k]
+    return np.take_along_axis(all_scores, order, axis=1), np.take_along_axis(all_ids, order, axis=1)
 
 
 def _block_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -499,11 +581,12 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
     seed = positive_int(owner, "seed", seed, lo=0)
     vec_seq, text_seq = np.random.SeedSequence([seed, 0x5A6B]).spawn(2)
     rng = np.random.default_rng(vec_seq)
-    labels, n_clusters = _cluster_labels(rng, n)
-    clusters = _Clusters.draw(rng, n_clusters, dim)
-    vectors = clusters.points(labels, rng)
-    query_labels = labels[rng.integers(0, n, n_queries)]
-    query_vectors = clusters.points(query_labels, rng)
+    model = _synthetic.SyntheticModel.draw(rng, n, dim)
+    labels, n_clusters = model.labels, model.n_topics
+    vectors = model.points(model.docs, rng)
+    query_docs = model.docs[rng.integers(0, n, n_queries)]
+    query_labels = model.doc_topic[query_docs]
+    query_vectors = model.points(query_docs, rng, spread=_synthetic.QUERY_SPREAD, query=True)
     words = _ClusterWords.draw(np.random.default_rng(text_seq), n_clusters)
     corpus_texts: list[str] = []
     for s in range(0, n, _CHUNK):
@@ -533,63 +616,6 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
 
 
 _CHUNK = 65_536  # rows generated per step: bounded temporaries on 1M-row corpora
-
-
-def _cluster_labels(rng: np.random.Generator, n: int) -> tuple[np.ndarray, int]:
-    """The cluster of each of ``n`` points (int64, shuffled) and the number of clusters."""
-    n_clusters = max(1, min(n, round(math.sqrt(n))))
-    weights = 1.0 / np.arange(1, n_clusters + 1) ** 1.1
-    sizes = 1 + np.floor((n - n_clusters) * weights / weights.sum()).astype(np.int64)
-    sizes[: n - int(sizes.sum())] += 1  # hand the rounding remainder to the largest clusters
-    labels = rng.permutation(np.repeat(np.arange(n_clusters, dtype=np.int64), sizes))
-    return labels, n_clusters
-
-
-@dataclass(frozen=True, slots=True)
-class _Clusters:
-    """Where synthetic points fall: unit centres, shared low-rank noise bases, isotropic noise.
-
-    Real embeddings vary along few directions within a topic. Isotropic noise
-    in all ``dim`` directions would make every cluster a full-dimensional
-    ball, where graph indexes need ~10x the effort they need on real data. So
-    a point moves mostly inside a low-rank subspace (one of ``_N_BASES``
-    shared bases, chosen by cluster) plus a little isotropic noise.
-    """
-
-    centers: np.ndarray  # float32 (n_clusters, dim), unit rows
-    bases: np.ndarray  # float32 (_N_BASES, _RANK, dim)
-    iso: np.float32  # width of the uniform noise per dimension
-
-    @classmethod
-    def draw(cls, rng: np.random.Generator, n_clusters: int, dim: int) -> _Clusters:
-        centers = rng.standard_normal((n_clusters, dim), dtype=np.float32)
-        centers /= np.linalg.norm(centers, axis=1, keepdims=True)
-        bases = rng.standard_normal((_N_BASES, _RANK, dim), dtype=np.float32)
-        bases *= np.float32(_SUBSPACE_NOISE / math.sqrt(_RANK))
-        iso = np.float32(_ISO_NOISE * math.sqrt(12.0 / dim))  # uniform noise, this std per dim
-        return cls(centers, bases, iso)
-
-    def points(self, rows: np.ndarray, gen: np.random.Generator) -> np.ndarray:
-        """One L2-normalized float32 point for each cluster number in ``rows``."""
-        dim = self.centers.shape[1]
-        out = np.empty((rows.size, dim), np.float32)
-        for s in range(0, rows.size, _CHUNK):
-            lab = rows[s : s + _CHUNK]
-            coords = gen.standard_normal((lab.size, _RANK), dtype=np.float32)
-            # Uniform instead of Gaussian isotropic noise: same variance, looks
-            # the same to a neighbour search in many dimensions, ~7x cheaper.
-            blk = gen.random((lab.size, dim), dtype=np.float32)
-            blk -= np.float32(0.5)
-            blk *= self.iso
-            blk += self.centers[lab]
-            which = lab % _N_BASES
-            for b in range(_N_BASES):
-                sel = np.flatnonzero(which == b)
-                if sel.size:
-                    blk[sel] += coords[sel] @ self.bases[b]
-            blk /= np.linalg.norm(blk, axis=1, keepdims=True)
-            out[s : s + lab.size] = blk
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -723,7 +749,9 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
     if text in bundled:
         check_params(f"dataset {text!r}", params, set())
         raw = _formats.read_jsonl_folder(bundled[text])
-        return _from_raw(raw, source=f"bundled: {bundled[text]}")
+        ds = _from_raw(raw, source=f"bundled: {bundled[text]}")
+        ds.shipped_dir = bundled[text]
+        return ds
     known = _read_known()
     if text in known and not _formats.is_dataset_path(text):
         return _load_path(Path(str(known[text].get("path"))), params)

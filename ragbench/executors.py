@@ -481,6 +481,7 @@ class LoadGenerator:
             "label": pipe.label,
             **fields,
             "simulated": list(pipe.simulated),
+            "caveats": list(pipe.caveats),
             "config": pipe.config,
         }
 

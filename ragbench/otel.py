@@ -55,6 +55,8 @@ Attributes
     request           ``gen_ai.usage.input_tokens``             prompt tokens
     request           ``ragbench.recall_at_k``                  tie-aware recall@k, when known
     request           ``ragbench.simulated``                    true when the LLM timings are modelled
+    request           ``ragbench.caveats``                      what the timings do not mean (e.g. an
+                                                                LLM with random weights), when any
     request           ``ragbench.first_token`` event            at the first token, with
                                                                 ``ragbench.since_request_start_ns``
     every stage       ``ragbench.backend``                      the stage's backend (``hnsw``, ``orjson``)
@@ -513,6 +515,7 @@ def request_attributes(
     prompt_tokens: int | None = None,
     recall: float | None = None,
     simulated: bool = False,
+    caveats: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The request span's attributes (see the module docstring); ``None`` values are left out."""
     values: dict[str, Any] = {
@@ -524,6 +527,7 @@ def request_attributes(
         "gen_ai.usage.input_tokens": None if prompt_tokens is None else int(prompt_tokens),
         "ragbench.recall_at_k": None if recall is None else float(recall),
         "ragbench.simulated": True if simulated else None,
+        "ragbench.caveats": list(caveats) if caveats else None,
     }
     return {key: v for key, v in values.items() if v is not None}
 

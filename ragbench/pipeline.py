@@ -108,6 +108,8 @@ class RequestContext:
         "prompt",
         "prompt_tokens",
         "first_token",
+        "model_prompt_tokens",
+        "decode_rest",
     )
 
     def __init__(self, index: int, query_id: str, query: str) -> None:
@@ -121,6 +123,8 @@ class RequestContext:
         self.payload = b""
         self.far: transports.FarSide | None = None
         self.prompt_tokens = 0
+        self.model_prompt_tokens = -1  # the LLM's own count, when its generator reports one
+        self.decode_rest: Callable[[], tuple[int, ...]] | None = None
 
 
 # ---------------------------------------------------------------- stages
@@ -304,7 +308,11 @@ class GenerateStage:
         self._first = generator.first_token
 
     def __call__(self, ctx: RequestContext) -> None:
-        ctx.first_token = self._first(ctx.prompt, ctx.prompt_tokens).text
+        first = self._first(ctx.prompt, ctx.prompt_tokens)
+        ctx.first_token = first.text
+        if first.prompt_tokens is not None:
+            ctx.model_prompt_tokens = first.prompt_tokens
+        ctx.decode_rest = first.decode_rest
 
 
 # ---------------------------------------------------------------- parts
@@ -320,6 +328,8 @@ class RequestRecord(NamedTuple):
     payload_bytes: int
     prompt_tokens: int
     query_row: int  # row of the query in the dataset
+    model_prompt_tokens: int = -1  # the LLM's own prompt token count (-1: not reported)
+    inter_token_ns: tuple[int, ...] = ()  # each next token's latency, decoded after the stamps
 
 
 def freeze(value: Any) -> Hashable:
@@ -441,6 +451,7 @@ class Pipeline:
         self.dataset: Dataset | None = None
         self.setup_times = SetupTimes()
         self.simulated: list[str] = []
+        self.caveats: list[str] = []  # what every report must say (random-weight LLM, ...)
         self.stage_names: list[str] = []
         self.cache_events: list[dict[str, Any]] = []
         self.info: dict[str, Any] = {}
@@ -486,7 +497,9 @@ class Pipeline:
 
     def describe(self) -> str:
         b = self.backends()
-        return f"{b['retrieve']}/{b['rerank']}/{b['serialize']}/{b['transport']}" + (
+        shape = self.config["serialize"].get("shape")  # the payload shape, when chosen
+        codec = b["serialize"] if shape is None else f"{b['serialize']}/{shape}"
+        return f"{b['retrieve']}/{b['rerank']}/{codec}/{b['transport']}" + (
             f"/{b['generate']}" if b["generate"] != "none" else ""
         )
 
@@ -594,8 +607,13 @@ class Pipeline:
         vkey = (ds.content_hash, ekey)
         if vkey not in shared.vectors:
             n_events = len(ds.cache_events)
-            corpus = self.setup_times.time("corpus_vectors", ds.corpus_vectors, embedder)
-            queries = self.setup_times.time("query_vectors", ds.query_vectors, embedder)
+            re_embed = cfg["embed"]["re_embed"]
+            corpus = self.setup_times.time(
+                "corpus_vectors", ds.corpus_vectors, embedder, re_embed=re_embed
+            )
+            queries = self.setup_times.time(
+                "query_vectors", ds.query_vectors, embedder, re_embed=re_embed
+            )
             shared.vectors[vkey] = (corpus, queries)
             self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
         corpus, queries = shared.vectors[vkey]
@@ -650,7 +668,12 @@ class Pipeline:
         if key not in shared.truth:
             embedder = None if emb.name == "precomputed" else emb.embedder
             shared.truth[key] = self.setup_times.time(
-                "exact_neighbors", ds.exact_neighbors, k, embedder=embedder, metric=metric
+                "exact_neighbors",
+                ds.exact_neighbors,
+                k,
+                embedder=embedder,
+                metric=metric,
+                re_embed=self.config["embed"]["re_embed"] and embedder is not None,
             )
         return shared.truth[key]
 
@@ -688,6 +711,9 @@ class Pipeline:
         self.setup_times.add("generator_start", generator.start())
         if generator.simulated and not self.simulated:
             self.simulated.append(f"generate={self.config['generate']['backend']}")
+        caveat = getattr(generator, "caveat", None)
+        if isinstance(caveat, str) and caveat not in self.caveats:
+            self.caveats.append(caveat)
         return generator
 
     def _describe_parts(
@@ -701,11 +727,15 @@ class Pipeline:
             "k": cfg["run"]["k"],
             "k_candidates": k_cand,
             "codec": cfg["serialize"]["backend"],
+            # row or columnar for the built-in codecs; None for codecs without shapes
+            "payload_shape": getattr(self.components.codec, "shape", None),
             "transport": cfg["transport"]["backend"],
             "generator": cfg["generate"]["backend"],
             "rerank": cfg["rerank"]["backend"],
             "request_threads": self.request_threads,
             "build_threads": self.build_threads,
+            **_generator_info(self.components.generator),
+            **_transport_info(self.components.transport),
         }
 
     # ---- requests
@@ -742,8 +772,18 @@ class Pipeline:
         else:
             cpu = None
             run_stages(self._stages, ctx, stamps)
+        # tokens after the first: decoded once the request's stamps are taken
+        rest = ctx.decode_rest
         return RequestRecord(
-            stamps, cpu, ctx.far, ctx.hit_ids, len(ctx.payload), ctx.prompt_tokens, ctx.index
+            stamps,
+            cpu,
+            ctx.far,
+            ctx.hit_ids,
+            len(ctx.payload),
+            ctx.prompt_tokens,
+            ctx.index,
+            ctx.model_prompt_tokens,
+            rest() if rest is not None else (),
         )
 
     def request(self, i: int) -> None:
@@ -894,6 +934,9 @@ class Pipeline:
             cache_hits=cache.hits if cache else None,
             cache_lookups=(cache.hits + cache.misses) if cache else None,
             simulated=list(self.simulated),
+            caveats=list(self.caveats),
+            model_prompt_tokens=_model_prompt_tokens(recs),
+            inter_token_ns=_inter_token_ns(recs),
             dataset={
                 "name": ds.name,
                 "n": len(ds.corpus.ids),
@@ -976,11 +1019,13 @@ class Pipeline:
         static = self._trace_static()
         stage_ns = {name: int(row[j]) for j, name in enumerate(self.stage_names)}
         far = rec.far
+        # the LLM's own count where its generator gave one, else the prompt builder's
+        tokens = rec.model_prompt_tokens if rec.model_prompt_tokens >= 0 else rec.prompt_tokens
         own = tracing.request_stage_attributes(
             stage_ns,
             payload_bytes=rec.payload_bytes,
             wire_bytes=None if far is None else (far.wire_bytes_sent, far.wire_bytes_received),
-            prompt_tokens=rec.prompt_tokens,
+            prompt_tokens=tokens,
             llm_stage="generate" if llm else None,
         )
         stages = {name: {**static.get(name, {}), **own[name]} for name in stage_ns}
@@ -999,9 +1044,10 @@ class Pipeline:
             k=self.config["run"]["k"],
             k_candidates=self.info.get("k_candidates"),
             payload_bytes=rec.payload_bytes,
-            prompt_tokens=rec.prompt_tokens,
+            prompt_tokens=tokens,
             recall=recall,
             simulated=bool(self.simulated),
+            caveats=self.caveats,
         )
         return {"attributes": attributes, "stage_attributes": stages, "inner": inner}
 
@@ -1066,6 +1112,32 @@ def _far_columns(records: Sequence[RequestRecord]) -> np.ndarray:
     """int64 (requests, 6): :func:`far_fields` of each record."""
     rows = [far_fields(r.far) for r in records]
     return np.asarray(rows, dtype=np.int64).reshape(-1, 6)
+
+
+def _generator_info(generator: Any) -> dict[str, Any]:
+    """``{"generator_info": ...}`` from a generator's ``describe()``, or nothing."""
+    describe = getattr(generator, "describe", None)
+    return {"generator_info": dict(describe())} if callable(describe) else {}
+
+
+def _transport_info(transport: Any) -> dict[str, Any]:
+    """``{"transport_info": ...}`` from a transport's ``describe()`` (e.g. asgi's server), or nothing."""
+    describe = getattr(transport, "describe", None)
+    return {"transport_info": dict(describe())} if callable(describe) else {}
+
+
+def _model_prompt_tokens(records: Sequence[RequestRecord]) -> np.ndarray | None:
+    """The LLM's own prompt token count per request, or ``None`` when its generator reports none."""
+    counts = np.asarray([r.model_prompt_tokens for r in records], dtype=np.int64)
+    return counts if counts.size and (counts >= 0).all() else None
+
+
+def _inter_token_ns(records: Sequence[RequestRecord]) -> np.ndarray | None:
+    """int64 ``(requests, next tokens)`` inter-token latencies, or ``None`` when none were decoded."""
+    widths = {len(r.inter_token_ns) for r in records}
+    if not records or widths != {max(widths)} or max(widths) == 0:
+        return None
+    return np.asarray([r.inter_token_ns for r in records], dtype=np.int64)
 
 
 def _llm_info(generator: Any) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def _runs(ax: Any, records: Records) -> None:
             v = r["summary"][s]["p50_us"] if s in r["summary"] else 0.0
             ax.barh(row, v, left=left, color=cmap(j % 10), label=s if row == 0 else None)
             left += v
-    labels = [r["label"] + (" (simulated LLM)" if r.get("simulated") else "") for r in records]
+    labels = [r["label"] + _llm_mark(r) for r in records]
     ax.set_yticks(range(len(records)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("p50 µs per stage, stacked (before first token)")
@@ -56,7 +56,22 @@ def _runs(ax: Any, records: Records) -> None:
         bbox_to_anchor=(0.5, -0.18),
         frameon=False,
     )
-    ax.set_title("ragbench: where the time goes before the first token")
+    ax.set_title(
+        "ragbench: where the time goes before the first token" + _caveat_text(records),
+        fontsize="medium",
+    )
+
+
+def _llm_mark(rec: Mapping[str, Any]) -> str:
+    if rec.get("simulated"):
+        return " (simulated LLM)"
+    return " (LLM random weights)" if rec.get("caveats") else ""
+
+
+def _caveat_text(records: Records) -> str:
+    """Each caveat of ``records`` on a line of its own, for a chart title ("" without any)."""
+    caveats = sorted({c for r in records for c in r.get("caveats") or []})
+    return "".join(f"\n[{c}]" for c in caveats)
 
 
 def _by(records: Records, key: str) -> dict[str, list[Mapping[str, Any]]]:
@@ -145,7 +160,8 @@ def _loads(ax: Any, records: Records) -> None:
     ax.set_xlabel("concurrent clients (closed loop)" if closed else "offered QPS (open loop)")
     ax.set_ylabel("response time ms (from scheduled arrival, log)")
     title = f"response time under load — {how}, {r0.get('workers', 1)} {r0.get('worker_kind', '')} workers"
-    ax.set_title(title + (f" [SIMULATED: {', '.join(sim)}]" if sim else ""), fontsize="medium")
+    title += f" [SIMULATED: {', '.join(sim)}]" if sim else ""
+    ax.set_title(title + _caveat_text(records), fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
 

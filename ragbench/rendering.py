@@ -23,11 +23,13 @@ __all__ = [
     "FORMATS",
     "SETUP_LABELS",
     "STATS",
+    "caveats_of",
     "compare_table",
     "datasets_table",
     "event_text",
     "fixed_line",
     "hardware_note",
+    "llm_note",
     "load_table",
     "num",
     "params_text",
@@ -35,6 +37,7 @@ __all__ = [
     "run_table",
     "scale_table",
     "setup_summary",
+    "stats_table",
     "sweep_table",
     "text_table",
 ]
@@ -102,19 +105,63 @@ def text_table(
 
 def event_text(ev: Mapping[str, Any]) -> str:
     """One cache event (``what``, ``hit``, ``seconds``, ``path``) as a phrase."""
-    state = "hit" if ev.get("hit") else "miss (computed and stored)"
+    if ev.get("shipped"):
+        state = "shipped"
+    elif ev.get("hit"):
+        state = "hit"
+    else:
+        state = "miss (computed and stored)"
     out = f"{ev.get('what', '?')}: {state}"
     secs = ev.get("seconds")
     if isinstance(secs, (int, float)):
         out += f" in {secs:.2f}s"
+    if ev.get("note"):
+        out += f" ({ev['note']})"
     if ev.get("path"):
         out += f" [{ev['path']}]"
     return out
 
 
 def _simulated_note(records: Iterable[Mapping[str, Any]]) -> str:
-    sim = sorted({s for r in records for s in r.get("simulated") or []})
-    return f"  [SIMULATED: {', '.join(sim)}]" if sim else ""
+    """``  [SIMULATED: ...]`` and each caveat (``  [RANDOM WEIGHTS ...]``) of ``records``, for a title."""
+    recs = list(records)
+    sim = sorted({s for r in recs for s in r.get("simulated") or []})
+    out = f"  [SIMULATED: {', '.join(sim)}]" if sim else ""
+    return out + "".join(f"  [{c}]" for c in caveats_of(recs))
+
+
+def caveats_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every caveat the records carry (a random-weight LLM, ...), once each, sorted."""
+    return sorted({c for r in records for c in r.get("caveats") or []})
+
+
+def _generate_label(records: Sequence[Mapping[str, Any]], short: bool = False) -> str:
+    """``generate``, marked when its timings are simulated or its model has random weights."""
+    if any(r.get("simulated") for r in records):
+        return "generate (sim)" if short else "generate (simulated)"
+    if caveats_of(records):
+        return "generate (rand. w.)" if short else "generate (random weights)"
+    return "generate"
+
+
+def llm_note(rec: Mapping[str, Any]) -> str:
+    """The LLM's own prompt token count and the inter-token latency after the first token ("" if none)."""
+    parts = []
+    if rec.get("model_prompt_tokens_p50") is not None:
+        approx = rec.get("prompt_tokens") or []
+        approx_p50 = sorted(approx)[len(approx) // 2] if approx else None
+        parts.append(
+            f"prompt tokens p50: {num(rec['model_prompt_tokens_p50'])} by the model's tokenizer, "
+            f"{num(approx_p50)} by the prompt budget's approximate count"
+        )
+    itl = rec.get("inter_token")
+    if itl:
+        parts.append(
+            f"after the first token (not in the table): {rec.get('next_tokens')} next tokens, "
+            f"inter-token p50 {num(itl.get('p50_us'))} µs, p99 {num(itl.get('p99_us'))} µs "
+            "(greedy, KV cache)"
+        )
+    return "\n".join(parts)
 
 
 def _cpu_cells(stats: Mapping[str, Any]) -> list[str]:
@@ -192,7 +239,7 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     rows = []
     for name in rec["stages"]:
         s = rec["summary"][name]
-        label = name + (" (simulated)" if name == "generate" and rec.get("simulated") else "")
+        label = _generate_label([rec]) if name == "generate" else name
         row = [label, *_stat_cells(s, stats), f"{100 * s['share']:.1f}%"]
         rows.append(row + (_cpu_cells(s) if cpu else []))
     total = ["before first token", *_stat_cells(rec["total"], stats), "100%"]
@@ -214,6 +261,8 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     if rec.get("cache_hit_rate") is not None:
         extra.append(f"cache hit rate {100 * rec['cache_hit_rate']:.1f}%")
     lines.append("  ".join(extra))
+    if llm_note(rec):
+        lines.append(llm_note(rec))
     lines.append(
         "setup (not in request latency): "
         + ", ".join(f"{SETUP_LABELS.get(k, k)} {v:.3f}s" for k, v in rec["setup_s"].items())
@@ -253,7 +302,7 @@ def compare_table(
     )
     wire = any(r.get("wire_bytes_p50") for r in records)
     cols = [("run", "left")]
-    cols += [(n + (" (sim)" if n == "generate" and sim else ""), "right") for n in names]
+    cols += [(_generate_label(records, True) if n == "generate" else n, "right") for n in names]
     cols += [(c, "right") for c in ("total p50", "total p99", "× best", "recall@k", "bytes")]
     cols += [("wire B", "right")] if wire else []
     live = [r for r in records if r["requests"]]
@@ -326,6 +375,8 @@ def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> 
     }
     if cfg["serialize"].get("with_embeddings"):
         fixed["with_embeddings"] = True
+    if cfg["serialize"].get("shape") is not None:  # the codecs' payload shape, when chosen
+        fixed["payload_shape"] = cfg["serialize"]["shape"]
     skip = set(varying)
     return "same in every row: " + ", ".join(
         f"{key}={value}" for key, value in fixed.items() if key not in skip
@@ -376,6 +427,7 @@ def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[f"{stage}_p50_us_ci"] = stats.get("p50_us_ci")
             row[f"{stage}_share"] = stats.get("share")
         row["simulated"] = ",".join(rec.get("simulated") or [])
+        row["caveats"] = "; ".join(rec.get("caveats") or [])
         rows.append(row)
     return rows
 
@@ -653,6 +705,22 @@ def datasets_table(described: Sequence[Mapping[str, Any]], remembered: Sequence[
     return text_table(
         "datasets", [(c, "left") for c in ("name", "size", "what", "source")], rows, width=160
     )
+
+
+def stats_table(stats: Sequence[Mapping[str, Any]], meanings: Mapping[str, str]) -> str:
+    """Datasets' statistics side by side (``ragbench datasets --stats``): one row per statistic.
+
+    ``stats`` are ``DataStats.as_dict()`` dicts; ``meanings`` says what each statistic is
+    (its keys, in order, are the rows; a statistic a dataset lacks shows ``—``).
+    """
+    head = ("embedder", "n", "dim", "sample", "hub points")
+    names = [str(s.get("name")) for s in stats]
+    rows = [[key, *(str(s.get(key, "—")) for s in stats), ""] for key in head]
+    for key, what in meanings.items():
+        cells = [f"{float(s[key]):.3g}" if key in s else "—" for s in stats]
+        rows.append([key, *cells, what])
+    columns = [("statistic", "left"), *((name, "right") for name in names), ("what", "left")]
+    return text_table("dataset statistics", columns, rows, width=200)
 
 
 # ---------------------------------------------------------------- one entry point

@@ -47,6 +47,9 @@ class Report:
     time: str | None = None
     cpu_samples_ns: np.ndarray | None = None  # int64 (requests, stages), with [run] cpu_time
     repetition: np.ndarray | None = None  # int (requests,): which repetition each request ran in
+    caveats: list[str] = field(default_factory=list)  # e.g. an LLM with random weights
+    model_prompt_tokens: np.ndarray | None = None  # int64 (requests,): the LLM's own prompt count
+    inter_token_ns: np.ndarray | None = None  # int64 (requests, next tokens) after the first
 
     # ---- statistics (derived from the samples)
 
@@ -181,6 +184,7 @@ class Report:
         }
         if self.repetition is not None:
             fields["repetition"] = self.repetition.tolist()
+        fields.update(self._llm_fields())
         if self.cpu_samples_ns is not None:
             cpu_total = self.cpu_samples_ns.sum(axis=1)
             fields["cpu_total"] = Stats.from_samples(cpu_total).as_dict("us")
@@ -191,6 +195,19 @@ class Report:
         if self.time is not None:
             rec["time"] = self.time
         return rec
+
+    def _llm_fields(self) -> dict[str, Any]:
+        """The LLM's own prompt counts and inter-token latencies, when its generator gave them."""
+        out: dict[str, Any] = {"caveats": list(self.caveats)}
+        if self.model_prompt_tokens is not None:
+            out["model_prompt_tokens"] = self.model_prompt_tokens.tolist()
+            out["model_prompt_tokens_p50"] = _median(self.model_prompt_tokens)
+        itl = self.inter_token_ns
+        if itl is not None and itl.size:
+            out["next_tokens"] = int(itl.shape[1])
+            out["inter_token"] = Stats.from_samples(itl.reshape(-1)).as_dict("us")
+            out["inter_token_ns"] = itl.tolist()
+        return out
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> Report:
@@ -222,6 +239,9 @@ class Report:
                 time=rec["time"],
                 cpu_samples_ns=cpu,
                 repetition=np.asarray(rec["repetition"]) if "repetition" in rec else None,
+                caveats=list(rec.get("caveats") or []),  # absent from records before caveats
+                model_prompt_tokens=_optional(rec, "model_prompt_tokens"),
+                inter_token_ns=_optional(rec, "inter_token_ns"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"malformed {RUN_SCHEMA} record: {exc!r}") from None
@@ -229,6 +249,10 @@ class Report:
 
 def _matrix(columns: Mapping[str, Any], names: list[str]) -> np.ndarray:
     return np.array([columns[n] for n in names], dtype=np.int64).T.reshape(-1, len(names))
+
+
+def _optional(rec: Mapping[str, Any], key: str) -> np.ndarray | None:
+    return np.asarray(rec[key], dtype=np.int64) if rec.get(key) is not None else None
 
 
 def _median(values: np.ndarray) -> float | None:

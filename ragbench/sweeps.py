@@ -84,15 +84,18 @@ class SweepData:
         n_queries: int | None = None,
         embedder: str | None = None,
         metric: str | None = None,
+        re_embed: bool = False,
     ) -> SweepData:
+        """Vectors and exact neighbours of ``ds``; ``re_embed`` as in ``Dataset.corpus_vectors``."""
         emb = embedder or ds.default_embedder
         if emb == "precomputed":
             X, Q = ds.vectors, ds.query_vectors_precomputed
             truth = ds.exact_neighbors(k, metric=metric or ds.metric)
         else:
             e = embedders.create(emb)
-            X, Q = ds.corpus_vectors(e), ds.query_vectors(e)
-            truth = ds.exact_neighbors(k, embedder=e, metric=metric or ds.metric)
+            X = ds.corpus_vectors(e, re_embed=re_embed)
+            Q = ds.query_vectors(e, re_embed=re_embed)
+            truth = ds.exact_neighbors(k, embedder=e, metric=metric or ds.metric, re_embed=re_embed)
         nq = len(Q) if n_queries is None else min(n_queries, len(Q))
         return cls(
             ds.name,

@@ -508,6 +508,7 @@ def load_points(
                     lag_warn_us=opts.lag_warn_us,
                 ),
                 "simulated": list(pipe.simulated),
+                "caveats": list(pipe.caveats),
                 "config": pipe.config,
             }
             emit(new_record("load", fields))

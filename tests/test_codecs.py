@@ -41,9 +41,19 @@ settings.register_profile(
 )
 
 
-@pytest.fixture(params=ALL)
+# Every registered codec as it is created by default (the row shape), and every
+# built-in one again with shape="columnar" (tests/test_codecs_columnar.py has the rest).
+CODEC_SHAPES = [(name, None) for name in ALL] + [(name, "columnar") for name in BUILTIN]
+
+
+@pytest.fixture(
+    params=CODEC_SHAPES,
+    ids=[name if shape is None else f"{name}-{shape}" for name, shape in CODEC_SHAPES],
+)
 def codec(request: pytest.FixtureRequest) -> Codec:
-    return rb.codecs.create(request.param)  # type: ignore[no-any-return]
+    name, shape = request.param
+    params = {} if shape is None else {"shape": shape}
+    return rb.codecs.create(name, **params)  # type: ignore[no-any-return]
 
 
 # --- contract ----------------------------------------------------------------------------
@@ -137,11 +147,12 @@ def _same_scores(a: rb.RetrievalResult, b: rb.RetrievalResult) -> None:
         assert type(y.score) is float
 
 
+@pytest.mark.parametrize("shape", ["row", "columnar"])
 @pytest.mark.parametrize("name", BUILTIN)
 @settings(settings.get_profile("codecs"))
 @given(result=results)
-def test_round_trip_property(name: str, result: rb.RetrievalResult) -> None:
-    codec = rb.codecs.create(name)
+def test_round_trip_property(name: str, shape: str, result: rb.RetrievalResult) -> None:
+    codec = rb.codecs.create(name, shape=shape)
     back = codec.decode(codec.encode(result))
     assert back == result
     _same_scores(result, back)

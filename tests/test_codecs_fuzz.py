@@ -104,13 +104,16 @@ _JSON_VALUES = [
 ]
 
 
+_KEYS = ["docId", "queryId", "extra", "hits", "score", "", "docIds", "dim", "embeddingDims"]
+
+
 def _replace_random_node(tree: object, rnd: random.Random) -> object:
     """A copy of a JSON-like tree with one random node (or key) replaced."""
     if isinstance(tree, dict) and tree and rnd.random() < 0.8:
         key = rnd.choice(list(tree))
         out = dict(tree)
         if rnd.random() < 0.15:  # rename a key: camelCase, unknown or duplicate-ish
-            out[rnd.choice(["docId", "queryId", "extra", "hits", "score", ""])] = out.pop(key)
+            out[rnd.choice(_KEYS)] = out.pop(key)
         else:
             out[key] = _replace_random_node(tree[key], rnd)
         return out
@@ -133,11 +136,12 @@ def _structural(name: str, valid: list[bytes], rnd: random.Random):  # type: ign
         yield dump(_replace_random_node(rnd.choice(trees), rnd))
 
 
+@pytest.mark.parametrize("shape", ["row", "columnar"])
 @pytest.mark.parametrize("name", rb.codecs.names())
-def test_fuzz_decode_never_escapes(name: str) -> None:
-    codec = rb.codecs.create(name)
+def test_fuzz_decode_never_escapes(name: str, shape: str) -> None:
+    codec = rb.codecs.create(name, shape=shape)
     valid = [codec.encode(r) for r in SEEDS_RESULTS]
-    rnd = random.Random(f"ragbench-fuzz-{name}")
+    rnd = random.Random(f"ragbench-fuzz-{name}" + ("" if shape == "row" else f"-{shape}"))
     outcomes = {"ok": 0, "error": 0}
     for payload in itertools.chain(
         _mutations(valid, rnd, CASES_PER_CODEC), _structural(name, valid, rnd)

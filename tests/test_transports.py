@@ -37,7 +37,7 @@ from ragbench.transports._farside import (
 )
 
 PROMPT_PARAMS = {"max_tokens": 700}
-REMOTE = ["http", "grpc"]
+REMOTE = ["http", "grpc", "asgi"]
 
 
 # ----------------------------------------------------------------- a codec of the test's own

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import click
 
 from ..errors import RagbenchError
+from .bars import on_terminal
 from .pipelines import compare, run
 from .results import datasets, diff, report
 from .stub import stub_llm
@@ -38,11 +39,12 @@ for command in (datasets, run, compare, sweep, scale, load, report, diff, stub_l
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one line and exit 2 on bad input; 1 when a run stopped early; 130 on Ctrl-C."""
     try:
-        cli.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="ragbench",
-            standalone_mode=False,
-        )
+        with on_terminal():
+            cli.main(
+                args=list(argv) if argv is not None else None,
+                prog_name="ragbench",
+                standalone_mode=False,
+            )
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:

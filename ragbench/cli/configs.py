@@ -27,7 +27,7 @@ from .options import (
     threads_option,
 )
 
-__all__ = ["AXES", "backend_options", "configurations", "otel_option"]
+__all__ = ["AXES", "backend_options", "configurations", "otel_option", "re_embed_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,12 +48,19 @@ def backend_options(fn: F) -> F:
         click.option("--n", "n", help="Corpus size for synthetic (e.g. 10k)."),
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
         click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
+        re_embed_option(),
         click.option(
             "--index", "index", help="Comma-separated index backends, e.g. flat,hnsw,lsh."
         ),
         click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),
         click.option("--codec", help="Comma-separated codecs, e.g. json,orjson,protobuf."),
-        click.option("--transport", help="Comma-separated transports, e.g. inproc,http,grpc."),
+        click.option(
+            "--payload-shape",
+            "payload_shape",
+            help="Comma-separated payload shapes the codecs write: row (one message per hit), "
+            "columnar (parallel columns). [serialize] shape; default row.",
+        ),
+        click.option("--transport", help="Comma-separated transports, e.g. inproc,http,grpc,asgi."),
         click.option("--generate", help="Generator backend (none, stub, openai)."),
         k_option(),
         click.option(
@@ -82,6 +89,18 @@ def backend_options(fn: F) -> F:
     for decorate in reversed(decorators):
         fn = decorate(fn)
     return fn
+
+
+def re_embed_option() -> Callable[[F], F]:
+    """``--re-embed``: compute the vectors even when shipped or cached ones apply ([embed] re_embed)."""
+    return click.option(
+        "--re-embed",
+        "re_embed",
+        is_flag=True,
+        default=None,
+        help="Embed the corpus and queries now, ignoring vectors shipped with the dataset and "
+        "cached ones (the result is still cached).",
+    )
 
 
 def otel_option() -> Callable[[F], F]:
@@ -113,7 +132,7 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
             "cpu_time": opts["cpu_time"],
             "otel": opts["otel"],
         },
-        "embed": {"backend": opts["embed"]},
+        "embed": {"backend": opts["embed"], "re_embed": opts["re_embed"]},
         "generate": {"backend": opts["generate"]},
         "serialize": {"with_embeddings": opts["with_embeddings"]},
     }
@@ -129,6 +148,9 @@ def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
     for option, table in AXES:
         items = split_list(opts[option.lstrip("-")], option)
         axes += [(table, items)] if items else []
+        if table == "serialize":  # the shape varies right after the codec: hnsw/protobuf/columnar
+            shapes = split_list(opts["payload_shape"], "--payload-shape")
+            axes += [("payload_shape", shapes)] if shapes else []
     kc = counts(opts["k_candidates"], "--k-candidates")
     return axes + ([("k_candidates", kc)] if kc else [])
 
@@ -152,6 +174,10 @@ def configurations(
             if axis == "k_candidates":
                 cfg["run"]["k_candidates"] = value
                 parts += [f"kc={value}"] if len(values) > 1 else []
+                continue
+            if axis == "payload_shape":
+                cfg["serialize"]["shape"] = value
+                parts += [str(value)] if len(values) > 1 else []
                 continue
             if axis == "retrieve" and value != cfg["retrieve"]["backend"] and not opts["config"]:
                 cfg["retrieve"]["build"], cfg["retrieve"]["search"] = {}, {}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -236,23 +235,15 @@ def executor_from(name: str, address: str | None) -> Iterator[Any]:
 
 @contextmanager
 def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr when it is a terminal; silent otherwise."""
-    if not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    """A progress bar on stderr when it is a terminal; silent otherwise.
 
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
+    Drawn by the reporter :func:`ragbench.cli.bars.on_terminal` installed, so
+    bars of set-up steps reporting inside this one share its display.
+    """
+    from .. import progress as hook
+
+    with hook.task(description, total) as advance:
+        yield advance
 
 
 def echo(text: str) -> None:

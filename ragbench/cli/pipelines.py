@@ -7,10 +7,11 @@ from typing import Any
 
 import click
 
+from ..codecs import SHAPES
 from ..config import load_config, merge
 from ..records import RecordWriter
 from ..rendering import STATS, compare_table, fixed_line, setup_summary
-from .configs import backend_options, configurations, otel_option
+from .configs import backend_options, configurations, otel_option, re_embed_option
 from .options import (
     config_option,
     dataset_option,
@@ -45,6 +46,13 @@ __all__ = ["compare", "run"]
 )
 @repeat_option()
 @otel_option()
+@re_embed_option()
+@click.option(
+    "--payload-shape",
+    "payload_shape",
+    type=click.Choice(SHAPES),
+    help="Payload shape the codec writes (overrides [serialize] shape; default row).",
+)
 @set_option()
 def run(
     config: str,
@@ -55,6 +63,8 @@ def run(
     cpu_time: bool | None,
     repeat: int | None,
     otel: bool | None,
+    re_embed: bool | None,
+    payload_shape: str | None,
     overrides: Sequence[str],
 ) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
@@ -74,6 +84,10 @@ def run(
     ):
         if value is not None:
             extra.setdefault("run", {})[key] = value
+    if re_embed:
+        extra.setdefault("embed", {})["re_embed"] = True
+    if payload_shape is not None:
+        extra.setdefault("serialize", {})["shape"] = payload_shape
     with Pipeline.from_config(merge(cfg, extra)) as pipe:
         pipe.setup()
         n, reps = pipe.config["run"]["queries"], pipe.config["run"]["repeat"]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
 from ..errors import ConfigError
 from ..records import read_records
-from ..rendering import FORMATS, STATS, datasets_table, render
-from .options import echo, plot_option
+from ..rendering import FORMATS, STATS, datasets_table, render, stats_table
+from .options import echo, parse_count, plot_option, progress
 
 __all__ = ["datasets", "diff", "report"]
 
@@ -46,11 +48,74 @@ def report(files: Sequence[str], fmt: str, stat: str, plot: str | None) -> None:
 
 
 @click.command()
-def datasets() -> None:
-    """List bundled and cached datasets."""
+@click.option(
+    "--stats",
+    "stats",
+    multiple=True,
+    metavar="NAME",
+    help="Print the statistics that drive ANN difficulty (intrinsic dimension, contrast, "
+    "hubness, spectrum, ...) of a dataset: name or path; repeat to compare side by side.",
+)
+@click.option(
+    "--embed",
+    help="Embedder for datasets without vectors (minilm, hashing) or precomputed. "
+    "[default: the dataset's own]",
+)
+@click.option("--n", "n", help="Corpus size for synthetic (e.g. 30k).")
+@click.option("--dim", type=click.IntRange(min=2), help="Dimension for synthetic.")
+@click.option("--seed", type=int, help="Seed for synthetic.")
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Corpus points used as queries for the per-point statistics.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format of --stats.",
+)
+def datasets(
+    stats: Sequence[str],
+    embed: str | None,
+    n: str | None,
+    dim: int | None,
+    seed: int | None,
+    sample: int,
+    fmt: str,
+) -> None:
+    """List bundled and cached datasets, or with --stats describe how hard one is to search."""
     from .. import datasets as ds_mod
 
-    echo(datasets_table(ds_mod.describe(), ds_mod.names()))
+    if not stats:
+        if embed or n or dim or seed is not None:
+            raise click.UsageError("--embed, --n, --dim and --seed go with --stats NAME")
+        echo(datasets_table(ds_mod.describe(), ds_mod.names()))
+        return
+    from .. import datastats
+
+    size = parse_count(n, "--n") if n else None
+    if (size or dim or seed is not None) and "synthetic" not in stats:
+        raise click.UsageError("--n, --dim and --seed describe synthetic: add --stats synthetic")
+    found: list[dict[str, Any]] = []
+    keys: dict[str, str] = {}
+    for spec in stats:
+        params = {"n": size, "dim": dim, "seed": seed} if spec == "synthetic" else {}
+        ds = ds_mod.from_table(ds_mod.spec_table(spec, **params))
+        emb = embed or ds.default_embedder
+        X, Q = ds.corpus_vectors(emb), ds.query_vectors(emb)
+        with progress(1, f"statistics of {ds.name}"):
+            got = datastats.compute(X, queries=Q, metric=ds.metric, sample=sample, name=ds.name)
+        found.append({**got.as_dict(), "embedder": emb})
+        keys.update({key: what for key, _, what in got.rows()})
+    if fmt == "json":
+        echo(json.dumps(found, indent=1))
+        return
+    echo(stats_table(found, keys))
 
 
 def _threshold(text: str) -> float:

@@ -11,6 +11,7 @@ import click
 from ..errors import ConfigError
 from ..records import RecordWriter
 from ..rendering import render
+from .configs import re_embed_option
 from .options import (
     counts,
     dataset_option,
@@ -59,6 +60,7 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
 @click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic.")
 @click.option("--seed", type=int, help="Seed for synthetic.")
 @click.option("--embed", help="Embedder for text datasets (minilm, hashing).")
+@re_embed_option()
 @index_option(required=True, help="Comma-separated indexes, e.g. hnsw,faiss-hnsw,ivf,lsh.")
 @click.option(
     "--param",
@@ -87,6 +89,7 @@ def sweep(
     dim: int | None,
     seed: int | None,
     embed: str | None,
+    re_embed: bool | None,
     index: str,
     params: Sequence[str],
     builds: Sequence[str],
@@ -119,7 +122,9 @@ def sweep(
     with executor_from(executor, ray_address) as ex:
         size = parse_count(n, "--n") if n else None
         ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
-        data = SweepData.from_dataset(ds, k=k, n_queries=queries, embedder=embed)
+        data = SweepData.from_dataset(
+            ds, k=k, n_queries=queries, embedder=embed, re_embed=bool(re_embed)
+        )
         dim_ = int(data.vectors.shape[1])
         try:
             total = count_points(names, dim_, data.metric, build_grid, query_grid)

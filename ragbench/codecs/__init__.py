@@ -2,7 +2,8 @@
 
 Every codec turns a :class:`ragbench.RetrievalResult` into bytes and back:
 ``codec.decode(codec.encode(r)) == r``. Bad payloads raise
-:class:`ragbench.errors.DecodeError`.
+:class:`ragbench.errors.DecodeError`. The built-in codecs take
+``shape="row" | "columnar"`` (:data:`SHAPES`): the schema message they write.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ from typing import Protocol, runtime_checkable
 from .._registry import Registry
 from ..types import RetrievalResult
 
-__all__ = ["Codec", "create", "names", "register", "registry"]
+__all__ = ["SHAPES", "Codec", "create", "names", "register", "registry"]
+
+#: Payload shapes of the built-in codecs (their ``shape`` parameter): ``row`` writes
+#: ``ragbench.v1.RetrievalResult`` (one Hit message per hit), ``columnar`` writes
+#: ``ragbench.v1.RetrievalResultColumns`` (parallel columns). Both decode to the same result.
+SHAPES = ("row", "columnar")
 
 
 @runtime_checkable

@@ -12,6 +12,11 @@ general proto3 JSON reader, which handles camelCase names, ``null``, omitted
 fields, doubles written as strings and URL-safe base64, and raises
 :class:`~ragbench.errors.DecodeError` for anything else.
 
+With ``shape="columnar"`` every JSON codec writes and reads the proto3 JSON
+mapping of ``ragbench.v1.RetrievalResultColumns`` instead (parallel arrays,
+embeddings one base64 string; see :mod:`ragbench.codecs._columns`), through
+the same two-stage decoding.
+
 Scores: NaN and +-infinity round-trip as the proto3 JSON strings ``"NaN"``,
 ``"Infinity"``, ``"-Infinity"`` (``NaN != NaN``, so compare such results
 field by field with ``math.isnan``).
@@ -20,13 +25,22 @@ field by field with ``math.isnan``).
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import msgspec
 import orjson
 
 from ..errors import DecodeError, InputError
 from ..types import RetrievalResult
+from ._columns import (
+    WireColumns,
+    check_shape,
+    columns_from_json_obj,
+    columns_json_tree,
+    result_from_columns,
+    split_columns,
+)
 from ._common import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     BaseCodec,
@@ -66,13 +80,38 @@ def _has_lone_surrogate(obj: object) -> bool:
     return False
 
 
+def _tree(result: RetrievalResult) -> dict[str, Any]:
+    return json_tree(result, not scores_all_finite(result.hits))
+
+
+def _columns_tree(result: RetrievalResult) -> dict[str, Any]:
+    exact = not scores_all_finite(result.hits)
+    return columns_json_tree(split_columns(result), exact)
+
+
 class _JsonCodec(BaseCodec):
     content_type = "application/json"
+    extra_options = frozenset({"shape"})
 
     def __init__(
-        self, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, **options: Any
+        self,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        shape: Literal["row", "columnar"] = "row",
+        **options: Any,
     ) -> None:
         super().__init__(max_payload_bytes, options)
+        self.shape = check_shape(self.name, shape)
+        columnar = self.shape == "columnar"
+        #: The plain-JSON tree of a result in this codec's shape.
+        self._json_tree = _columns_tree if columnar else _tree
+        self._wire_type: type = WireColumns if columnar else WireResult
+        self._from_wire: Callable[..., RetrievalResult] = (
+            result_from_columns if columnar else result_from_wire
+        )
+        self._from_json_obj: Callable[[object, str], RetrievalResult] = (
+            columns_from_json_obj if columnar else result_from_json_obj
+        )
 
     def _input_error(self, exc: Exception) -> InputError:
         return InputError(
@@ -83,10 +122,10 @@ class _JsonCodec(BaseCodec):
 
     def _from_parsed(self, obj: object) -> RetrievalResult:
         try:
-            wire = _convert(obj, WireResult)
+            wire: Any = _convert(obj, self._wire_type)
         except _ValidationError:
-            return result_from_json_obj(obj, self.name)
-        return result_from_wire(wire, self.name, True)
+            return self._from_json_obj(obj, self.name)
+        return self._from_wire(wire, self.name, True)
 
 
 class StdlibJsonCodec(_JsonCodec):
@@ -99,9 +138,13 @@ class StdlibJsonCodec(_JsonCodec):
     name = "json"
 
     def __init__(
-        self, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, **options: Any
+        self,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        shape: Literal["row", "columnar"] = "row",
+        **options: Any,
     ) -> None:
-        super().__init__(max_payload_bytes=max_payload_bytes, **options)
+        super().__init__(max_payload_bytes=max_payload_bytes, shape=shape, **options)
         self._encoder = json.JSONEncoder(
             ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False
         )
@@ -110,8 +153,7 @@ class StdlibJsonCodec(_JsonCodec):
     def encode(self, result: RetrievalResult) -> bytes:
         """Serialize ``result`` to UTF-8 JSON bytes; :class:`InputError` on wrong field types."""
         try:
-            tree = json_tree(result, not scores_all_finite(result.hits))
-            return self._encoder.encode(tree).encode("utf-8")
+            return self._encoder.encode(self._json_tree(result)).encode("utf-8")
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
             if isinstance(exc, InputError):
                 raise
@@ -143,9 +185,13 @@ class OrjsonCodec(_JsonCodec):
     name = "orjson"
 
     def __init__(
-        self, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, **options: Any
+        self,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        shape: Literal["row", "columnar"] = "row",
+        **options: Any,
     ) -> None:
-        super().__init__(max_payload_bytes=max_payload_bytes, **options)
+        super().__init__(max_payload_bytes=max_payload_bytes, shape=shape, **options)
         self._dumps = orjson.dumps
         self._loads = orjson.loads
 
@@ -153,7 +199,7 @@ class OrjsonCodec(_JsonCodec):
         """Serialize ``result`` to UTF-8 JSON bytes; :class:`InputError` on wrong field types."""
         try:
             # orjson writes a dict tree ~4x faster than it walks slotted dataclasses.
-            return self._dumps(json_tree(result, not scores_all_finite(result.hits)))
+            return self._dumps(self._json_tree(result))
         except (TypeError, ValueError, AttributeError) as exc:  # JSONEncodeError is a TypeError
             if isinstance(exc, InputError):
                 raise
@@ -179,16 +225,27 @@ class MsgspecJsonCodec(_JsonCodec):
     name = "msgspec-json"
 
     def __init__(
-        self, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, **options: Any
+        self,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        shape: Literal["row", "columnar"] = "row",
+        **options: Any,
     ) -> None:
-        super().__init__(max_payload_bytes=max_payload_bytes, **options)
+        super().__init__(max_payload_bytes=max_payload_bytes, shape=shape, **options)
         self._encoder = msgspec.json.Encoder()
-        self._typed = msgspec.json.Decoder(WireResult)
+        self._typed: msgspec.json.Decoder[Any] = msgspec.json.Decoder(self._wire_type)
         self._untyped = msgspec.json.Decoder()
+        self._columnar = self.shape == "columnar"
 
     def encode(self, result: RetrievalResult) -> bytes:
         """Serialize ``result`` to UTF-8 JSON bytes; :class:`InputError` on wrong field types."""
         try:
+            if self._columnar:
+                columns = split_columns(result)
+                if scores_all_finite(result.hits):
+                    # a typed struct in field order: msgspec writes it in one C call
+                    return self._encoder.encode(WireColumns(*columns))
+                return self._encoder.encode(columns_json_tree(columns, True))
             if scores_all_finite(result.hits):
                 # msgspec walks the dataclasses itself, writing the same field
                 # names and order as json_tree (bytes as base64, None as null).
@@ -203,7 +260,7 @@ class MsgspecJsonCodec(_JsonCodec):
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
         self._check_payload(payload)
         try:
-            return result_from_wire(self._typed.decode(payload), self.name, True)
+            return self._from_wire(self._typed.decode(payload), self.name, True)
         except msgspec.ValidationError:
             pass  # valid JSON, not the exact typed shape: try the general reader
         except (msgspec.DecodeError, RecursionError) as exc:
@@ -212,4 +269,4 @@ class MsgspecJsonCodec(_JsonCodec):
             obj = self._untyped.decode(payload)
         except (msgspec.DecodeError, RecursionError) as exc:
             raise DecodeError(self.name, f"not valid JSON: {exc}") from None
-        return result_from_json_obj(obj, self.name)
+        return self._from_json_obj(obj, self.name)

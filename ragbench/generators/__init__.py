@@ -10,10 +10,15 @@ from several threads at once; ``stub`` and ``openai`` stream each thread's
 requests over that thread's own keep-alive connection, and their
 ``connect()`` opens the calling thread's connection ahead of time, outside
 any TTFT clock. ``close()`` closes every thread's connection.
+
+A generator may also have ``caveat``: a string every report of it must carry
+(``transformers`` with random weights: "time real, text meaningless"), or
+``None``; and ``describe()``: a dict of what records keep about it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -24,8 +29,20 @@ __all__ = ["FirstToken", "Generator", "create", "names", "register", "registry"]
 
 @dataclass(frozen=True, slots=True)
 class FirstToken:
+    """The first token of a completion and the time it took.
+
+    ``prompt_tokens`` is the prompt's length in the model's own tokens when
+    the backend knows it (``transformers``), else ``None`` (the prompt
+    builder's approximate count is what reports show then). ``decode_rest``,
+    when not ``None``, decodes the tokens after the first and returns each
+    one's inter-token nanoseconds; the pipeline calls it after the request's
+    timed stages, so it never counts as time before the first token.
+    """
+
     text: str
     ttft_ns: int
+    prompt_tokens: int | None = None
+    decode_rest: Callable[[], tuple[int, ...]] | None = None
 
 
 @runtime_checkable
@@ -47,6 +64,7 @@ registry: Registry[Generator] = Registry(
         "none": "ragbench.generators.none:NoGenerator",
         "stub": "ragbench.generators.stub:StubGenerator",
         "openai": "ragbench.generators.openai:OpenAIGenerator",
+        "transformers": "ragbench.generators.transformers_gen:TransformersGenerator",
     },
 )
 create = registry.create

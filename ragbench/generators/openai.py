@@ -26,6 +26,13 @@ the stub do); :meth:`~OpenAIGenerator.close` closes every thread's.
 Failures -- connection refused, timeouts, a non-200 status, a body that is
 not an event stream, malformed events, a stream that ends before any
 content -- raise :class:`~ragbench.errors.GeneratorError` saying which.
+
+Two clients (``client=``, :data:`CLIENTS`): ``"minimal"`` (the default,
+everything above: :class:`StreamClient`, SSE parsed by hand over
+:mod:`http.client`, the least a client can add to TTFT) and ``"openai"``
+(the official ``openai`` package's streaming client, as services call an
+LLM: :class:`ragbench.generators.openai_sdk.SdkClient`, same connection
+handling, TTFT measured the same way).
 """
 
 from __future__ import annotations
@@ -44,8 +51,12 @@ from .._registry import check_params
 from ..errors import ConfigError, GeneratorError, NotBuiltError
 from ..validate import positive_int, positive_number
 from . import FirstToken
+from .openai_sdk import SdkClient
 
-__all__ = ["OpenAIGenerator", "StreamClient"]
+__all__ = ["CLIENTS", "OpenAIGenerator", "StreamClient", "make_client"]
+
+#: The streaming clients a generator can use (``client=``).
+CLIENTS = ("minimal", "openai")
 
 _MAX_LINE = 1024 * 1024
 
@@ -60,6 +71,42 @@ class _ThreadConn:
         self.used = False
 
 
+def split_base_url(base_url: object, what: str) -> tuple[urllib.parse.SplitResult, int | None]:
+    """``base_url`` checked to be an http(s) URL naming a host: its parts and its port."""
+    if not isinstance(base_url, str) or not base_url:
+        raise ConfigError(f"{what}: base_url must be a URL such as http://127.0.0.1:8000/v1")
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{what}: base_url {base_url!r} must start with http:// or https:// and name a "
+            "host, e.g. http://127.0.0.1:8000/v1"
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{what}: base_url {base_url!r} has a bad port") from None
+    return parts, port
+
+
+def make_client(
+    client: object, base_url: str, *, api_key: str | None, timeout: float, what: str
+) -> StreamClient | SdkClient:
+    """The streaming client named ``client`` (one of :data:`CLIENTS`) for ``base_url``."""
+    if client == "minimal":
+        return StreamClient(base_url, api_key=api_key, timeout=timeout, what=what)
+    if client == "openai":
+        split_base_url(base_url, what)
+        return SdkClient(base_url, api_key=api_key, timeout=timeout, what=what)
+    raise ConfigError(f"{what}: unknown client {client!r}; known: {', '.join(CLIENTS)}")
+
+
+def client_library(client: StreamClient | SdkClient) -> str:
+    """What a client streams with: ``http.client`` or ``openai <version>``."""
+    if isinstance(client, SdkClient):
+        return client.library
+    return "http.client (ragbench's SSE reader)"
+
+
 class StreamClient:
     """A keep-alive client for one OpenAI-compatible base URL (``http://host:port/v1``).
 
@@ -72,22 +119,11 @@ class StreamClient:
     """
 
     def __init__(self, base_url: str, *, api_key: str | None, timeout: float, what: str) -> None:
-        if not isinstance(base_url, str) or not base_url:
-            raise ConfigError(f"{what}: base_url must be a URL such as http://127.0.0.1:8000/v1")
-        parts = urllib.parse.urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(
-                f"{what}: base_url {base_url!r} must start with http:// or https:// and name a "
-                "host, e.g. http://127.0.0.1:8000/v1"
-            )
-        try:
-            port = parts.port
-        except ValueError:
-            raise ConfigError(f"{what}: base_url {base_url!r} has a bad port") from None
+        parts, port = split_base_url(base_url, what)
         self.what = what
         self.base_url = base_url.rstrip("/")
         self.scheme = parts.scheme
-        self.host = parts.hostname
+        self.host = parts.hostname or ""  # split_base_url checked there is one
         self.port = port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/")
         self.timeout = timeout
@@ -387,6 +423,10 @@ class OpenAIGenerator:
     ``chat``
         ``True`` for ``/chat/completions`` (the prompt as one user message),
         ``False`` for ``/completions``.
+    ``client``
+        ``"minimal"`` (default: ragbench's own SSE client over
+        :mod:`http.client`) or ``"openai"`` (the official ``openai``
+        package, ``pip install 'ragbench[serve]'``); see the module docstring.
 
     Thread-safe: once started, :meth:`first_token` may be called from
     several threads at once; each thread streams over its own keep-alive
@@ -407,12 +447,13 @@ class OpenAIGenerator:
         timeout: float = 30.0,
         max_tokens: int = 16,
         chat: bool = True,
+        client: str = "minimal",
         **unknown: Any,
     ) -> None:
         check_params(
             "openai generator",
             unknown,
-            {"base_url", "model", "api_key", "timeout", "max_tokens", "chat"},
+            {"base_url", "model", "api_key", "timeout", "max_tokens", "chat", "client"},
         )
         if base_url is None:
             base_url = os.environ.get("OPENAI_BASE_URL")
@@ -431,9 +472,10 @@ class OpenAIGenerator:
         self.model = model
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY") or None
-        self._client = StreamClient(
-            base_url, api_key=api_key, timeout=self.timeout, what="openai generator"
+        self._client = make_client(
+            client, base_url, api_key=api_key, timeout=self.timeout, what="openai generator"
         )
+        self.client = str(client)
         self.base_url = self._client.base_url
         self._started = False
 
@@ -458,6 +500,10 @@ class OpenAIGenerator:
     def connections(self) -> int:
         """How many threads' connections to the endpoint are open now."""
         return self._client.connections
+
+    def describe(self) -> dict[str, Any]:
+        """Which streaming client measured the TTFT (recorded as ``info.generator_info``)."""
+        return {"client": self.client, "library": client_library(self._client)}
 
     def connect(self) -> None:
         """Open the calling thread's connection now, outside any TTFT clock."""

@@ -22,7 +22,8 @@ from ..errors import ConfigError, GeneratorError, NotBuiltError
 from ..process import ChildProcess
 from ..validate import positive_int, positive_number
 from . import FirstToken
-from .openai import StreamClient
+from .openai import CLIENTS, StreamClient, client_library, make_client
+from .openai_sdk import SdkClient, require_openai
 from .stub_server import (
     BASE_MS,
     HOST,
@@ -47,7 +48,9 @@ class StubGenerator:
     once, so the keep-alive connection is reused; a larger value makes the
     client hang up after the first token); ``host`` to bind (default
     ``"127.0.0.1"``); ``timeout`` seconds per read (30);
-    ``startup_timeout`` seconds for the server to come up (30).
+    ``startup_timeout`` seconds for the server to come up (30); ``client``
+    the streaming client, ``"minimal"`` (default) or ``"openai"`` (the
+    official SDK), as for the ``openai`` generator.
 
     Thread-safe: once started, :meth:`first_token` may be called from
     several threads at once. Each thread streams over its own keep-alive
@@ -71,6 +74,7 @@ class StubGenerator:
         host: str = HOST,
         timeout: float = 30.0,
         startup_timeout: float = 30.0,
+        client: str = "minimal",
         **unknown: Any,
     ) -> None:
         check_params(
@@ -84,8 +88,16 @@ class StubGenerator:
                 "host",
                 "timeout",
                 "startup_timeout",
+                "client",
             },
         )
+        if client not in CLIENTS:
+            raise ConfigError(
+                f"stub generator: unknown client {client!r}; known: {', '.join(CLIENTS)}"
+            )
+        if client == "openai":
+            require_openai()  # a missing SDK fails now, not at start()
+        self.client = client
         # Checked here, so a bad value is a ConfigError now, not a dead child later.
         self.model = StubModel(
             prefill_ms_per_1k_tokens=prefill_ms_per_1k_tokens,
@@ -100,7 +112,7 @@ class StubGenerator:
         self.startup_timeout = positive_number("stub generator", "startup_timeout", startup_timeout)
         self.url: str | None = None
         self._child: ChildProcess | None = None
-        self._client: StreamClient | None = None
+        self._client: StreamClient | SdkClient | None = None
 
     @property
     def pid(self) -> int | None:
@@ -146,8 +158,8 @@ class StubGenerator:
             if match is None:
                 raise GeneratorError(f"stub generator: unexpected first line {line!r}")
             self.url = match.group(1)
-            client = StreamClient(
-                self.url, api_key=None, timeout=self.timeout, what="stub generator"
+            client = make_client(
+                self.client, self.url, api_key=None, timeout=self.timeout, what="stub generator"
             )
             client.connect()
         except BaseException:
@@ -162,6 +174,12 @@ class StubGenerator:
         """How many threads' connections to the server are open now."""
         client = self._client
         return 0 if client is None else client.connections
+
+    def describe(self) -> dict[str, Any]:
+        """Which streaming client measured the TTFT (recorded as ``info.generator_info``)."""
+        client = self._client
+        library = client_library(client) if client is not None else None
+        return {"client": self.client, "library": library}
 
     def connect(self) -> None:
         """Open the calling thread's connection now, outside any TTFT clock."""

@@ -26,6 +26,7 @@ __all__ = [
     "I64",
     "VectorIndex",
     "batch_is_finite",
+    "build_step",
     "fix_padding",
 ]
 
@@ -50,6 +51,19 @@ def batch_is_finite(q: np.ndarray) -> bool:
     if not q.size:
         return False
     return float(_min_reduce(q, axis=None)) > -INF and float(_max_reduce(q, axis=None)) < INF
+
+
+_MIN_BUILD_STEP = 10_000
+
+
+def build_step(n: int) -> int:
+    """Rows per add call when an index is built in chunks to report progress.
+
+    At least 10 000 rows, and at most 100 calls: a chunk takes long enough
+    that the calls' overhead and each call's thread start and join stay far
+    below the noise of a build; a corpus up to 10 000 rows is one call.
+    """
+    return max(_MIN_BUILD_STEP, -(-n // 100))
 
 
 # Compiled query params are cached for the last params dict only: callers sweep

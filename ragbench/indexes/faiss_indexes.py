@@ -30,10 +30,11 @@ from typing import Any, ClassVar
 import faiss
 import numpy as np
 
+from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
 from ..validate import bool_param, check_k, positive_int
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, fix_padding
+from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step, fix_padding
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
 
@@ -64,6 +65,7 @@ _METRIC = {
 
 class _FaissIndex(VectorIndex):
     library: ClassVar[str] = "faiss"
+    chunked_add: ClassVar[bool] = True  # whether add() in chunks builds the same index
     payload_format: ClassVar[str] = "faiss.serialize_index"
     # Negate library distances into scores (L2 distances, Hamming distances).
     _negate: bool
@@ -103,7 +105,15 @@ class _FaissIndex(VectorIndex):
             index = self._new_index(vectors)
             if not index.is_trained:
                 index.train(vectors)
-            index.add(vectors)
+            # One add() per chunk reports progress; rows are added independently of each
+            # other (the same index as one call), except in HNSW, which orders each add()
+            # call's rows by level, so it gets one call.
+            step = build_step(vectors.shape[0]) if self.chunked_add else vectors.shape[0]
+            n = vectors.shape[0]
+            with progress.task(f"building {self.name}", n, unit="vectors") as advance:
+                for start in range(0, n, step):
+                    index.add(vectors[start : start + step])
+                    advance(min(step, n - start))
             self._set_index(index)
 
         self._timed_build(run)
@@ -291,6 +301,7 @@ class FaissHnswIndex(_FaissIndex):
     """
 
     name: ClassVar[str] = "faiss-hnsw"
+    chunked_add: ClassVar[bool] = False
     build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200}
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
 

@@ -49,11 +49,12 @@ from typing import Any, ClassVar, NamedTuple
 import hnswlib
 import numpy as np
 
+from .. import progress
 from ..errors import IndexFileError
 from ..threads import get_threads
 from ..validate import check_k
 from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite
+from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step
 
 __all__ = ["HnswIndex"]
 
@@ -270,7 +271,15 @@ class HnswIndex(VectorIndex):
                 ef_construction=p["ef_construction"],
                 random_seed=p["seed"],
             )
-            index.add_items(vectors, np.arange(vectors.shape[0]), num_threads=get_threads())
+            # In chunks, to report progress: hnswlib inserts rows one by one in order, so
+            # this builds what one call does (exactly so on one thread).
+            n, step = vectors.shape[0], build_step(vectors.shape[0])
+            with progress.task(f"building {self.name}", n, unit="vectors") as advance:
+                for start in range(0, n, step):
+                    stop = min(n, start + step)
+                    rows = np.arange(start, stop)
+                    index.add_items(vectors[start:stop], rows, num_threads=get_threads())
+                    advance(stop - start)
             self._set_index(index)
 
         self._timed_build(run)

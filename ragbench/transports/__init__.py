@@ -1,14 +1,14 @@
 """How the serialized payload reaches the LLM side, behind one :class:`Transport` protocol.
 
 ``start(codec_name, codec_params, prompt_params, *, cpu_time=False)`` brings
-up the far side (a child process for ``http``/``grpc``); ``send(payload,
+up the far side (a child process for ``http``/``grpc``/``asgi``); ``send(payload,
 query)`` carries the bytes over, the far side decodes them and builds the
 prompt, and the reply says what happened there (:class:`FarSide`), with the
 far side's own thread CPU time when ``cpu_time`` was asked for.
 ``close()`` stops the far side.
 
 Every built-in transport may be shared by several threads once started:
-``send`` is thread-safe, and the ``http``/``grpc`` transports give each
+``send`` is thread-safe, and the ``http``/``grpc``/``asgi`` transports give each
 calling thread its own connection (see their classes). Their ``connect()``
 opens the calling thread's connection ahead of time, so a worker thread's
 first measured request does not include it (``inproc.connect()`` does
@@ -119,6 +119,7 @@ registry: Registry[Transport] = Registry(
         "inproc": "ragbench.transports.inproc:InprocTransport",
         "http": "ragbench.transports.http:HttpTransport",
         "grpc": "ragbench.transports.grpc_transport:GrpcTransport",
+        "asgi": "ragbench.transports.asgi:AsgiTransport",
     },
 )
 create = registry.create

@@ -5,7 +5,7 @@ build the prompt -- lives in :class:`FarSideProcessor`, shared by the
 ``inproc`` transport (in the calling thread) and by the ``http`` and
 ``grpc`` servers, which run it in a child process started with::
 
-    python -m ragbench.transports._farside {http|grpc}
+    python -m ragbench.transports._farside {http|grpc|asgi}
 
 The child is a :class:`ragbench.process.ChildProcess`: the parent writes one
 JSON line of configuration to its stdin (codec name, an importable
@@ -19,7 +19,7 @@ then measures its own thread CPU time (:func:`time.thread_time_ns`) around
 decode and around prompt building, beside the wall-clock figures; without it
 it never calls ``thread_time_ns`` and reports 0 for both.
 
-Reply layout, version 2 (both servers): a 38-byte little-endian header
+Reply layout, version 2 (every server): a 38-byte little-endian header
 ``<BBIQQQQ`` -- ``version`` (:data:`REPLY_VERSION`, 2), ``status``,
 ``prompt_tokens``, ``decode_ns``, ``prompt_ns``, ``decode_cpu_ns``,
 ``prompt_cpu_ns`` (the last two 0 unless CPU time was asked for) --
@@ -31,10 +31,13 @@ prompt budget; status 2, any other far-side failure). A reply of another
 version is a :class:`~ragbench.errors.TransportError`. (Version 1, before
 the CPU-time fields, was a 21-byte ``<BIQQ`` header without a version byte.)
 
-Both servers serve many connections at once: the ``http`` server is a
+Every server serves many connections at once: the ``http`` server is a
 :class:`http.server.ThreadingHTTPServer` (one thread per connection), the
 ``grpc`` server runs calls on a pool of up to :data:`GRPC_MAX_WORKERS`
-threads, so each near-side thread's requests are served side by side.
+threads, and the ``asgi`` server (Starlette on uvicorn,
+:mod:`ragbench.transports.asgi_server`, given the configuration's
+``"asgi"`` table) runs them in Starlette's thread pool, so each near-side
+thread's requests are served side by side.
 """
 
 from __future__ import annotations
@@ -406,6 +409,7 @@ class ChildTransport:
             "host": self.host,
             "max_body": max_body,
             "cpu_time": cpu_time,
+            **self._child_config(),
         }
         child = ChildProcess(
             [sys.executable, "-m", "ragbench.transports._farside", self.kind],
@@ -438,6 +442,10 @@ class ChildTransport:
         self._check_usable()
         if getattr(self._local, "conn", None) is None:
             self._attach("(connect)")
+
+    def _child_config(self) -> dict[str, Any]:
+        """Extra entries of the far side's configuration line (a subclass's server settings)."""
+        return {}
 
     # -- connections: subclasses say how to open and close one
 
@@ -673,10 +681,10 @@ GRPC_PATH = f"/{GRPC_SERVICE}/{GRPC_METHOD}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Child entry point: ``python -m ragbench.transports._farside {http|grpc}``."""
+    """Child entry point: ``python -m ragbench.transports._farside {http|grpc|asgi}``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1 or args[0] not in ("http", "grpc"):
-        print("usage: python -m ragbench.transports._farside {http|grpc}", file=sys.stderr)
+    if len(args) != 1 or args[0] not in ("http", "grpc", "asgi"):
+        print("usage: python -m ragbench.transports._farside {http|grpc|asgi}", file=sys.stderr)
         return 2
     # The parent decides when we stop (stdin EOF); a terminal's Ctrl-C is its business.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -696,6 +704,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     max_body = int(config.get("max_body", DEFAULT_MAX_BODY))
     if args[0] == "http":
         _serve_http(processor, host, max_body)
+    elif args[0] == "asgi":
+        from .asgi_server import serve_asgi
+
+        serve_asgi(processor.reply, REPLY_CONTENT_TYPE, host, max_body, config.get("asgi", {}))
     else:
         _serve_grpc(processor, host, max_body)
     return 0

@@ -36,3 +36,29 @@ class RetrievalResult(_message.Message):
     query: str
     hits: _containers.RepeatedCompositeFieldContainer[Hit]
     def __init__(self, query_id: _Optional[str] = ..., query: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ...) -> None: ...
+
+class RetrievalResultColumns(_message.Message):
+    __slots__ = ("query_id", "query", "doc_ids", "scores", "texts", "metadata_counts", "metadata_keys", "metadata_values", "dim", "embeddings", "embedding_dims")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_KEYS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_VALUES_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_DIMS_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    query: str
+    doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    metadata_counts: _containers.RepeatedScalarFieldContainer[int]
+    metadata_keys: _containers.RepeatedScalarFieldContainer[str]
+    metadata_values: _containers.RepeatedScalarFieldContainer[str]
+    dim: int
+    embeddings: bytes
+    embedding_dims: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, query_id: _Optional[str] = ..., query: _Optional[str] = ..., doc_ids: _Optional[_Iterable[str]] = ..., scores: _Optional[_Iterable[float]] = ..., texts: _Optional[_Iterable[str]] = ..., metadata_counts: _Optional[_Iterable[int]] = ..., metadata_keys: _Optional[_Iterable[str]] = ..., metadata_values: _Optional[_Iterable[str]] = ..., dim: _Optional[int] = ..., embeddings: _Optional[bytes] = ..., embedding_dims: _Optional[_Iterable[int]] = ...) -> None: ...

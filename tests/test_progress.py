@@ -1,0 +1,187 @@
+"""The progress hook: set-up steps report totals and advances; the CLI draws only on a terminal."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragbench import datasets, embedders, indexes, progress
+from ragbench import threads as th
+from ragbench.cli import main
+from ragbench.cli.bars import RichReporter, on_terminal
+
+
+class Recorder:
+    """A reporter that remembers what it was told."""
+
+    def __init__(self) -> None:
+        self.tasks: list[dict[str, Any]] = []
+
+    def start(self, description: str, total: int, unit: str) -> int:
+        self.tasks.append(
+            {"description": description, "total": total, "unit": unit, "steps": [], "open": True}
+        )
+        return len(self.tasks) - 1
+
+    def advance(self, handle: int, n: int) -> None:
+        self.tasks[handle]["steps"].append(n)
+
+    def finish(self, handle: int) -> None:
+        self.tasks[handle]["open"] = False
+
+    def named(self, prefix: str) -> list[dict[str, Any]]:
+        return [t for t in self.tasks if t["description"].startswith(prefix)]
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def one_thread() -> Any:
+    before = th.get_threads()
+    th.set_threads(1)
+    yield
+    th.set_threads(before)
+
+
+def test_default_reporter_is_silent_and_restored() -> None:
+    assert isinstance(progress.current(), progress.NullReporter)
+    rec = Recorder()
+    with progress.installed(rec):
+        assert progress.current() is rec
+        with progress.task("work", 3, unit="things") as advance:
+            advance(2)
+            advance(1)
+    assert isinstance(progress.current(), progress.NullReporter)
+    assert rec.tasks == [
+        {"description": "work", "total": 3, "unit": "things", "steps": [2, 1], "open": False}
+    ]
+
+
+def test_task_is_finished_when_the_work_fails() -> None:
+    rec = Recorder()
+    with progress.installed(rec), pytest.raises(RuntimeError), progress.task("x", 5):
+        raise RuntimeError("boom")
+    assert rec.tasks[0]["open"] is False
+
+
+def test_embedding_reports_passages_in_chunks() -> None:
+    ds = datasets.load("synthetic", n=600, dim=16, n_queries=10, seed=2)
+    emb = embedders.create("hashing", dim=32)
+    rec = Recorder()
+    with progress.installed(rec):
+        vectors = ds.corpus_vectors(emb)
+    (task,) = rec.named("embedding corpus")
+    assert task["total"] == 600 and task["unit"] == "passages"
+    assert task["steps"] == [256, 256, 88]
+    # chunked and sorted by length, yet rows stay in input order
+    np.testing.assert_array_equal(vectors, emb.embed(ds.corpus.texts))
+
+
+def test_exact_neighbours_report_rows_per_block() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((2000, 8), dtype=np.float32)
+    queries = rng.standard_normal((20_000, 8), dtype=np.float32)  # many queries: small blocks
+    rec = Recorder()
+    with progress.installed(rec):
+        got = datasets.brute_force_neighbors(queries, base, 5)
+    (task,) = rec.named("exact neighbours")
+    assert task["total"] == 2000 and task["unit"] == "rows"
+    assert len(task["steps"]) > 1 and sum(task["steps"]) == 2000
+    want = np.argsort(-(queries[:50] @ base.T), axis=1, kind="stable")[:, :5]
+    np.testing.assert_array_equal(got[:50], want)
+
+
+@pytest.mark.parametrize("name", ["hnsw", "lsh", "ivf", "flat"])
+def test_chunked_build_reports_and_builds_the_same_index(
+    name: str, monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((25_000, 8), dtype=np.float32)
+    queries = rng.standard_normal((200, 8), dtype=np.float32)
+    rec = Recorder()
+    chunked = indexes.create(name, dim=8)
+    with progress.installed(rec):
+        chunked.build(vectors)
+    (task,) = rec.tasks
+    assert task["description"] == f"building {name}" and task["total"] == 25_000
+    assert task["steps"] == [10_000, 10_000, 5_000]
+    # the same index from one add call (on one thread hnswlib is deterministic)
+    module = sys.modules[type(chunked).__module__]
+    monkeypatch.setattr(module, "build_step", lambda n: n)
+    whole = indexes.create(name, dim=8)
+    whole.build(vectors)
+    a_ids, a_scores = chunked.search(queries, k=10)
+    b_ids, b_scores = whole.search(queries, k=10)
+    np.testing.assert_array_equal(a_ids, b_ids)
+    np.testing.assert_array_equal(a_scores, b_scores)
+
+
+def test_faiss_hnsw_is_built_in_one_call() -> None:
+    rec = Recorder()
+    index = indexes.create("faiss-hnsw", dim=8)
+    with progress.installed(rec):
+        index.build(np.random.default_rng(2).standard_normal((12_000, 8), dtype=np.float32))
+    assert rec.tasks[0]["steps"] == [12_000]
+
+
+def _compare_args() -> list[str]:
+    return [
+        "compare",
+        "--dataset",
+        "synthetic",
+        "--n",
+        "600",
+        "--dim",
+        "16",
+        "--embed",
+        "hashing",
+        "--index",
+        "flat",
+        "--rerank",
+        "numpy",
+        "--queries",
+        "5",
+        "--warmup",
+        "0",
+    ]
+
+
+def test_no_bar_output_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not sys.stderr.isatty()
+    assert main(_compare_args()) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert "\x1b[" not in captured.out
+    assert "cache: corpus_vectors[hashing]: miss" in captured.out
+
+
+def test_bars_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with on_terminal():
+        assert isinstance(progress.current(), RichReporter)
+    assert isinstance(progress.current(), progress.NullReporter)
+
+
+def test_rich_reporter_draws_description_count_and_rate() -> None:
+    from rich.console import Console
+
+    buf = io.StringIO()
+    reporter = RichReporter(Console(file=buf, force_terminal=True, width=120))
+    with progress.installed(reporter), progress.task("setting up", 2) as outer:
+        with progress.task("embedding corpus (minilm)", 512, unit="passages") as advance:
+            advance(256)
+            reporter._bar.refresh()
+            advance(256)
+        outer(2)
+    text = buf.getvalue()
+    assert "setting up" in text and "embedding corpus (minilm)" in text
+    assert "256/512" in text and "passages/s" in text
+    assert reporter._bar is None  # the display stops with the last bar
