@@ -191,4 +191,5 @@ def _low_rank(coords: np.ndarray, which: np.ndarray, bases: np.ndarray) -> np.nd
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
-    return v / np.linalg.norm(v)
+    out: np.ndarray = v / np.linalg.norm(v)
+    return out

@@ -250,7 +250,8 @@ def _cosines(Q: np.ndarray, X: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Cosine of each query row with the rows ``ids (nq, j)`` of ``X``: float64 ``(nq, j)``."""
     q = unit_rows(Q.astype(np.float64))
     x = unit_rows(X[ids.ravel()].astype(np.float64)).reshape(*ids.shape, -1)
-    return np.einsum("qd,qjd->qj", q, x)
+    out: np.ndarray = np.einsum("qd,qjd->qj", q, x)
+    return out
 
 
 def _hubness(H: np.ndarray, k: int) -> float:

@@ -9,6 +9,7 @@ reads records only.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from typing import Any
@@ -71,7 +72,8 @@ def _llm_mark(rec: Mapping[str, Any]) -> str:
 def _caveat_text(records: Records) -> str:
     """Each caveat of ``records`` on a line of its own, for a chart title ("" without any)."""
     caveats = sorted({c for r in records for c in r.get("caveats") or []})
-    return "".join(f"\n[{c}]" for c in caveats)
+    # wrapped: a long run label leaves the axes (and so the centred title) narrow
+    return "".join("\n" + textwrap.fill(f"[{c}]", 40) for c in caveats)
 
 
 def _by(records: Records, key: str) -> dict[str, list[Mapping[str, Any]]]:

@@ -86,7 +86,11 @@ def serve_timed(pipe: Pipeline, i: int) -> tuple[int, int, RequestRecord | None,
         rec, err = pipe.serve(i), None
     except RagbenchError as exc:  # the request failed; the worker goes on
         rec, err = None, f"{type(exc).__name__}: {exc}"
-    return t0, perf_counter_ns(), rec, err
+    t1 = perf_counter_ns()
+    if rec is not None and rec.inter_token_ns:
+        # the response is the first token; the worker stayed busy decoding the next ones
+        t1 = rec.stamps[-1]
+    return t0, t1, rec, err
 
 
 def wait_until(t_ns: int, *, yield_gil: bool) -> None:

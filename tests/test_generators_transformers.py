@@ -299,10 +299,32 @@ def test_a_pipeline_run_is_labelled_random_weights() -> None:
 
     fig = figure([rec])
     try:
-        assert "text meaningless" in fig.axes[0].get_title()
+        assert "time real, text meaningless" in " ".join(fig.axes[0].get_title().split())
         assert "random weights" in fig.axes[0].get_yticklabels()[0].get_text()
     finally:
         pyplot().close(fig)
+
+
+def test_next_tokens_are_decoded_outside_the_timed_stages(tiny_folder: Path) -> None:
+    """A model folder in a pipeline: real weights (no caveat), and the 40 next tokens it decodes
+    after each first token are not in the generate stage (one forward vs forty, medians)."""
+    cfg = {
+        "dataset": {"name": "pydocs"},
+        "run": {"queries": 3, "warmup": 0},
+        "embed": {"backend": "hashing"},
+        "retrieve": {"backend": "flat"},
+        "rerank": {"backend": "numpy"},
+        "prompt": {"max_tokens": 128},
+        "generate": {"backend": "transformers", "model": str(tiny_folder), "next_tokens": 40},
+    }
+    with rb.Pipeline.from_config(cfg) as pipe:
+        rec = pipe.run().to_record()
+    assert rec["caveats"] == [] and rec["simulated"] == []
+    assert "RANDOM" not in run_table(rec) and "generate (random weights)" not in run_table(rec)
+    assert rec["info"]["generator_info"]["random_weights"] is False
+    generate = statistics.median(rec["samples_ns"]["generate"])
+    decoding = statistics.median(sum(steps) for steps in rec["inter_token_ns"])
+    assert generate < decoding / 4, (generate, decoding)
 
 
 def test_records_without_caveats_still_read_and_render() -> None:

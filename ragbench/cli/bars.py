@@ -27,21 +27,20 @@ def _rate_column() -> Any:
     from rich.text import Text
 
     class RateColumn(ProgressColumn):
-        """Units done per second, e.g. ``31 passages/s``."""
+        """Units done per second, e.g. ``31/s`` (the units are named beside the count)."""
 
         def render(self, task: Any) -> Text:
             speed = task.finished_speed or task.speed
-            unit = task.fields.get("unit", "")
             if speed is None:
-                return Text(f"– {unit}/s", style="progress.data.speed")
+                return Text("–/s", style="progress.data.speed")
             digits = 0 if speed >= 10 else 1
-            return Text(f"{speed:,.{digits}f} {unit}/s", style="progress.data.speed")
+            return Text(f"{speed:,.{digits}f}/s", style="progress.data.speed")
 
     return RateColumn()
 
 
 class RichReporter:
-    """Draws every reported task as a rich bar: done/total, rate, elapsed and ETA on stderr."""
+    """Draws every reported task as a rich bar on stderr: done/total units, rate and ETA."""
 
     def __init__(self, console: Any = None) -> None:
         from rich.console import Console
@@ -52,20 +51,13 @@ class RichReporter:
         self._open = 0
 
     def _display(self) -> Any:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         return Progress(
             "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
+            BarColumn(bar_width=None),  # the bar gives way on a narrow terminal, not the figures
+            TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
             _rate_column(),
-            TimeElapsedColumn(),
             "eta",
             TimeRemainingColumn(),
             console=self.console,

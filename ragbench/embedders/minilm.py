@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from .._registry import check_params
 from ..errors import ConfigError, InputError, MissingDependencyError
 from ..validate import positive_int
@@ -74,6 +75,12 @@ class MiniLMEmbedder:
         """Load the model if needed; return the nanoseconds it took (0 if already loaded)."""
         if self._model is not None:
             return 0
+        with progress.task("loading the MiniLM model", 1, unit="model") as advance:
+            ns = self._load_model()
+            advance(1)
+        return ns
+
+    def _load_model(self) -> int:
         t0 = time.perf_counter_ns()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -215,7 +215,12 @@ class TransformersGenerator:
         self.next_tokens = positive_int(_OWNER, "next_tokens", next_tokens, lo=0)
         self.seed = positive_int(_OWNER, "seed", seed, lo=0)
         self.max_tokens = 1 + self.next_tokens  # tokens produced per request (trace attribute)
-        self.model = str(self.model_path) if self.spec is None else str(self.spec["published_as"])
+        # what spans name as the model (gen_ai.request.model)
+        self.model = (
+            str(self.model_path)
+            if self.spec is None
+            else f"{self.spec['published_as']} (random weights)"
+        )
         self.tokenizer_source: str | None = None
         self._model: Any = None
         self._tokenizer: Any = None
