@@ -1,37 +1,53 @@
 """The vectors of the ``synthetic`` dataset: a model of how sentence embeddings are distributed.
 
-The model (calibrated on the MiniLM vectors of the bundled ``pydocs`` corpus
-with :mod:`ragbench.datastats`; none of its parameters depends on ``n``):
+The model is calibrated on the MiniLM vectors of the bundled ``pydocs`` corpus
+with :mod:`ragbench.datastats`: at ``n = 3274`` and the default seed 0 every
+statistic there is within 15 % of pydocs-MiniLM's (seeds 1-3 of the same law
+miss on hubness, 0.73-0.89 against 1.09: at 3k it hangs on a few dense
+topics). None of its parameters depends on ``n``:
 
-1. A shared direction ``m`` (every sentence embedding has a strong common
-   component: the mean of the unit vectors has norm ~0.4).
-2. Topics with power-law popularity: a point's topic is
-   ``floor(u ** (-1 / TOPIC_TAIL))`` for ``u`` uniform in (0, 1], so topic
-   ``t`` is drawn with probability ~ ``t ** -(1 + TOPIC_TAIL)``. There is no
-   fixed number of topics: a larger corpus reaches further into the tail, so
-   it holds more topics (~ ``n ** (1 / (1 + TOPIC_TAIL))``) and its biggest
-   topics grow, as in real collections. A topic's centre is drawn from a
-   Gaussian whose covariance spectrum decays as a power law
-   (``i ** -SPECTRUM_DECAY`` in a random orthonormal basis), which gives the
-   global covariance spectrum of real embeddings (no few directions dominate,
-   yet most variance sits in the top ~50).
-3. Documents inside a topic, with the same kind of power law
-   (``DOC_TAIL``): passages of one document sit closer to each other than to
-   the rest of the topic, which is what makes real nearest neighbours stand
-   out (relative contrast ~2) and the neighbour count of some points large
-   (hubness).
-4. Within a document a passage varies mostly inside a low-rank subspace
-   (rank ``RANK``, axis widths decaying as ``j ** -WITHIN_DECAY``; one of
-   ``N_BASES`` shared random bases per topic), plus a little isotropic noise:
-   locally the data has the intrinsic dimension of real embeddings (~10-15),
-   globally it spans all ``dim`` directions.
+1. A shared direction (every sentence embedding has a strong common
+   component: the mean of pydocs' unit MiniLM vectors has norm 0.38).
+2. Topics with power-law popularity: topic ``t = 0, 1, ...`` is drawn with
+   ``P(topic >= t) = (1 + t / TOPIC_HEAD) ** -TOPIC_TAIL`` (a discrete Lomax
+   law). There is no fixed number of topics: a larger corpus reaches further
+   into the tail, so it holds more of them (roughly ``n ** (1 / (1 +
+   TOPIC_TAIL))``, ~1 000 at 3k, ~6 000 at 100k) and its biggest topics grow,
+   as in real collections. A topic's centre is the shared direction plus a
+   Gaussian offset whose covariance spectrum decays as ``(i +
+   SPECTRUM_OFFSET) ** -SPECTRUM_DECAY``: no few directions dominate, yet
+   most variance sits in the top ~50, as in real embeddings. Topics differ in
+   how tight they are (a log-normal spread factor, ``TIGHTNESS``): density
+   varies, which is what gives real data its hubs.
+3. Documents inside a topic, with the same law (``DOC_HEAD``, ``DOC_TAIL``),
+   and passages inside a document: both vary inside the topic's own low-rank
+   subspace (rank ``RANK``, axis widths decaying as ``j ** -WITHIN_DECAY``;
+   one of ``N_BASES`` shared random bases per topic), plus a little
+   isotropic noise. So locally the data has the intrinsic dimension of real
+   embeddings (~11 over the 10-20 nearest), rising slowly at larger scales
+   as neighbourhoods reach other topics (~14 over the 100 nearest), while
+   globally it spans all ``dim`` directions (effective rank ~120 of 384).
 
-Every point is L2-normalized. A query is made like a point of a random corpus
-point's document, with its within-document noise scaled by
+Every point is L2-normalized. A query is made like a passage of a random
+corpus point's document, with its within-document noise scaled by
 ``QUERY_SPREAD`` and a shared "question" offset added: questions are worded
-unlike passages, so they sit nearer their passage than a random point but
-clearly farther than the passage's own neighbours (mean similarity to the
-nearest passage ~0.6 against ~0.78 between passages in pydocs).
+unlike passages, so they sit near their passage but farther than the
+passage's own neighbours do (pydocs: a question's nearest passage has
+similarity 0.59 on average, a passage's nearest passage 0.78).
+
+What moves with ``n`` (the same law, more draws; measured with
+``ragbench datasets --stats synthetic --n ...``, and on random subsets of
+pydocs for the real trend up to 3 274): the nearest neighbour gets closer, so
+relative contrast grows (pydocs 1.79 / 2.06 / 2.26 at 818 / 1 637 / 3 274
+passages; synthetic 1.86 / 2.06 / 2.28, then 3.0 at 30k and 3.2 at 100k); the
+intrinsic dimension over the 10-20 nearest stays ~11-13 (a sparse subset sees
+a larger scale: pydocs 14.2 -> 11.1 from 818 to 3 274, synthetic 14.0 ->
+11.2); over the 100 nearest it falls (~10 at 100k) as they come to lie in one
+topic's subspace; the 10th and 100th neighbours get closer together (gap 0.22
+at 3k, 0.13 at 100k: the top 100 candidates look more alike, so re-scoring a
+coarse index's candidates recovers less); the covariance spectrum and the
+common direction stay put; queries find closer passages (mean nearest
+similarity 0.60 -> 0.69), as pydocs' queries do on larger subsets.
 """
 
 from __future__ import annotations
@@ -44,24 +60,25 @@ import numpy as np
 __all__ = ["VERSION", "SyntheticModel"]
 
 VERSION = "synthetic-v3"  # bump whenever the generated data changes: it keys caches
-MEAN_NORM = 0.55  # length of the shared direction
-TOPIC_SCALE = 0.75  # length of a topic's offset from the mean
-SPECTRUM_DECAY = (
-    0.9  # eigenvalue i of the topic covariance ~ (i + SPECTRUM_OFFSET) ** -SPECTRUM_DECAY
-)
-SPECTRUM_OFFSET = 0.0
-TOPIC_HEAD = 30.0  # P(topic >= t) = (1 + t / TOPIC_HEAD) ** -TOPIC_TAIL, t = 0, 1, ...
-TOPIC_TAIL = 1.0
-DOC_HEAD = 3.0  # the same law for the document inside a topic
-DOC_TAIL = 1.2
-DOC_SCALE = 0.45  # length of a document's offset from its topic
-RANK = 12  # within-document subspace rank
-WITHIN_DECAY = 0.5  # axis j of a within-document subspace has width ~ j ** -WITHIN_DECAY
-WITHIN_SCALE = 0.45  # length of a passage's offset inside its document
-ISO_SCALE = 0.12  # length of the isotropic noise
-N_BASES = 64  # shared within-document bases, one per topic (topic % N_BASES)
-QUERY_SPREAD = 1.5  # within-document noise of a query relative to a passage's
-QUERY_SHIFT = 0.35  # length of the shared offset of questions from passages
+# Calibrated on pydocs-MiniLM (Nelder-Mead on the log-ratios of the datastats
+# statistics at n = 3274, seeds 0 and 1); lengths are before normalization.
+MEAN_NORM = 0.472  # length of the shared direction
+TOPIC_SCALE = 0.664  # length of a topic centre's offset from the shared direction
+SPECTRUM_DECAY = 2.285  # topic covariance eigenvalue i ~ (i + SPECTRUM_OFFSET) ** -SPECTRUM_DECAY
+SPECTRUM_OFFSET = 10.71
+TOPIC_HEAD = 81.2  # P(topic >= t) = (1 + t / TOPIC_HEAD) ** -TOPIC_TAIL, t = 0, 1, ...
+TOPIC_TAIL = 0.839
+TIGHTNESS = 0.484  # log-normal sigma of a topic's spread (documents and passages)
+DOC_HEAD = 1.994  # the same law for the document inside a topic
+DOC_TAIL = 1.851
+DOC_SCALE = 0.2715  # length of a document's offset from its topic centre (in its subspace)
+RANK = 14  # rank of a topic's subspace
+WITHIN_DECAY = 0.688  # axis j of a topic's subspace has width ~ j ** -WITHIN_DECAY
+WITHIN_SCALE = 0.718  # length of a passage's offset from its document centre
+ISO_SCALE = 0.041  # length of the isotropic noise of a passage
+N_BASES = 16  # shared subspace bases, one per topic (topic % N_BASES)
+QUERY_SPREAD = 2.5  # a query's noise relative to a passage's
+QUERY_SHIFT = 1.2  # length of the shared offset of questions from passages
 _CHUNK = 65_536  # rows generated per step: bounded temporaries on 1M-row corpora
 _MAX_LABEL = 1 << 40
 
@@ -80,6 +97,7 @@ class SyntheticModel:
     topic_centres: np.ndarray  # float32 (n_topics, dim), mean included
     doc_centres: np.ndarray  # float32 (n_docs, dim), topic centre included
     doc_topic: np.ndarray  # int64 (n_docs,)
+    doc_width: np.ndarray  # float32 (n_docs,): its topic's spread relative to the typical one
     bases: np.ndarray  # float32 (N_BASES, min(RANK, dim), dim), rows of total length ~1
     iso: np.float32  # uniform noise half-width... see points()
     labels: np.ndarray  # int64 (n,) topic of each corpus point
@@ -120,7 +138,10 @@ class SyntheticModel:
         bases = bases.astype(np.float32)
         # documents spread inside their topic's subspace, as passages do inside a document
         coords = rng.standard_normal((pair_ids.size, rank), dtype=np.float32)
-        coords *= np.float32(DOC_SCALE)
+        # some topics are tight, some loose: density varies, as between real topics
+        tight = np.exp(TIGHTNESS * rng.standard_normal(topic_ids.size)).astype(np.float32)
+        doc_width = tight[doc_topic]
+        coords *= np.float32(DOC_SCALE) * doc_width[:, None]
         doc_centres = topic_centres[doc_topic]
         doc_centres += _low_rank(coords, doc_topic % N_BASES, bases)
         iso = np.float32(ISO_SCALE * math.sqrt(3.0 / dim))  # uniform(-iso, iso): length ISO_SCALE
@@ -130,6 +151,7 @@ class SyntheticModel:
             topic_centres,
             doc_centres,
             doc_topic.astype(np.int64),
+            doc_width,
             bases,
             iso,
             labels.astype(np.int64),
@@ -150,7 +172,7 @@ class SyntheticModel:
         for s in range(0, docs.size, _CHUNK):
             doc = docs[s : s + _CHUNK]
             coords = gen.standard_normal((doc.size, self.bases.shape[1]), dtype=np.float32)
-            coords *= np.float32(WITHIN_SCALE * spread)
+            coords *= np.float32(WITHIN_SCALE * spread) * self.doc_width[doc][:, None]
             # Uniform instead of Gaussian isotropic noise: same variance, looks
             # the same to a neighbour search in many dimensions, ~7x cheaper.
             blk = gen.random((doc.size, dim), dtype=np.float32)

@@ -567,10 +567,10 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
     the MiniLM vectors of ``pydocs`` (see :mod:`ragbench._synthetic`): a shared
     direction, power-law-sized topics (no fixed count: a larger corpus holds
     more), documents inside topics, passages varying in a low-rank subspace of
-    their topic, L2-normalized float32. At ``n = 3274`` its intrinsic
+    their topic, L2-normalized float32. At ``n = 3274`` (seed 0) its intrinsic
     dimensionality, relative contrast, neighbour-similarity gap, hubness and
-    covariance spectrum are those of pydocs-MiniLM (``ragbench datasets
-    --stats``). A query is drawn like a passage of a random corpus point's
+    covariance spectrum are within 15 % of pydocs-MiniLM's (``ragbench
+    datasets --stats``). A query is drawn like a passage of a random corpus point's
     document with wider spread and a shared "question" offset, so it is near
     passages but never a copy of one. Each text is 12-20 words, ~85% drawn from
     its topic's 60-word list and the rest from a shared vocabulary, so text
