@@ -2,8 +2,8 @@
 #   make run   creates .venv, installs ragbench with the real embedder, runs `ragbench compare` on pydocs
 #   make test  creates .venv if needed, installs the dev extras, runs the test suite
 #
-# torch is installed first as the CPU build (torch==2.13.0); a bare `torch`
-# requirement would pull a multi-GB CUDA build and nvidia-* packages.
+# torch is pinned to the CPU build (torch==2.13.0) in every pip command that installs the
+# embed extra; a bare `torch` requirement would pull a multi-GB CUDA build and nvidia-* packages.
 
 PYTHON ?= python3
 VENV := .venv
@@ -23,9 +23,12 @@ $(VENV)/.core: $(PY) pyproject.toml
 	$(PIP) install -q -e .
 	touch $@
 
+# One pip run: the torch pin in the same command keeps the CPU build (torch==2.13.0+cpu).
+# Meanwhile the numba kernels compile into their on-disk cache (numba came with the core install),
+# so the first `make run` does not spend ~5 s compiling.
 $(VENV)/.embed: $(VENV)/.core
-	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[embed]' $(TORCH)
+	$(PY) -c "from ragbench import rerankers; rerankers.create('numba').warmup(384)" & \
+	$(PIP) install -q -e '.[embed]' $(TORCH); status=$$?; wait; exit $$status
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.embed
