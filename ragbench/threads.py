@@ -7,17 +7,23 @@ parallel kernels, torch); single-query latency is always measured on one
 thread by the callers that measure it.
 
 The default comes from ``RAGBENCH_THREADS`` or the number of usable cores.
+
+:class:`ThreadConnections` is the per-thread connection registry the
+clients share (one keep-alive connection per calling thread).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from .validate import positive_int
 
 __all__ = [
+    "ThreadConnections",
     "apply",
     "blas_threads",
     "get_threads",
@@ -159,3 +165,85 @@ def settings() -> dict[str, Any]:
     if blas:
         out["blas_threads"] = blas
     return out
+
+
+_T = TypeVar("_T")
+
+
+class ThreadConnections(Generic[_T]):
+    """Each calling thread's connection, and every open one with the thread that owns it.
+
+    Thread-safe. The lock is held only to add or remove entries, never
+    while a connection is used or closed: the methods that remove
+    connections return them for the caller to close.
+    """
+
+    def __init__(self) -> None:
+        # The calling thread's connection is self._local.conn; every one is
+        # in self._owners (with its thread). The lock guards both.
+        self._local = threading.local()
+        self._owners: dict[_T, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """How many threads' connections are registered now."""
+        return len(self._owners)
+
+    @property
+    def local(self) -> threading.local:
+        """Where the calling thread's connection is: ``local.conn`` (AttributeError if none).
+
+        The quickest read, for a per-request path; :meth:`take_all` replaces
+        it, so read this property each time rather than keeping it.
+        """
+        return self._local
+
+    def current(self) -> _T | None:
+        """The calling thread's connection, or ``None`` when it has none."""
+        conn: _T | None = getattr(self._local, "conn", None)
+        return conn
+
+    def register(self, conn: _T) -> list[_T]:
+        """Make ``conn`` the calling thread's connection; return those of ended threads.
+
+        The returned connections are removed; the caller closes them.
+        """
+        with self._lock:
+            return self._add(conn)
+
+    def register_if(self, conn: _T, admit: Callable[[], bool]) -> list[_T] | None:
+        """:meth:`register` if ``admit()``, called under the lock, is true; else ``None``.
+
+        Nothing is registered when it is ``None``: ``conn`` is the caller's to close.
+        """
+        with self._lock:
+            return self._add(conn) if admit() else None
+
+    def _add(self, conn: _T) -> list[_T]:
+        """Register ``conn`` for the calling thread, with the lock held; remove the stale ones."""
+        stale = [c for c, owner in self._owners.items() if not owner.is_alive()]
+        for c in stale:
+            del self._owners[c]
+        self._owners[conn] = threading.current_thread()
+        self._local.conn = conn
+        return stale
+
+    def drop_current(self) -> _T | None:
+        """Remove the calling thread's connection and return it (``None`` if it has none)."""
+        with self._lock:
+            local = self._local
+            conn: _T | None = getattr(local, "conn", None)
+            if conn is None:
+                return None
+            del local.conn
+            self._owners.pop(conn, None)
+        return conn
+
+    def take_all(self) -> list[_T]:
+        """Remove every thread's connection and return them (oldest first)."""
+        with self._lock:
+            conns = list(self._owners)
+            self._owners.clear()
+            # A fresh local: no thread still holds a removed connection.
+            self._local = threading.local()
+        return conns

@@ -42,13 +42,13 @@ import http.client
 import json
 import os
 import socket
-import threading
 import time
 import urllib.parse
 from typing import Any
 
 from .._registry import check_params
 from ..errors import ConfigError, GeneratorError, NotBuiltError
+from ..threads import ThreadConnections
 from ..validate import positive_int, positive_number
 from . import FirstToken
 from .openai_sdk import SdkClient
@@ -130,12 +130,9 @@ class StreamClient:
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
-        # The calling thread's connection is self._local.conn; every one is in
-        # self._conns (with its thread). The lock guards both and is taken
-        # only to add or remove a connection, never across a request.
-        self._local = threading.local()
-        self._conns: dict[_ThreadConn, threading.Thread] = {}
-        self._lock = threading.Lock()
+        # Each thread's connection; the registry's lock is taken only to add
+        # or remove one, never across a request.
+        self._conns: ThreadConnections[_ThreadConn] = ThreadConnections()
 
     # -- connection
 
@@ -151,21 +148,14 @@ class StreamClient:
     def _new_conn(self) -> _ThreadConn:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
         tc = _ThreadConn(cls(self.host, self.port, timeout=self.timeout))
-        with self._lock:
-            stale = [c for c, owner in self._conns.items() if not owner.is_alive()]
-            for c in stale:
-                del self._conns[c]
-            self._conns[tc] = threading.current_thread()
-            self._local.conn = tc
-        for c in stale:
+        for c in self._conns.register(tc):
             c.http.close()
         return tc
 
     def _connection(self) -> _ThreadConn:
         """The calling thread's connection, connected now if it is not."""
-        try:
-            tc: _ThreadConn = self._local.conn
-        except AttributeError:
+        tc = self._conns.current()
+        if tc is None:
             tc = self._new_conn()
         conn = tc.http
         if conn.sock is None:
@@ -194,23 +184,13 @@ class StreamClient:
 
     def _drop(self) -> None:
         """Close the calling thread's connection (the next request opens a new one)."""
-        with self._lock:
-            local = self._local
-            tc = getattr(local, "conn", None)
-            if tc is None:
-                return
-            del local.conn
-            self._conns.pop(tc, None)
-        tc.http.close()
+        tc = self._conns.drop_current()
+        if tc is not None:
+            tc.http.close()
 
     def close(self) -> None:
         """Close every thread's connection (idempotent; later requests open new ones)."""
-        with self._lock:
-            conns = list(self._conns)
-            self._conns.clear()
-            # A fresh local: no thread still holds a closed connection.
-            self._local = threading.local()
-        for tc in conns:
+        for tc in self._conns.take_all():
             sock = tc.http.sock
             if sock is not None:
                 # Wakes a thread blocked reading this connection, if any.

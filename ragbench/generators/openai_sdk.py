@@ -36,13 +36,13 @@ client is made, never by ``import ragbench``.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
 from ..errors import GeneratorError, MissingDependencyError
+from ..threads import ThreadConnections
 from . import FirstToken
 
 __all__ = ["SdkClient", "require_openai"]
@@ -83,9 +83,7 @@ class SdkClient:
         self.timeout = timeout
         self.what = what
         self.library = f"openai {metadata.version('openai')}"
-        self._local = threading.local()
-        self._conns: dict[_ThreadClient, threading.Thread] = {}
-        self._lock = threading.Lock()
+        self._conns: ThreadConnections[_ThreadClient] = ThreadConnections()
 
     @property
     def connections(self) -> int:
@@ -109,41 +107,25 @@ class SdkClient:
             http_client=http_client,
         )
         tc = _ThreadClient(client)
-        with self._lock:
-            stale = [c for c, owner in self._conns.items() if not owner.is_alive()]
-            for c in stale:
-                del self._conns[c]
-            self._conns[tc] = threading.current_thread()
-            self._local.conn = tc
-        for c in stale:
+        for c in self._conns.register(tc):
             c.client.close()
         return tc
 
     def _thread_client(self) -> _ThreadClient:
-        try:
-            tc: _ThreadClient = self._local.conn
-        except AttributeError:
-            tc = self._new()
-        return tc
+        tc = self._conns.current()
+        return self._new() if tc is None else tc
 
     def _drop(self) -> None:
         """Close the calling thread's client (its next request makes a new one)."""
-        with self._lock:
-            tc = getattr(self._local, "conn", None)
-            if tc is None:
-                return
-            del self._local.conn
-            self._conns.pop(tc, None)
+        tc = self._conns.drop_current()
+        if tc is None:
+            return
         with contextlib.suppress(Exception):
             tc.client.close()
 
     def close(self) -> None:
         """Close every thread's client (idempotent)."""
-        with self._lock:
-            conns = list(self._conns)
-            self._conns.clear()
-            self._local = threading.local()
-        for tc in conns:
+        for tc in self._conns.take_all():
             with contextlib.suppress(Exception):
                 tc.client.close()
 
@@ -200,7 +182,7 @@ class SdkClient:
         ``path`` is ``/chat/completions`` or ``/completions``, as ``chat`` says.
         """
         self.connect()
-        tc: _ThreadClient = self._local.conn
+        tc = self._thread_client()
         params = {k: v for k, v in body.items() if k != "stream"}
         create = (tc.client.chat.completions if chat else tc.client.completions).create
         t0 = time.perf_counter_ns()

@@ -54,6 +54,7 @@ from typing import Any
 
 from ..errors import ConfigError, DecodeError, NotBuiltError, RagbenchError, TransportError
 from ..process import ChildProcess, watch_stdin
+from ..threads import ThreadConnections
 from ..validate import positive_number
 
 __all__ = [
@@ -342,13 +343,9 @@ class ChildTransport:
         self.cpu_time = False
         self._child: ChildProcess | None = None
         self._dead: str | None = None
-        # The calling thread's connection is self._local.conn; every open
-        # one is in self._conns (with the thread that owns it). The lock
-        # guards self._conns and self._local, and is only taken to open or
-        # close connections, never across a request.
-        self._local = threading.local()
-        self._conns: dict[Any, threading.Thread] = {}
-        self._lock = threading.Lock()
+        # Every open connection, with the thread that owns it; its lock is
+        # only taken to open or close connections, never across a request.
+        self._conns: ThreadConnections[Any] = ThreadConnections()
 
     @property
     def pid(self) -> int | None:
@@ -364,6 +361,11 @@ class ChildTransport:
     def connections(self) -> int:
         """How many connections to the far side are open now (at most one per thread)."""
         return len(self._conns)
+
+    @property
+    def _local(self) -> threading.local:
+        """The calling thread's connection is ``self._local.conn`` (AttributeError if none)."""
+        return self._conns.local
 
     def start(
         self,
@@ -440,7 +442,7 @@ class ChildTransport:
         that request's time then includes the connection set-up.
         """
         self._check_usable()
-        if getattr(self._local, "conn", None) is None:
+        if self._conns.current() is None:
             self._attach("(connect)")
 
     def _child_config(self) -> dict[str, Any]:
@@ -458,19 +460,12 @@ class ChildTransport:
 
     def _adopt(self, conn: Any) -> Any:
         """Make ``conn`` the calling thread's connection; close those of ended threads."""
-        with self._lock:
-            if self._child is None:
-                stale = [conn]  # closed while it was being opened
-            else:
-                stale = [c for c, owner in self._conns.items() if not owner.is_alive()]
-                for c in stale:
-                    del self._conns[c]
-                self._conns[conn] = threading.current_thread()
-                self._local.conn = conn
+        stale = self._conns.register_if(conn, lambda: self._child is not None)
+        if stale is None:  # closed while it was being opened
+            self._close_conn(conn)
+            raise NotBuiltError(f"{self.name} transport: closed while connecting")
         for c in stale:
             self._close_conn(c)
-        if stale and stale[0] is conn:
-            raise NotBuiltError(f"{self.name} transport: closed while connecting")
         return conn
 
     def _attach(self, query: str) -> Any:
@@ -485,23 +480,13 @@ class ChildTransport:
 
     def _disconnect(self) -> None:
         """Close the calling thread's connection, if it has one."""
-        with self._lock:
-            local = self._local
-            conn = getattr(local, "conn", None)
-            if conn is None:
-                return
-            del local.conn
-            self._conns.pop(conn, None)
-        self._close_conn(conn)
+        conn = self._conns.drop_current()
+        if conn is not None:
+            self._close_conn(conn)
 
     def _disconnect_all(self) -> None:
         """Close every thread's connection."""
-        with self._lock:
-            conns = list(self._conns)
-            self._conns.clear()
-            # A fresh local: no thread still holds a closed connection.
-            self._local = threading.local()
-        for conn in conns:
+        for conn in self._conns.take_all():
             self._close_conn(conn)
 
     def _check_usable(self) -> ChildProcess:
