@@ -24,11 +24,10 @@ $(VENV)/.core: $(PY) pyproject.toml
 	touch $@
 
 # One pip run: the torch pin in the same command keeps the CPU build (torch==2.13.0+cpu).
-# Meanwhile the numba kernels compile into their on-disk cache (numba came with the core install),
-# so the first `make run` does not spend ~5 s compiling.
+# Then the numba kernels compile into their on-disk cache, so `make run` does not start with it.
 $(VENV)/.embed: $(VENV)/.core
-	$(PY) -c "from ragbench import rerankers; rerankers.create('numba').warmup(384)" & \
-	$(PIP) install -q -e '.[embed]' $(TORCH); status=$$?; wait; exit $$status
+	$(PIP) install -q -e '.[embed]' $(TORCH)
+	$(PY) -c "from ragbench import rerankers; rerankers.create('numba').warmup(384)"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.embed

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError
+from .metrics import unit_rows
 
 __all__ = [
     "PARTS",
@@ -95,10 +96,7 @@ class ShippedVectors:
                 f"shipped vectors {path}: sha256 of the array does not match {self.sidecar.name}; "
                 "the file is damaged or was changed: restore it, or run with --re-embed"
             )
-        out = np.ascontiguousarray(arr, dtype=np.float32)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        np.divide(out, norms, out=out, where=norms > 0)
-        return out
+        return unit_rows(np.asarray(arr, dtype=np.float32))
 
 
 def find_shipped(folder: Path | None, embedder: str) -> ShippedVectors | None:

@@ -734,8 +734,8 @@ class Pipeline:
             "rerank": cfg["rerank"]["backend"],
             "request_threads": self.request_threads,
             "build_threads": self.build_threads,
-            **_generator_info(self.components.generator),
-            **_transport_info(self.components.transport),
+            **_described("generator_info", self.components.generator),
+            **_described("transport_info", self.components.transport),
         }
 
     # ---- requests
@@ -1114,16 +1114,10 @@ def _far_columns(records: Sequence[RequestRecord]) -> np.ndarray:
     return np.asarray(rows, dtype=np.int64).reshape(-1, 6)
 
 
-def _generator_info(generator: Any) -> dict[str, Any]:
-    """``{"generator_info": ...}`` from a generator's ``describe()``, or nothing."""
-    describe = getattr(generator, "describe", None)
-    return {"generator_info": dict(describe())} if callable(describe) else {}
-
-
-def _transport_info(transport: Any) -> dict[str, Any]:
-    """``{"transport_info": ...}`` from a transport's ``describe()`` (e.g. asgi's server), or nothing."""
-    describe = getattr(transport, "describe", None)
-    return {"transport_info": dict(describe())} if callable(describe) else {}
+def _described(key: str, component: Any) -> dict[str, Any]:
+    """``{key: component.describe()}`` for a part that describes itself (asgi's server, ...), or nothing."""
+    describe = getattr(component, "describe", None)
+    return {key: dict(describe())} if callable(describe) else {}
 
 
 def _model_prompt_tokens(records: Sequence[RequestRecord]) -> np.ndarray | None:
@@ -1135,7 +1129,7 @@ def _model_prompt_tokens(records: Sequence[RequestRecord]) -> np.ndarray | None:
 def _inter_token_ns(records: Sequence[RequestRecord]) -> np.ndarray | None:
     """int64 ``(requests, next tokens)`` inter-token latencies, or ``None`` when none were decoded."""
     widths = {len(r.inter_token_ns) for r in records}
-    if not records or widths != {max(widths)} or max(widths) == 0:
+    if len(widths) != 1 or 0 in widths:  # none, mixed, or no next tokens decoded
         return None
     return np.asarray([r.inter_token_ns for r in records], dtype=np.int64)
 

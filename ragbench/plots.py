@@ -15,7 +15,7 @@ from os import PathLike
 from typing import Any
 
 from .errors import ConfigError, MissingDependencyError
-from .records import growth_exponents, knees, load_level, pareto, records_of
+from .records import caveats_of, growth_exponents, knees, load_level, pareto, records_of
 
 __all__ = ["figure", "plot_records", "pyplot"]
 
@@ -71,7 +71,7 @@ def _llm_mark(rec: Mapping[str, Any]) -> str:
 
 def _caveat_text(records: Records) -> str:
     """Each caveat of ``records`` on a line of its own, for a chart title ("" without any)."""
-    caveats = sorted({c for r in records for c in r.get("caveats") or []})
+    caveats = caveats_of(records)
     # wrapped: a long run label leaves the axes (and so the centred title) narrow
     return "".join("\n" + textwrap.fill(f"[{c}]", 40) for c in caveats)
 

@@ -43,6 +43,7 @@ __all__ = [
     "Collector",
     "RecordWriter",
     "append_record",
+    "caveats_of",
     "growth_exponents",
     "knees",
     "load_level",
@@ -103,6 +104,11 @@ def new_record(
     rec["node"] = fields.get("node", block.get("node"))
     rec["env"] = block
     return rec
+
+
+def caveats_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every caveat the records carry (a random-weight LLM, ...), once each, sorted."""
+    return sorted({c for r in records for c in r.get("caveats") or []})
 
 
 def records_of(records: Iterable[Mapping[str, Any]], kind: str) -> list[Mapping[str, Any]]:

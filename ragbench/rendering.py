@@ -17,7 +17,7 @@ from typing import Any
 
 from . import intervals
 from .errors import ConfigError
-from .records import growth_exponents, knees, load_level, pareto, records_of
+from .records import caveats_of, growth_exponents, knees, load_level, pareto, records_of
 
 __all__ = [
     "FORMATS",
@@ -128,11 +128,6 @@ def _simulated_note(records: Iterable[Mapping[str, Any]]) -> str:
     sim = sorted({s for r in recs for s in r.get("simulated") or []})
     out = f"  [SIMULATED: {', '.join(sim)}]" if sim else ""
     return out + "".join(f"  [{c}]" for c in caveats_of(recs))
-
-
-def caveats_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Every caveat the records carry (a random-weight LLM, ...), once each, sorted."""
-    return sorted({c for r in records for c in r.get("caveats") or []})
 
 
 def _generate_label(records: Sequence[Mapping[str, Any]], short: bool = False) -> str:
@@ -261,8 +256,9 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     if rec.get("cache_hit_rate") is not None:
         extra.append(f"cache hit rate {100 * rec['cache_hit_rate']:.1f}%")
     lines.append("  ".join(extra))
-    if llm_note(rec):
-        lines.append(llm_note(rec))
+    note = llm_note(rec)
+    if note:
+        lines.append(note)
     lines.append(
         "setup (not in request latency): "
         + ", ".join(f"{SETUP_LABELS.get(k, k)} {v:.3f}s" for k, v in rec["setup_s"].items())

@@ -179,9 +179,11 @@ class ThreadConnections(Generic[_T]):
     """
 
     def __init__(self) -> None:
-        # The calling thread's connection is self._local.conn; every one is
-        # in self._owners (with its thread). The lock guards both.
-        self._local = threading.local()
+        # The calling thread's connection is self.local.conn (a plain attribute:
+        # the quickest read, for a per-request path; take_all replaces it, so
+        # read it each time rather than keeping it). Every connection is in
+        # self._owners (with its thread). The lock guards both.
+        self.local = threading.local()
         self._owners: dict[_T, threading.Thread] = {}
         self._lock = threading.Lock()
 
@@ -189,18 +191,9 @@ class ThreadConnections(Generic[_T]):
         """How many threads' connections are registered now."""
         return len(self._owners)
 
-    @property
-    def local(self) -> threading.local:
-        """Where the calling thread's connection is: ``local.conn`` (AttributeError if none).
-
-        The quickest read, for a per-request path; :meth:`take_all` replaces
-        it, so read this property each time rather than keeping it.
-        """
-        return self._local
-
     def current(self) -> _T | None:
         """The calling thread's connection, or ``None`` when it has none."""
-        conn: _T | None = getattr(self._local, "conn", None)
+        conn: _T | None = getattr(self.local, "conn", None)
         return conn
 
     def register(self, conn: _T) -> list[_T]:
@@ -225,13 +218,13 @@ class ThreadConnections(Generic[_T]):
         for c in stale:
             del self._owners[c]
         self._owners[conn] = threading.current_thread()
-        self._local.conn = conn
+        self.local.conn = conn
         return stale
 
     def drop_current(self) -> _T | None:
         """Remove the calling thread's connection and return it (``None`` if it has none)."""
         with self._lock:
-            local = self._local
+            local = self.local
             conn: _T | None = getattr(local, "conn", None)
             if conn is None:
                 return None
@@ -245,5 +238,5 @@ class ThreadConnections(Generic[_T]):
             conns = list(self._owners)
             self._owners.clear()
             # A fresh local: no thread still holds a removed connection.
-            self._local = threading.local()
+            self.local = threading.local()
         return conns

@@ -206,8 +206,6 @@ class SdkClient:
             else:
                 stream.close()  # hangs up: the next request reconnects before its clock
                 tc.warm = False
-        except GeneratorError:
-            raise
         except (self._openai.OpenAIError, OSError, ValueError) as exc:
             raise self._error(exc, f"streaming {path}") from None
         return FirstToken(text, ttft)

@@ -362,11 +362,6 @@ class ChildTransport:
         """How many connections to the far side are open now (at most one per thread)."""
         return len(self._conns)
 
-    @property
-    def _local(self) -> threading.local:
-        """The calling thread's connection is ``self._local.conn`` (AttributeError if none)."""
-        return self._conns.local
-
     def start(
         self,
         codec_name: str,

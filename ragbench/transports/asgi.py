@@ -51,7 +51,7 @@ from typing import Any
 
 from .._registry import check_params
 from ..errors import ConfigError, DecodeError, MissingDependencyError, TransportError
-from ..validate import positive_int
+from ..validate import bool_param, positive_int
 from . import FarSide
 from ._farside import ChildTransport, decode_reply
 
@@ -150,9 +150,7 @@ class AsgiTransport(ChildTransport):
         super().__init__(**params)
         self.http = _choose("http implementation", http, HTTP_IMPLEMENTATIONS)
         self.loop = _choose("loop", loop, LOOPS)
-        if not isinstance(offload, bool):
-            raise ConfigError(f"asgi transport: offload must be true or false, got {offload!r}")
-        self.offload = offload
+        self.offload = bool_param("asgi transport", "offload", offload)
         self.keep_alive_s = positive_int("asgi transport", "keep_alive_s", keep_alive_s)
 
     def describe(self) -> dict[str, Any]:
@@ -230,7 +228,7 @@ class AsgiTransport(ChildTransport):
         """
         self._check_usable()
         try:
-            conn = self._local.conn
+            conn = self._conns.local.conn
         except AttributeError:
             # This thread's first request, or the first after a failure closed its client.
             conn = self._attach(query)

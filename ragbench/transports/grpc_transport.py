@@ -119,7 +119,7 @@ class GrpcTransport(ChildTransport):
         """
         self._check_usable()
         try:
-            conn = self._local.conn
+            conn = self._conns.local.conn
         except AttributeError:
             # This thread's first call, or the first after a failure closed its channel.
             conn = self._attach(query)

@@ -82,7 +82,7 @@ class HttpTransport(ChildTransport):
         """
         self._check_usable()
         try:
-            conn = self._local.conn
+            conn = self._conns.local.conn
         except AttributeError:
             # This thread's first request, or the first after a failure closed its socket.
             conn = self._attach(query)
