@@ -9,8 +9,10 @@ import click
 
 from ..codecs import SHAPES
 from ..config import load_config, merge
+from ..orders import DESIGNS
+from ..reading import run_reading
 from ..records import RecordWriter
-from ..rendering import STATS, compare_table, fixed_line, setup_summary
+from ..rendering import STATS, compare_table, fixed_line, run_table, setup_summary
 from .configs import backend_options, configurations, otel_option, re_embed_option
 from .options import (
     config_option,
@@ -19,6 +21,7 @@ from .options import (
     executor_from,
     executor_options,
     out_option,
+    plot_option,
     progress,
     queries_option,
     repeat_option,
@@ -54,6 +57,7 @@ __all__ = ["compare", "run"]
     help="Payload shape the codec writes (overrides [serialize] shape; default row).",
 )
 @set_option()
+@plot_option("Write a PNG chart of the run's stages.")
 def run(
     config: str,
     out: str | None,
@@ -66,6 +70,7 @@ def run(
     re_embed: bool | None,
     payload_shape: str | None,
     overrides: Sequence[str],
+    plot: str | None,
 ) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
     from .. import datasets
@@ -93,14 +98,17 @@ def run(
         n, reps = pipe.config["run"]["queries"], pipe.config["run"]["repeat"]
         with progress(n * reps, "requests") as advance:
             report = pipe.run(progress=advance)
-    echo(report.table())
+    record = report.to_record()
+    echo(run_table(record))
+    echo("\n".join(run_reading([record])))
     if out is not None:
-        RecordWriter(out).write_all(report.to_records())
+        RecordWriter(out).write_all([record])
+    _plot([record], plot)
     if report.error:
         raise SystemExit(1)
 
 
-def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
+def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[Any]:
     """Set every pipeline up (sharing built parts), warm each, run them interleaved; their reports."""
     from ..pipeline import SharedParts, interleave
 
@@ -113,7 +121,15 @@ def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
     n, reps = run["queries"], run["repeat"]
     label = f"{len(pipelines)} runs × {n} requests × {reps} repetition(s), interleaved"
     with progress(n * reps, label) as advance:
-        interleave(pipelines, n, warmup=run["warmup"], repeat=reps, progress=advance)
+        interleave(
+            pipelines,
+            n,
+            warmup=run["warmup"],
+            repeat=reps,
+            progress=advance,
+            order=order,
+            seed=seed,
+        )
     return [p.report() for p in pipelines]
 
 
@@ -130,6 +146,24 @@ def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
     show_default=True,
     help="Statistic shown for each stage.",
 )
+@click.option(
+    "--order",
+    type=click.Choice(DESIGNS),
+    default="balanced",
+    show_default=True,
+    help="Order of the interleaved turns: balanced (each configuration in each position "
+    "equally often, a different query per configuration in a round) or same-query (a "
+    "rotation, every configuration on the same query in turn).",
+)
+@click.option(
+    "--order-seed",
+    "order_seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the balanced order (recorded in each record).",
+)
+@plot_option("Write a PNG chart of the configurations' stages.")
 @executor_options
 def compare(**opts: Any) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process.
@@ -152,7 +186,7 @@ def compare(**opts: Any) -> None:
         records = _run_as_tasks(combos, labels, opts)
     else:
         try:
-            reports = _run_side_by_side(pipelines)
+            reports = _run_side_by_side(pipelines, opts["order"], opts["order_seed"])
         finally:
             for p in pipelines:
                 p.close()
@@ -161,12 +195,22 @@ def compare(**opts: Any) -> None:
             RecordWriter(opts["out"]).write_all(records)
     echo(fixed_line(records, varying))
     echo(compare_table(records, stat=opts["stat"]))
+    echo("\n".join(run_reading(records, stat=opts["stat"])))
     echo(setup_summary(records))
+    _plot(records, opts["plot"])
     stopped = [r for r in records if r.get("error")]
     for r in stopped:
         echo(f"{r['label']}: STOPPED EARLY: {r['error']}")
     if stopped:
         raise SystemExit(1)
+
+
+def _plot(records: Sequence[dict[str, Any]], path: str | None) -> None:
+    if path:
+        from ..plots import plot_records
+
+        plot_records(records, path)
+        echo(f"wrote {path}")
 
 
 def _run_as_tasks(

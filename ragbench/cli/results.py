@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
+from ..reading import diff_reading, reading
 from ..records import read_records
 from ..rendering import FORMATS, STATS, datasets_table, render, stats_table
 from .options import echo, parse_count, plot_option, progress
@@ -40,6 +41,8 @@ def report(files: Sequence[str], fmt: str, stat: str, plot: str | None) -> None:
     if not records:
         raise ConfigError(f"no records in {', '.join(files)}")
     echo(render(records, fmt, stat=stat))
+    if fmt == "table":
+        echo("\n".join(reading(records, stat=stat)))
     if plot:
         from ..plots import plot_records
 
@@ -165,5 +168,6 @@ def diff(a: str, b: str, stat: str, threshold: str, allow_env_mismatch: bool) ->
         allow_env_mismatch=allow_env_mismatch,
     )
     echo(diffing.diff_table(rows, env, only, stat=stat, threshold=limit))
+    echo("\n".join(diff_reading(rows)))
     if any(r.verdict == diffing.SLOWER for r in rows):
         raise SystemExit(1)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
+from ..reading import reading
 from ..records import RecordWriter
 from ..rendering import render
 from .configs import re_embed_option
@@ -47,6 +48,7 @@ def _index_names(value: str) -> list[str]:
 
 def _finish(writer: RecordWriter, plot: str | None) -> None:
     echo(render(writer.records))
+    echo("\n".join(reading(writer.records)))
     if plot:
         from ..plots import plot_records
 

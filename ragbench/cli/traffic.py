@@ -11,6 +11,7 @@ import click
 
 from .. import threads
 from ..errors import ConfigError
+from ..reading import reading
 from ..records import RecordWriter
 from ..rendering import render
 from .configs import backend_options, configurations
@@ -209,6 +210,7 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
     if not writer.records:
         raise ConfigError("no load level finished")
     echo(render(writer.records))
+    echo("\n".join(reading(writer.records)))
     if plot:
         from ..plots import plot_records
 
