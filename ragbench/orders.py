@@ -14,7 +14,8 @@ retrieve 1.3× slower for json, ``--codec protobuf,json`` 1.4× slower for proto
   Williams design (a Latin square whose rows also balance who runs right
   after whom; ``2n`` rows for an odd count ``n``), rows taken in a seeded
   random order within each block of rows and the configurations assigned to
-  the square's symbols by the same seed. Over a whole number of blocks every
+  the square's symbols afresh each block, from the same seed (so the
+  orderings the square does not balance, two turns back and more, even out). Over a whole number of blocks every
   configuration runs in every position equally often and directly after every
   other configuration equally often; otherwise counts differ by at most one
   block's worth.
@@ -105,13 +106,18 @@ def williams(n: int) -> list[list[int]]:
 
 
 def _orders(n: int, rounds: int, seed: int) -> list[list[int]]:
-    """``rounds`` orders of ``n`` configurations: Williams rows, shuffled per block, relabelled."""
+    """``rounds`` orders of ``n`` configurations: Williams rows, relabelled and shuffled per block.
+
+    A fresh relabelling each block keeps each block's balance (positions, and
+    who runs right after whom) and spreads what the square does not balance
+    -- who ran two or three turns before -- evenly over the configurations.
+    """
     rng = random.Random(seed)
-    label = list(range(n))
-    rng.shuffle(label)
     rows = williams(n)
     out: list[list[int]] = []
     while len(out) < rounds:
+        label = list(range(n))
+        rng.shuffle(label)
         block = list(rows)
         rng.shuffle(block)
         out += [[label[s] for s in row] for row in block]
