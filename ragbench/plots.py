@@ -15,6 +15,7 @@ from os import PathLike
 from typing import Any
 
 from .errors import ConfigError, MissingDependencyError
+from .reading import dominant_stage
 from .records import caveats_of, growth_exponents, knees, load_level, pareto, records_of
 
 __all__ = ["figure", "plot_records", "pyplot"]
@@ -34,8 +35,11 @@ def pyplot() -> Any:
     return plt
 
 
-def _runs(ax: Any, records: Records) -> None:
-    """Stacked horizontal bars: each run's per-stage p50 (µs), simulated parts marked."""
+def _runs(ax: Any, records: Records, skip: str | None = None) -> None:
+    """Stacked horizontal bars: each run's per-stage p50 (µs), simulated parts marked.
+
+    ``skip`` leaves one stage out (its colour kept), so the others get the scale.
+    """
     stages: list[str] = []
     for r in records:
         stages += [s for s in r["stages"] if s not in stages]
@@ -43,12 +47,25 @@ def _runs(ax: Any, records: Records) -> None:
     for row, r in enumerate(records):
         left = 0.0
         for j, s in enumerate(stages):
+            if s == skip:
+                continue
             v = r["summary"][s]["p50_us"] if s in r["summary"] else 0.0
             ax.barh(row, v, left=left, color=cmap(j % 10), label=s if row == 0 else None)
             left += v
     labels = [r["label"] + _llm_mark(r) for r in records]
     ax.set_yticks(range(len(records)), labels)
     ax.invert_yaxis()
+    if skip is not None:
+        ax.set_xlabel(f"p50 µs per stage, stacked, without {skip}")
+        ax.legend(
+            ncols=min(len(stages) - 1, 4),
+            fontsize="small",
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.18),
+            frameon=False,
+        )
+        ax.set_title(f"the other stages on their own scale ({skip} dominates)", fontsize="medium")
+        return
     ax.set_xlabel("p50 µs per stage, stacked (before first token)")
     ax.legend(
         ncols=min(len(stages), 5),
@@ -208,9 +225,26 @@ PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
 }
 
 
+def _without_dominant(stage: str) -> Callable[[Any, Records], None]:
+    def draw(ax: Any, records: Records) -> None:
+        _runs(ax, records, skip=stage)
+
+    return draw
+
+
 def figure(records: Records) -> Any:
-    """A matplotlib figure with one panel per record kind present (run, sweep, scale, load)."""
+    """A matplotlib figure with one panel per record kind present (run, sweep, scale, load).
+
+    When one stage dominates every run (:func:`ragbench.reading.dominant_stage`:
+    a model's embed is ~97 % of a pydocs request), the runs get a second panel
+    without it, so the differences between the varied stages can be seen.
+    """
     panels = [(k, draw) for k in PANELS if records_of(records, k) for draw in PANELS[k]]
+    runs = [r for r in records_of(records, "run") if r.get("requests")]
+    dominant = dominant_stage(runs) if runs else None
+    if dominant is not None:
+        at = [k for k, _ in panels].index("run") + 1
+        panels.insert(at, ("run", _without_dominant(dominant)))
     if not panels:
         raise ConfigError("nothing to plot: no run, sweep, scale or load records")
     plt = pyplot()

@@ -250,11 +250,14 @@ def order_note(records: Records) -> str:
         )
     counts = [c for x in orders for c in x.get("positions") or []]
     offsets = sorted(int(x.get("query_offset") or 0) for x in orders)
+    shown = ", ".join(map(str, offsets))
+    if len(offsets) > 4:
+        shown = f"{offsets[0]}, {offsets[1]}, …, {offsets[-1]}"
     line = (
         f"order: balanced (seed {o.get('seed')}) -- each of the {n} configurations ran "
         f"{_span(counts, lambda v: f'{v:.0f}')} times in each of the {n} positions "
         "(Williams design: also balanced for who runs right after whom); in a round each "
-        f"served a different query (offsets {', '.join(map(str, offsets))}), and every "
+        f"served a different query (offsets {shown}), and every "
         "configuration ran every query the same number of times"
     )
     repeats = int(o.get("consecutive_same_query") or 0)
@@ -268,21 +271,64 @@ def _model_note(records: Records) -> str:
     if not records or dominant_stage(records) != "embed":
         return ""
     embedders = sorted({str((r.get("info") or {}).get("embedder")) for r in records})
-    retrieve = [
-        (r["label"], r["summary"]["retrieve"].get("p50_us"))
-        for r in records
-        if "retrieve" in r["summary"]
-    ]
+    by_index: dict[str, list[float]] = {}
+    for r in records:
+        if "retrieve" in r["summary"]:
+            name = str(_cfg("retrieve", "backend")(r))
+            by_index.setdefault(name, []).append(float(r["summary"]["retrieve"]["p50_us"]))
     example = ""
-    if retrieve:
-        label, value = retrieve[0]
-        example = f" ({label}: retrieve p50 {_us(float(value))})"
+    if by_index:
+        parts = [f"{name} {_us(float(np.median(v)))}" for name, v in by_index.items()]
+        example = f" (retrieve p50 here: {', '.join(parts)})"
     return (
         f"note: the embed stage ({', '.join(embedders)}) runs a model's forward pass before every "
-        "retrieval and leaves the CPU caches full of its own data, so the index is read cold "
-        f"here{example}; `ragbench sweep` times search calls alone, back to back, with hot caches, "
+        "retrieval and leaves the CPU caches full of its own data, so the index is read cold"
+        f"{example}; `ragbench sweep` times search calls alone, back to back, with hot caches, "
         "and reads lower"
     )
+
+
+def _total_line(records: Records) -> str:
+    """End to end: the fastest and slowest rows by total p50, or that no row is surely faster."""
+    totals = {str(r["label"]): _pooled([r], r["stages"]) for r in records if r.get("samples_ns")}
+    if len(totals) < 2:
+        return ""
+    order = sorted(totals, key=lambda k: intervals.point(totals[k][0], "p50"))
+    fast = totals[order[0]]
+    ivs = [
+        intervals.ratio(
+            fast[0], totals[k][0], "p50", base_groups=fast[1], other_groups=totals[k][1]
+        )
+        for k in order[1:]
+    ]
+    if all(_within_noise(iv) for iv in ivs):
+        reps = max(int(r.get("repeats") or 1) for r in records)
+        how = (
+            f"run with --repeat {SUGGESTED_REPEAT}"
+            if reps < SUGGESTED_REPEAT
+            else "run with more --queries"
+        )
+        line = (
+            "WARNING: end to end (total p50) the rows' differences are within noise (every "
+            f"ratio to the fastest, {order[0]}, has an interval including 1.00); {how}"
+        )
+        top = dominant_stage(records)
+        if top is not None:
+            widths = [_half_width(r["summary"][top]) for r in records]
+            line += f" -- {top}'s own p50 alone is ±{max(widths):.0f} % in one row"
+        return line
+    slow = ivs[-1]
+    return (
+        f"end to end (total p50): {order[0]} fastest, {order[-1]} slowest, "
+        f"{slow.value:.2f}× [{slow.low:.2f}, {slow.high:.2f}]"
+    )
+
+
+def _half_width(summary: Mapping[str, Any]) -> float:
+    ci, value = summary.get("p50_us_ci"), summary.get("p50_us")
+    if not ci or not value:
+        return float("nan")
+    return 100.0 * (float(ci[1]) - float(ci[0])) / 2.0 / float(value)
 
 
 def run_reading(records: Records, *, stat: str = "p50") -> list[str]:
@@ -294,6 +340,9 @@ def run_reading(records: Records, *, stat: str = "p50") -> list[str]:
     varied = _varied(runs)
     for axis in varied:
         lines += _axis_lines(runs, axis, len(varied) > 1, stat)
+    total = _total_line(runs)
+    if total:
+        lines.append(total)
     for note in (_model_note(runs), order_note(runs)):
         if note:
             lines.append(note)
