@@ -460,8 +460,9 @@ def load_reading(records: Records) -> list[str]:
     if len(tops) == 1:
         top = tops.pop()
         vals = [float(s[top]) for s in shares]
+        verb = "is" if min(vals) >= DOMINANT_SHARE else "is the largest stage at"
         lines.append(
-            f"{top} is {_span(vals, _pct)} of each request's {'CPU' if cpu else 'wall'} time "
+            f"{top} {verb} {_span(vals, _pct)} of each request's {'CPU' if cpu else 'wall'} time "
             f"at the lowest load level; the other stages share {_span([1 - v for v in vals], _pct)}"
         )
     best = []
@@ -475,13 +476,13 @@ def load_reading(records: Records) -> list[str]:
             continue
         ok = [r for r in pts if not _capacity(r)]
         best.append(
-            f"{lab} {max(load_level(r) for r in ok):g} QPS" if ok else f"{lab} none of the levels"
+            f"{lab} {max(load_level(r) for r in ok):,g} QPS" if ok else f"{lab} none of the levels"
         )
     head = "highest throughput" if closed else "highest offered rate sustained"
     lines.append(f"{head}: " + ", ".join(best))
     if not closed:
         full = [
-            f"{r['label']} @ {load_level(r):g}: {_capacity(r)}" for r in records if _capacity(r)
+            f"{r['label']} @ {load_level(r):,g}: {_capacity(r)}" for r in records if _capacity(r)
         ]
         if full:
             lines.append("at capacity (these rows measure a queue): " + " | ".join(full))

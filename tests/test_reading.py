@@ -227,7 +227,7 @@ def test_load_names_sustained_levels_and_capacity() -> None:
         "the other stages share 20.0 %"
     )
     assert lines[1] == "highest offered rate sustained: hnsw 100 QPS, lsh none of the levels"
-    assert "hnsw @ 1000: achieved 600 of 1,000 QPS offered" in lines[2]
+    assert "hnsw @ 1,000: achieved 600 of 1,000 QPS offered" in lines[2]
     assert "lsh @ 100: dispatch delay p99 20,000 µs > the 10,000 µs between arrivals" in lines[2]
     assert "lsh @ 50: sender CPU at 100 %" in lines[2]
 
