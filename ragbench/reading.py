@@ -120,6 +120,10 @@ def _largest(rec: Mapping[str, Any]) -> tuple[str, float]:
     return top, shares[top]
 
 
+def _simulated(records: Records) -> bool:
+    return any(r.get("simulated") for r in records)
+
+
 def _share_line(records: Records) -> str:
     """Which stage the time before first token goes to, and what the others share."""
     tops = [_largest(r) for r in records]
@@ -130,10 +134,24 @@ def _share_line(records: Records) -> str:
         shares = [s for _, s in tops]
         rows = " in every row" if len(records) > 1 else ""
         verb = "is" if min(shares) >= DOMINANT_SHARE else "is the largest stage at"
-        return (
-            f"{stage} {verb} {_span(shares, _pct)} of the time before first token{rows}; "
+        name = stage + (" (simulated)" if stage == "generate" and _simulated(records) else "")
+        line = (
+            f"{name} {verb} {_span(shares, _pct)} of the time before first token{rows}; "
             f"the other {n_other} stages share {_span([1 - s for s in shares], _pct)}"
         )
+        if len(records) == 1:
+            rest = sorted(
+                (
+                    (s, float(records[0]["summary"][s].get("share") or 0.0))
+                    for s in records[0]["stages"]
+                    if s != stage
+                ),
+                key=lambda x: -x[1],
+            )[:3]
+            rest = [(s, v) for s, v in rest if v > 0]
+            if rest:
+                line += ", most of it " + ", ".join(f"{s} {_pct(v)}" for s, v in rest)
+        return line
     parts = [f"{r['label']}: {t} {_pct(s)}" for r, (t, s) in zip(records, tops, strict=True)]
     return "the largest stage differs between rows: " + "; ".join(parts)
 

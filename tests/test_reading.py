@@ -66,7 +66,8 @@ EVEN |= {"transport": 50_000, "deserialize": 25_000, "prompt": 25_000}  # 10 ms 
 def test_the_dominant_stage_and_the_share_of_the_rest() -> None:
     lines = reading.run_reading([run_record("one", EVEN)])
     assert lines[0] == (
-        "embed is 97.0 % of the time before first token; the other 6 stages share 3.0 %"
+        "embed is 97.0 % of the time before first token; the other 6 stages share 3.0 %, "
+        "most of it retrieve 1.0 %, rerank 0.5 %, serialize 0.5 %"
     )
 
 
@@ -74,7 +75,7 @@ def test_no_dominant_stage_names_the_largest() -> None:
     rec = run_record("flat", {"retrieve": 400_000, "rerank": 300_000, "serialize": 300_000})
     assert reading.run_reading([rec])[0] == (
         "retrieve is the largest stage at 40.0 % of the time before first token; "
-        "the other 6 stages share 60.0 %"
+        "the other 6 stages share 60.0 %, most of it rerank 30.0 %, serialize 30.0 %"
     )
     assert reading.dominant_stage([rec]) is None
     assert reading.dominant_stage([run_record("one", EVEN)]) == "embed"
