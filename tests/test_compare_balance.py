@@ -147,7 +147,9 @@ def test_the_footer_says_what_was_balanced_and_same_query_is_still_there(
     tmp_path: Path, capsys
 ) -> None:
     argv = ("--index", "hnsw", "--codec", "json,protobuf", "--queries", "20")
-    recs, stdout = compare(tmp_path, capsys, "b", *argv, "--order-seed", "7")
+    chart = tmp_path / "chart.png"
+    recs, stdout = compare(tmp_path, capsys, "b", *argv, "--order-seed", "7", "--plot", str(chart))
+    assert chart.stat().st_size > 0 and f"wrote {chart}" in stdout
     assert all(r["info"]["order"]["seed"] == 7 for r in recs)
     note = next(x for x in stdout.splitlines() if x.startswith("order: balanced (seed 7)"))
     assert "10 times in each of the 2 positions" in note

@@ -278,3 +278,48 @@ def test_the_chart_gets_a_panel_without_a_dominant_stage(embed: int, panels: int
         fig.savefig(tmp_path / "chart.png")
     finally:
         pyplot().close(fig)
+
+
+# ---------------------------------------------------------------- from the command line
+
+
+def test_every_command_prints_its_reading(tmp_path, capsys) -> None:
+    from ragbench.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[dataset]\nname = "synthetic"\nn = 1000\ndim = 16\nn_queries = 20\n'
+        '[run]\nqueries = 15\nwarmup = 1\n[retrieve]\nbackend = "flat"\n'
+    )
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    outputs = []
+    for argv in (
+        ["run", "-c", str(cfg), "--out", str(a)],
+        ["run", "-c", str(cfg), "--out", str(b)],
+        ["report", str(a)],
+        ["diff", str(a), str(b)],
+        [
+            "sweep",
+            "--n",
+            "1000",
+            "--dim",
+            "16",
+            "--index",
+            "hnsw",
+            "--param",
+            "ef=16,32",
+            "--queries",
+            "20",
+        ],
+    ):
+        code = main(argv)
+        captured = capsys.readouterr()
+        assert code in (0, 1), captured.err  # diff exits 1 on a sure regression
+        outputs.append(captured.out)
+    run_out, _, report_out, diff_out, sweep_out = outputs
+    share = re.compile(
+        r"^\w+ (is|is the largest stage at) \d+\.\d % of the time before first token", re.M
+    )
+    assert share.search(run_out) and share.search(report_out)
+    assert re.search(r"^flat/\S+: (B |no sure difference)", diff_out, re.M)
+    assert "these times are retrieval alone" in sweep_out

@@ -168,6 +168,10 @@ def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[A
 def compare(**opts: Any) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process.
 
+    The turns follow a balanced order (--order balanced): every configuration in every
+    position equally often, each on a different query within a round, the seed recorded;
+    the lines under the table read it (dominant stage, ranking with intervals, noise).
+
     With --executor ray each configuration runs as its own Ray task instead (set up, warmed
     and measured on its own, possibly at the same time as others): not interleaved.
     """
