@@ -51,7 +51,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 #: Keys ragbench owns in each table (closed tables reject anything else).
 OWN_KEYS: dict[str, set[str]] = {
-    "dataset": {"name", "path", "n", "dim", "n_queries", "seed"},
+    "dataset": {"name", "path", "n", "dim", "n_queries", "seed", "drop_empty"},
     "run": set(DEFAULTS["run"]),
     "cache": set(DEFAULTS["cache"]),
     "retrieve": set(DEFAULTS["retrieve"]),

@@ -38,7 +38,7 @@ from ._registry import check_params
 from ._shipped import ShippedVectors, find_shipped
 from .errors import ConfigError, DatasetError, InputError
 from .metrics import unit_rows
-from .validate import as_matrix, check_k, check_metric, positive_int
+from .validate import as_matrix, bool_param, check_k, check_metric, positive_int
 
 if TYPE_CHECKING:
     from .embedders import Embedder
@@ -741,7 +741,9 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
     Names: ``"pydocs"`` (bundled, no parameters), ``"synthetic"`` (``n``,
     ``dim``, ``n_queries``, ``seed``), or a dataset loaded from a path earlier.
     Paths: see the module docstring; they accept ``metric`` to override what
-    the file says. Unknown names raise :class:`DatasetError` listing the known
+    the file says, and ``drop_empty=True`` to drop passages and queries whose
+    text is empty or only whitespace (logged, and listed in :attr:`Dataset.notes`)
+    instead of raising :class:`DatasetError` naming the first one. Unknown names raise :class:`DatasetError` listing the known
     ones; unknown parameters raise :class:`ConfigError` naming them.
     """
     if not isinstance(name_or_path, (str, os.PathLike)):
@@ -769,8 +771,9 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
 
 
 def _load_path(path: Path, params: dict[str, Any]) -> Dataset:
-    check_params(f"dataset {str(path)!r}", params, {"metric"})
-    raw = _formats.read_path(path)
+    check_params(f"dataset {str(path)!r}", params, {"metric", "drop_empty"})
+    drop_empty = bool_param(f"dataset {str(path)!r}", "drop_empty", params.get("drop_empty", False))
+    raw = _formats.read_path(path, drop_empty=drop_empty)
     if "metric" in params:
         metric = params["metric"]
         if metric not in _formats.METRIC_NAMES:
