@@ -222,7 +222,9 @@ def text_folder_rows(folder: Path, notes: list[str]) -> Iterator[Row]:
         raise DatasetError(f"{folder}: no .txt or .md files (one passage per file)")
     if others:
         shown = ", ".join(sorted(r for r, _ in others)[:3])
-        notes.append(f"{len(others)} file(s) in {folder} are not .txt/.md and were skipped: {shown}")
+        notes.append(
+            f"{len(others)} file(s) in {folder} are not .txt/.md and were skipped: {shown}"
+        )
     for rel, p in sorted(files):
         yield Row(str(p), rel, decode_utf8(p, read_bytes(p)), {})
 
