@@ -212,7 +212,8 @@ def _csv_rows(path: Path) -> Iterator[Row]:
 
 def text_folder_rows(folder: Path, notes: list[str]) -> Iterator[Row]:
     """One row per ``.txt``/``.md`` file under ``folder`` (hidden ones skipped), by path."""
-    files, others = [], []
+    files: list[tuple[str, Path]] = []
+    others: list[tuple[str, Path]] = []
     for p in folder.rglob("*"):
         rel = p.relative_to(folder)
         if any(part.startswith(".") for part in rel.parts) or not p.is_file():
@@ -225,8 +226,8 @@ def text_folder_rows(folder: Path, notes: list[str]) -> Iterator[Row]:
         notes.append(
             f"{len(others)} file(s) in {folder} are not .txt/.md and were skipped: {shown}"
         )
-    for rel, p in sorted(files):
-        yield Row(str(p), rel, decode_utf8(p, read_bytes(p)), {})
+    for name, file in sorted(files):
+        yield Row(str(file), name, decode_utf8(file, read_bytes(file)), {})
 
 
 def _txt_query_rows(path: Path) -> Iterator[Row]:
