@@ -43,7 +43,10 @@ AXES = (
 def backend_options(fn: F) -> F:
     """The options of every command that runs configurations side by side."""
     decorators = [
-        config_option(help="Base pipeline config (TOML); the options below vary it."),
+        config_option(
+            help="Base pipeline config (a TOML file or a shipped name such as hashing); "
+            "the options below vary it."
+        ),
         dataset_option(help="Dataset name (pydocs, synthetic) or path. [default: pydocs]"),
         click.option("--n", "n", help="Corpus size for synthetic (e.g. 10k)."),
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
