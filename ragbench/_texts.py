@@ -227,6 +227,13 @@ def text_folder_rows(folder: Path, notes: list[str]) -> Iterator[Row]:
             f"{len(others)} file(s) in {folder} are not .txt/.md and were skipped: {shown}"
         )
     for name, file in sorted(files):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:  # a file name in another encoding, kept as surrogates
+            raise DatasetError(
+                f"{folder}: the file name {name.encode('utf-8', 'surrogateescape')!r} is not "
+                "UTF-8; rename it (e.g. `convmv -f latin1 -t utf-8 --notest`)"
+            ) from None
         yield Row(str(file), name, decode_utf8(file, read_bytes(file)), {})
 
 

@@ -293,3 +293,19 @@ def test_content_keyed_entry_is_still_verified(tmp_path: Path, counting: Any) ->
     assert again.cache_events[-1].note.startswith("rebuilt: sha256")
     assert counting.texts == 2 * len(PASSAGES)
     assert sorted(map(tuple, got)) == sorted(map(tuple, want))
+
+
+def test_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
+    folder = text_folder(tmp_path / "notes")
+    raw = bytes(folder / "corpus") + b"/caf\xe9.txt"
+    with open(raw, "wb") as fh:
+        fh.write(b"a passage in a file named in Latin-1")
+    with pytest.raises(DatasetError, match=r"file name b'caf\\xe9\.txt' is not UTF-8; rename it"):
+        datasets.load(folder)
+
+
+def test_jsonl_with_a_byte_order_mark_and_crlf(tmp_path: Path) -> None:
+    path = jsonl_corpus(tmp_path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
+    ds = datasets.load(path)
+    assert ds.corpus.texts == PASSAGES
