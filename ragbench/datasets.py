@@ -215,6 +215,8 @@ class Dataset:
         self.shipped_dir: Path | None = None
         self._corpus_hash = corpus_hash
         self._queries_hash = queries_hash
+        # "corpus"/"queries" -> (entry row per text, distinct texts, content hash); see _text_rows
+        self._text_keys: dict[str, tuple[np.ndarray, list[str], str]] = {}
 
     def __repr__(self) -> str:
         dim = f", dim={self.vectors.shape[1]}" if self.vectors is not None else ""
@@ -291,8 +293,11 @@ class Dataset:
         the order of their digests; the rows are put back in this dataset's
         order (duplicates embedded once).
         """
-        texts = self.corpus.texts if which == "corpus" else self.queries.texts
-        rows, unique, content = _text_rows(texts)
+        if which not in self._text_keys:
+            self._text_keys[which] = _text_rows(
+                self.corpus.texts if which == "corpus" else self.queries.texts
+            )
+        rows, unique, content = self._text_keys[which]
         key = _key(f"{which}-{emb.name}", content, emb.fingerprint)
 
         def compute() -> np.ndarray:
