@@ -13,8 +13,9 @@ Field formats (:mod:`ragbench._formats`): ann-benchmarks HDF5, texmex
 matrices and ragbench JSONL.
 
 Vectors and neighbours are cached under ``$RAGBENCH_CACHE_DIR`` (default
-``~/.cache/ragbench``), keyed by the dataset's content hash and the embedder's
-fingerprint; every entry is verified against a sidecar before it is used, and
+``~/.cache/ragbench``): embedded vectors keyed by the distinct texts and the
+embedder's fingerprint (not by the dataset's name, path, ids or row order),
+neighbours by the dataset's content hash and the fingerprint; every entry is verified against a sidecar before it is used, and
 each use is recorded in :attr:`Dataset.cache_events`.
 """
 
@@ -38,7 +39,7 @@ from ._registry import check_params
 from ._shipped import ShippedVectors, find_shipped
 from .errors import ConfigError, DatasetError, InputError
 from .metrics import unit_rows
-from .validate import as_matrix, check_k, check_metric, positive_int
+from .validate import as_matrix, bool_param, check_k, check_metric, positive_int
 
 if TYPE_CHECKING:
     from .embedders import Embedder
@@ -214,6 +215,8 @@ class Dataset:
         self.shipped_dir: Path | None = None
         self._corpus_hash = corpus_hash
         self._queries_hash = queries_hash
+        # "corpus"/"queries" -> (entry row per text, distinct texts, content hash); see _text_rows
+        self._text_keys: dict[str, tuple[np.ndarray, list[str], str]] = {}
 
     def __repr__(self) -> str:
         dim = f", dim={self.vectors.shape[1]}" if self.vectors is not None else ""
@@ -281,22 +284,45 @@ class Dataset:
         return arr
 
     def _embed_cached(self, which: str, emb: Embedder, *, force: bool = False) -> np.ndarray:
-        texts = self.corpus.texts if which == "corpus" else self.queries.texts
-        content = self.corpus_hash if which == "corpus" else self.queries_hash
-        key = _key(self.name, f"{which}-{emb.name}", content, emb.fingerprint)
+        """Embedded vectors of the corpus or queries, cached by what the texts say.
+
+        The cache key is the set of distinct texts and the embedder's
+        fingerprint, never the dataset's name, path or ids: the same passages
+        loaded from a folder instead of a file, renamed, reordered or with
+        other ids reuse the entry. An entry holds one row per distinct text in
+        the order of their digests; the rows are put back in this dataset's
+        order (duplicates embedded once).
+        """
+        if which not in self._text_keys:
+            self._text_keys[which] = _text_rows(
+                self.corpus.texts if which == "corpus" else self.queries.texts
+            )
+        rows, unique, content = self._text_keys[which]
+        key = _key(f"{which}-{emb.name}", content, emb.fingerprint)
 
         def compute() -> np.ndarray:
             unit = "passages" if which == "corpus" else "queries"
-            return _embed_all(emb, texts, f"embedding {which} ({emb.name})", unit)
+            return _embed_all(emb, unique, f"embedding {which} ({emb.name})", unit)
 
-        return ArrayCache().get_or_compute(
+        stored = ArrayCache().get_or_compute(
             key,
             f"{which}_vectors[{emb.name}]",
             compute,
             self.cache_events,
-            info={"dataset": self.name, "embedder": emb.fingerprint, "content": content},
+            info={
+                "texts": len(unique),
+                "embedder": emb.fingerprint,
+                "content": content,
+                "first_seen_in": self.name,
+            },
             force=force,
         )
+        if stored.shape[0] != len(unique):
+            raise DatasetError(
+                f"cache entry {key}: {stored.shape[0]} rows for {len(unique)} distinct texts; "
+                "delete it or run with --re-embed"
+            )
+        return np.ascontiguousarray(stored[rows])
 
     def shipped_vectors(self, embedder: Embedder) -> ShippedVectors | None:
         """The vectors shipped for ``embedder`` if they apply to these texts, else None.
@@ -383,7 +409,7 @@ class Dataset:
         if found is not None:
             # computed from the shipped vectors, which differ in the last bits from embedded ones
             fingerprint += f":shipped:{found.parts['corpus']['sha256']}"
-        key = _key(self.name, f"neighbors-{label}-{metric}-k{k}", self.content_hash, fingerprint)
+        key = _key(f"neighbors-{label}-{metric}-k{k}", self.content_hash, fingerprint)
 
         def compute() -> np.ndarray:
             if emb is None:
@@ -429,10 +455,31 @@ class Dataset:
         return out
 
 
-def _key(name: str, what: str, content: str, fingerprint: str) -> str:
+def _key(what: str, content: str, fingerprint: str) -> str:
+    """The cache key of ``what`` computed from ``content`` by ``fingerprint`` (no dataset name)."""
     digest = hashlib.sha256(f"{content}\0{fingerprint}\0{what}".encode()).hexdigest()[:24]
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{name}-{what}")[:80]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in what)[:80]
     return f"{safe}-{digest}"
+
+
+def _text_rows(texts: Sequence[str]) -> tuple[np.ndarray, list[str], str]:
+    """Where each text's vector is in a content-keyed cache entry.
+
+    Returns ``rows`` (int64 ``(len(texts),)``: the entry row of each text),
+    the distinct texts in entry order (sorted by their 16-byte blake2b
+    digest), and the entry's content hash (sha256 hex of those digests).
+    """
+    digests = [
+        hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts
+    ]
+    first: dict[bytes, int] = {}
+    for i, d in enumerate(digests):
+        first.setdefault(d, i)
+    order = sorted(first)
+    rank = {d: r for r, d in enumerate(order)}
+    rows = np.fromiter((rank[d] for d in digests), dtype=np.int64, count=len(digests))
+    content = hashlib.sha256(b"texts-v1\0" + b"".join(order)).hexdigest()
+    return rows, [texts[first[d]] for d in order], content
 
 
 _EMBED_CHUNK = 256  # texts per embed() call: the progress step, a few batches of the model
@@ -741,7 +788,9 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
     Names: ``"pydocs"`` (bundled, no parameters), ``"synthetic"`` (``n``,
     ``dim``, ``n_queries``, ``seed``), or a dataset loaded from a path earlier.
     Paths: see the module docstring; they accept ``metric`` to override what
-    the file says. Unknown names raise :class:`DatasetError` listing the known
+    the file says, and ``drop_empty=True`` to drop passages and queries whose
+    text is empty or only whitespace (logged, and listed in :attr:`Dataset.notes`)
+    instead of raising :class:`DatasetError` naming the first one. Unknown names raise :class:`DatasetError` listing the known
     ones; unknown parameters raise :class:`ConfigError` naming them.
     """
     if not isinstance(name_or_path, (str, os.PathLike)):
@@ -769,8 +818,9 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
 
 
 def _load_path(path: Path, params: dict[str, Any]) -> Dataset:
-    check_params(f"dataset {str(path)!r}", params, {"metric"})
-    raw = _formats.read_path(path)
+    check_params(f"dataset {str(path)!r}", params, {"metric", "drop_empty"})
+    drop_empty = bool_param(f"dataset {str(path)!r}", "drop_empty", params.get("drop_empty", False))
+    raw = _formats.read_path(path, drop_empty=drop_empty)
     if "metric" in params:
         metric = params["metric"]
         if metric not in _formats.METRIC_NAMES:

@@ -426,7 +426,8 @@ class Components:
 class Pipeline:
     """A configured request path: ``Pipeline.from_config(cfg).run()``.
 
-    Build it from a TOML path or dict (see ``bench/configs/default.toml``);
+    Build it from a TOML path, a shipped config name (``"default"``, see
+    :mod:`ragbench.configs`) or a dict;
     every backend name and parameter is checked then, before anything runs.
     ``run(dataset=None, queries=None, warmup=None)`` sets everything up
     (timed as set-up), runs warm-up requests, then the measured requests one

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import click
 
 from ..errors import RagbenchError
-from .bars import on_terminal
+from .bars import on_stderr
 from .pipelines import compare, run
 from .results import datasets, diff, report
 from .stub import stub_llm
@@ -39,7 +39,7 @@ for command in (datasets, run, compare, sweep, scale, load, report, diff, stub_l
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one line and exit 2 on bad input; 1 when a run stopped early; 130 on Ctrl-C."""
     try:
-        with on_terminal():
+        with on_stderr():
             cli.main(
                 args=list(argv) if argv is not None else None,
                 prog_name="ragbench",

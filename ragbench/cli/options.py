@@ -235,9 +235,9 @@ def executor_from(name: str, address: str | None) -> Iterator[Any]:
 
 @contextmanager
 def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr when it is a terminal; silent otherwise.
+    """A progress bar on stderr when it is a terminal; else a plain line every ~10 s.
 
-    Drawn by the reporter :func:`ragbench.cli.bars.on_terminal` installed, so
+    Drawn by the reporter :func:`ragbench.cli.bars.on_stderr` installed, so
     bars of set-up steps reporting inside this one share its display.
     """
     from .. import progress as hook

@@ -33,7 +33,11 @@ __all__ = ["compare", "run"]
 
 
 @click.command()
-@config_option(required=True, help="Pipeline config (TOML), e.g. bench/configs/default.toml.")
+@config_option(
+    required=True,
+    help="Pipeline config: a TOML file, or the name of a shipped one "
+    "(default, hashing, stub-llm, transformers).",
+)
 @out_option("Append the run's JSON record to this file.")
 @queries_option(help="Measured requests (overrides [run] queries).")
 @click.option(
