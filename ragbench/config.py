@@ -9,6 +9,7 @@ ragbench owns are checked here. Leaving a table out uses its defaults.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
@@ -152,6 +153,14 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         for sub in ("build", "search"):
             if not isinstance(cfg[table][sub], Mapping):
                 raise ConfigError(f"[{table}] {sub} must be a table of parameters")
+    ttl = cfg["cache"]["ttl_s"]
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, (int, float))
+        or not math.isfinite(ttl)
+        or not 0 <= ttl <= 1e9
+    ):
+        raise ConfigError(f"[cache] ttl_s must be a number of seconds in [0, 1e9], got {ttl!r}")
     if cfg["cache"]["backend"] not in ("none", "lru"):
         raise ConfigError(
             f"[cache] backend must be 'none' or 'lru', got {cfg['cache']['backend']!r}"

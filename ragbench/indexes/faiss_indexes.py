@@ -35,6 +35,7 @@ from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
 from ..validate import bool_param, check_k, positive_int
 from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step, fix_padding
+from ._faiss_layout import check_faiss_payload
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
 
@@ -248,6 +249,11 @@ class _FaissIndex(VectorIndex):
         return memoryview(blob)
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        count = header.get("count")
+        if not isinstance(count, int):
+            raise IndexFileError(f"{self.name}: header count is missing")
+        # Sizes, dimensions and stored floats checked before faiss allocates anything.
+        check_faiss_payload(payload, self.dim, count, self.name)
         try:
             index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
         except RuntimeError as exc:
