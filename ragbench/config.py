@@ -71,6 +71,11 @@ _INT_KEYS = {
     ("prompt", "max_tokens"): 1,
 }
 
+#: Most requests (measured or warm-up) one run may ask for: 10**9 one by one is
+#: already days of requests and ~TBs of records; anything more is a typo.
+MAX_COUNT = 10**9
+_COUNT_KEYS = frozenset({("run", "queries"), ("run", "warmup"), ("run", "repeat")})
+
 
 def load_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
     """Read a TOML file (or take a mapping) and return the normalized config."""
@@ -134,8 +139,14 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         merged.update(copy.deepcopy(dict(given)))
         cfg[table] = merged
     for (table, key), low in _INT_KEYS.items():
-        cfg[table][key] = positive_int(f"[{table}]", key, cfg[table][key], lo=low)
+        hi = MAX_COUNT if (table, key) in _COUNT_KEYS else None
+        cfg[table][key] = positive_int(f"[{table}]", key, cfg[table][key], lo=low, hi=hi)
     run = cfg["run"]
+    if run["queries"] * run["repeat"] > MAX_COUNT:
+        raise ConfigError(
+            f"[run] queries x repeat = {run['queries'] * run['repeat']} requests is more than "
+            f"the {MAX_COUNT} a run can hold; lower queries or repeat"
+        )
     if run["k_candidates"] < run["k"]:
         raise ConfigError(
             f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']}); "

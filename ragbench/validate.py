@@ -276,8 +276,7 @@ def check_writable(path: Any, what: str) -> None:
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".ragbench-probe-")
     except OSError as exc:
         raise ConfigError(
-            f"{what} {name}: cannot write in {folder} ({exc.strerror}); "
-            "choose a writable directory"
+            f"{what} {name}: cannot write in {folder} ({exc.strerror}); choose a writable directory"
         ) from None
     os.close(fd)
     os.unlink(probe)
@@ -309,7 +308,9 @@ def open_regular(path: Any, what: str, error: type[Exception]) -> Any:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise error(f"{what} {name}: {_file_kind(mode)}, not a regular file; refusing to read it")
+            raise error(
+                f"{what} {name}: {_file_kind(mode)}, not a regular file; refusing to read it"
+            )
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -391,9 +392,7 @@ def load_npy(
                 f"file holds {have} bytes after it; the file is damaged"
             )
         if rows is not None and (not shape or int(shape[0]) != rows):
-            raise error(
-                f"{what} {name}: holds {list(shape)[:1] or 'no'} rows, expected {rows}"
-            )
+            raise error(f"{what} {name}: holds {list(shape)[:1] or 'no'} rows, expected {rows}")
         try:
             arr = np.fromfile(fh, dtype=dtype, count=count)
         except (ValueError, OSError) as exc:

@@ -63,7 +63,9 @@ class _Reader:
             n *= 4
             itemsize = 1
         if n > len(self.data):
-            raise self.fail(f"claims an array of {n} items where {len(self.data) - self.pos} bytes are left")
+            raise self.fail(
+                f"claims an array of {n} items where {len(self.data) - self.pos} bytes are left"
+            )
         return self.take(n * itemsize)
 
 
@@ -83,7 +85,9 @@ def _index_header(r: _Reader, dim: int, count: int) -> int:
     if metric > 1:
         r.take(4)  # metric_arg
     if d != dim or ntotal != count:
-        raise r.fail(f"says d={d}, ntotal={ntotal}; the ragbench header says d={dim}, count={count}")
+        raise r.fail(
+            f"says d={d}, ntotal={ntotal}; the ragbench header says d={dim}, count={count}"
+        )
     return int(metric)
 
 
