@@ -380,7 +380,10 @@ def load_npy(
         except (ValueError, OSError, EOFError) as exc:
             raise error(f"{what} {name}: not a readable .npy file ({exc})") from None
         if dtype.hasobject:
-            raise error(f"{what} {name}: holds Python objects; refusing to unpickle it")
+            raise error(
+                f"{what} {name}: not a plain numeric .npy file (it holds Python objects; "
+                "refusing to unpickle them)"
+            )
         count = 1
         for n in shape:
             count *= int(n)

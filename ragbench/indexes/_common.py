@@ -24,6 +24,7 @@ __all__ = [
     "BaseIndex",
     "F32",
     "I64",
+    "INT32_MAX",
     "VectorIndex",
     "batch_is_finite",
     "build_step",
@@ -33,6 +34,8 @@ __all__ = [
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
 INF = math.inf
+#: Largest value of an integer parameter handed to faiss or hnswlib as a C ``int``.
+INT32_MAX = 2**31 - 1
 
 _max_reduce = np.maximum.reduce
 _min_reduce = np.minimum.reduce
@@ -137,7 +140,9 @@ class BaseIndex:
         return params
 
     def _check_query_value(self, name: str, value: Any) -> Any:
-        return positive_int(f"index {self.name!r}", name, value)
+        # The libraries take these as C ints (faiss efSearch, hnswlib ef): above
+        # int32 the SWIG/pybind11 call would raise OverflowError mid-request.
+        return positive_int(f"index {self.name!r}", name, value, hi=INT32_MAX)
 
     def _compile_query(self, params: dict[str, Any]) -> Any:
         """Turn validated query params (defaults filled in) into what search needs."""
@@ -294,7 +299,7 @@ class VectorIndex(BaseIndex):
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         if dim is None:
             raise ConfigError(f"index {self.name!r}: pass dim=<vector width>, e.g. dim=384")
-        dim = positive_int(f"index {self.name!r}", "dim", dim)
+        dim = positive_int(f"index {self.name!r}", "dim", dim, hi=INT32_MAX)
         self._init_common(dim, metric, build_params)
         self._cosine = metric == "cosine"
 

@@ -34,7 +34,7 @@ from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
 from ..validate import bool_param, check_k, positive_int
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step, fix_padding
+from ._common import F32, I64, INF, INT32_MAX, VectorIndex, batch_is_finite, build_step, fix_padding
 from ._faiss_layout import check_faiss_payload
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
@@ -315,7 +315,7 @@ class FaissHnswIndex(_FaissIndex):
         owner = f"index {self.name!r}"
         params["M"] = positive_int(owner, "M", params["M"], lo=2, hi=4096)
         params["ef_construction"] = positive_int(
-            owner, "ef_construction", params["ef_construction"]
+            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
         )
         return params
 
@@ -372,7 +372,7 @@ class IvfIndex(_FaissIndex):
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
         if params["nlist"] is not None:
-            params["nlist"] = positive_int(owner, "nlist", params["nlist"])
+            params["nlist"] = positive_int(owner, "nlist", params["nlist"], hi=INT32_MAX)
         params["seed"] = positive_int(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
         return params
 

@@ -54,7 +54,7 @@ from ..errors import IndexFileError
 from ..threads import get_threads
 from ..validate import check_k
 from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step
+from ._common import F32, I64, INF, INT32_MAX, VectorIndex, batch_is_finite, build_step
 
 __all__ = ["HnswIndex"]
 
@@ -264,7 +264,9 @@ class HnswIndex(VectorIndex):
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
         params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
-        params["ef_construction"] = int_param(owner, "ef_construction", params["ef_construction"])
+        params["ef_construction"] = int_param(
+            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
+        )
         params["seed"] = int_param(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
         return params
 
