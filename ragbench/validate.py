@@ -402,8 +402,8 @@ def load_npy(
             raise error(f"{what} {name}: unreadable ({exc})") from None
     if arr.size != count:
         raise error(f"{what} {name}: truncated while reading")
-    order = "F" if fortran else "C"
-    return arr.reshape(shape, order=order)
+    out: np.ndarray = arr.reshape(tuple(int(n) for n in shape), order="F" if fortran else "C")
+    return out
 
 
 def available_memory() -> int | None:

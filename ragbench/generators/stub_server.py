@@ -24,6 +24,13 @@ Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions``
 ``data: [DONE]``; otherwise one JSON object), ``GET /v1/models``,
 ``GET /health``. Binds 127.0.0.1 unless told otherwise.
 
+Limits bound what clients can make it hold (options too, see
+:class:`StubServer`): a connection silent for ``read_timeout_s`` (30 s)
+while a request is awaited or read is closed, and a body must arrive within
+it (408 otherwise); a body above ``max_body_bytes`` (1 MiB) gets 413 before
+it is read; beyond ``max_connections`` (256) connections at once, a new one
+is answered 503 with ``Retry-After: 1`` and closed (refused, not queued).
+
 Run it with ``ragbench stub-llm [--host H] [--port P] [model options]``
 (:func:`run_forever`; the ``stub`` generator runs that command as its child
 process); it prints one line with its base URL.
@@ -375,7 +382,8 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         # Every recv on this connection (request line, headers, body) waits at
         # most this long; http.server then closes the connection.
-        self.timeout = self.server.read_timeout_s
+        # (the class's timeout stays None, so setup() leaves this one alone)
+        self.request.settimeout(self.server.read_timeout_s)
         super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:

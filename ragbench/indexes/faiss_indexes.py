@@ -303,7 +303,8 @@ class FaissHnswIndex(_FaissIndex):
     Build parameters: ``M`` (graph degree, default 16), ``ef_construction``
     (default 200). Query parameter: ``ef`` (faiss ``efSearch``, default 64),
     passed per call through ``faiss.SearchParametersHNSW``; ``ef < k`` is
-    raised to ``k`` (a smaller beam cannot return ``k`` results).
+    raised to ``k`` (a smaller beam cannot return ``k`` results) and ``ef``
+    above ``ntotal`` lowered to it (same answer; faiss allocates by ``ef``).
     """
 
     name: ClassVar[str] = "faiss-hnsw"
@@ -329,6 +330,11 @@ class FaissHnswIndex(_FaissIndex):
 
     def _params_for(self, compiled: Any, k: int) -> Any:
         ef = compiled if compiled >= k else k
+        # faiss sizes its search heaps by efSearch (2**31 - 1 takes GBs and
+        # ~30 s); a beam wider than the index keeps every node anyway, so the
+        # answer is the same with ef = ntotal.
+        if ef > self._n:
+            ef = max(k, self._n)
         sp = self._sp_cache.get(ef)
         if sp is None:
             sp = self._sp_cache[ef] = faiss.SearchParametersHNSW(efSearch=ef)  # type: ignore[attr-defined]
