@@ -621,6 +621,20 @@ def test_queries_times_repeat_beyond_the_limit_is_refused(tmp_path: Path) -> Non
         rb.Pipeline(config(tmp_path / "x.index", run={"queries": 10**6, "repeat": 10**4}))
 
 
+def test_request_counts_whose_records_exceed_memory_are_refused(tmp_path: Path) -> None:
+    from ragbench.pipeline import RECORD_BYTES
+    from ragbench.validate import available_memory
+
+    free = available_memory()
+    assert free is not None  # /proc/meminfo on Linux
+    queries = 2 * free // RECORD_BYTES  # twice the memory; under the 10**9 cap below 1.5 TB
+    assert queries <= 10**9
+    with pytest.raises(ConfigError, match="memory"):
+        rb.Pipeline(config(tmp_path / "x.index", run={"queries": queries}))
+    with rb.Pipeline(config(tmp_path / "x.index")) as pipe, pytest.raises(ConfigError):
+        pipe.run(queries=queries // 2, repeat=2)
+
+
 def test_huge_query_counts_on_the_command_line_are_one_line() -> None:
     proc = run_cli("run", "-c", DEFAULT_TOML, "--queries", "1" + "0" * 30, "--warmup", "0")
     assert_one_line_exit_2(proc, "queries")
