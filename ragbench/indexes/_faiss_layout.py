@@ -64,7 +64,8 @@ class _Reader:
             itemsize = 1
         if n > len(self.data):
             raise self.fail(
-                f"claims an array of {n} items where {len(self.data) - self.pos} bytes are left"
+                f"claims an array of {n * itemsize} bytes where {len(self.data) - self.pos} "
+                "are left"
             )
         return self.take(n * itemsize)
 

@@ -99,8 +99,9 @@ def data_fingerprint(data: Any) -> str:
 
     Vectors: the dtype, the shape and the bytes of the C-contiguous array (the
     caller's array, before any normalisation an index makes). Texts: each
-    text's UTF-8 bytes with its length. ~90 ms for 100 000 x 384 float32 on
-    one core (sha256 with the CPU's SHA instructions; blake2b took 150 ms).
+    text's UTF-8 bytes with its length. 100 000 x 384 float32 (154 MB) took
+    0.09 s on an idle core of the dev machine and 0.2-0.3 s with the machine
+    loaded (sha256 uses the CPU's SHA instructions; blake2b took 0.15 s idle).
     """
     sha = hashlib.sha256()
     if isinstance(data, Sequence) and not hasattr(data, "shape"):
