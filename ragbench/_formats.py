@@ -41,6 +41,7 @@ import numpy as np
 
 from ._texts import QUERY_FILES, Columns, collect, find_queries, read_rows, text_folder_rows
 from .errors import DatasetError, MissingDependencyError
+from .validate import load_npy
 
 __all__ = ["RawDataset", "read_path", "read_jsonl_folder", "read_vecs"]
 
@@ -367,9 +368,8 @@ def _read_npy(path: Path) -> RawDataset:
 
 def _load_matrix(path: Path) -> np.ndarray:
     try:
-        arr = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise DatasetError(f"{path}: not a plain numeric .npy file ({exc})") from None
+        # the header's shape is checked against the file size before anything is allocated
+        arr = load_npy(path, "dataset matrix", DatasetError)
     except (OSError, EOFError) as exc:
         raise DatasetError(f"{path}: cannot read .npy file ({exc})") from None
     if arr.ndim != 2 or arr.dtype.kind not in "fiu":

@@ -11,6 +11,7 @@ ragbench owns are checked here. Leaving a table out uses its defaults.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
@@ -84,6 +85,11 @@ _INT_KEYS = {
     ("cache", "size"): 1,
     ("prompt", "max_tokens"): 1,
 }
+
+#: Most requests (measured or warm-up) one run may ask for: 10**9 one by one is
+#: already days of requests and ~TBs of records; anything more is a typo.
+MAX_COUNT = 10**9
+_COUNT_KEYS = frozenset({("run", "queries"), ("run", "warmup"), ("run", "repeat")})
 
 
 def shipped_names() -> list[str]:
@@ -181,8 +187,14 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         merged.update(copy.deepcopy(dict(given)))
         cfg[table] = merged
     for (table, key), low in _INT_KEYS.items():
-        cfg[table][key] = positive_int(f"[{table}]", key, cfg[table][key], lo=low)
+        hi = MAX_COUNT if (table, key) in _COUNT_KEYS else None
+        cfg[table][key] = positive_int(f"[{table}]", key, cfg[table][key], lo=low, hi=hi)
     run = cfg["run"]
+    if run["queries"] * run["repeat"] > MAX_COUNT:
+        raise ConfigError(
+            f"[run] queries x repeat = {run['queries'] * run['repeat']} requests is more than "
+            f"the {MAX_COUNT} a run can hold; lower queries or repeat"
+        )
     if run["k_candidates"] < run["k"]:
         raise ConfigError(
             f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']}); "
@@ -200,6 +212,14 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         for sub in ("build", "search"):
             if not isinstance(cfg[table][sub], Mapping):
                 raise ConfigError(f"[{table}] {sub} must be a table of parameters")
+    ttl = cfg["cache"]["ttl_s"]
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, (int, float))
+        or not math.isfinite(ttl)
+        or not 0 <= ttl <= 1e9
+    ):
+        raise ConfigError(f"[cache] ttl_s must be a number of seconds in [0, 1e9], got {ttl!r}")
     if cfg["cache"]["backend"] not in ("none", "lru"):
         raise ConfigError(
             f"[cache] backend must be 'none' or 'lru', got {cfg['cache']['backend']!r}"

@@ -39,7 +39,16 @@ from ._registry import check_params
 from ._shipped import ShippedVectors, find_shipped
 from .errors import ConfigError, DatasetError, InputError
 from .metrics import unit_rows
-from .validate import as_matrix, bool_param, check_k, check_metric, positive_int
+from .validate import (
+    as_matrix,
+    bool_param,
+    check_k,
+    check_memory,
+    check_metric,
+    json_loads,
+    open_regular,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from .embedders import Embedder
@@ -64,6 +73,7 @@ log = logging.getLogger("ragbench.datasets")
 SYNTHETIC_DEFAULTS: dict[str, int] = {"n": 10_000, "dim": 384, "n_queries": 200, "seed": 0}
 _SYNTHETIC_VERSION = _synthetic.VERSION  # keys caches; bumped when the data changes
 _KNOWN_FILE = "known_datasets.json"
+_MAX_KNOWN = 16 << 20  # bytes of known_datasets.json read at most
 _NEIGHBORS_BLOCK_BYTES = 64 << 20  # score block size: bounded memory on 1M-row corpora
 
 
@@ -316,6 +326,7 @@ class Dataset:
                 "first_seen_in": self.name,
             },
             force=force,
+            rows=len(unique),
         )
         if stored.shape[0] != len(unique):
             raise DatasetError(
@@ -430,6 +441,8 @@ class Dataset:
             self.cache_events,
             info={"dataset": self.name, "embedder": fingerprint, "metric": metric, "k": k},
             force=re_embed,
+            rows=len(self.queries),
+            check=lambda ids: _neighbour_problem(ids, len(self.queries), k, len(self.corpus)),
         )
 
     def subset(self, n_queries: int) -> Dataset:
@@ -453,6 +466,15 @@ class Dataset:
         out.default_embedder = self.default_embedder
         out.shipped_dir = self.shipped_dir  # queries differ, so only a full set's vectors apply
         return out
+
+
+def _neighbour_problem(ids: np.ndarray, nq: int, k: int, n: int) -> str:
+    """Why ``ids`` cannot be the exact top-``k`` of ``nq`` queries over ``n`` rows ("" if it can)."""
+    if ids.dtype.kind not in "iu" or ids.shape != (nq, k):
+        return f"neighbours are {ids.dtype}{list(ids.shape)}, expected int64[{nq}, {k}]"
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        return f"neighbour ids outside the corpus rows [0, {n})"
+    return ""
 
 
 def _key(what: str, content: str, fingerprint: str) -> str:
@@ -630,6 +652,9 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
     dim = positive_int(owner, "dim", dim, lo=2)
     n_queries = positive_int(owner, "n_queries", n_queries)
     seed = positive_int(owner, "seed", seed, lo=0)
+    check_memory(
+        _synthetic_bytes(n, dim, n_queries), f"{owner} with n={n}, dim={dim}, n_queries={n_queries}"
+    )
     vec_seq, text_seq = np.random.SeedSequence([seed, 0x5A6B]).spawn(2)
     rng = np.random.default_rng(vec_seq)
     model = _synthetic.SyntheticModel.draw(rng, n, dim)
@@ -667,6 +692,17 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
 
 
 _CHUNK = 65_536  # rows generated per step: bounded temporaries on 1M-row corpora
+
+
+def _synthetic_bytes(n: int, dim: int, n_queries: int) -> int:
+    """Estimated peak bytes of :func:`synthetic`, to refuse sizes that cannot fit first.
+
+    Four float32 ``(n, dim)`` arrays at most (topic and document centres,
+    the vectors, a temporary), the query vectors, ~1600 bytes of texts, ids and labels per
+    corpus row and ~300 per query (tracemalloc peaks: n=20 000, dim 384: 140 MB,
+    estimated 155 MB; n=50 000, dim 64: 128 MB, estimated 131 MB).
+    """
+    return 4 * n * dim * 4 + n * 1600 + n_queries * (dim * 4 + 300)
 
 
 @dataclass(frozen=True, slots=True)
@@ -714,10 +750,24 @@ def _known_path() -> Path:
 
 
 def _read_known() -> dict[str, dict[str, Any]]:
+    """The datasets loaded from paths before; {} without a file.
+
+    A file that exists but cannot be read as one JSON table (a FIFO,
+    damaged or too deeply nested JSON) raises :class:`DatasetError`.
+    """
+    path = _known_path()
+    fix = f"delete {path} (it only lists datasets loaded from paths before)"
     try:
-        data = json.loads(_known_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with open_regular(path, "dataset list", DatasetError) as fh:
+            data = json_loads(fh.read(_MAX_KNOWN), str(path), DatasetError)
+    except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read ({exc.strerror}); {fix}") from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path}: not UTF-8 text; {fix}") from None
+    except DatasetError as exc:
+        raise DatasetError(f"{exc}; {fix}") from None
     return data if isinstance(data, dict) else {}
 
 

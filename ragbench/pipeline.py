@@ -47,6 +47,7 @@ from .metrics import recall_at_k, rerank_metric
 from .report import Report
 from .timing import SetupTimes, run_stages, run_stages_cpu
 from .types import Hit, RetrievalResult
+from .validate import check_memory, check_writable
 
 __all__ = [
     "STAGES",
@@ -469,11 +470,29 @@ class Pipeline:
         self._repetition_starts: list[int] = []
         self._cache: LruTtlCache | None = None
         self._ready = False
+        self._check_index_file()
+        run = self.config["run"]
+        _check_record_memory(run["queries"], run["repeat"])
         self._otel = otel
         self._traced = 0  # this run's records already exported as traces
         self._trace_parts: dict[str, dict[str, Any]] | None = None
         if otel is None and self.config["run"]["otel"]:
             tracing.check_available()  # a missing extra fails now, like any bad config
+
+    def _check_index_file(self) -> None:
+        """A ``[retrieve] index_file`` to write must be writable, one to read a regular file.
+
+        Checked when the pipeline is created, before any data is loaded or
+        embedded, so a bad path fails in a second, not after the build.
+        """
+        path = self.config["retrieve"]["index_file"]
+        if path is None:
+            return
+        if Path(path).exists():
+            if not Path(path).is_file():
+                raise ConfigError(f"[retrieve] index_file {path}: not a regular file")
+        else:
+            check_writable(path, "[retrieve] index_file")
 
     @classmethod
     def from_config(cls, config: str | PathLike[str] | Mapping[str, Any], **kw: Any) -> Pipeline:
@@ -626,26 +645,33 @@ class Pipeline:
         if key not in shared.indexes:
             dim = int(emb.corpus.shape[1])
             index = indexes.create(r["backend"], dim=dim, metric=metric, **r["build"])
+            data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
+            source = _data_source(ds, emb, index.input_kind)
             path = r["index_file"]
             if path is not None and Path(path).exists():
                 index = self.setup_times.time(
-                    "index_load", self._load_index, path, index, len(ds.corpus.ids)
+                    "index_load", self._load_index, path, index, data, source
                 )
             else:
-                data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
                 build_ns, compile_ns = indexes.build_timed(index, data)
                 self.setup_times.add("index_build", build_ns)
                 self.setup_times.add("jit_compile", compile_ns)
                 if path is not None:
-                    self.setup_times.time("index_save", index.save, path)
+                    self.setup_times.time("index_save", index.save, path, data=data, source=source)
             shared.indexes[key] = index
         return shared.indexes[key]
 
     @staticmethod
-    def _load_index(path: str, like: Any, n: int) -> Any:
-        """The index saved at ``path``, checked to be the one this config would build."""
+    def _load_index(path: str, like: Any, data: Any, source: str) -> Any:
+        """The index saved at ``path``, checked to be the one this config builds of ``data``.
+
+        Same backend, metric, dim, build parameters and item count, and the
+        fingerprint of the data it was built on equal to that of ``data``
+        (the corpus vectors, or texts); a file without a fingerprint (older
+        ragbench, or ``Index.save`` without ``data=``) is refused too.
+        """
         index = indexes.load(path)
-        want = (like.name, like.metric, like.dim, dict(like.build_params), n)
+        want = (like.name, like.metric, like.dim, dict(like.build_params), len(data))
         got = (
             index.name,
             index.metric,
@@ -658,6 +684,20 @@ class Pipeline:
                 f"[retrieve] index_file {path}: holds (backend, metric, dim, build params, "
                 f"items) {got}, but this config builds {want}; delete the file or point "
                 "index_file elsewhere"
+            )
+        saved = getattr(index, "saved_data", None)
+        if not saved:
+            raise IndexFileError(
+                f"[retrieve] index_file {path}: the file does not record which data it was "
+                "built on (written by an older ragbench, or by Index.save() without data=); "
+                "delete it so it is rebuilt"
+            )
+        fingerprint = indexes.data_fingerprint(data)
+        if saved["fingerprint"] != fingerprint:
+            raise IndexFileError(
+                f"[retrieve] index_file {path}: built for {saved.get('source') or 'other data'} "
+                f"(data {saved['fingerprint'][:12]}), but used with {source} (data "
+                f"{fingerprint[:12]}); delete the file or point index_file elsewhere"
             )
         return index
 
@@ -847,6 +887,7 @@ class Pipeline:
         queries = run["queries"] if queries is None else queries
         warmup = run["warmup"] if warmup is None else warmup
         repeat = run["repeat"] if repeat is None else repeat
+        _check_record_memory(queries, repeat)
         self.setup(dataset)
         self.begin()
         for _ in range(repeat):
@@ -1152,6 +1193,28 @@ def _llm_info(generator: Any) -> dict[str, Any]:
         "model": model if isinstance(model, str) else None,
         "max_tokens": max_tokens if isinstance(max_tokens, int) else None,
     }
+
+
+#: Bytes a run keeps per measured request (its record and its share of the
+#: report): 2.8 kB measured with tracemalloc over 5000 requests of a flat/inproc run.
+RECORD_BYTES = 3000
+
+
+def _check_record_memory(queries: Any, repeat: Any) -> None:
+    """Refuse (ConfigError) a run whose records alone would not fit in the available memory."""
+    if isinstance(queries, int) and isinstance(repeat, int):
+        check_memory(
+            queries * repeat * RECORD_BYTES, f"[run] queries x repeat = {queries * repeat} requests"
+        )
+
+
+def _data_source(ds: Dataset, emb: Embedding, kind: str) -> str:
+    """What an index is built on, for index-file messages: dataset, content, embedder."""
+    what = f"dataset {ds.name!r} (content {ds.content_hash[:12]})"
+    if kind == "texts":
+        return f"the texts of {what}"
+    params = ", ".join(f"{k}={v!r}" for k, v in sorted(emb.params.items()))
+    return f"{what} embedded with {emb.name}" + (f"({params})" if params else "")
 
 
 def _index_info(index: Any) -> dict[str, Any]:

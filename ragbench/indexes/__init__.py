@@ -27,6 +27,7 @@ __all__ = [
     "Index",
     "build_timed",
     "create",
+    "data_fingerprint",
     "load",
     "names",
     "register",
@@ -47,7 +48,9 @@ class Index(Protocol):
     def build(self, data: Any) -> None: ...
     def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]: ...
     def memory_bytes(self) -> int: ...
-    def save(self, path: str | PathLike[str]) -> None: ...
+    def save(
+        self, path: str | PathLike[str], *, data: Any = None, source: str | None = None
+    ) -> None: ...
     @property
     def ntotal(self) -> int: ...
 
@@ -91,3 +94,10 @@ def load(path: str | PathLike[str]) -> Index:
     from .persist import load_index
 
     return load_index(path)
+
+
+def data_fingerprint(data: Any) -> str:
+    """sha256 hex of an index's corpus (vectors or texts), as ``save(path, data=...)`` records it."""
+    from .persist import data_fingerprint as fingerprint
+
+    return fingerprint(data)

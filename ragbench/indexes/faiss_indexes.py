@@ -34,7 +34,8 @@ from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
 from ..validate import bool_param, check_k, positive_int
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step, fix_padding
+from ._common import F32, I64, INF, INT32_MAX, VectorIndex, batch_is_finite, build_step, fix_padding
+from ._faiss_layout import check_faiss_payload
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
 
@@ -248,6 +249,11 @@ class _FaissIndex(VectorIndex):
         return memoryview(blob)
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        count = header.get("count")
+        if not isinstance(count, int):
+            raise IndexFileError(f"{self.name}: header count is missing")
+        # Sizes, dimensions and stored floats checked before faiss allocates anything.
+        check_faiss_payload(payload, self.dim, count, self.name)
         try:
             index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
         except RuntimeError as exc:
@@ -297,7 +303,8 @@ class FaissHnswIndex(_FaissIndex):
     Build parameters: ``M`` (graph degree, default 16), ``ef_construction``
     (default 200). Query parameter: ``ef`` (faiss ``efSearch``, default 64),
     passed per call through ``faiss.SearchParametersHNSW``; ``ef < k`` is
-    raised to ``k`` (a smaller beam cannot return ``k`` results).
+    raised to ``k`` (a smaller beam cannot return ``k`` results) and ``ef``
+    above ``ntotal`` lowered to it (same answer; faiss allocates by ``ef``).
     """
 
     name: ClassVar[str] = "faiss-hnsw"
@@ -309,7 +316,7 @@ class FaissHnswIndex(_FaissIndex):
         owner = f"index {self.name!r}"
         params["M"] = positive_int(owner, "M", params["M"], lo=2, hi=4096)
         params["ef_construction"] = positive_int(
-            owner, "ef_construction", params["ef_construction"]
+            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
         )
         return params
 
@@ -323,6 +330,11 @@ class FaissHnswIndex(_FaissIndex):
 
     def _params_for(self, compiled: Any, k: int) -> Any:
         ef = compiled if compiled >= k else k
+        # faiss sizes its search heaps by efSearch (2**31 - 1 takes GBs and
+        # ~30 s); a beam wider than the index keeps every node anyway, so the
+        # answer is the same with ef = ntotal.
+        if ef > self._n:
+            ef = max(k, self._n)
         sp = self._sp_cache.get(ef)
         if sp is None:
             sp = self._sp_cache[ef] = faiss.SearchParametersHNSW(efSearch=ef)  # type: ignore[attr-defined]
@@ -366,7 +378,7 @@ class IvfIndex(_FaissIndex):
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
         if params["nlist"] is not None:
-            params["nlist"] = positive_int(owner, "nlist", params["nlist"])
+            params["nlist"] = positive_int(owner, "nlist", params["nlist"], hi=INT32_MAX)
         params["seed"] = positive_int(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
         return params
 

@@ -54,7 +54,7 @@ from ..errors import IndexFileError
 from ..threads import get_threads
 from ..validate import check_k
 from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step
+from ._common import F32, I64, INF, INT32_MAX, VectorIndex, batch_is_finite, build_step
 
 __all__ = ["HnswIndex"]
 
@@ -96,6 +96,8 @@ _SPACE = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
 # size_data_per_element, label_offset, offsetData (size_t), maxlevel (int),
 # enterpoint_node (uint32), maxM, maxM0, M (size_t), mult (double), ef_construction.
 _HNSW_HEADER = struct.Struct("<6QiI3QdQ")
+# hnswlib marks a deleted element in the third byte of its level-0 link-list header.
+_DELETE_MARK = 0x01
 
 
 class _HnswHeader(NamedTuple):
@@ -165,6 +167,22 @@ def _check_level0(data: memoryview, count: int, header: _HnswHeader) -> int:
     level0 = np.frombuffer(data, dtype=np.uint8, count=count * per_el, offset=start)
     level0 = level0.reshape(count, per_el)
     counts = level0[:, 0:2].copy().view(np.uint16).ravel()
+    deleted = int(np.count_nonzero(level0[:, 2] & _DELETE_MARK))
+    if deleted:
+        raise IndexFileError(
+            f"hnsw: {deleted} of the {count} items are marked deleted; a ragbench index "
+            "deletes nothing and hnswlib never returns deleted items: rebuild the index"
+        )
+    dim = (label_off - header.offset_data) // 4
+    vectors = np.ndarray(
+        (count, dim), "<f4", buffer=data, offset=start + header.offset_data, strides=(per_el, 4)
+    )
+    if not batch_is_finite(vectors):
+        bad = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+        raise IndexFileError(
+            f"hnsw: stored vector {bad} holds NaN or inf; such an index cannot be searched: "
+            "rebuild it"
+        )
     if (counts > max_m0).any():
         raise IndexFileError("hnsw: a level-0 neighbour list is longer than maxM0")
     neighbours = level0[:, 4 : max_m0 * 4 + 4].copy().view(np.uint32)
@@ -246,7 +264,9 @@ class HnswIndex(VectorIndex):
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
         params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
-        params["ef_construction"] = int_param(owner, "ef_construction", params["ef_construction"])
+        params["ef_construction"] = int_param(
+            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
+        )
         params["seed"] = int_param(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
         return params
 

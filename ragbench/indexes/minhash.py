@@ -245,7 +245,13 @@ class MinHashLshIndex(BaseIndex):
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
         count, num_perm = header.get("count"), self.build_params["num_perm"]
-        extra = header.get("extra") or {}
+        extra = header.get("extra")
+        if extra is None:
+            extra = {}
+        if not isinstance(extra, dict):
+            raise IndexFileError(
+                f"{self.name}: header field 'extra' is a {type(extra).__name__}, not a table"
+            )
         if extra.get("scheme") != _SCHEME or extra.get("dtype") != "<u4":
             raise IndexFileError(f"{self.name}: payload scheme/dtype is not {_SCHEME} uint32")
         if not isinstance(count, int) or extra.get("shape") != [count, num_perm]:
