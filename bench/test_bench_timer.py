@@ -233,3 +233,83 @@ def test_stage_histogram_cost(benchmark: Any) -> None:
     benchmark.extra_info.update(histogram_ns=ns)
     print(f"\nStageHistogram.on_request, 4 stages: {ns / 1000:.1f} µs (on the export thread)")
     benchmark(histogram.on_request, STAGES, stamps, None)
+
+
+def _loop_service(offload: bool) -> Any:
+    """The README's shape: a CPU embed stage, then an awaited LLM call; and a health check."""
+    import numpy as np
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from ragbench.middleware import TimingMiddleware
+
+    timer = StageTimer(["embed", "generate"])
+    weights = np.random.default_rng(0).standard_normal((384, 384)).astype(np.float32)
+
+    def embed(text: str) -> Any:  # ~ a small encoder's CPU work: numpy, the GIL released
+        x = np.full((64, 384), len(text), dtype=np.float32)
+        for _ in range(20):
+            x = np.tanh(x @ weights)
+        return x.mean(axis=0)
+
+    async def ask(request: Any) -> JSONResponse:
+        q = request.query_params["q"]
+        vector = await asyncio.to_thread(embed, q) if offload else embed(q)
+        timer.mark("embed")
+        await asyncio.sleep(0.02)
+        timer.mark("generate")
+        return JSONResponse({"n": float(vector[0])})
+
+    async def health(request: Any) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    app = Starlette(
+        routes=[Route("/ask", ask), Route("/health", health)],
+        middleware=[Middleware(TimingMiddleware, timer=timer)],
+    )
+    return app, timer
+
+
+def test_cpu_stage_on_the_event_loop(benchmark: Any) -> None:
+    """Report: 50 requests at once, the CPU stage called in ``async def`` vs ``asyncio.to_thread``."""
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("starlette")
+    from ragbench.threads import set_threads
+
+    set_threads(1)  # one BLAS thread per call, as the README's service
+
+    async def run(offload: bool) -> dict[str, float]:
+        app, timer = _loop_service(offload)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+            await client.get("/ask", params={"q": "warm"})
+
+            async def health() -> float:
+                due = perf_counter_ns() + 5_000_000
+                await asyncio.sleep(0.005)  # once the 50 are queued
+                await client.get("/health")
+                return (perf_counter_ns() - due) / 1e6  # late by: the loop was not free
+
+            asks = [client.get("/ask", params={"q": "x" * i}) for i in range(50)]
+            *_, health_ms = await asyncio.gather(*asks, health())
+        stats = timer.stats()
+        return {
+            "request_p50_ms": stats["total"].p50_ns / 1e6,
+            "embed_p50_ms": stats["embed"].p50_ns / 1e6,
+            "generate_p50_ms": stats["generate"].p50_ns / 1e6,
+            "health_ms": health_ms,
+        }
+
+    naive, offloaded = asyncio.run(run(False)), asyncio.run(run(True))
+    benchmark.extra_info.update(naive=naive, to_thread=offloaded)
+    for label, got in (("embed in async def", naive), ("await asyncio.to_thread", offloaded)):
+        print(
+            f"\n50 requests at once, {label}: request p50 {got['request_p50_ms']:.0f} ms, "
+            f"embed p50 {got['embed_p50_ms']:.1f} ms, the 20 ms await (generate) p50 "
+            f"{got['generate_p50_ms']:.1f} ms, a health check meanwhile {got['health_ms']:.1f} ms",
+            end="",
+        )
+    print()
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -230,13 +230,10 @@ class Request:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: object, tb: object) -> None:
-        if self._index is _CLOSED:
-            return
         self._index = _CLOSED
         timer = self._timer
         timer._current.reset(self._token)
-        row = self._row
-        assert row is not None
+        row: list[int] = self._row  # type: ignore[assignment]  # set by __enter__
         if kind is not None:
             timer._buffer().failed += 1
         elif self._last != row[0] or row.count(_SKIPPED) < len(row) - _HEAD:
