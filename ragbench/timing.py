@@ -201,8 +201,10 @@ class Request:
     only counted (:attr:`StageTimer.failed`), so partial requests never mix
     into the statistics; one that marked nothing is not stored either.
 
-    The stages of one request run one after another (the handle takes no
-    lock): marks from two threads of the same request at once add their
+    A ``threading.Thread`` started by hand does not copy the context (before
+    Python 3.14): pass it the handle, or start it with
+    ``contextvars.copy_context().run``. The stages of one request run one
+    after another (the handle takes no lock): marks from two threads of the same request at once add their
     times, but which one's time goes since the other's mark is a race.
     """
 

@@ -558,3 +558,49 @@ def test_background_runs_sinks_on_its_own_thread_after_the_request() -> None:
     assert got[0][1][0] == timer.starts()[0]
     bg(["a"], [0, 1], None)  # after close: dropped, not queued
     assert bg.dropped >= 1
+
+
+def test_otel_hook_exports_each_handle_with_its_own_attributes() -> None:
+    pytest.importorskip("opentelemetry.sdk.trace", reason="needs ragbench[otel]")
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ragbench.otel import REQUEST_SPAN, TraceExporter
+
+    spans = InMemorySpanExporter()
+    exporter = TraceExporter(spans, batch=False, first_token_stage=None)
+    timer = StageTimer(STAGES, otel=exporter)
+    go = threading.Barrier(4)
+
+    def worker(t: int) -> None:
+        go.wait()
+        for i in range(5):
+            with timer.request() as r:
+                r.annotate({"rid": f"{t}-{i}"})
+                for name in STAGES[: 2 + (t + i) % 3]:  # some requests skip the last stages
+                    time.sleep(SLEEPS[name] / 4)
+                    timer.mark(name)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    exporter.close()
+    finished = spans.get_finished_spans()
+    roots = {s.attributes["rid"]: s for s in finished if s.name == REQUEST_SPAN}  # type: ignore[index]
+    assert len(roots) == len(timer) == 20
+    starts = timer.starts().tolist()
+    for rid, root in roots.items():
+        t, i = map(int, rid.split("-"))
+        children = sorted(
+            (
+                s
+                for s in finished
+                if s.parent is not None and s.parent.span_id == root.context.span_id
+            ),
+            key=lambda s: s.start_time,
+        )
+        assert [c.name for c in children] == STAGES[: 2 + (t + i) % 3]
+        row = timer.samples()[starts.index(root.start_time - exporter.offset_ns)]
+        assert [c.end_time - c.start_time for c in children] == row[: len(children)].tolist()
+        assert not row[len(children) :].any()  # the skipped stages: 0, and no span
