@@ -204,8 +204,9 @@ class Request:
     A ``threading.Thread`` started by hand does not copy the context (before
     Python 3.14): pass it the handle, or start it with
     ``contextvars.copy_context().run``. The stages of one request run one
-    after another (the handle takes no lock): marks from two threads of the same request at once add their
-    times, but which one's time goes since the other's mark is a race.
+    after another (the handle takes no lock): marks from two threads of the
+    same request at once add their times, but which one's time counts from
+    the other's mark is a race.
     """
 
     __slots__ = ("_timer", "_index", "_row", "_last", "_token", "attributes")
