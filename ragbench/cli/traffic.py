@@ -15,9 +15,11 @@ from ..records import RecordWriter
 from ..rendering import render
 from .configs import backend_options, configurations
 from .options import (
+    check_outputs,
     echo,
     executor_from,
     executor_options,
+    finish_outputs,
     numbers,
     out_option,
     plot_option,
@@ -152,6 +154,7 @@ def load(**opts: Any) -> None:
     from ..pipeline import Pipeline, SharedParts
     from ..traffic import LoadOptions, load_points
 
+    check_outputs(opts["out"], opts["plot"])
     mode, levels = _levels(opts["qps"], opts["concurrency"])
     _check_executor(opts, mode)
     options = LoadOptions(
@@ -209,11 +212,7 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
     if not writer.records:
         raise ConfigError("no load level finished")
     echo(render(writer.records))
-    if plot:
-        from ..plots import plot_records
-
-        plot_records(writer.records, plot)
-        echo(f"wrote {plot}")
+    finish_outputs(writer, writer.records, plot)
 
 
 def _check_executor(opts: dict[str, Any], mode: str) -> None:
