@@ -29,11 +29,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from .errors import DatasetError, MissingDependencyError
+from .files import DATA_LIMIT, open_regular
 
 __all__ = ["RawDataset", "read_path", "read_jsonl_folder", "read_vecs"]
 
@@ -116,14 +117,15 @@ def _read_dir(path: Path) -> RawDataset:
 # --------------------------------------------------------------------------- JSONL
 
 
+def _open_data(path: Path) -> BinaryIO:
+    """A dataset file opened for reading, refused (naming it) unless it is a regular file."""
+    return open_regular(path, limit_bytes=DATA_LIMIT, what="dataset file")
+
+
 def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     import orjson
 
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot open ({exc.strerror})") from None
-    with fh:
+    with _open_data(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -291,6 +293,8 @@ def read_hdf5(path: Path) -> RawDataset:
         import h5py
     except ImportError:
         raise MissingDependencyError("h5py", "formats") from None
+    with _open_data(path):
+        pass  # a FIFO or a device is refused before HDF5 opens it
     try:
         fh = h5py.File(path, "r")
     except OSError as exc:
@@ -335,7 +339,8 @@ def read_vecs(path: Path) -> np.ndarray:
     if item is None:
         raise DatasetError(f"{path}: not a .fvecs/.ivecs/.bvecs file")
     try:
-        raw = np.fromfile(path, dtype=np.uint8)
+        with _open_data(path) as fh:
+            raw = np.fromfile(fh, dtype=np.uint8)
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read ({exc})") from None
     if raw.size == 0:
@@ -408,7 +413,10 @@ def _read_npy(path: Path) -> RawDataset:
 
 def _load_matrix(path: Path) -> np.ndarray:
     try:
-        arr = np.load(path, allow_pickle=False)
+        with _open_data(path) as fh:
+            arr = np.load(fh, allow_pickle=False)
+    except DatasetError:
+        raise
     except ValueError as exc:
         raise DatasetError(f"{path}: not a plain numeric .npy file ({exc})") from None
     except (OSError, EOFError) as exc:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError
+from .files import DATA_LIMIT, SIDECAR_LIMIT, open_regular, read_regular
 from .metrics import unit_rows
 
 __all__ = [
@@ -80,8 +81,11 @@ class ShippedVectors:
         meta = self.parts[which]
         path = self.path(which)
         try:
-            arr = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+            with open_regular(path, limit_bytes=DATA_LIMIT, what="shipped vectors") as fh:
+                arr = np.load(fh, allow_pickle=False)
+        except DatasetError as exc:
+            raise DatasetError(f"{exc}; restore the file or run with --re-embed") from None
+        except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty or cut-short file
             raise DatasetError(
                 f"shipped vectors {path}: unreadable ({type(exc).__name__}: {exc}); "
                 "restore the file or run with --re-embed"
@@ -110,7 +114,8 @@ def find_shipped(folder: Path | None, embedder: str) -> ShippedVectors | None:
     if not side.is_file():
         return None
     try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
+        raw = read_regular(side, limit_bytes=SIDECAR_LIMIT, what="shipped vectors sidecar")
+        meta = json.loads(raw.decode("utf-8"))
         parts = meta["parts"]
         if meta.get("version") != _VERSION or set(parts) != set(PARTS):
             raise ValueError(f"version {meta.get('version')!r}, parts {sorted(parts)}")

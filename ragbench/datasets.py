@@ -36,7 +36,8 @@ from . import _formats, _synthetic, progress
 from ._cache import ArrayCache, CacheEvent, cache_dir
 from ._registry import check_params
 from ._shipped import ShippedVectors, find_shipped
-from .errors import ConfigError, DatasetError, InputError
+from .errors import ConfigError, DatasetError, InputError, RagbenchError
+from .files import SIDECAR_LIMIT, read_regular
 from .metrics import unit_rows
 from .validate import as_matrix, check_k, check_metric, positive_int
 
@@ -668,8 +669,9 @@ def _known_path() -> Path:
 
 def _read_known() -> dict[str, dict[str, Any]]:
     try:
-        data = json.loads(_known_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_regular(_known_path(), limit_bytes=SIDECAR_LIMIT, what="dataset list")
+        data = json.loads(raw.decode("utf-8"))
+    except (RagbenchError, OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -706,8 +708,9 @@ def describe() -> list[dict[str, Any]]:
     for name, path in _bundled().items():
         info: dict[str, Any] = {"name": name, "path": str(path)}
         try:
-            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            raw = read_regular(path / "meta.json", limit_bytes=SIDECAR_LIMIT, what="meta.json")
+            meta = json.loads(raw.decode("utf-8"))
+        except (RagbenchError, OSError, ValueError, RecursionError):
             meta = {}
         n_corpus = meta.get("n_corpus")
         n_queries = meta.get("n_queries")

@@ -33,6 +33,7 @@ from .errors import ConfigError, DatasetError, RagbenchError
 
 __all__ = [
     "CONFIG_LIMIT",
+    "DATA_LIMIT",
     "RESULTS_LIMIT",
     "SIDECAR_LIMIT",
     "append_bytes",
@@ -47,6 +48,7 @@ MiB = 1 << 20
 CONFIG_LIMIT = 1 * MiB
 SIDECAR_LIMIT = 16 * MiB
 RESULTS_LIMIT = 2048 * MiB
+DATA_LIMIT = 64 * 1024 * MiB  # dataset files and shipped vectors: the point is refusing FIFOs and devices
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO (named pipe)",
