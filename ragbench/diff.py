@@ -291,7 +291,8 @@ def diff(
 
 def single_run_warning(a: Mapping[str, Comparable], b: Mapping[str, Comparable]) -> str | None:
     """What a verdict cannot mean when a side holds one run of a configuration (None when both repeat)."""
-    keys = [k for k in a if k in b]
+    # only where an interval is drawn: both sides have raw samples
+    keys = [k for k in a if k in b and a[k].samples and b[k].samples]
     sides = [side for side, m in (("A", a), ("B", b)) if any(not m[k].repeated() for k in keys)]
     if not sides:
         return None

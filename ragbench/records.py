@@ -198,7 +198,7 @@ def iter_records(path: str | PathLike[str]) -> Iterator[tuple[int, dict[str, Any
             yield n, _check_kind(rec, f"{p}:{n}")
     if torn is not None:
         log.warning(
-            "warning: %s:%d: the last line is not a whole record (%s), probably a write cut "
+            "%s:%d: the last line is not a whole record (%s), probably a write cut "
             "short; skipped it",
             p,
             torn[0],
@@ -220,14 +220,15 @@ def read_benchmark_json(path: str | PathLike[str]) -> dict[str, Any] | None:
     """
     p = os.fspath(path)
     with open_regular(p, limit_bytes=RESULTS_LIMIT, what="results file") as fh:
-        first = b""
-        for line in fh:
+        first, where = b"", p
+        for n, line in enumerate(fh, 1):
             if line.strip():
-                first = line
+                first, where = line, f"{p}:{n}"
                 break
         # a JSON line holds a whole object; an indented document starts with "{" alone
-        text = first + fh.read() if first.strip() == b"{" else first
-    doc, _ = _parse(text, p)
+        if first.strip() == b"{":
+            first, where = first + fh.read(), p
+    doc, _ = _parse(first, where)
     if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
         return doc
     return None

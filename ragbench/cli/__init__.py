@@ -11,11 +11,12 @@ statically: a command module that fails to import fails ``ragbench`` loudly.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
@@ -145,8 +146,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     global _interrupts
     _interrupts = _Interrupts(keep_armed=argv is None)
-    with _interrupts:
+    with _interrupts, _warnings_on_stderr():
         return _main(list(argv) if argv is not None else sys.argv[1:])
+
+
+class _StderrHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"ragbench: warning: {record.getMessage()}", err=True)
+
+
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """Warnings of ragbench's loggers (a skipped torn line, a cache not written) as one stderr line each."""
+    logger = logging.getLogger("ragbench")
+    handler = _StderrHandler(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def _main(args: list[str]) -> int:
