@@ -687,6 +687,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
+#: Ctrl-C ends a command within the CLI's 1.5 s grace (INTERRUPT_GRACE_S); the bound here
+#: only tells "ended" from "hung" on a loaded 2-core machine, it is not a timing claim.
+SLACK_S = 6.0
+
+
 @pytest.fixture
 def started() -> Iterator[list[subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
@@ -737,7 +742,7 @@ def test_ctrl_c_ends_a_run_with_child_servers(
     code, err, took, left = _interrupt(started, argv, ready)
     assert code == 130, err
     assert one_line(err) == "ragbench: interrupted; records already written are kept"
-    assert took < 2.0, took
+    assert took < SLACK_S, took
     assert left == []
 
 
@@ -752,7 +757,7 @@ def test_ctrl_c_ends_a_sweep_and_keeps_finished_records(
     )
     assert code == 130, err
     assert one_line(err) == "ragbench: interrupted; records already written are kept"
-    assert took < 2.0, took
+    assert took < SLACK_S, took
     assert left == []
     kept = read_records(out)
     assert kept and kept[0]["index"] == "flat"
@@ -768,5 +773,5 @@ def test_ctrl_c_ends_a_compare(tmp_path: Path, started: list[subprocess.Popen[by
     code, err, took, left = _interrupt(started, argv, ready)
     assert code == 130, err
     assert one_line(err) == "ragbench: interrupted; records already written are kept"
-    assert took < 2.0, took
+    assert took < SLACK_S, took
     assert left == []
