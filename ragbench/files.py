@@ -48,7 +48,9 @@ MiB = 1 << 20
 CONFIG_LIMIT = 1 * MiB
 SIDECAR_LIMIT = 16 * MiB
 RESULTS_LIMIT = 2048 * MiB
-DATA_LIMIT = 64 * 1024 * MiB  # dataset files and shipped vectors: the point is refusing FIFOs and devices
+DATA_LIMIT = (
+    64 * 1024 * MiB
+)  # dataset files and shipped vectors: the point is refusing FIFOs and devices
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO (named pipe)",
