@@ -775,3 +775,19 @@ def test_ctrl_c_ends_a_compare(tmp_path: Path, started: list[subprocess.Popen[by
     assert one_line(err) == "ragbench: interrupted; records already written are kept"
     assert took < SLACK_S, took
     assert left == []
+
+
+def test_progress_bar_descriptions_are_not_markup() -> None:
+    import io
+
+    from rich.console import Console
+
+    from ragbench import progress
+    from ragbench.cli.bars import RichReporter
+
+    buf = io.StringIO()
+    reporter = RichReporter(Console(file=buf, force_terminal=True, width=120))
+    with progress.installed(reporter), progress.task("statistics of docs[v2] [bold]", 4) as advance:
+        advance(2)
+        reporter._bar.refresh()
+    assert "statistics of docs[v2] [bold]" in buf.getvalue()
