@@ -228,9 +228,19 @@ def read_benchmark_json(path: str | PathLike[str]) -> dict[str, Any] | None:
         # a JSON line holds a whole object; an indented document starts with "{" alone
         if first.strip() == b"{":
             first, where = first + fh.read(), p
-    doc, _ = _parse(first, where)
+    doc, problem = _parse(first, where)
     if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
         return doc
+    if where == p and first.strip():  # a whole document that is not a pytest-benchmark one
+        what = (
+            f"not valid JSON ({problem})"
+            if problem
+            else "a JSON document without a benchmarks list"
+        )
+        raise DatasetError(
+            f"{p}: {what}; expected ragbench JSON lines (one record per line) or a "
+            "pytest-benchmark file (--benchmark-json)"
+        )
     return None
 
 

@@ -778,7 +778,9 @@ def benchmark_table(doc: Mapping[str, Any], source: str, *, width: int = 400) ->
         rag = (entry.get("extra_info") or {}).get("ragbench") or {}
         stages = rag.get("p50_us") if isinstance(rag, Mapping) else None
         stage_text = (
-            ", ".join(f"{k} {num(v)}" for k, v in stages.items())
+            ", ".join(
+                f"{k} {num(v) if isinstance(v, (int, float)) else '?'}" for k, v in stages.items()
+            )
             if isinstance(stages, Mapping)
             else ""
         )

@@ -163,6 +163,16 @@ def test_pytest_benchmark_files_with_parametrized_names(
     assert "test_encode[json]" in out and "test_encode[protobuf]" in out
     code, _, err = cli(capsys, "report", files[0], "--format", "csv")
     assert code == 2 and "pytest-benchmark" in one_line(err)
+    # cut short, or some other JSON document: said what it is not, in one line
+    torn = pytester.path / "torn.json"
+    torn.write_text(Path(files[0]).read_text()[:300])
+    other = pytester.path / "other.json"
+    other.write_text(json.dumps({"results": []}, indent=2))
+    for path, needle in ((torn, "not valid JSON"), (other, "without a benchmarks list")):
+        for argv in (["report", str(path)], ["diff", str(path), files[0]]):
+            code, _, err = cli(capsys, *argv)
+            line = one_line(err)
+            assert code == 2 and needle in line and "pytest-benchmark file" in line, line
 
 
 # ---------------------------------------------------------------- 2. diff honesty
