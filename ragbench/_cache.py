@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .validate import json_loads, load_npy, open_regular
+from .files import open_regular
+from .validate import json_loads, load_npy
 
 __all__ = ["CacheEvent", "ArrayCache", "cache_dir"]
 
@@ -83,7 +84,9 @@ class _Untrusted(Exception):
 
 def _sha256_file(path: Path) -> str:
     sha = hashlib.sha256()
-    with open_regular(path, "cache entry", _Untrusted) as fh:
+    with open_regular(
+        path, limit_bytes=None, what="cache entry", error=_Untrusted, os_errors=True
+    ) as fh:
         while block := fh.read(_READ_BLOCK):
             sha.update(block)
     return sha.hexdigest()
@@ -133,7 +136,9 @@ class ArrayCache:
         if not npy.exists() and not side.exists():
             return None, ""
         try:
-            with open_regular(side, "sidecar", _Untrusted) as fh:
+            with open_regular(
+                side, limit_bytes=None, what="sidecar", error=_Untrusted, os_errors=True
+            ) as fh:
                 meta = json_loads(fh.read(_MAX_SIDECAR), "sidecar", _Untrusted)
             if not isinstance(meta, dict) or meta.get("version") != _SIDECAR_VERSION:
                 return None, "sidecar has an unknown format"

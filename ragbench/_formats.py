@@ -36,11 +36,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from ._texts import QUERY_FILES, Columns, collect, find_queries, read_rows, text_folder_rows
 from .errors import DatasetError, MissingDependencyError
+from .files import DATA_LIMIT, open_regular
 from .validate import load_npy
 
 __all__ = ["RawDataset", "read_path", "read_jsonl_folder", "read_vecs"]
@@ -139,6 +141,11 @@ def _read_text_pair(corpus: Path, name: str, *, drop_empty: bool = False) -> Raw
     rows = read_rows(corpus)
     ids, texts, metadata = collect(rows, corpus, what="corpus", drop_empty=drop_empty, notes=notes)
     return _text_dataset(name, corpus, (ids, texts, metadata), queries, drop_empty, notes)
+
+
+def _open_data(path: Path) -> BinaryIO:
+    """A dataset file opened for reading, refused (naming it) unless it is a regular file."""
+    return open_regular(path, limit_bytes=DATA_LIMIT, what="dataset file")
 
 
 def _read_text_folder(path: Path, *, drop_empty: bool = False) -> RawDataset:
@@ -251,6 +258,8 @@ def read_hdf5(path: Path) -> RawDataset:
         import h5py
     except ImportError:
         raise MissingDependencyError("h5py", "formats") from None
+    with _open_data(path):
+        pass  # a FIFO or a device is refused before HDF5 opens it
     try:
         fh = h5py.File(path, "r")
     except OSError as exc:
@@ -295,7 +304,8 @@ def read_vecs(path: Path) -> np.ndarray:
     if item is None:
         raise DatasetError(f"{path}: not a .fvecs/.ivecs/.bvecs file")
     try:
-        raw = np.fromfile(path, dtype=np.uint8)
+        with _open_data(path) as fh:
+            raw = np.fromfile(fh, dtype=np.uint8)
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read ({exc})") from None
     if raw.size == 0:

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError
+from .files import open_regular
 from .metrics import unit_rows
-from .validate import json_loads, load_npy, open_regular
+from .validate import json_loads, load_npy
 
 __all__ = [
     "PARTS",
@@ -84,6 +85,8 @@ class ShippedVectors:
         try:
             # header checked against the file size first: a crafted shape allocates nothing
             arr = load_npy(path, "shipped vectors", DatasetError)
+        except DatasetError as exc:
+            raise DatasetError(f"{exc}; restore the file or run with --re-embed") from None
         except OSError as exc:
             raise DatasetError(
                 f"shipped vectors {path}: unreadable ({type(exc).__name__}: {exc}); "
@@ -117,7 +120,13 @@ def find_shipped(folder: Path | None, embedder: str) -> ShippedVectors | None:
     if not side.exists():
         return None
     try:
-        with open_regular(side, "shipped vectors sidecar", DatasetError) as fh:
+        with open_regular(
+            side,
+            limit_bytes=None,
+            what="shipped vectors sidecar",
+            error=DatasetError,
+            os_errors=True,
+        ) as fh:
             meta = json_loads(fh.read(_MAX_SIDECAR), "its text", _Unreadable)
         parts = meta["parts"]
         if meta.get("version") != _VERSION or set(parts) != set(PARTS):

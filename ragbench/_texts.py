@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DatasetError
+from .files import DATA_LIMIT, open_regular, read_regular
 
 __all__ = [
     "QUERY_FILES",
@@ -73,10 +74,7 @@ class Row:
 
 def read_bytes(path: Path) -> bytes:
     """The whole file, or a DatasetError naming it."""
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot open ({exc.strerror})") from None
+    return read_regular(path, limit_bytes=DATA_LIMIT, what="dataset file")
 
 
 def _not_utf8(path: Path, exc: UnicodeDecodeError, offset: int, line: int) -> DatasetError:
@@ -111,10 +109,7 @@ def decode_utf8(
 def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     import orjson
 
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot open ({exc.strerror})") from None
+    fh = open_regular(path, limit_bytes=DATA_LIMIT, what="dataset file")
     offset = 0
     with fh:
         for lineno, line in enumerate(fh, start=1):

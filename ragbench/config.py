@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .files import CONFIG_LIMIT, read_regular
 from .validate import bool_param, positive_int
 
 __all__ = [
@@ -130,10 +131,7 @@ def load_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, An
     if isinstance(source, Mapping):
         return normalize(source)
     path = config_path(source)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    raw = read_regular(path, limit_bytes=CONFIG_LIMIT, what="config", error=ConfigError)
     try:
         import tomllib
     except ImportError:  # pragma: no cover - Python 3.10

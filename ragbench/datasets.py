@@ -37,7 +37,8 @@ from . import _formats, _synthetic, progress
 from ._cache import ArrayCache, CacheEvent, cache_dir
 from ._registry import check_params
 from ._shipped import ShippedVectors, find_shipped
-from .errors import ConfigError, DatasetError, InputError
+from .errors import ConfigError, DatasetError, InputError, RagbenchError
+from .files import SIDECAR_LIMIT, open_regular, read_regular
 from .metrics import unit_rows
 from .validate import (
     as_matrix,
@@ -46,7 +47,6 @@ from .validate import (
     check_memory,
     check_metric,
     json_loads,
-    open_regular,
     positive_int,
 )
 
@@ -758,7 +758,9 @@ def _read_known() -> dict[str, dict[str, Any]]:
     path = _known_path()
     fix = f"delete {path} (it only lists datasets loaded from paths before)"
     try:
-        with open_regular(path, "dataset list", DatasetError) as fh:
+        with open_regular(
+            path, limit_bytes=None, what="dataset list", error=DatasetError, os_errors=True
+        ) as fh:
             data = json_loads(fh.read(_MAX_KNOWN), str(path), DatasetError)
     except FileNotFoundError:
         return {}
@@ -803,8 +805,9 @@ def describe() -> list[dict[str, Any]]:
     for name, path in _bundled().items():
         info: dict[str, Any] = {"name": name, "path": str(path)}
         try:
-            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            raw = read_regular(path / "meta.json", limit_bytes=SIDECAR_LIMIT, what="meta.json")
+            meta = json.loads(raw.decode("utf-8"))
+        except (RagbenchError, OSError, ValueError, RecursionError):
             meta = {}
         n_corpus = meta.get("n_corpus")
         n_queries = meta.get("n_queries")

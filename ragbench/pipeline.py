@@ -43,11 +43,12 @@ from .errors import (
     RagbenchError,
     TransportError,
 )
+from .files import check_writable
 from .metrics import recall_at_k, rerank_metric
 from .report import Report
 from .timing import SetupTimes, run_stages, run_stages_cpu
 from .types import Hit, RetrievalResult
-from .validate import check_memory, check_writable
+from .validate import check_memory
 
 __all__ = [
     "STAGES",

@@ -9,16 +9,19 @@ reads records only.
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, MissingDependencyError
+from .files import replace_bytes
 from .reading import dominant_stage
 from .records import caveats_of, growth_exponents, knees, load_level, pareto, records_of
 
-__all__ = ["figure", "plot_records", "pyplot"]
+__all__ = ["chart_path", "figure", "plot_records", "pyplot"]
 
 Records = Sequence[Mapping[str, Any]]
 
@@ -257,10 +260,26 @@ def figure(records: Records) -> Any:
     return fig
 
 
-def plot_records(records: Records, path: str | PathLike[str]) -> None:
-    """Write :func:`figure` of ``records`` as a PNG at ``path``."""
+def chart_path(path: str | PathLike[str]) -> Path:
+    """Where :func:`plot_records` writes a chart asked for at ``path``.
+
+    ``.png`` is added unless the name ends so, or names an existing file that
+    is not a regular one (``/dev/stdout``).
+    """
+    p = Path(path)
+    if p.suffix.lower() == ".png" or (p.exists() and not p.is_file()):
+        return p
+    return p.with_name(p.name + ".png")
+
+
+def plot_records(records: Records, path: str | PathLike[str]) -> Path:
+    """Write :func:`figure` of ``records`` as a PNG at :func:`chart_path` of ``path``; that path."""
+    target = chart_path(path)
     fig = figure(records)
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(buf, dpi=110, format="png")
     finally:
         pyplot().close(fig)
+    replace_bytes(target, buf.getvalue())  # all or nothing: a failed write leaves no torn PNG
+    return target

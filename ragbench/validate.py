@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import stat
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from .errors import (
     KTooLargeError,
     NonFiniteError,
 )
+from .files import open_regular
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,11 +45,9 @@ __all__ = [
     "check_k",
     "check_memory",
     "check_metric",
-    "check_writable",
     "int_arg",
     "json_loads",
     "load_npy",
-    "open_regular",
     "positive_int",
     "positive_number",
 ]
@@ -250,75 +248,6 @@ def as_matrix(
 JSON_DEPTH = 32
 
 
-def check_writable(path: Any, what: str) -> None:
-    """Raise :class:`ConfigError` unless a file can be created or replaced at ``path``.
-
-    The directory must exist and be writable (``os.access``, plus a probe
-    file: ``access`` says yes to root on a read-only mount); an existing
-    ``path`` must be a regular file. ``what`` names the setting in the message.
-    """
-    import tempfile
-
-    name = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(name))
-    if not os.path.isdir(folder):
-        raise ConfigError(f"{what} {name}: the directory {folder} does not exist; create it first")
-    try:
-        st = os.stat(name)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise ConfigError(f"{what} {name}: cannot stat ({exc.strerror})") from None
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{what} {name}: not a regular file ({_file_kind(st.st_mode)})")
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".ragbench-probe-")
-    except OSError as exc:
-        raise ConfigError(
-            f"{what} {name}: cannot write in {folder} ({exc.strerror}); choose a writable directory"
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return kind
-    return "not a regular file"
-
-
-def open_regular(path: Any, what: str, error: type[Exception]) -> Any:
-    """Open ``path`` for binary reading if it is a regular file, else raise ``error``.
-
-    Opened with ``O_NONBLOCK`` (a FIFO then opens at once instead of waiting
-    for a writer) and checked with ``fstat`` on the open descriptor, so
-    nothing can swap the file between the check and the read. Returns a
-    binary file object; ``OSError`` (missing file, permissions) propagates.
-    """
-    name = os.fspath(path)
-    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(
-                f"{what} {name}: {_file_kind(mode)}, not a regular file; refusing to read it"
-            )
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def json_loads(blob: bytes | str, what: str, error: type[Exception]) -> Any:
     """``json.loads`` raising ``error`` (one line) for bad JSON or nesting deeper than :data:`JSON_DEPTH`.
 
@@ -369,7 +298,7 @@ def load_npy(
     from numpy.lib import format as npy_format
 
     name = str(path)
-    with open_regular(path, what, error) as fh:
+    with open_regular(path, limit_bytes=None, what=what, error=error, os_errors=True) as fh:
         size = os.fstat(fh.fileno()).st_size
         try:
             version = npy_format.read_magic(fh)

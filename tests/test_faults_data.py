@@ -560,7 +560,7 @@ def test_an_index_file_in_a_missing_directory_fails_before_any_work(tmp_path: Pa
 
 def test_an_index_file_in_an_unwritable_directory_fails_before_any_work() -> None:
     # /proc refuses new files even to root (a chmod'ed directory would not stop root)
-    with pytest.raises(ConfigError, match="cannot write in /proc"):
+    with pytest.raises(ConfigError, match="cannot create a file in /proc"):
         rb.Pipeline(config(Path("/proc/ragbench-test.index")))
 
 

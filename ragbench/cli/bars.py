@@ -82,12 +82,16 @@ class RichReporter:
         )
 
     def start(self, description: str, total: int, unit: str) -> int:
+        from rich import markup
+
         with self._lock:
             if self._bar is None:
                 self._bar = self._display()
                 self._bar.start()
             self._open += 1
-            return int(self._bar.add_task(description, total=total, unit=unit))
+            # the description (a dataset name, a label) is plain text, not rich markup
+            text = markup.escape(description)
+            return int(self._bar.add_task(text, total=total, unit=unit))
 
     def advance(self, handle: int, n: int) -> None:
         bar = self._bar

@@ -15,11 +15,13 @@ from ..records import RecordWriter
 from ..rendering import STATS, compare_table, fixed_line, run_table, setup_summary
 from .configs import backend_options, configurations, otel_option, re_embed_option
 from .options import (
+    check_outputs,
     config_option,
     dataset_option,
     echo,
     executor_from,
     executor_options,
+    finish_outputs,
     out_option,
     plot_option,
     progress,
@@ -80,6 +82,7 @@ def run(
     from .. import datasets
     from ..pipeline import Pipeline
 
+    check_outputs(out, plot)
     cfg = load_config(config)
     extra = set_pairs(overrides)
     if dataset is not None:
@@ -105,9 +108,9 @@ def run(
     record = report.to_record()
     echo(run_table(record))
     echo("\n".join(run_reading([record])))
-    if out is not None:
-        RecordWriter(out).write_all([record])
-    _plot([record], plot)
+    writer = RecordWriter(out)
+    writer.write_all([record])
+    finish_outputs(writer, [record], plot)
     if report.error:
         raise SystemExit(1)
 
@@ -183,6 +186,7 @@ def compare(**opts: Any) -> None:
 
     if opts["executor"] != "ray" and opts["ray_address"] is not None:
         raise click.UsageError("--ray-address needs --executor ray")
+    check_outputs(opts["out"], opts["plot"])
     run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     combos, varying = configurations(opts, run_over)
     # every combination is created (and so checked) before anything is set up
@@ -191,7 +195,8 @@ def compare(**opts: Any) -> None:
         labels = [p.label for p in pipelines]
         for p in pipelines:
             p.close()  # checked; each task makes its own
-        records = _run_as_tasks(combos, labels, opts)
+        writer = RecordWriter(opts["out"])
+        records = _run_as_tasks(combos, labels, opts, writer)
     else:
         try:
             reports = _run_side_by_side(pipelines, opts["order"], opts["order_seed"])
@@ -199,35 +204,26 @@ def compare(**opts: Any) -> None:
             for p in pipelines:
                 p.close()
         records = [rec for r in reports for rec in r.to_records()]
-        if opts["out"]:
-            RecordWriter(opts["out"]).write_all(records)
+        writer = RecordWriter(opts["out"])
+        writer.write_all(records)
     echo(fixed_line(records, varying))
     echo(compare_table(records, stat=opts["stat"]))
     echo("\n".join(run_reading(records, stat=opts["stat"])))
     echo(setup_summary(records))
-    _plot(records, opts["plot"])
-    stopped = [r for r in records if r.get("error")]
-    for r in stopped:
-        echo(f"{r['label']}: STOPPED EARLY: {r['error']}")
-    if stopped:
+    finish_outputs(writer, records, opts["plot"])
+    if any(r.get("error") for r in records):  # compare_table names each and its error
         raise SystemExit(1)
 
 
-def _plot(records: Sequence[dict[str, Any]], path: str | None) -> None:
-    if path:
-        from ..plots import plot_records
-
-        plot_records(records, path)
-        echo(f"wrote {path}")
-
-
 def _run_as_tasks(
-    combos: Sequence[tuple[dict[str, Any], str | None]], labels: list[str], opts: Any
+    combos: Sequence[tuple[dict[str, Any], str | None]],
+    labels: list[str],
+    opts: Any,
+    writer: RecordWriter,
 ) -> list[dict[str, Any]]:
     """Each configuration as its own task on the executor; records appended as each finishes."""
     from ..executors import run_configurations
 
-    writer = RecordWriter(opts["out"])
     with (
         executor_from(opts["executor"], opts["ray_address"]) as executor,
         progress(len(combos), "configurations, each its own Ray task") as advance,

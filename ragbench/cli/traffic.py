@@ -16,9 +16,11 @@ from ..records import RecordWriter
 from ..rendering import render
 from .configs import backend_options, configurations
 from .options import (
+    check_outputs,
     echo,
     executor_from,
     executor_options,
+    finish_outputs,
     numbers,
     out_option,
     plot_option,
@@ -153,6 +155,7 @@ def load(**opts: Any) -> None:
     from ..pipeline import Pipeline, SharedParts
     from ..traffic import LoadOptions, load_points
 
+    check_outputs(opts["out"], opts["plot"])
     mode, levels = _levels(opts["qps"], opts["concurrency"])
     _check_executor(opts, mode)
     options = LoadOptions(
@@ -211,11 +214,7 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
         raise ConfigError("no load level finished")
     echo(render(writer.records))
     echo("\n".join(reading(writer.records)))
-    if plot:
-        from ..plots import plot_records
-
-        plot_records(writer.records, plot)
-        echo(f"wrote {plot}")
+    finish_outputs(writer, writer.records, plot)
 
 
 def _check_executor(opts: dict[str, Any], mode: str) -> None:

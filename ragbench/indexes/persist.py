@@ -41,7 +41,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IndexFileError, UnknownBackendError
-from ..validate import json_loads, open_regular
+from ..files import open_regular
+from ..validate import json_loads
 
 if TYPE_CHECKING:
     from . import Index
@@ -179,7 +180,9 @@ def read_index_header(path: Any) -> dict[str, Any]:
     """The verified JSON header of an index file, without reading the payload."""
     name = os.fspath(path)
     try:
-        with open_regular(name, "index file", IndexFileError) as fh:
+        with open_regular(
+            name, limit_bytes=None, what="index file", error=IndexFileError, os_errors=True
+        ) as fh:
             header, _ = _read_header(fh, name, os.fstat(fh.fileno()).st_size)
     except OSError as exc:
         raise IndexFileError(f"{name}: cannot read index file ({exc.strerror})") from None
@@ -190,7 +193,9 @@ def read_index_file(path: Any) -> tuple[dict[str, Any], memoryview]:
     """Header and payload of an index file, after size and SHA-256 checks."""
     name = os.fspath(path)
     try:
-        with open_regular(name, "index file", IndexFileError) as fh:
+        with open_regular(
+            name, limit_bytes=None, what="index file", error=IndexFileError, os_errors=True
+        ) as fh:
             header, _ = _read_header(fh, name, os.fstat(fh.fileno()).st_size)
             want = header["payload"]["bytes"]
             buf = bytearray(want)
