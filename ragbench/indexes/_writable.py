@@ -75,6 +75,9 @@ class LiveVectorIndex(VectorIndex):
     #: ``"mark"``: deleted positions stay (hnswlib, ivf); ``"compact"``: the library
     #: renumbers the rows after them (faiss flat, lsh); ``None``: no delete.
     delete_mode: ClassVar[str | None] = None
+    #: Whether ``add`` holds searches off (faiss, whose ``add`` reallocates); hnswlib
+    #: adds beside running searches and holds them off only to resize.
+    exclusive_add: ClassVar[bool] = True
     no_delete_reason: ClassVar[str] = "the library cannot remove rows"
     #: Largest ``k'`` the ``post`` strategy asks the library for.
     post_max_candidates: int = 4096
@@ -307,12 +310,20 @@ class LiveVectorIndex(VectorIndex):
             if space is None:
                 raise self._not_built()
             new_space, new_ids = space_after_add(space, m, ids)
-            self._extend_store(vecs, new_space.n_pos - m)
-            # Labels first: a search running beside hnswlib's add may already see the rows.
-            self._on_space(new_space)
-            self._lib_add(vecs, np.arange(new_space.n_pos - m, new_space.n_pos, dtype=I64))
-            self._publish(new_space)
+            positions = np.arange(new_space.n_pos - m, new_space.n_pos, dtype=I64)
+            if self.exclusive_add:
+                with self._gate.exclusive():
+                    self._commit_add(vecs, positions, new_space)
+            else:
+                self._commit_add(vecs, positions, new_space)
         return new_ids
+
+    def _commit_add(self, vecs: np.ndarray, positions: np.ndarray, space: IdSpace) -> None:
+        self._extend_store(vecs, int(positions[0]))
+        # Labels first: a search running beside hnswlib's add may already see the rows.
+        self._on_space(space)
+        self._lib_add(vecs, positions)
+        self._publish(space)
 
     def _extend_store(self, vecs: np.ndarray, start: int) -> None:
         """Append to the copied vectors (if any): in place while capacity lasts, else 2x."""
@@ -348,9 +359,10 @@ class LiveVectorIndex(VectorIndex):
             if space is None:
                 raise self._not_built()
             pos = positions_to_delete(space, ids)
-            self._lib_delete(pos)
             new_space = space_after_delete(space, pos, self.delete_mode)
-            if self.delete_mode == "compact":
-                with self._store_lock:
-                    self._store = None
-            self._publish(new_space)
+            with self._gate.exclusive():
+                self._lib_delete(pos)
+                if self.delete_mode == "compact":
+                    with self._store_lock:
+                        self._store = None
+                self._publish(new_space)

@@ -290,13 +290,11 @@ class _FaissIndex(LiveVectorIndex):
         return out
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
-        with self._gate.exclusive():
-            _sync_threads()
-            self._index.add(vectors)
+        _sync_threads()
+        self._index.add(vectors)
 
     def _lib_delete(self, positions: np.ndarray) -> None:
-        with self._gate.exclusive():
-            removed = int(self._index.remove_ids(positions))
+        removed = int(self._index.remove_ids(positions))
         if removed != positions.size:
             raise RuntimeError(f"faiss removed {removed} of {positions.size} rows")
 
@@ -524,9 +522,8 @@ class IvfIndex(_FaissIndex):
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
         # Explicit ids: after remove_ids, ntotal no longer equals the next position.
-        with self._gate.exclusive():
-            _sync_threads()
-            self._index.add_with_ids(vectors, positions)
+        _sync_threads()
+        self._index.add_with_ids(vectors, positions)
 
     def _read_vectors(self, space: IdSpace) -> np.ndarray:
         # IndexIVFFlat keeps each row's float32 values in its list, with its position.

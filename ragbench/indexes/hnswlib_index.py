@@ -221,6 +221,7 @@ class HnswIndex(LiveVectorIndex):
     build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200, "seed": 100}
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
     delete_mode: ClassVar[str | None] = "mark"
+    exclusive_add: ClassVar[bool] = False
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
@@ -643,9 +644,8 @@ class HnswIndex(LiveVectorIndex):
         index.add_items(vectors, positions, num_threads=get_threads())
 
     def _lib_delete(self, positions: np.ndarray) -> None:
-        with self._gate.exclusive():
-            for pos in positions.tolist():
-                self._index.mark_deleted(pos)
+        for pos in positions.tolist():
+            self._index.mark_deleted(pos)
 
     def memory_bytes(self) -> int:
         """Estimated bytes held by hnswlib.
