@@ -119,7 +119,7 @@ class IdSpace:
     ``live``: positions not deleted. ``id_bound``: largest id ever + 1.
     """
 
-    __slots__ = ("_by_id", "dead", "id_bound", "labels", "live", "n_pos")
+    __slots__ = ("_by_id", "_ext", "dead", "id_bound", "labels", "live", "n_pos")
 
     def __init__(
         self, n_pos: int, labels: np.ndarray | None, dead: np.ndarray | None, id_bound: int
@@ -131,6 +131,7 @@ class IdSpace:
         self.live = n_pos - (int(dead.sum()) if dead is not None else 0)
         # (ids sorted, their positions) for live positions: built on first use.
         self._by_id: tuple[np.ndarray, np.ndarray] | None = None
+        self._ext = None if labels is None else np.append(labels, np.int64(-1))
 
     @classmethod
     def identity(cls, n: int) -> IdSpace:
@@ -138,9 +139,7 @@ class IdSpace:
 
     def labels_ext(self) -> np.ndarray | None:
         """``labels`` followed by ``-1``: ``labels_ext[pos]`` maps a ``-1`` pad to ``-1``."""
-        if self.labels is None:
-            return None
-        return np.append(self.labels, np.int64(-1))
+        return self._ext
 
     def live_mask(self) -> np.ndarray:
         """bool ``(n_pos,)``: positions not deleted."""
@@ -297,7 +296,8 @@ def _one_mask(f: Any, space: IdSpace, what: str) -> np.ndarray:
             )
         if not arr.any():
             raise InputError(f"{what}: the allow-list is empty (the mask is all False)")
-        pos_mask = arr.copy() if space.labels is None else arr[space.labels]
+        # Never written to: the caller's array itself when ids are positions.
+        pos_mask = arr if space.labels is None else arr[space.labels]
     else:
         if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
             raise InputError(
@@ -317,7 +317,7 @@ def _one_mask(f: Any, space: IdSpace, what: str) -> np.ndarray:
         pos_mask = np.zeros(space.n_pos, dtype=bool)
         pos_mask[pos[pos >= 0]] = True
     if space.dead is not None:
-        pos_mask &= ~space.dead
+        pos_mask = pos_mask & ~space.dead
     return pos_mask
 
 

@@ -23,9 +23,12 @@ Filter strategies (``search(Q, k, filter=..., strategy=...)``):
     The library skips disallowed rows itself (faiss ``IDSelectorBitmap`` in
     ``SearchParameters``, hnswlib's ``filter`` callable).
 ``auto`` (the default)
-    ``pre`` when every query allows at most :data:`AUTO_PRE_FRACTION` (5 %) of
-    the live rows and the backend has ``pre``, otherwise the backend's
-    :attr:`default_strategy`.
+    ``pre`` when every query allows at most :attr:`auto_pre_fraction` of the
+    live rows (5 %; 20 % for hnswlib, whose filtered walk slows down as
+    1/selectivity) and the backend has ``pre``, otherwise the backend's
+    :attr:`default_strategy`. The fractions come from
+    ``bench/test_bench_filters.py`` (20 000 × 128): where ``pre`` and
+    ``in-graph`` cost the same.
 
 Fewer than ``k`` results: when fewer than ``k`` allowed live rows exist, the
 row is ``-1``/``-inf`` padded, as for any search. When ``post`` or
@@ -56,10 +59,8 @@ from ._live import (
     space_after_delete,
 )
 
-__all__ = ["AUTO_PRE_FRACTION", "DELETE_BACKENDS", "LiveVectorIndex", "WRITE_BACKENDS"]
+__all__ = ["DELETE_BACKENDS", "LiveVectorIndex", "WRITE_BACKENDS"]
 
-#: ``auto`` takes ``pre`` when every query allows at most this fraction of the live rows.
-AUTO_PRE_FRACTION = 0.05
 #: Backends whose ``add`` / ``delete`` work (named in the errors of those that cannot).
 WRITE_BACKENDS = ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh", "minhash-lsh")
 DELETE_BACKENDS = ("flat", "hnsw", "ivf", "lsh", "minhash-lsh")
@@ -70,7 +71,9 @@ class LiveVectorIndex(VectorIndex):
 
     #: Filter strategies this backend offers (besides ``auto``).
     filter_strategies: ClassVar[tuple[str, ...]] = ("pre", "post", "in-graph")
-    #: What ``auto`` uses above :data:`AUTO_PRE_FRACTION`.
+    #: ``auto`` takes ``pre`` when every query allows at most this fraction of the live rows.
+    auto_pre_fraction: ClassVar[float] = 0.05
+    #: What ``auto`` uses above :attr:`auto_pre_fraction`.
     default_strategy: ClassVar[str] = "in-graph"
     #: ``"mark"``: deleted positions stay (hnswlib, ivf); ``"compact"``: the library
     #: renumbers the rows after them (faiss flat, lsh); ``None``: no delete.
@@ -185,7 +188,7 @@ class LiveVectorIndex(VectorIndex):
         if nq == 0:
             return np.empty((0, k), I64), np.empty((0, k), F32)
         if strategy == "auto":
-            small = int(plan.counts.max()) <= AUTO_PRE_FRACTION * space.live
+            small = int(plan.counts.max()) <= self.auto_pre_fraction * space.live
             strategy = "pre" if small and "pre" in self.filter_strategies else self.default_strategy
         if strategy == "pre":
             pos, scores = self._pre(q, k, plan, space)

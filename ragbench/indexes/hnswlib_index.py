@@ -222,6 +222,7 @@ class HnswIndex(LiveVectorIndex):
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
     delete_mode: ClassVar[str | None] = "mark"
     exclusive_add: ClassVar[bool] = False
+    auto_pre_fraction: ClassVar[float] = 0.2
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
