@@ -232,16 +232,19 @@ class LiveVectorIndex(VectorIndex):
         want = np.minimum(limit, np.maximum(2 * k, np.ceil(2 * k / sel))).astype(np.int64)
         pending = np.arange(nq)
         while pending.size:
-            kk = int(want[pending].max())
-            pos, scores = self._raw_search(np.ascontiguousarray(q[pending]), kk, compiled, None)
             still = []
-            for j, r in enumerate(pending):
-                got = self._keep_allowed(pos[j], scores[j], plan.mask(int(r)), k)
-                out_i[r, : got[0].size] = got[0]
-                out_s[r, : got[0].size] = got[1]
-                if got[0].size < need[r] and kk < limit:
-                    want[r] = min(limit, kk * 4)
-                    still.append(r)
+            # One library call per k' (each query's answer then depends on its own k'
+            # only, as if it were searched alone).
+            for kk in np.unique(want[pending]).tolist():
+                rows = pending[want[pending] == kk]
+                pos, scores = self._raw_search(np.ascontiguousarray(q[rows]), kk, compiled, None)
+                for j, r in enumerate(rows.tolist()):
+                    got_i, got_s = self._keep_allowed(pos[j], scores[j], plan.mask(r), k)
+                    out_i[r, : got_i.size] = got_i
+                    out_s[r, : got_s.size] = got_s
+                    if got_i.size < need[r] and kk < limit:
+                        want[r] = min(limit, kk * 4)
+                        still.append(r)
             pending = np.asarray(still, dtype=np.int64)
         return out_i, out_s
 
