@@ -201,6 +201,8 @@ class LiveVectorIndex(VectorIndex):
         return space.to_ids(pos), scores
 
     def _count_shortfalls(self, pos: np.ndarray, k: int, plan: FilterPlan) -> None:
+        if pos.shape[0] == 1 and pos.item(-1) >= 0:
+            return  # a full row (pads are last): nothing to count
         found = (pos >= 0).sum(axis=1)
         short = int((found < np.minimum(plan.counts, k)).sum())
         if short:

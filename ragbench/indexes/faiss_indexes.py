@@ -16,6 +16,34 @@ the NaN/inf check. Query parameters go through the ``SearchParameters``
 object of each call, never through index fields, so concurrent searches with
 different ``ef``/``nprobe`` on one index are safe.
 
+Filtered search and live writes (see :mod:`ragbench.indexes._writable`):
+
+=============  ==========================  ========================================
+backend        filter strategies           add / delete
+=============  ==========================  ========================================
+``flat``       pre, post, in-graph*        ``add``; ``delete`` = ``remove_ids``
+                                           (the rows after shift down; ids kept)
+``faiss-hnsw`` pre, post, in-graph*        ``add``; no delete (faiss HNSW has no
+                                           ``remove_ids``): UnsupportedOperationError
+``ivf``        pre, post, in-graph*        ``add_with_ids``; ``delete`` =
+                                           ``remove_ids`` (the lists shrink)
+``lsh``        post*                       ``add``; ``delete`` = ``remove_ids``
+=============  ==========================  ========================================
+
+(* what ``auto`` takes above 5 % selectivity; ``pre`` below, where offered.)
+``in-graph`` passes an ``IDSelectorBitmap`` over the rows in the call's
+``SearchParameters`` (``SearchParametersHNSW`` / ``SearchParametersIVF``
+with the call's ``ef`` / ``nprobe``); ``IndexLSH::search`` takes no search
+parameters, hence ``post`` only, and it keeps no vectors, hence no ``pre``.
+
+Thread-safety: any number of threads may search one index at once (faiss
+searches are read-only). Writes are single-writer (a lock) and exclusive:
+``add`` and ``delete`` wait for the running searches to finish and hold new
+ones off until the library call returns (faiss reallocates its arrays on
+``add``); a search takes no lock (:class:`~ragbench.indexes._live.WriteGate`,
+~0.1 µs per call, measured with ``timeit`` against the same call without
+it). A search started after a ``delete`` returned never sees the deleted ids.
+
 Threads: batch searches (more than one query) and builds run with
 ``ragbench.threads.get_threads()`` OpenMP threads (applied when it changed);
 a single-query search runs on the caller's thread as faiss decides for

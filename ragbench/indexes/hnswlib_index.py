@@ -32,6 +32,26 @@ walk leaves cold, than a pass over the query); anything else gets the exact
 element check before the error. Batches and ``cosine`` queries (whose zero
 vector hnswlib answers with finite distances) are checked before the search.
 
+Filtered search (see :mod:`ragbench.indexes._writable`): ``pre``,
+``post`` and ``in-graph`` (hnswlib's ``filter`` callable: a C-level
+``bytes.__getitem__`` over the allowed rows, called by hnswlib for each
+candidate it would return; filtered searches run on one thread, since
+hnswlib's threads would queue on the GIL for each callback). ``auto`` takes
+``pre`` up to 20 % selectivity: hnswlib's filtered walk continues until it
+holds ``ef`` allowed rows, so it slows down as 1/selectivity.
+
+Live writes: ``add`` = ``add_items`` (with ``resize_index`` to twice the
+capacity when full), ``delete`` = ``mark_deleted`` (the rows stay in the
+graph as waypoints and are never returned; memory is not freed).
+
+Thread-safety: searches run concurrently with each other and with ``add``
+(hnswlib supports concurrent ``add_items`` and ``knn_query``); writes are
+serialised by a lock. Only a resize and ``delete`` are exclusive: they
+wait for the running searches and hold new ones off
+(:class:`~ragbench.indexes._live.WriteGate`; a search takes no lock,
+~0.1 µs per call). A search running beside an ``add`` may or may not see
+the new rows; one started after ``add``/``delete`` returned sees the result.
+
 Threads: builds and batch searches use ``ragbench.threads.get_threads()``;
 a single query runs on the calling thread (hnswlib does not spawn threads
 for so few rows).
