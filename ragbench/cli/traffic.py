@@ -41,10 +41,46 @@ def _levels(qps: str | None, concurrency: str | None) -> tuple[str, list[float]]
     return "closed", levels
 
 
+def _asyncio_options(opts: dict[str, Any]) -> tuple[str, list[float], int | None]:
+    """(mode, levels, requests at once per event loop): ``--offload`` and ``--concurrency`` checked.
+
+    With ``--worker-kind asyncio``, ``--qps`` may come with ONE ``--concurrency``
+    (tasks per worker's loop, default 16); ``--concurrency`` alone is the
+    closed loop, each level that many clients on every worker's loop.
+    """
+    kind, offload = opts["worker_kind"], opts["offload"]
+    if kind != "asyncio":
+        if offload is not None:
+            raise click.UsageError(f"--offload needs --worker-kind asyncio, not {kind}")
+        return (*_levels(opts["qps"], opts["concurrency"]), None)
+    if opts["executor"] == "ray":
+        raise click.UsageError("--executor ray runs thread or process workers, not asyncio")
+    if opts["qps"] is None or opts["concurrency"] is None:
+        mode, levels = _levels(opts["qps"], opts["concurrency"])
+        return mode, levels, int(max(levels)) if mode == "closed" else DEFAULT_TASKS
+    tasks = numbers(opts["concurrency"], "--concurrency")
+    if len(tasks) != 1 or tasks[0] != int(tasks[0]) or tasks[0] < 1:
+        raise click.BadParameter(
+            "with --qps, one whole number: requests at once per asyncio worker",
+            param_hint="--concurrency",
+        )
+    return "open", numbers(opts["qps"], "--qps"), int(tasks[0])
+
+
+#: Requests at once per asyncio worker's event loop in the open loop, unless --concurrency says.
+DEFAULT_TASKS = 16
+
+
 def _pools(
-    stack: ExitStack, pipelines: list[Any], kind: str, workers: int, warmup: int
+    stack: ExitStack,
+    pipelines: list[Any],
+    kind: str,
+    workers: int,
+    warmup: int,
+    aio: tuple[int | None, str] = (None, "none"),
 ) -> list[Any]:
     """One worker pool per configuration, warm, closed by ``stack``."""
+    from ..aioworkers import AsyncWorkers
     from ..traffic import warm
     from ..workers import ProcessWorkers, ThreadWorkers
 
@@ -58,6 +94,12 @@ def _pools(
                 pool = ThreadWorkers(pipe, workers)
                 stack.callback(pool.close)
                 warm(pool, max(1, warmup // workers))
+            elif kind == "asyncio":
+                tasks, offload = aio
+                pool = AsyncWorkers(
+                    pipe.config, workers, concurrency=tasks or 1, offload=offload, warmup=warmup
+                )
+                stack.callback(pool.close)
             else:
                 pool = ProcessWorkers(pipe.config, workers, warmup=warmup)
                 stack.callback(pool.close)
@@ -98,10 +140,17 @@ def _pools(
 )
 @click.option(
     "--worker-kind",
-    type=click.Choice(["process", "thread"]),
+    type=click.Choice(["process", "thread", "asyncio"]),
     default="process",
     show_default=True,
-    help="Worker processes (each its own pipeline) or threads sharing one.",
+    help="Worker processes (each its own pipeline), threads sharing one, or asyncio "
+    "worker processes (each one event loop serving --concurrency requests at once).",
+)
+@click.option(
+    "--offload",
+    type=click.Choice(["none", "thread", "process"]),
+    help="With --worker-kind asyncio: CPU stages inline on the event loop (none), in a "
+    "thread pool, or in a process pool (each process its own pipeline). [default: none]",
 )
 @click.option(
     "--timeout",
@@ -152,7 +201,7 @@ def load(**opts: Any) -> None:
     from ..pipeline import Pipeline, SharedParts
     from ..traffic import LoadOptions, load_points
 
-    mode, levels = _levels(opts["qps"], opts["concurrency"])
+    mode, levels, tasks = _asyncio_options(opts)
     _check_executor(opts, mode)
     options = LoadOptions(
         duration_s=opts["duration"],
@@ -175,7 +224,9 @@ def load(**opts: Any) -> None:
         index_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ragbench-index-"))
         pipelines = []
         for j, (cfg, label) in enumerate(combos):
-            if kind == "process" and cfg["retrieve"]["index_file"] is None:
+            if kind == "asyncio" and cfg["run"]["cpu_time"]:
+                raise click.UsageError("--cpu-time is not measured with --worker-kind asyncio")
+            if kind in ("process", "asyncio") and cfg["retrieve"]["index_file"] is None:
                 # built once here, loaded by every worker process
                 cfg["retrieve"]["index_file"] = os.path.join(index_dir, f"{j}.index")
             pipelines.append(Pipeline(cfg, label=label))  # every config checked before set-up
@@ -186,7 +237,8 @@ def load(**opts: Any) -> None:
             for pipe in pipelines:
                 pipe.setup(shared=shared)
                 advance(1)
-        pools = _pools(stack, pipelines, kind, workers, opts["warmup"])
+        aio = (tasks, opts["offload"] or "none")
+        pools = _pools(stack, pipelines, kind, workers, opts["warmup"], aio)
         with progress(len(levels) * len(pipelines), "load levels") as advance:
             try:
                 load_points(
