@@ -538,5 +538,8 @@ def load_points(
                 "caveats": list(pipe.caveats),
                 "config": pipe.config,
             }
+            if pool.kind == "asyncio":
+                # a request waiting for its loop is the service's own delay, not the client's
+                fields["generator_lagged"] = False
             emit(new_record("load", fields))
     return emit.records
