@@ -79,6 +79,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import threads
+from .config import load_config
 from .errors import ConfigError, RagbenchError, TransportError
 from .pipeline import Pipeline, RequestContext, RequestRecord
 from .traffic import Traffic
@@ -544,6 +545,7 @@ class AsyncWorkers:
         self.size = positive_int("asyncio workers", "n", n)
         self.concurrency = positive_int("asyncio workers", "concurrency", concurrency)
         self.offload = check_offload(offload)
+        config = load_config(config)  # checked and normalized before any process starts
         if config["run"]["cpu_time"]:
             raise ConfigError(
                 "asyncio workers do not measure per-stage CPU time (one thread interleaves "

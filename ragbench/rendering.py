@@ -564,7 +564,8 @@ def _load_title(records: Sequence[Mapping[str, Any]]) -> str:
     r0 = records[0]
     kind = f"{r0.get('workers', 1)} {r0.get('worker_kind', 'thread')} worker(s)"
     if r0.get("worker_kind") == "asyncio":
-        kind += f" ({r0.get('tasks_per_worker')} at once each, offload {r0.get('offload')})"
+        offloads = ",".join(dict.fromkeys(str(r.get("offload")) for r in records))
+        kind += f" ({r0.get('tasks_per_worker')} at once each, offload {offloads})"
     if r0.get("actors"):
         kind += f" in {r0['actors']} Ray actor(s)"
     if r0.get("mode") == "closed":

@@ -14,7 +14,11 @@ Two ways to offer load:
 Requests are served by a pool of workers: threads sharing one set-up
 pipeline (the stages that release the GIL -- faiss, hnswlib, numba -- really
 overlap), or processes each with its own pipeline, like the worker processes
-of a Python service (:class:`ThreadWorkers`, :class:`ProcessWorkers`). The
+of a Python service (:class:`ThreadWorkers`, :class:`ProcessWorkers`), or
+asyncio worker processes each serving many requests at once on one event
+loop (:class:`ragbench.aioworkers.AsyncWorkers`: their closed loop runs in
+the workers, ``concurrency`` clients per loop, and each run's event-loop lag
+is summarised in the record). The
 dispatcher hands a due request to an idle worker at once, or queues it in a
 bounded queue; a request arriving to a full queue is **rejected**, one still
 queued or unfinished ``timeout`` after its arrival is **timed out**, one the
