@@ -295,9 +295,21 @@ class TransportStage:
 
     def __init__(self, transport: Any) -> None:
         self._send = transport.send
+        # a transport with an async client (``asend``) is awaited on an event loop
+        self._asend = getattr(transport, "asend", None)
+        self.awaitable = self._asend is not None
 
     def __call__(self, ctx: RequestContext) -> None:
-        far = self._send(ctx.payload, ctx.query)
+        self._keep(ctx, self._send(ctx.payload, ctx.query))
+
+    async def acall(self, ctx: RequestContext) -> None:
+        """The same, sent with the transport's async client (``asend``), on the running loop."""
+        if self._asend is None:
+            raise ConfigError(f"transport {type(self._send.__self__).__name__} has no async client")
+        self._keep(ctx, await self._asend(ctx.payload, ctx.query))
+
+    @staticmethod
+    def _keep(ctx: RequestContext, far: transports.FarSide) -> None:
         ctx.far = far
         ctx.prompt = far.prompt
         ctx.prompt_tokens = far.prompt_tokens
@@ -308,9 +320,25 @@ class GenerateStage:
 
     def __init__(self, generator: Any) -> None:
         self._first = generator.first_token
+        # a generator with an async streaming client (``afirst_token``) is awaited on a loop
+        self._afirst = getattr(generator, "afirst_token", None)
+        self.awaitable = self._afirst is not None
+        #: no LLM call at all: nothing worth moving off an event loop
+        self.instant = getattr(generator, "name", "") == "none"
 
     def __call__(self, ctx: RequestContext) -> None:
-        first = self._first(ctx.prompt, ctx.prompt_tokens)
+        self._keep(ctx, self._first(ctx.prompt, ctx.prompt_tokens))
+
+    async def acall(self, ctx: RequestContext) -> None:
+        """The same, streamed with the generator's async client (``afirst_token``)."""
+        if self._afirst is None:
+            raise ConfigError(
+                f"generator {type(self._first.__self__).__name__} has no async client"
+            )
+        self._keep(ctx, await self._afirst(ctx.prompt, ctx.prompt_tokens))
+
+    @staticmethod
+    def _keep(ctx: RequestContext, first: Any) -> None:
         ctx.first_token = first.text
         if first.prompt_tokens is not None:
             ctx.model_prompt_tokens = first.prompt_tokens
@@ -799,6 +827,41 @@ class Pipeline:
             run_stages(self._stages, self._context(i), stamps)
         self.setup_times.add("warmup", perf_counter_ns() - t0)
 
+    @property
+    def stages(self) -> tuple[Callable[[RequestContext], None], ...]:
+        """The stage objects one request runs through, in order (after :meth:`setup`).
+
+        For a caller that runs them itself (an event loop awaiting the stages
+        with an ``acall``): make the context with :meth:`context`, stamp
+        ``perf_counter_ns`` around each stage, and finish with :meth:`record_of`.
+        """
+        return tuple(self._stages)
+
+    def context(self, i: int) -> RequestContext:
+        """A fresh context for request ``i`` (query ``i mod n_queries``)."""
+        return self._context(i)
+
+    def record_of(
+        self, ctx: RequestContext, stamps: list[int], cpu: list[int] | None = None
+    ) -> RequestRecord:
+        """The record of a request whose stages ran on ``ctx``, stamped in ``stamps``.
+
+        Decodes the tokens after the first (when the generator streams them)
+        now, after the stamps were taken.
+        """
+        rest = ctx.decode_rest
+        return RequestRecord(
+            stamps,
+            cpu,
+            ctx.far,
+            ctx.hit_ids,
+            len(ctx.payload),
+            ctx.prompt_tokens,
+            ctx.index,
+            ctx.model_prompt_tokens,
+            rest() if rest is not None else (),
+        )
+
     def serve(self, i: int) -> RequestRecord:
         """Run request ``i`` (query ``i mod n_queries``) and return its record without keeping it.
 
@@ -815,18 +878,7 @@ class Pipeline:
             cpu = None
             run_stages(self._stages, ctx, stamps)
         # tokens after the first: decoded once the request's stamps are taken
-        rest = ctx.decode_rest
-        return RequestRecord(
-            stamps,
-            cpu,
-            ctx.far,
-            ctx.hit_ids,
-            len(ctx.payload),
-            ctx.prompt_tokens,
-            ctx.index,
-            ctx.model_prompt_tokens,
-            rest() if rest is not None else (),
-        )
+        return self.record_of(ctx, stamps, cpu)
 
     def request(self, i: int) -> None:
         """Run request ``i`` and keep its record for :meth:`report`."""

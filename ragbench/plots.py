@@ -160,6 +160,16 @@ def _loads(ax: Any, records: Records) -> None:
         )
         p99 = [p["response_all_p99_us"] / 1e3 for p in pts]
         ax.plot(xs, p99, marker="^", linestyle="--", color=line.get_color(), label=f"{name} p99")
+        if all(p.get("loop_lag_p99_us") is not None for p in pts):  # asyncio workers
+            lag = [max(p["loop_lag_p99_us"], 1.0) / 1e3 for p in pts]
+            ax.plot(
+                xs,
+                lag,
+                marker="x",
+                linestyle=":",
+                color=line.get_color(),
+                label=f"{name} loop lag p99",
+            )
         knee = knee_at.get(name)
         if knee is not None:
             y = p99[xs.index(knee)]

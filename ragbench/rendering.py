@@ -634,6 +634,9 @@ def _ms_ci(rec: Mapping[str, Any], key: str) -> str:
 def _load_title(records: Sequence[Mapping[str, Any]]) -> str:
     r0 = records[0]
     kind = f"{r0.get('workers', 1)} {r0.get('worker_kind', 'thread')} worker(s)"
+    if r0.get("worker_kind") == "asyncio":
+        offloads = ",".join(dict.fromkeys(str(r.get("offload")) for r in records))
+        kind += f" ({r0.get('tasks_per_worker')} at once each, offload {offloads})"
     if r0.get("actors"):
         kind += f" in {r0['actors']} Ray actor(s)"
     if r0.get("mode") == "closed":
@@ -644,6 +647,15 @@ def _load_title(records: Sequence[Mapping[str, Any]]) -> str:
             how += f" (burstiness {num(r0.get('burstiness'))})"
         head = f"open-loop load — {how} arrivals, {kind}, {num(r0.get('duration_s'))} s per rate"
     return head + _simulated_note(records)
+
+
+#: Load-table columns shown when some record has them: record key (without ``_us``) → heading.
+_LOAD_EXTRA = {
+    "ttft_p50": "TTFT p50 ms",
+    "ttft_p99": "TTFT p99 ms",
+    "loop_lag_p50": "loop lag p50 ms",
+    "loop_lag_p99": "loop lag p99 ms",
+}
 
 
 def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
@@ -664,8 +676,10 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
         "p99 ms all",
         "service p50 ms",
         "dispatch p99 µs",
-        "recall@k",
     ]
+    # the LLM call's own TTFT, and beside it how late the asyncio workers' loops ran
+    extra = [k for k in _LOAD_EXTRA if any(r.get(f"{k}_us") is not None for r in records)]
+    heads += [_LOAD_EXTRA[k] for k in extra] + ["recall@k"]
     cols = [("configuration", "left")] + [(h, "right") for h in heads]
     rows = []
     for r in records:
@@ -675,7 +689,8 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
             [str(r.get("failed", 0))] if failed else []
         )
         row += [_ms_ci(r, "response_p50"), _ms_ci(r, "response_p99"), _ms(r["response_all_p99_us"])]
-        row += [_ms(r["service_p50_us"]), num(r["dispatch_delay_p99_us"]), num(r["recall_at_k"])]
+        row += [_ms(r["service_p50_us"]), num(r["dispatch_delay_p99_us"])]
+        row += [_ms(r.get(f"{k}_us")) for k in extra] + [num(r["recall_at_k"])]
         rows.append(row)
     lines = [text_table(_load_title(records), cols, rows, width=width)]
     reps = max(int(r.get("repeats") or 1) for r in records)
@@ -684,6 +699,16 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
         "response time counts from the scheduled arrival; 'p99 ms all' counts every timed-out, "
         f"rejected or failed request at the timeout; service = a worker's own time; "
         f"±: 95 % bootstrap intervals over {over}"
+        + (
+            "; TTFT = the generate stage (LLM call to first token, on the client)"
+            if "ttft_p50" in extra
+            else ""
+        )
+        + (
+            "; loop lag = how late an asyncio worker's 1 ms heartbeat woke"
+            if "loop_lag_p50" in extra
+            else ""
+        )
     )
     lines += _load_notes(records)
     hardware = hardware_note(records)

@@ -14,7 +14,11 @@ Two ways to offer load:
 Requests are served by a pool of workers: threads sharing one set-up
 pipeline (the stages that release the GIL -- faiss, hnswlib, numba -- really
 overlap), or processes each with its own pipeline, like the worker processes
-of a Python service (:class:`ThreadWorkers`, :class:`ProcessWorkers`). The
+of a Python service (:class:`ThreadWorkers`, :class:`ProcessWorkers`), or
+asyncio worker processes each serving many requests at once on one event
+loop (:class:`ragbench.aioworkers.AsyncWorkers`: their closed loop runs in
+the workers, ``concurrency`` clients per loop, and each run's event-loop lag
+is summarised in the record). The
 dispatcher hands a due request to an idle worker at once, or queues it in a
 bounded queue; a request arriving to a full queue is **rejected**, one still
 queued or unfinished ``timeout`` after its arrival is **timed out**, one the
@@ -154,6 +158,8 @@ class Traffic:
     idle: np.ndarray
     records: list[RequestRecord | None]
     errors: list[str] = field(default_factory=list)
+    #: event-loop lag samples (ns) of asyncio workers over the run, else None
+    loop_lag_ns: np.ndarray | None = None
 
 
 def open_loop(
@@ -187,6 +193,7 @@ def open_loop(
             r if o == COMPLETED else None for r, o in zip(records, board.outcome, strict=True)
         ],
         errors=errors,
+        loop_lag_ns=getattr(pool, "loop_lag_ns", None),  # asyncio workers: this run's
     )
 
 
@@ -263,6 +270,11 @@ def closed_loop(
 ) -> Traffic:
     """``concurrency`` clients, each sending its next request when its last one ended, for ``duration_s``."""
     concurrency = positive_int("closed loop", "concurrency", concurrency)
+    run_closed = getattr(pool, "run_closed", None)
+    if run_closed is not None:  # the clients live in the workers (asyncio: per event loop)
+        return run_closed(  # type: ignore[no-any-return]
+            concurrency, duration_s, timeout_s=timeout_s, first_request=first_request
+        )
     start = perf_counter_ns()
     end = start + int(positive_number("closed loop", "duration_s", duration_s) * 1e9)
     c = _Clients(pool, int(timeout_s * 1e9), first_request)
@@ -388,6 +400,7 @@ def summarize(
         "dispatch_delay_p99_us": Stats.from_samples(delay).p99_ns / 1e3,
         "idle_dispatch_delay_p99_us": lag.p99_ns / 1e3,
         "generator_lagged": bool(lag.count and lag.p99_ns / 1e3 > lag_warn_us),
+        **_loop_lag_fields(runs),
         "errors": sorted({e for r in runs for e in r.errors})[:5],
         "repeats": len(runs),
     }
@@ -403,6 +416,20 @@ def summarize(
     return fields
 
 
+def _loop_lag_fields(runs: Sequence[Traffic]) -> dict[str, Any]:
+    """Event-loop lag p50/p99/max µs of asyncio workers (nothing for other workers)."""
+    lags = [r.loop_lag_ns for r in runs if r.loop_lag_ns is not None]
+    if not lags:
+        return {}
+    lag = Stats.from_samples(np.concatenate(lags))
+    return {
+        "loop_lag_p50_us": lag.p50_ns / 1e3,
+        "loop_lag_p99_us": lag.p99_ns / 1e3,
+        "loop_lag_max_us": lag.max_ns / 1e3,
+        "loop_lag_samples": lag.count,
+    }
+
+
 def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str, Any]:
     wall, cpu = pipeline.stage_samples(records)
     recall = pipeline.recall(records)
@@ -415,6 +442,9 @@ def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str,
             for j, n in enumerate(pipeline.stage_names)
         },
     }
+    if "generate" in pipeline.stage_names and pipeline.config["generate"]["backend"] != "none":
+        ttft = Stats.from_samples(wall[:, pipeline.stage_names.index("generate")])
+        out["ttft_p50_us"], out["ttft_p99_us"] = ttft.p50_ns / 1e3, ttft.p99_ns / 1e3
     wall_sum = wall.sum(axis=0).astype(np.float64)
     out["stage_share"] = {
         n: float(v / wall_sum.sum()) if wall_sum.sum() else math.nan
@@ -500,6 +530,7 @@ def load_points(
                 "duration_s": opts.duration_s,
                 "timeout_s": opts.timeout_s,
                 "queue_size": opts.queue_size,
+                **(pool.describe() if pool.kind == "asyncio" else {}),
                 **summarize(
                     done,
                     pipe,
@@ -511,5 +542,8 @@ def load_points(
                 "caveats": list(pipe.caveats),
                 "config": pipe.config,
             }
+            if pool.kind == "asyncio":
+                # a request waiting for its loop is the service's own delay, not the client's
+                fields["generator_lagged"] = False
             emit(new_record("load", fields))
     return emit.records

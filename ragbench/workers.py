@@ -52,10 +52,14 @@ __all__ = [
     "TIMED_OUT",
     "WORKER_ENV",
     "Board",
+    "OpenRun",
     "ProcessWorkers",
     "Result",
     "ThreadWorkers",
+    "admit",
+    "pack_record",
     "process_worker",
+    "unpack_record",
 ]
 
 PENDING, COMPLETED, TIMED_OUT, REJECTED, FAILED = 0, 1, 2, 3, 4
@@ -180,6 +184,25 @@ class OpenRun(NamedTuple):
     first_request: int
 
 
+def admit(board: Board, j: int, run: OpenRun, now_ns: int) -> int:
+    """Whether request ``j``, taken at ``now_ns`` after its arrival, is still to be served.
+
+    :data:`PENDING` when it is; else :data:`REJECTED` (the queue was full when
+    it arrived) or :data:`TIMED_OUT` (it waited longer than the timeout), with
+    its ``left`` and ``outcome`` written on the board.
+    """
+    arrived = int(board.due[j])
+    if board.queue_full(j, run.queue_size, run.timeout_ns):
+        board.left[j] = arrived  # turned away at the door, when it arrived
+        board.outcome[j] = REJECTED
+        return REJECTED
+    if now_ns - arrived > run.timeout_ns:
+        board.left[j] = arrived + run.timeout_ns
+        board.outcome[j] = TIMED_OUT
+        return TIMED_OUT
+    return PENDING
+
+
 def run_open_worker(
     board: Board,
     run: OpenRun,
@@ -195,13 +218,7 @@ def run_open_worker(
         if now < arrived:
             board.idle[j] = 1
             wait_until(arrived, yield_gil=yield_gil)
-        elif board.queue_full(j, run.queue_size, run.timeout_ns):
-            board.left[j] = arrived  # turned away at the door, when it arrived
-            board.outcome[j] = REJECTED
-            continue
-        elif now - arrived > run.timeout_ns:
-            board.left[j] = arrived + run.timeout_ns
-            board.outcome[j] = TIMED_OUT
+        elif admit(board, j, run, now) != PENDING:
             continue
         board.left[j] = perf_counter_ns()
         t0, t1, rec, err = serve_timed(pipe, run.first_request + j)
@@ -319,6 +336,10 @@ def _unpack(packed: tuple[Any, ...] | None) -> RequestRecord | None:
     far_side = FarSide("", tokens, *far) if far is not None else None
     hits = np.frombuffer(ids, dtype=np.int64)
     return RequestRecord(stamps, cpu, far_side, hits, payload, tokens, row)
+
+
+#: A record as plain values for a pipe to another process, and back (the prompt stays behind).
+pack_record, unpack_record = _pack, _unpack
 
 
 def _open_in_process(conn: Any, pipe: Pipeline, lock: Any, job: tuple[Any, ...]) -> None:
