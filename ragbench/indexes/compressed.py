@@ -108,6 +108,12 @@ class _Sampled:
         self._train_rows = int(sample.shape[0])
         return sample
 
+    @property
+    def faiss_index(self) -> Any:
+        """The built faiss object (``None`` before ``build``), for comparisons with faiss's own
+        wrappers such as ``IndexRefineFlat``; searching it directly bypasses ragbench's checks."""
+        return self._index
+
     def code_bytes_per_vector(self) -> int:
         """Bytes of one vector's code (faiss ``code_size``): no ids, links or centroids."""
         if self._index is None:
