@@ -143,7 +143,6 @@ def _sweep_memory(ax: Any, records: Records) -> None:
         (line,) = ax.plot(
             [p["bytes_per_vector"] for p in front],
             [p["recall"] for p in front],
-            marker="o",
             label=name,
         )
         for hollow in (False, True):
@@ -151,8 +150,8 @@ def _sweep_memory(ax: Any, records: Records) -> None:
             ax.scatter(
                 [p["bytes_per_vector"] for p in sel],
                 [p["recall"] for p in sel],
-                s=22,
-                alpha=0.5,
+                s=30,
+                alpha=0.85,
                 facecolors="none" if hollow else line.get_color(),
                 edgecolors=line.get_color(),
             )
