@@ -68,7 +68,9 @@ def test_rescored_recall_and_code_size(built, name, build, query, code, candidat
     index = built[name]
     cand, _ = index.search(QUERIES, candidates, **query)
     reranker = rb.rerankers.create("numba", metric="ip")
-    rescored = np.stack([reranker.rerank(q, c, VECTORS, K)[0] for q, c in zip(QUERIES, cand)])
+    rescored = np.stack(
+        [reranker.rerank(q, c, VECTORS, K)[0] for q, c in zip(QUERIES, cand, strict=True)]
+    )
     before, after = recall(cand[:, :K], TRUTH), recall(rescored, TRUTH)
     assert after >= floor, (name, before, after)
     assert after >= before  # exact scores of the same candidates never rank worse overall
@@ -183,7 +185,9 @@ def test_metrics_rescored(metric) -> None:
         index = rb.indexes.create(name, dim=DIM, metric=metric)
         index.build(x)
         cand, _ = index.search(QUERIES, CANDIDATES)
-        found = np.stack([reranker.rerank(q, c, x, K)[0] for q, c in zip(QUERIES, cand)])
+        found = np.stack(
+            [reranker.rerank(q, c, x, K)[0] for q, c in zip(QUERIES, cand, strict=True)]
+        )
         assert recall(found, truth) >= 0.85, (name, metric)
 
 
