@@ -72,6 +72,10 @@ TUNING = {
 }
 
 
+#: Candidates ``scale`` re-scores for a compressed index while tuning its ef/nprobe.
+SCALE_RESCORE = 100
+
+
 @dataclass
 class SweepData:
     """Vectors, texts and exact neighbours one sweep measures against."""
@@ -419,7 +423,8 @@ def _tuning_axis(index: Any, k: int) -> tuple[str, list[Any]]:
     if "ef" in qp:
         return "ef", TUNING["ef"]
     if "nprobe" in qp:
-        nlist = int(index.build_params.get("nlist", 1024))
+        # the effective nlist (info) when the build parameter is None (automatic)
+        nlist = int(index.build_params.get("nlist") or index.info().get("nlist") or 1024)
         return "nprobe", [v for v in TUNING["nprobe"] if v <= nlist] or [nlist]
     if index.name in ("lsh", "minhash-lsh", "binary-flat"):
         return "rescore", [v for v in TUNING["rescore"] if k <= v <= index.ntotal] or [index.ntotal]
@@ -431,12 +436,19 @@ def tune(
 ) -> tuple[dict[str, Any], int | None, dict[str, Any], bool]:
     """Smallest query parameter reaching ``target`` recall: (params, rescore, point, reached).
 
+    A compressed index (one with ``code_bytes_per_vector``) is measured with
+    its top :data:`SCALE_RESCORE` candidates re-scored exactly.
+
     When no value reaches it, the last (most accurate) value tried is returned with ``reached=False``.
     """
     axis, values = _tuning_axis(index, k)
+    # compressed indexes are meant to be re-scored: a fixed number of candidates
+    fixed = None
+    if hasattr(index, "code_bytes_per_vector"):
+        fixed = max(k, min(SCALE_RESCORE, index.ntotal))
     for j, v in enumerate(values):
         params: dict[str, Any] = {} if axis in ("", "rescore") else {axis: v}
-        rescore = v if axis == "rescore" else None
+        rescore = v if axis == "rescore" else fixed
         point = measure(index, data, k, params, rescore=rescore, reranker=reranker)
         if point["recall"] >= target or j == len(values) - 1:
             return params, rescore, point, point["recall"] >= target

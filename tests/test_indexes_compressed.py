@@ -251,3 +251,20 @@ def test_cli_sweep_on_compressed(tmp_path) -> None:
     assert sq["code_bytes_per_vector"] == 32 and sq["rescore_bytes_per_vector"] == 128
     assert "recall p10" in proc.stdout and "B/vector" in proc.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_scale_tunes_compressed_with_rescoring_and_automatic_nlist() -> None:
+    """``scale`` tunes nprobe of an IVF index built with nlist=None (automatic), and measures
+    a compressed one with its top SCALE_RESCORE candidates re-scored."""
+    import functools
+
+    from ragbench.sweeps import SCALE_RESCORE, scale_points, synthetic_data
+
+    make = functools.partial(synthetic_data, 3000, dim=32, n_queries=20, seed=0, k=K)
+    recs = scale_points([(3000, make)], ["ivf", "ivfpq"], k=K, target=0.9, build={})
+    by = {r["index"]: r for r in recs}
+    assert by["ivf"]["rescore"] is None and "nprobe" in by["ivf"]["query"]
+    assert by["ivfpq"]["rescore"] == SCALE_RESCORE
+    assert by["ivfpq"]["recall"] > by["ivfpq"]["recall_before_rescore"]
+    assert by["ivfpq"]["rescore_bytes_per_vector"] == 32 * 4
+    assert by["ivfpq"]["code_bytes_per_vector"] == 4  # m = 32 // 8, 8 bits
