@@ -128,6 +128,51 @@ def _sweeps(ax: Any, records: Records) -> None:
     ax.legend()
 
 
+def _sweep_memory(ax: Any, records: Records) -> None:
+    """Recall against the index's bytes per vector (log x), each index's frontier as a line.
+
+    The frontier keeps the points no other point of the index beats on both
+    recall (higher) and bytes (fewer). Re-scored points are hollow: they also
+    read ``dim × 4`` bytes per candidate from the float32 vectors (kept on
+    disk or elsewhere), which the x axis does not count.
+    """
+    pts_all = [r for r in records if r.get("bytes_per_vector")]
+    for name, pts in _by(pts_all, "index").items():
+        neg = [{"recall": p["recall"], "fewer": -float(p["bytes_per_vector"])} for p in pts]
+        front = sorted(
+            (p for p, f in zip(pts, pareto(neg, y="fewer"), strict=True) if f),
+            key=lambda r: r["bytes_per_vector"],
+        )
+        (line,) = ax.plot(
+            [p["bytes_per_vector"] for p in front],
+            [p["recall"] for p in front],
+            label=name,
+        )
+        for hollow in (False, True):
+            sel = [p for p in pts if bool(p.get("rescore")) is hollow]
+            ax.scatter(
+                [p["bytes_per_vector"] for p in sel],
+                [p["recall"] for p in sel],
+                s=30,
+                alpha=0.85,
+                facecolors="none" if hollow else line.get_color(),
+                edgecolors=line.get_color(),
+            )
+    r0 = records[0]
+    ax.set_xscale("log")
+    ax.set_xlabel("index bytes per vector (serialized size / n, log)")
+    ax.set_ylabel(f"recall@{r0['k']}")
+    title = f"recall vs memory — {r0['dataset']} n={r0['n']}"
+    if any(p.get("rescore") for p in pts_all):
+        title += "\nhollow: re-scored, also reading dim×4 B per candidate"
+    if not pts_all:
+        title += "\n(no bytes per vector in these records)"
+    ax.set_title(title, fontsize="medium")
+    ax.grid(True, which="both", alpha=0.3)
+    if pts_all:
+        ax.legend()
+
+
 def _scales(ax: Any, records: Records) -> None:
     exps = growth_exponents(records)
     for name, pts in _by(records, "index").items():
@@ -232,7 +277,7 @@ def _load_shares(ax: Any, records: Records) -> None:
 
 PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
     "run": [_runs],
-    "sweep": [_sweeps],
+    "sweep": [_sweeps, _sweep_memory],
     "scale": [_scales],
     "load": [_loads, _load_shares],
 }

@@ -511,8 +511,27 @@ def params_text(rec: Mapping[str, Any], build_keys: Iterable[str] | None = None)
     return " ".join(parts)
 
 
+def _recall_cell(rec: Mapping[str, Any], key: str) -> str:
+    v = rec.get(key)
+    return "—" if v is None or v != v else f"{v:.3f}"
+
+
+def _bytes_cell(rec: Mapping[str, Any]) -> str:
+    """Index bytes per vector, ``+ N`` read by re-scoring (``—`` for records without them)."""
+    own = rec.get("bytes_per_vector")
+    if own is None:
+        return "—"
+    extra = rec.get("rescore_bytes_per_vector") or 0
+    return num(own) + (f" + {extra:,}" if extra else "")
+
+
 def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
-    """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS)."""
+    """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS).
+
+    Recall as mean and 10th percentile over the queries; for re-scored
+    points also before re-scoring (the index's own top k). Bytes per
+    vector: the index's own, ``+`` what re-scoring reads per candidate.
+    """
     flags = pareto(records)
     r0 = records[0]
     # name the build parameters that vary within an index's points; the rest are in the records
@@ -531,6 +550,8 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
         (c, "right")
         for c in (
             "recall",
+            "recall p10",
+            "before rescore",
             "p50 µs",
             "p95 µs",
             "p99 µs",
@@ -538,6 +559,7 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             "QPS batch",
             "build s",
             "memory MB",
+            "B/vector",
         )
     ]
     rows = [
@@ -546,6 +568,8 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             rec["index"],
             params_text(rec, varying[rec["index"]]) or "(defaults)",
             f"{rec['recall']:.4f}",
+            _recall_cell(rec, "recall_p10"),
+            _recall_cell(rec, "recall_before_rescore"),
             with_ci(rec["p50_us"], rec.get("p50_us_ci")),
             num(rec["p95_us"]),
             with_ci(rec["p99_us"], rec.get("p99_us_ci")),
@@ -553,6 +577,7 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             num(rec["qps_batch"]),
             f"{rec['build_s']:.2f}",
             f"{rec['memory_bytes'] / 1e6:.1f}",
+            _bytes_cell(rec),
         ]
         for rec, star in zip(records, flags, strict=True)
     ]
@@ -561,6 +586,11 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
         reps = max(int(r.get("repeats") or 1) for r in records)
         over = f"{reps} passes over the queries, then queries" if reps > 1 else "queries"
         table += f"\np50/p99 ±: 95 % bootstrap intervals over {over}"
+    if any(r.get("bytes_per_vector") is not None for r in records):
+        table += (
+            "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "
+            "graph, centroids) + the float bytes re-scoring reads per candidate"
+        )
     hardware = hardware_note(records)
     return table + ("\n" + hardware if hardware else "")
 
@@ -570,7 +600,8 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
     r0 = records[0]
     title = f"scale — p50 per query at recall@{r0['k']} ≥ {r0['target_recall']}"
     cols = [("index", "left"), ("n", "right"), ("query param used", "left")] + [
-        (c, "right") for c in ("recall", "p50 µs", "p99 µs", "build s", "memory MB")
+        (c, "right")
+        for c in ("recall", "recall p10", "p50 µs", "p99 µs", "build s", "memory MB", "B/vector")
     ]
     rows = []
     for rec in sorted(records, key=lambda r: (r["index"], r["n"])):
@@ -583,10 +614,12 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
                 f"{rec['n']:,}",
                 used,
                 f"{rec['recall']:.4f}",
+                _recall_cell(rec, "recall_p10"),
                 with_ci(rec["p50_us"], rec.get("p50_us_ci")),
                 with_ci(rec["p99_us"], rec.get("p99_us_ci")),
                 f"{rec['build_s']:.2f}",
                 f"{rec['memory_bytes'] / 1e6:.1f}",
+                _bytes_cell(rec),
             ]
         )
     lines = [text_table(title, cols, rows, width=width)]
@@ -608,7 +641,7 @@ def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         row = {
             k: v
             for k, v in r.items()
-            if k not in ("env", "schema", "time", "latency_ns", "repetition")
+            if k not in ("env", "schema", "time", "latency_ns", "repetition", "recall_per_query")
         }
         row["params"] = params_text(r)
         if r["kind"] == "sweep":

@@ -12,7 +12,14 @@ index does not take. Every point is measured the same way:
 
 ``rescore`` is a query parameter every index accepts here: ask the index for
 ``rescore`` candidates and re-score them exactly with the numba reranker, as
-the pipeline's rerank stage would (LSH and MinHash LSH need it).
+the pipeline's rerank stage would (LSH, MinHash LSH and the binary indexes
+need it; the compressed ones of :mod:`ragbench.indexes.compressed` are meant
+for it). Such a point reports recall before re-scoring (the index's own top
+k) beside recall after it, and the bytes re-scoring reads per vector apart
+from the index's own bytes per vector.
+
+Recall is kept per query (``recall_per_query``) with its mean (``recall``)
+and 10th percentile (``recall_p10``): a mean of 0.95 can hide queries at 0.5.
 
 Both drivers split their work into independent units run by an executor
 (:mod:`ragbench.executors`): in this process, in order (the default), or as
@@ -43,10 +50,12 @@ from .validate import positive_int
 
 __all__ = [
     "SweepData",
+    "bytes_fields",
     "check_grid",
     "count_points",
     "index_param_names",
     "measure",
+    "recall_fields",
     "scale_points",
     "scale_unit",
     "sweep_points",
@@ -61,6 +70,10 @@ TUNING = {
     "nprobe": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
     "rescore": [10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000],
 }
+
+
+#: Candidates ``scale`` re-scores for a compressed index while tuning its ef/nprobe.
+SCALE_RESCORE = 100
 
 
 @dataclass
@@ -143,12 +156,13 @@ def check_grid(
 class _Query:
     """One sweep query on its way through the timed steps (search, then optional re-scoring)."""
 
-    __slots__ = ("query", "vector", "ids")
+    __slots__ = ("query", "vector", "ids", "rescored")
 
     def __init__(self, query: Any, vector: np.ndarray) -> None:
         self.query = query
         self.vector = vector
-        self.ids: np.ndarray = np.empty(0, np.int64)
+        self.ids: np.ndarray = np.empty(0, np.int64)  # the index's candidates, its order
+        self.rescored: np.ndarray = self.ids  # the re-scored top k (when re-scoring)
 
 
 def _steps(
@@ -164,7 +178,7 @@ def _steps(
     rerank = reranker.rerank
 
     def rescore_step(q: _Query) -> None:
-        q.ids = rerank(q.vector, q.ids, vectors, k)[0]
+        q.rescored = rerank(q.vector, q.ids, vectors, k)[0]
 
     return [search_step, rescore_step]
 
@@ -195,6 +209,7 @@ def measure(
     nq = len(Q)
     steps = _steps(index, kk, params, k, X, reranker if rescore else None)
     found = np.full((nq, k), -1, dtype=np.int64)
+    before = np.full((nq, k), -1, dtype=np.int64)  # the index's own top k
     stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
     row = [0] * (len(steps) + 1)
     batch_threads = threads.get_threads()
@@ -205,7 +220,9 @@ def measure(
                 q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i])
                 run_stages(steps, q, row)
                 stamps[r * nq + i] = row
-                found[i, : min(k, len(q.ids))] = q.ids[:k]
+                before[i, : min(k, len(q.ids))] = q.ids[:k]
+                final = q.rescored if len(steps) > 1 else q.ids
+                found[i, : min(k, len(final))] = final[:k]
     finally:
         threads.set_threads(batch_threads)
     per_step = np.diff(stamps, axis=1)
@@ -220,7 +237,7 @@ def measure(
     batch_s = (perf_counter_ns() - t0) / 1e9
     recall = recall_at_k(found, data.truth, X, Q, k, data.metric)
     point = {
-        "recall": float(recall.mean()),
+        **recall_fields(recall),
         "p50_us": lat.p50_ns / 1e3,
         "p95_us": lat.p95_ns / 1e3,
         "p99_us": lat.p99_ns / 1e3,
@@ -239,7 +256,23 @@ def measure(
         point["repetition"] = groups.tolist()
     if len(steps) > 1:
         point["rescore_p50_us"] = Stats.from_samples(per_step[:, 1]).p50_ns / 1e3
+        pre = recall_at_k(before, data.truth, X, Q, k, data.metric)
+        point["recall_before_rescore"] = float(pre.mean())
+        point["recall_before_rescore_p10"] = _p10(pre)
     return point
+
+
+def _p10(recall: np.ndarray) -> float:
+    return float(np.percentile(recall, 10)) if recall.size else float("nan")
+
+
+def recall_fields(recall: np.ndarray) -> dict[str, Any]:
+    """``recall`` (mean), ``recall_p10`` and ``recall_per_query`` of per-query recalls ``(nq,)``."""
+    return {
+        "recall": float(recall.mean()) if recall.size else float("nan"),
+        "recall_p10": _p10(recall),
+        "recall_per_query": [round(float(v), 6) for v in recall],
+    }
 
 
 def _grid_axes(
@@ -261,6 +294,22 @@ def _combos(axes: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
     return [
         dict(zip(names, values, strict=True)) for values in itertools.product(*[v for _, v in axes])
     ]
+
+
+def bytes_fields(index: Any, vectors: np.ndarray, rescore: int | None) -> dict[str, Any]:
+    """Bytes per vector: the index's whole (serialized size / n), its code alone, and re-scoring's.
+
+    ``code_bytes_per_vector`` is the compressed backends' code size (``None``
+    for the others); ``rescore_bytes_per_vector`` is what re-scoring reads for
+    each candidate (``dim`` × the vectors' item size: 4 for float32), 0 without it.
+    """
+    code = getattr(index, "code_bytes_per_vector", None)
+    n = max(1, int(index.ntotal))
+    return {
+        "bytes_per_vector": index.memory_bytes() / n,
+        "code_bytes_per_vector": int(code()) if callable(code) else None,
+        "rescore_bytes_per_vector": int(vectors.shape[1]) * vectors.itemsize if rescore else 0,
+    }
 
 
 def _point_fields(data: SweepData, k: int, name: str, index: Any, build_s: float) -> dict[str, Any]:
@@ -311,7 +360,8 @@ def sweep_unit(
         if rescore is not None and reranker is None:
             reranker = _exact_reranker(data)
         point = measure(index, data, k, params, rescore=rescore, reranker=reranker, repeat=repeat)
-        yield new_record("sweep", {**fields, "query": params, "rescore": rescore, **point})
+        sizes = bytes_fields(index, data.vectors, rescore)
+        yield new_record("sweep", {**fields, **sizes, "query": params, "rescore": rescore, **point})
 
 
 def sweep_points(
@@ -373,9 +423,10 @@ def _tuning_axis(index: Any, k: int) -> tuple[str, list[Any]]:
     if "ef" in qp:
         return "ef", TUNING["ef"]
     if "nprobe" in qp:
-        nlist = int(index.build_params.get("nlist", 1024))
+        # the effective nlist (info) when the build parameter is None (automatic)
+        nlist = int(index.build_params.get("nlist") or index.info().get("nlist") or 1024)
         return "nprobe", [v for v in TUNING["nprobe"] if v <= nlist] or [nlist]
-    if index.name in ("lsh", "minhash-lsh"):
+    if index.name in ("lsh", "minhash-lsh", "binary-flat"):
         return "rescore", [v for v in TUNING["rescore"] if k <= v <= index.ntotal] or [index.ntotal]
     return "", [None]
 
@@ -385,12 +436,19 @@ def tune(
 ) -> tuple[dict[str, Any], int | None, dict[str, Any], bool]:
     """Smallest query parameter reaching ``target`` recall: (params, rescore, point, reached).
 
+    A compressed index (one with ``code_bytes_per_vector``) is measured with
+    its top :data:`SCALE_RESCORE` candidates re-scored exactly.
+
     When no value reaches it, the last (most accurate) value tried is returned with ``reached=False``.
     """
     axis, values = _tuning_axis(index, k)
+    # compressed indexes are meant to be re-scored: a fixed number of candidates
+    fixed = None
+    if hasattr(index, "code_bytes_per_vector"):
+        fixed = max(k, min(SCALE_RESCORE, index.ntotal))
     for j, v in enumerate(values):
         params: dict[str, Any] = {} if axis in ("", "rescore") else {axis: v}
-        rescore = v if axis == "rescore" else None
+        rescore = v if axis == "rescore" else fixed
         point = measure(index, data, k, params, rescore=rescore, reranker=reranker)
         if point["recall"] >= target or j == len(values) - 1:
             return params, rescore, point, point["recall"] >= target
@@ -419,7 +477,11 @@ def scale_unit(
     for name in index_names:
         index, build_s = _built(name, data, build.get(name, {}))
         params, rescore, point, reached = tune(index, data, k, target, reranker)
-        fields = {**_point_fields(data, k, name, index, build_s), "n": n}
+        fields = {
+            **_point_fields(data, k, name, index, build_s),
+            "n": n,
+            **bytes_fields(index, data.vectors, rescore),
+        }
         del index
         yield new_record(
             "scale",

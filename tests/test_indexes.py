@@ -25,6 +25,9 @@ from ragbench.indexes.persist import read_index_file, write_index_file
 
 N, DIM, NQ = 2000, 32, 50
 TEXT_BACKENDS = {"minhash-lsh"}
+# ragbench.indexes.compressed (binary codes: ip and cosine only, like lsh)
+COMPRESSED = ["ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "hnsw-fp16", "binary-flat", "binary-hnsw"]
+NO_L2 = {"lsh", "binary-flat", "binary-hnsw"}
 
 
 def clustered(n: int, dim: int, seed: int, n_clusters: int = 40) -> np.ndarray:
@@ -237,7 +240,7 @@ def test_slow_path_inputs_match_fast_path(built, name) -> None:
     assert zero_ids.shape == (1, 3)
 
 
-@pytest.mark.parametrize("name", ["flat", "hnsw", "faiss-hnsw", "ivf", "lsh"])
+@pytest.mark.parametrize("name", ["flat", "hnsw", "faiss-hnsw", "ivf", "lsh", *COMPRESSED])
 def test_unsupported_metric_and_dim(name) -> None:
     with pytest.raises(ConfigError, match="use one of: ip, cosine"):
         rb.indexes.create(name, dim=DIM, metric="manhattan")
@@ -277,14 +280,14 @@ def test_minhash_is_created_like_a_vector_index(tmp_path) -> None:
     np.testing.assert_array_equal(scores, loaded_scores)
 
 
-@pytest.mark.parametrize("name", ["flat", "hnsw", "faiss-hnsw", "ivf"])
+@pytest.mark.parametrize("name", ["flat", "hnsw", "faiss-hnsw", "ivf", *COMPRESSED])
 def test_cosine_zero_rows_rejected(name) -> None:
-    index = rb.indexes.create(name, dim=DIM, metric="cosine")
-    corpus = VECTORS[:200].copy()
+    index = rb.indexes.create(name, dim=DIM, metric="cosine")  # 300: ivfpq trains 256 codes
+    corpus = VECTORS[:300].copy()
     corpus[3] = 0
     with pytest.raises(InputError, match="row 3 has zero norm"):
         index.build(corpus)
-    index.build(VECTORS[:200])
+    index.build(VECTORS[:300])
     q = QUERIES[:3].copy()
     q[2] = 0
     with pytest.raises(InputError, match="row 2 has zero norm"):
@@ -386,10 +389,12 @@ def test_single_query_fast_path_matches_batch_and_exact_scores(built, name) -> N
             assert np.allclose(scores[0], VECTORS[ids[0]] @ QUERIES[row], atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["hnsw", "faiss-hnsw", "ivf"])
+@pytest.mark.parametrize(
+    "name", ["hnsw", "faiss-hnsw", "ivf", "ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "binary-hnsw"]
+)
 def test_query_param_cache_keeps_validating(built, name) -> None:
     index = built[name]
-    param = "nprobe" if name == "ivf" else "ef"
+    param = "nprobe" if "nprobe" in index.query_params else "ef"
     q = QUERIES[:1].copy()
     good, _ = index.search(q, 5, **{param: 40})
     assert (good >= 0).all()
@@ -660,9 +665,9 @@ def test_batch_is_finite() -> None:
     ("name", "metric"),
     [
         (name, metric)
-        for name in ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh")
+        for name in ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh", *COMPRESSED)
         for metric in ("ip", "cosine", "l2")
-        if (name, metric) != ("lsh", "l2")  # lsh has no l2 (its own test)
+        if not (name in NO_L2 and metric == "l2")  # no l2 (their own tests)
     ],
 )
 def test_single_query_non_finite(name: str, metric: str) -> None:

@@ -70,6 +70,14 @@ registry: Registry[Index] = Registry(
         "ivf": "ragbench.indexes.faiss_indexes:IvfIndex",
         "lsh": "ragbench.indexes.faiss_indexes:LshIndex",
         "minhash-lsh": "ragbench.indexes.minhash:MinHashLshIndex",
+        # compressed codes, for search + exact re-scoring (ragbench.indexes.compressed)
+        "ivfpq": "ragbench.indexes.compressed:IvfPqIndex",
+        "ivfpq-fs": "ragbench.indexes.compressed:IvfPqFastScanIndex",
+        "ivf-sq8": "ragbench.indexes.compressed:IvfSq8Index",
+        "hnsw-sq": "ragbench.indexes.compressed:HnswSqIndex",
+        "hnsw-fp16": "ragbench.indexes.compressed:HnswFp16Index",
+        "binary-flat": "ragbench.indexes.compressed:BinaryFlatIndex",
+        "binary-hnsw": "ragbench.indexes.compressed:BinaryHnswIndex",
     },
 )
 create = registry.create
