@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from .config import FILTER_KEYS, check_filter_table
 from .errors import ConfigError, DatasetError
 
 __all__ = [
@@ -71,8 +72,6 @@ YEARS = (1970, 2025)
 YEAR_GROWTH = 0.12  # P(year) ~ exp(YEAR_GROWTH * year)
 _RANGE_NAMES = {"year", "date", "time", "timestamp", "price", "size"}
 _NEIGHBOURHOOD = 100  # neighbours whose values a correlated filter draws from
-#: Keys of a ``[retrieve] filter`` table.
-FILTER_KEYS = {"attribute", "selectivity", "correlated", "kind", "seed", "from"}
 
 
 # --------------------------------------------------------------------------- attributes
@@ -187,37 +186,6 @@ class QueryFilters:
         return QueryFilters(
             self.masks[:nq], self.specs[:nq], self.selectivity[:nq], dict(self.requested)
         )
-
-
-def check_filter_table(owner: str, table: Any) -> dict[str, Any]:
-    """A ``[retrieve] filter`` table checked and with defaults filled; ConfigError when bad."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{owner} filter must be a table, got {table!r}")
-    bad = sorted(set(table) - FILTER_KEYS)
-    if bad:
-        raise ConfigError(
-            f"unknown key {bad[0]!r} in {owner} filter; valid keys: {', '.join(sorted(FILTER_KEYS))}"
-        )
-    out = dict(table)
-    if out.get("from") is not None:
-        if out["from"] != "queries":
-            raise ConfigError(f"{owner} filter from must be 'queries', got {out['from']!r}")
-        return {"from": "queries"}
-    sel = out.get("selectivity")
-    if isinstance(sel, bool) or not isinstance(sel, (int, float)) or not 0 < sel <= 1:
-        raise ConfigError(f"{owner} filter selectivity must be a number in (0, 1], got {sel!r}")
-    out["selectivity"] = float(sel)
-    if not isinstance(out.setdefault("correlated", False), bool):
-        raise ConfigError(f"{owner} filter correlated must be true or false")
-    attr = out.setdefault("attribute", None)
-    if attr is not None and not isinstance(attr, str):
-        raise ConfigError(f"{owner} filter attribute must be a string, got {attr!r}")
-    if out.setdefault("kind", None) not in (None, "values", "range"):
-        raise ConfigError(f"{owner} filter kind must be 'values' or 'range', got {out['kind']!r}")
-    seed = out.setdefault("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"{owner} filter seed must be an integer >= 0, got {seed!r}")
-    return out
 
 
 def _column(attributes: Mapping[str, np.ndarray], name: str | None) -> tuple[str, np.ndarray]:

@@ -253,6 +253,13 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     ]
     if rec.get("wire_bytes_p50"):
         extra.append(f"on the wire {num(rec['wire_bytes_p50'])} B p50")
+    filt = (rec.get("info") or {}).get("filter")
+    if filt:
+        extra[0] = (
+            f"recall@{rec['k']} mean {num(rec['recall_at_k'])}, p10 {num(rec.get('recall_p10'))} "
+            f"(vs exact filtered search)"
+        )
+        extra.append(filter_note(filt))
     if rec.get("cache_hit_rate") is not None:
         extra.append(f"cache hit rate {100 * rec['cache_hit_rate']:.1f}%")
     lines.append("  ".join(extra))
@@ -267,6 +274,21 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     if rec.get("error"):
         lines.append(f"STOPPED EARLY: {rec['error']}")
     return "\n".join(lines)
+
+
+def filter_note(filt: Mapping[str, Any]) -> str:
+    """One line on a run's filter: what was asked, the selectivity reached, the strategy."""
+    if filt.get("from") == "queries":
+        asked = "filters from the queries file"
+    else:
+        corr = "correlated" if filt.get("correlated") else "random"
+        asked = (
+            f"filter on {filt.get('attribute')} at selectivity {filt.get('selectivity')} ({corr})"
+        )
+    return (
+        f"{asked}: achieved mean {filt['achieved_mean']:.4g} "
+        f"[{filt['achieved_min']:.4g}–{filt['achieved_max']:.4g}], strategy {filt.get('strategy')}"
+    )
 
 
 def compare_table(
@@ -297,9 +319,11 @@ def compare_table(
         f"side by side, {how}, {stat} µs per stage — {records[0]['dataset'].get('name', '?')}{sim}"
     )
     wire = any(r.get("wire_bytes_p50") for r in records)
+    filters = [(r.get("info") or {}).get("filter") for r in records]
+    recall_cols = ("recall@k", "recall p10") if any(filters) else ("recall@k",)
     cols = [("run", "left")]
     cols += [(_generate_label(records, True) if n == "generate" else n, "right") for n in names]
-    cols += [(c, "right") for c in ("total p50", "total p99", "× best", "recall@k", "bytes")]
+    cols += [(c, "right") for c in ("total p50", "total p99", "× best", *recall_cols, "bytes")]
     cols += [("wire B", "right")] if wire else []
     live = [r for r in records if r["requests"]]
     best = min(live, key=lambda r: r["total"]["p50_us"]) if live else None
@@ -308,10 +332,15 @@ def compare_table(
         cells = [_stage_cell(r, n, stat) if n in r["summary"] else "—" for n in names]
         row = [r["label"] + (" [stopped early]" if r.get("error") else ""), *cells]
         row += _stat_cells(r["total"], ("p50", "p99"))
-        row += [_ratio_cell(r, best), f"{r['recall_at_k']:.3f}", num(r.get("payload_bytes_p50"))]
+        row += [_ratio_cell(r, best), f"{r['recall_at_k']:.3f}"]
+        row += [num(r.get("recall_p10"))] if any(filters) else []
+        row += [num(r.get("payload_bytes_p50"))]
         row += [num(r.get("wire_bytes_p50"))] if wire else []
         rows.append(row)
     table = text_table(title, cols, rows, width=width)
+    notes = sorted({filter_note(f) for f in filters if f})
+    if notes:
+        table += "\n" + "\n".join(notes)
     what = {str(r["intervals"]) for r in records if r.get("intervals")}
     if what:
         table += f"\n±: {'; '.join(sorted(what))}; × best: total p50 ratio to the fastest run, [95 % interval]"
