@@ -8,6 +8,12 @@ texts when ``input_kind == "texts"``); ``search(queries, k, **query_params)``
 returns ``(ids int64 (nq, k), scores float32 (nq, k))`` padded with ``-1``.
 Scores are similarities (higher is better) for ``ip``/``cosine`` and
 negated squared distances for ``l2``, so every backend sorts the same way.
+
+Dense indexes also take ``search(queries, k, filter=mask_or_ids,
+strategy=...)`` (an allow-list; see :mod:`ragbench.indexes._writable`), and
+every index ``add(data, ids=None)`` and, where the library can remove rows,
+``delete(ids)`` (see :mod:`ragbench.indexes._live` for ids; each backend's
+docstring for thread-safety).
 """
 
 from __future__ import annotations
