@@ -710,8 +710,15 @@ class Pipeline:
         r = self.config["retrieve"]
         if self._filters is None:
             return RetrieveStage(index, k_cand, r["search"])
+        strategy = r["filter_strategy"]
+        can = tuple(getattr(index, "filter_strategies", ()))
+        if not can or (strategy not in (None, "auto") and strategy not in can):
+            raise ConfigError(
+                f"[retrieve] index {index.name!r} has no filter strategy {strategy or 'at all'}; "
+                f"it has: {', '.join(can) or 'none (filtered search is for dense indexes)'}"
+            )
         masks = self._filters.masks
-        return FilteredRetrieveStage(index, k_cand, r["search"], masks, r["filter_strategy"])
+        return FilteredRetrieveStage(index, k_cand, r["search"], masks, strategy)
 
     def _query_filters(self, ds: Dataset, emb: Embedding, metric: str) -> QueryFilters | None:
         """The filter of every query when ``[retrieve] filter`` asks for them (timed as set-up)."""

@@ -473,8 +473,12 @@ def params_text(rec: Mapping[str, Any], build_keys: Iterable[str] | None = None)
 
 def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
     """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS)."""
-    flags = pareto(records)
+    filtered = [r for r in records if r.get("strategy") is not None]
+    records = [r for r in records if r.get("strategy") is None]
+    if not records:
+        return filtered_sweep_table(filtered, width=width)
     r0 = records[0]
+    flags = pareto(records)
     # name the build parameters that vary within an index's points; the rest are in the records
     varying: dict[str, set[str]] = {}
     for name in {r["index"] for r in records}:
@@ -515,12 +519,70 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
         for rec, star in zip(records, flags, strict=True)
     ]
     table = text_table(title, cols, rows, width=width)
+    if filtered:
+        table += "\n" + filtered_sweep_table(filtered, varying, width=width)
     if any(r.get("p50_us_ci") for r in records):
         reps = max(int(r.get("repeats") or 1) for r in records)
         over = f"{reps} passes over the queries, then queries" if reps > 1 else "queries"
         table += f"\np50/p99 ±: 95 % bootstrap intervals over {over}"
     hardware = hardware_note(records)
     return table + ("\n" + hardware if hardware else "")
+
+
+def filtered_sweep_table(
+    records: Sequence[Mapping[str, Any]],
+    varying: Mapping[str, set[str]] | None = None,
+    *,
+    width: int = 400,
+) -> str:
+    """Filtered sweep points: recall (mean, p10) and p50 per strategy and selectivity, cliffs marked."""
+    r0 = records[0]
+    f0 = r0.get("filter") or {}
+    corr = "correlated" if f0.get("correlated") else "random"
+    title = (
+        f"filtered sweep — {r0['dataset']} n={r0['n']} k={r0['k']}; filter on "
+        f"{f0.get('attribute')} ({corr}); ◀ = filter cliff (recall under target or p50 > 3×)"
+    )
+    cols = [("index", "left"), ("params", "left"), ("strategy", "left")] + [
+        (c, "right")
+        for c in ("selectivity", "achieved", "recall", "recall p10", "p50 µs", "p99 µs", "cliff")
+    ]
+    ordered = sorted(
+        records,
+        key=lambda r: (
+            r["index"],
+            params_text(r, set()),
+            str(r["strategy"]),
+            -float(r["selectivity"]),
+        ),
+    )
+    rows = []
+    cliffs: dict[str, str] = {}
+    for rec in ordered:
+        cliff = rec.get("filter_cliff") or {}
+        here = cliff.get("selectivity") is not None and cliff["selectivity"] == rec["selectivity"]
+        params = params_text(rec, (varying or {}).get(rec["index"], set())) or "(defaults)"
+        rows.append(
+            [
+                rec["index"],
+                params,
+                str(rec["strategy"]),
+                f"{rec['selectivity']:g}",
+                f"{(rec.get('filter') or {}).get('achieved_mean', float('nan')):.4g}",
+                f"{rec['recall']:.4f}",
+                f"{rec.get('recall_p10', float('nan')):.3f}",
+                with_ci(rec["p50_us"], rec.get("p50_us_ci")),
+                num(rec["p99_us"]),
+                f"◀ {cliff.get('reason', '')}" if here else "",
+            ]
+        )
+        line = f"{rec['index']} {params} {rec['strategy']}"
+        if cliff.get("selectivity") is None:
+            cliffs[line] = "no cliff down to the smallest selectivity measured"
+        else:
+            cliffs[line] = f"cliff at selectivity {cliff['selectivity']:g} ({cliff['reason']})"
+    table = text_table(title, cols, rows, width=width)
+    return table + "\n" + "\n".join(f"filter cliff: {k}: {v}" for k, v in cliffs.items())
 
 
 def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
