@@ -100,8 +100,44 @@ def _by(records: Records, key: str) -> dict[str, list[Mapping[str, Any]]]:
     return out
 
 
+def _filter_lines(ax: Any, records: Records, key: str, label: str) -> None:
+    """``key`` against requested selectivity (log x), one line per (index, params, strategy)."""
+    lines: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        if r.get("strategy") is not None:
+            query = ",".join(f"{k}={v}" for k, v in sorted((r.get("query") or {}).items()))
+            lines.setdefault(f"{r['index']} {query} {r['strategy']}".replace("  ", " "), []).append(
+                r
+            )
+    for name, pts in lines.items():
+        pts = sorted(pts, key=lambda p: p["selectivity"])
+        (line,) = ax.plot([p["selectivity"] for p in pts], [p[key] for p in pts], marker="o")
+        line.set_label(name)
+        cliff = (pts[0].get("filter_cliff") or {}).get("selectivity")
+        for p in pts:
+            if cliff is not None and p["selectivity"] == cliff:
+                ax.plot([cliff], [p[key]], marker="x", markersize=12, color=line.get_color())
+    r0 = records[0]
+    ax.set_xscale("log")
+    ax.set_xlabel("filter selectivity (fraction of the corpus allowed, log); x = filter cliff")
+    ax.set_ylabel(label)
+    ax.set_title(f"{label} vs selectivity — {r0['dataset']} n={r0['n']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def _filter_recall(ax: Any, records: Records) -> None:
+    _filter_lines(ax, records, "recall", f"recall@{records[0]['k']} (mean)")
+
+
+def _filter_p50(ax: Any, records: Records) -> None:
+    _filter_lines(ax, records, "p50_us", "p50 µs per query")
+    ax.set_yscale("log")
+
+
 def _sweeps(ax: Any, records: Records) -> None:
     """Every point faintly, each index's own Pareto frontier as a line (like ann-benchmarks)."""
+    records = [r for r in records if r.get("strategy") is None] or list(records)
     for name, pts in _by(records, "index").items():
         sc = ax.scatter(
             [p["recall"] for p in pts], [p["qps_single"] for p in pts], s=12, alpha=0.35
@@ -219,7 +255,7 @@ def _load_shares(ax: Any, records: Records) -> None:
 
 PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
     "run": [_runs],
-    "sweep": [_sweeps],
+    "sweep": [_sweeps, _filter_recall, _filter_p50],
     "scale": [_scales],
     "load": [_loads, _load_shares],
 }
@@ -239,7 +275,14 @@ def figure(records: Records) -> Any:
     a model's embed is ~97 % of a pydocs request), the runs get a second panel
     without it, so the differences between the varied stages can be seen.
     """
-    panels = [(k, draw) for k in PANELS if records_of(records, k) for draw in PANELS[k]]
+    filtered = any(r.get("strategy") is not None for r in records_of(records, "sweep"))
+    panels = [
+        (k, draw)
+        for k in PANELS
+        if records_of(records, k)
+        for draw in PANELS[k]
+        if filtered or draw not in (_filter_recall, _filter_p50)
+    ]
     runs = [r for r in records_of(records, "run") if r.get("requests")]
     dominant = dominant_stage(runs) if runs else None
     if dominant is not None:
