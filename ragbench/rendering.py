@@ -52,6 +52,7 @@ SETUP_LABELS = {
     "query_vectors": "query vectors",
     "index_build": "index build",
     "exact_neighbors": "exact neighbours",
+    "query_filters": "query filters",
     "jit_compile": "JIT compile",
     "transport_start": "transport start",
     "generator_start": "LLM start",
