@@ -726,9 +726,10 @@ class Pipeline:
         if table is None:
             return None
         embedder = None if emb.name == "precomputed" else emb.embedder
-        return self.setup_times.time(
+        filters: QueryFilters = self.setup_times.time(
             "query_filters", ds.query_filters, table, embedder=embedder, metric=metric
         )
+        return filters
 
     def _exact_neighbors(
         self, ds: Dataset, emb: Embedding, metric: str, shared: SharedParts

@@ -113,12 +113,12 @@ def read_runbook(path: str | Path) -> list[Step]:
         bad = sorted(set(st) - {"insert", "delete", "search", "checkpoint"})
         if bad:
             raise ConfigError(f"runbook {path}: step {i}: unknown key {bad[0]!r}")
-        counts = [st.get(key, 0) for key in ("insert", "delete", "search")]
-        if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts):
+        ins, dels, srch = (st.get(key, 0) for key in ("insert", "delete", "search"))
+        if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in (ins, dels, srch)):
             raise ConfigError(f"runbook {path}: step {i}: counts must be integers >= 0")
         if not isinstance(st.get("checkpoint", False), bool):
             raise ConfigError(f"runbook {path}: step {i}: checkpoint must be true or false")
-        out.append(Step(*counts, checkpoint=bool(st.get("checkpoint", False))))
+        out.append(Step(ins, dels, srch, bool(st.get("checkpoint", False))))
     return out
 
 
@@ -235,13 +235,14 @@ class _Stream:
                 if not self.live[target]:
                     target = -1
             j = int(self.rng.integers(len(self.Q)))
-            noise = self.rng.standard_normal(self.V.shape[1]).astype(np.float32)
+            noise = self.rng.standard_normal(self.V.shape[1], dtype=np.float32)
         if target < 0:
             return self.Q[j : j + 1], -1
         v = self.V[target]
-        q = v + noise * np.float32(self.o.noise * float(np.linalg.norm(v)) / np.sqrt(len(v)))
+        scale = np.float32(self.o.noise * float(np.linalg.norm(v)) / np.sqrt(len(v)))
+        q = np.asarray(v + noise * scale, dtype=np.float32)
         q /= np.linalg.norm(q)
-        return q[None, :].astype(np.float32), target
+        return q[None, :], target
 
     def search_one(self, q: np.ndarray, target: int) -> None:
         ops = self.ops["search"]

@@ -255,32 +255,15 @@ def measure(
     if case is not None and strategy is not None:
         params = {**params, "strategy": strategy}
     steps = _steps(index, kk, params, k, X, reranker if rescore else None, masks is not None)
-    found = np.full((nq, k), -1, dtype=np.int64)
-    stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
-    row = [0] * (len(steps) + 1)
     batch_threads = threads.get_threads()
-    threads.set_threads(1)
-    try:
-        for r in range(positive_int("sweep", "repeat", repeat)):
-            for i in range(nq):
-                allowed = None if masks is None else masks[i]
-                q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed)
-                run_stages(steps, q, row)
-                stamps[r * nq + i] = row
-                found[i, : min(k, len(q.ids))] = q.ids[:k]
-    finally:
-        threads.set_threads(batch_threads)
+    found, stamps = _time_queries(steps, data, masks, k, repeat, texts)
     per_step = np.diff(stamps, axis=1)
     totals = per_step.sum(axis=1)
     lat = Stats.from_samples(totals)
     groups = np.repeat(np.arange(repeat), nq) if repeat > 1 else None
     cis = {s: intervals.bootstrap(totals, s, groups=groups) for s in ("p50", "p99")}
     batch_s = _batch_seconds(index, data, kk, params, masks, reranker if rescore else None, k)
-    violations = 0
-    if masks is not None:
-        outside = (found >= 0) & ~np.take_along_axis(masks, np.maximum(found, 0), axis=1)
-        violations = int(outside.sum())
-        found[outside] = -1
+    violations = _drop_outside(found, masks)
     truth = data.truth if case is None else case.truth
     recall = recall_at_k(found, truth, X, Q, k, data.metric)
     point = {
@@ -302,17 +285,51 @@ def measure(
         "repeats": repeat,
     }
     if case is not None:
-        point.update(
-            strategy=strategy or "auto",
-            selectivity=case.selectivity,
-            filter=case.filters.summary(),
-            filter_violations=violations,
-        )
+        point.update(strategy=strategy or "auto", selectivity=case.selectivity)
+        point.update(filter=case.filters.summary(), filter_violations=violations)
     if groups is not None:
         point["repetition"] = groups.tolist()
     if len(steps) > 1:
         point["rescore_p50_us"] = Stats.from_samples(per_step[:, 1]).p50_ns / 1e3
     return point
+
+
+def _time_queries(
+    steps: list[Callable[[_Query], None]],
+    data: SweepData,
+    masks: np.ndarray | None,
+    k: int,
+    repeat: int,
+    texts: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each query once per repeat through ``steps`` on one thread: (found ids, stamps)."""
+    Q = data.queries
+    nq = len(Q)
+    found = np.full((nq, k), -1, dtype=np.int64)
+    stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
+    row = [0] * (len(steps) + 1)
+    batch_threads = threads.get_threads()
+    threads.set_threads(1)
+    try:
+        for r in range(positive_int("sweep", "repeat", repeat)):
+            for i in range(nq):
+                allowed = None if masks is None else masks[i]
+                q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed)
+                run_stages(steps, q, row)
+                stamps[r * nq + i] = row
+                found[i, : min(k, len(q.ids))] = q.ids[:k]
+    finally:
+        threads.set_threads(batch_threads)
+    return found, stamps
+
+
+def _drop_outside(found: np.ndarray, masks: np.ndarray | None) -> int:
+    """In place: ``-1`` for found ids outside each query's filter; how many there were."""
+    if masks is None:
+        return 0
+    outside = (found >= 0) & ~np.take_along_axis(masks, np.maximum(found, 0), axis=1)
+    found[outside] = -1
+    return int(outside.sum())
 
 
 def _batch_seconds(

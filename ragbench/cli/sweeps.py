@@ -164,25 +164,16 @@ def sweep(
     with executor_from(executor, ray_address) as ex:
         size = parse_count(n, "--n") if n else None
         ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
+        options: dict[str, Any] = {"embedder": embed, "re_embed": bool(re_embed)}
+        options["filter_table"] = filter_table
         data = SweepData.from_dataset(
-            ds,
-            k=k,
-            n_queries=queries,
-            embedder=embed,
-            re_embed=bool(re_embed),
-            filter_selectivities=sels,
-            filter_table=filter_table,
+            ds, k=k, n_queries=queries, filter_selectivities=sels, **options
         )
         dim_ = int(data.vectors.shape[1])
         try:
+            grids = (build_grid, query_grid)
             total = count_points(
-                names,
-                dim_,
-                data.metric,
-                build_grid,
-                query_grid,
-                selectivities=len(sels),
-                strategies=strategies,
+                names, dim_, data.metric, *grids, selectivities=len(sels), strategies=strategies
             )
             with progress(total, "sweep points") as advance:
                 sweep_points(
