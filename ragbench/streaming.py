@@ -48,10 +48,11 @@ import numpy as np
 from . import indexes
 from .datasets import brute_force_neighbors
 from .errors import ConfigError
+from .indexes._writable import DELETE_BACKENDS
 from .metrics import recall_at_k
 from .records import new_record
 
-__all__ = ["Step", "StreamOptions", "read_runbook", "run_stream"]
+__all__ = ["LiveStream", "Step", "StreamOptions", "read_runbook", "run_stream"]
 
 _TICK_S = 0.02
 
@@ -154,8 +155,15 @@ class _Ops:
         return out
 
 
-class _Stream:
-    """The live state: which ids are in the index, when they came and went, what searches saw."""
+class LiveStream:
+    """The live state: which ids are in the index, when they came and went, what searches saw.
+
+    ``V``: float32 ``(n, d)``, the corpus in a seeded random order; id ``i``
+    is row ``V[i]``, the first ``m0`` built, the rest inserted in order.
+    ``live``: bool ``(n,)``; ``inserted_ns``/``deleted_ns``: int64 ``(n,)``
+    ``perf_counter_ns`` when the insert/delete completed (0: never);
+    ``index``: the index under test (set by :func:`run_stream`).
+    """
 
     def __init__(self, vectors: np.ndarray, queries: np.ndarray, metric: str, o: StreamOptions):
         self.o = o
@@ -310,7 +318,7 @@ class _Stream:
 class _Searchers:
     """Searcher threads fed by an open-loop schedule (a query due every ``1 / qps`` s)."""
 
-    def __init__(self, st: _Stream) -> None:
+    def __init__(self, st: LiveStream) -> None:
         self.st = st
         self.due: list[tuple[np.ndarray, int]] = []
         self.cond = threading.Condition()
@@ -366,7 +374,9 @@ def _paced(rate: float, start: float, now: float, done: int) -> int:
     return max(0, int(rate * (now - start)) - done)
 
 
-def _timed_run(st: _Stream, searchers: _Searchers, emit: Callable[[dict[str, Any]], None]) -> None:
+def _timed_run(
+    st: LiveStream, searchers: _Searchers, emit: Callable[[dict[str, Any]], None]
+) -> None:
     o = st.o
     start = time.perf_counter()
     bounds = [start + o.duration * (c + 1) / o.checkpoints for c in range(o.checkpoints)]
@@ -394,7 +404,7 @@ def _timed_run(st: _Stream, searchers: _Searchers, emit: Callable[[dict[str, Any
 
 
 def _runbook_run(
-    st: _Stream,
+    st: LiveStream,
     searchers: _Searchers,
     steps: Sequence[Step],
     emit: Callable[[dict[str, Any]], None],
@@ -427,13 +437,23 @@ def run_stream(
     runbook: Sequence[Step] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     dataset: str = "",
+    stream: LiveStream | None = None,
 ) -> list[dict[str, Any]]:
     """Run the streaming workload; one ``stream`` record per checkpoint (see the module docstring).
 
     ``vectors`` float32 ``(n, d)`` corpus, ``queries`` float32 ``(nq, d)``.
+    ``stream``: a :class:`LiveStream` made from the same arguments, to read
+    the live state and the index afterwards. An index that cannot delete
+    (faiss-hnsw) raises :class:`ConfigError` when the workload deletes.
     """
     options.check()
-    st = _Stream(vectors, queries, metric, options)
+    st = stream if stream is not None else LiveStream(vectors, queries, metric, options)
+    deletes = options.delete_rate > 0 if runbook is None else any(s.delete for s in runbook)
+    if deletes and options.index not in DELETE_BACKENDS:
+        raise ConfigError(
+            f"index {options.index!r} cannot delete; use one of {', '.join(DELETE_BACKENDS)} "
+            "or --delete-rate 0"
+        )
     index = indexes.create(options.index, dim=int(vectors.shape[1]), metric=metric, **options.build)
     t0 = time.perf_counter()
     index.build(st.V[: st.m0])
