@@ -135,6 +135,27 @@ def _filter_p50(ax: Any, records: Records) -> None:
     ax.set_yscale("log")
 
 
+def _streams(ax: Any, records: Records) -> None:
+    """Recall (left axis) and search p50 (right axis) at each checkpoint of a stream run."""
+    for name, pts in _by(records, "index").items():
+        pts = sorted(pts, key=lambda p: p["elapsed_s"])
+        t = [p["elapsed_s"] for p in pts]
+        ax.plot(t, [p["recall"] for p in pts], marker="o", label=f"{name} recall")
+    right = ax.twinx()
+    for name, pts in _by(records, "index").items():
+        pts = sorted(pts, key=lambda p: p["elapsed_s"])
+        t = [p["elapsed_s"] for p in pts]
+        right.plot(t, [p["search"]["p50_us"] for p in pts], ls="--", label=f"{name} search p50")
+    r0 = records[0]
+    ax.set_xlabel("seconds into the stream (checkpoints)")
+    ax.set_ylabel(f"recall@{r0['k']} over the live rows")
+    right.set_ylabel("search p50 µs")
+    ax.set_title(f"stream — {r0['dataset']} n={r0['n']}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left")
+    right.legend(loc="lower right")
+
+
 def _sweeps(ax: Any, records: Records) -> None:
     """Every point faintly, each index's own Pareto frontier as a line (like ann-benchmarks)."""
     records = [r for r in records if r.get("strategy") is None] or list(records)
@@ -258,6 +279,7 @@ PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
     "sweep": [_sweeps, _filter_recall, _filter_p50],
     "scale": [_scales],
     "load": [_loads, _load_shares],
+    "stream": [_streams],
 }
 
 
@@ -289,7 +311,7 @@ def figure(records: Records) -> Any:
         at = [k for k, _ in panels].index("run") + 1
         panels.insert(at, ("run", _without_dominant(dominant)))
     if not panels:
-        raise ConfigError("nothing to plot: no run, sweep, scale or load records")
+        raise ConfigError("nothing to plot: no run, sweep, scale, load or stream records")
     plt = pyplot()
     rows = max(len(records_of(records, "run")), len(records_of(records, "load")))
     height = max(5.0, 2.2 + 0.4 * rows)

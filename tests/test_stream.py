@@ -143,6 +143,7 @@ def test_stream_cli_runbook(tmp_path: Path) -> None:
             sys.executable, "-m", "ragbench", "stream",
             "--n", "2000", "--dim", "32", "--index", "hnsw", "--queries", "30",
             "--runbook", str(book), "--qps", "0", "--out", str(out),
+            "--plot", str(tmp_path / "stream.png"),
         ],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )  # fmt: skip
@@ -150,6 +151,7 @@ def test_stream_cli_runbook(tmp_path: Path) -> None:
     recs = read_records(out)
     assert [r["kind"] for r in recs] == ["stream"] * 3
     assert "stream — synthetic" in res.stdout and "deleted returned" in res.stdout
+    assert (tmp_path / "stream.png").stat().st_size > 0
     bad = subprocess.run(
         [sys.executable, "-m", "ragbench", "stream", "--n", "500", "--initial", "0"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,

@@ -15,6 +15,7 @@ from .options import (
     out_option,
     parse_count,
     parse_value,
+    plot_option,
     queries_option,
 )
 
@@ -71,6 +72,7 @@ def _pairs(values: Sequence[str], option: str) -> dict[str, object]:
     help="TOML list of [[step]] insert/delete/search/checkpoint to replay instead of the clock.",
 )
 @out_option("Append one JSON record per checkpoint.")
+@plot_option("Write recall and search p50 at each checkpoint as PNG.")
 def stream(
     dataset: str,
     n: str | None,
@@ -92,6 +94,7 @@ def stream(
     search_threads: int,
     runbook: str | None,
     out: str | None,
+    plot: str | None,
 ) -> None:
     """Streaming inserts and deletes (big-ann style): recall, latency and freshness per checkpoint."""
     from .. import datasets, indexes
@@ -128,3 +131,8 @@ def stream(
 
     run_stream(X, Q[:queries], ds.metric, options, runbook=steps, on_record=show, dataset=ds.name)
     echo(render(writer.records))
+    if plot:
+        from ..plots import plot_records
+
+        plot_records(writer.records, plot)
+        echo(f"wrote {plot}")
