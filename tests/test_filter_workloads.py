@@ -305,3 +305,20 @@ def test_run_cli_takes_the_filter_by_set(tmp_path: Path) -> None:
     assert "p10 1.00 (vs exact filtered search)" in res.stdout
     assert "filter on year at selectivity 0.05 (random): achieved mean" in res.stdout
     assert "strategy pre" in res.stdout
+
+
+def test_compare_cli_varies_selectivity_and_strategy(tmp_path: Path) -> None:
+    out = tmp_path / "compare.jsonl"
+    res = _cli(
+        "compare", "--dataset", "synthetic", "--n", "2000", "--dim", "32",
+        "--index", "flat", "--queries", "10",
+        "--filter-selectivity", "0.5,0.01", "--filter-strategy", "pre,post",
+        "--out", str(out),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    recs = read_records(out)
+    got = {(r["info"]["filter"]["selectivity"], r["info"]["filter"]["strategy"]) for r in recs}
+    assert got == {(0.5, "pre"), (0.5, "post"), (0.01, "pre"), (0.01, "post")}
+    assert all(r["recall_at_k"] == 1.0 for r in recs)
+    assert "sel=0.01/post" in res.stdout and "recall p10" in res.stdout
