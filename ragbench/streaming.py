@@ -7,7 +7,9 @@ order); then, for ``duration`` seconds, the driver thread inserts at
 ``insert_rate`` and deletes random live ids at ``delete_rate`` (one
 ``add``/``delete`` call per 20 ms tick, each call timed) and releases
 queries open loop at ``qps`` to ``search_threads`` searcher threads, which
-search while the writes run.
+search while the writes run. Inserts stop once every corpus row is in
+(``inserted_total`` says how many went in); deletes never take the live set
+below ``k`` rows.
 A share ``fresh`` of the queries is aimed at the most recently inserted
 document not yet found: its own vector plus Gaussian noise (``noise`` times
 the vector's length, renormalized); the rest are the dataset's queries. The
