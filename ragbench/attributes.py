@@ -172,13 +172,14 @@ class QueryFilters:
         return sha.hexdigest()
 
     def summary(self) -> dict[str, Any]:
-        """For records: the request, and the achieved selectivity's mean, min and max."""
+        """For records: the request, the achieved selectivity's mean, min and max, and each query's."""
         s = self.selectivity
         return {
             **self.requested,
             "achieved_mean": float(s.mean()),
             "achieved_min": float(s.min()),
             "achieved_max": float(s.max()),
+            "achieved_per_query": s.tolist(),
         }
 
     def subset(self, nq: int) -> QueryFilters:

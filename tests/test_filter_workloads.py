@@ -65,6 +65,7 @@ def test_achieved_selectivity_close_to_requested(
     assert abs(qf.selectivity.mean() - sel) <= 0.15 * sel
     summary = qf.summary()
     assert summary["achieved_min"] <= summary["achieved_mean"] <= summary["achieved_max"]
+    assert summary["achieved_per_query"] == pytest.approx(qf.masks.mean(axis=1).tolist())
     for i in range(0, 40, 7):
         # each written-out filter selects exactly its mask (an independent path)
         again = attributes.mask_of(synth.corpus.attributes, qf.specs[i])
