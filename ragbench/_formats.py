@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -74,6 +74,12 @@ class RawDataset:
     query_vectors: np.ndarray | None = None
     ground_truth: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
+    #: per-row JSONL fields other than id/text (attributes), None when no row has any
+    corpus_fields: list[dict[str, Any]] | None = None
+    #: attribute columns a reader derived itself (pydocs' module)
+    corpus_attributes: dict[str, np.ndarray] = field(default_factory=dict)
+    #: each query's ``filter`` field, None when no query has one
+    query_filters: list[dict[str, Any] | None] | None = None
 
 
 def read_path(path: Path, *, drop_empty: bool = False) -> RawDataset:
@@ -139,8 +145,14 @@ def _read_text_pair(corpus: Path, name: str, *, drop_empty: bool = False) -> Raw
     queries = find_queries(corpus.parent, corpus.suffix.lower(), corpus)
     notes: list[str] = []
     rows = read_rows(corpus)
-    ids, texts, metadata = collect(rows, corpus, what="corpus", drop_empty=drop_empty, notes=notes)
-    return _text_dataset(name, corpus, (ids, texts, metadata), queries, drop_empty, notes)
+    fields: list[dict[str, Any]] = []
+    ids, texts, metadata = collect(
+        rows, corpus, what="corpus", drop_empty=drop_empty, notes=notes, fields=fields
+    )
+    raw = _text_dataset(name, corpus, (ids, texts, metadata), queries, drop_empty, notes)
+    if any(fields):
+        raw.corpus_fields = fields
+    return raw
 
 
 def _open_data(path: Path) -> BinaryIO:
@@ -161,9 +173,19 @@ def _read_text_folder(path: Path, *, drop_empty: bool = False) -> RawDataset:
 def _text_dataset(
     name: str, corpus: Path, columns: Columns, queries: Path, drop_empty: bool, notes: list[str]
 ) -> RawDataset:
+    qfields: list[dict[str, Any]] = []
     qids, qtexts, _ = collect(
-        read_rows(queries), queries, what="query", drop_empty=drop_empty, notes=notes
+        read_rows(queries),
+        queries,
+        what="query",
+        drop_empty=drop_empty,
+        notes=notes,
+        fields=qfields,
     )
+    filters = [f.get("filter") for f in qfields]
+    for f, qid in zip(filters, qids, strict=True):
+        if f is not None and (not isinstance(f, dict) or not f):
+            raise DatasetError(f"{queries}: query {qid!r}: filter must be a non-empty object")
     if (corpus.parent / "qrels").exists():
         notes.append("qrels are ignored: recall is measured against exact search")
     return RawDataset(
@@ -175,6 +197,7 @@ def _text_dataset(
         query_ids=qids,
         query_texts=qtexts,
         notes=notes,
+        query_filters=filters if any(f is not None for f in filters) else None,
     )
 
 

@@ -27,7 +27,7 @@ import csv
 import io
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +61,18 @@ Columns = tuple[list[str], list[str], list[dict[str, str]]]
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One record as read: where it is (for messages), its id, text and metadata."""
+    """One record as read: where it is (for messages), its id, text and metadata.
+
+    ``fields``: a JSONL record's other top-level fields (not ``id``/``_id``,
+    ``text``, ``title``, ``metadata``), as parsed: attributes of a passage,
+    a query's ``filter``.
+    """
 
     where: str
     doc_id: str
     text: str
     meta: dict[str, str]
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- bytes
@@ -161,7 +167,11 @@ def _jsonl_rows(path: Path) -> Iterator[Row]:
             meta.setdefault("title", title)
             if "_id" in obj:
                 text = f"{title}\n{text}"
-        yield Row(where, doc_id, text, meta)
+        other = {k: v for k, v in obj.items() if k not in _OWN_FIELDS}
+        yield Row(where, doc_id, text, meta, other)
+
+
+_OWN_FIELDS = frozenset({"id", "_id", "text", "title", "metadata"})
 
 
 # --------------------------------------------------------------------------- CSV
@@ -264,12 +274,19 @@ def find_queries(folder: Path, own: str, corpus: Path) -> Path:
 
 
 def collect(
-    rows: Iterable[Row], path: Path, *, what: str, drop_empty: bool, notes: list[str]
+    rows: Iterable[Row],
+    path: Path,
+    *,
+    what: str,
+    drop_empty: bool,
+    notes: list[str],
+    fields: list[dict[str, Any]] | None = None,
 ) -> Columns:
     """Ids, texts and metadata of ``rows``: unique ids, no empty text (or such rows dropped).
 
     ``what`` is ``"corpus"`` or ``"query"``; ``path`` names the file or
     folder in messages. Dropped rows are logged and described in ``notes``.
+    ``fields``, when given, gets each kept row's :attr:`Row.fields`.
     """
     noun = _NOUN[what]
     ids: list[str] = []
@@ -294,6 +311,8 @@ def collect(
         ids.append(row.doc_id)
         texts.append(row.text)
         metadata.append(row.meta)
+        if fields is not None:
+            fields.append(row.fields)
     if dropped:
         shown = ", ".join(dropped[:5]) + (", ..." if len(dropped) > 5 else "")
         note = f"dropped {len(dropped)} empty {noun} row(s) (drop_empty): {shown}"

@@ -23,6 +23,9 @@ from .validate import bool_param, positive_int
 
 __all__ = [
     "DEFAULTS",
+    "FILTER_KEYS",
+    "FILTER_STRATEGIES",
+    "check_filter_table",
     "SHIPPED_DIR",
     "STAGE_TABLES",
     "config_path",
@@ -58,6 +61,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "build": {},
         "search": {},
         "index_file": None,
+        # one filter per query (ragbench.attributes), and how the index applies it
+        "filter": None,
+        "filter_strategy": None,
     },
     "rerank": {"backend": "numba"},
     "serialize": {"backend": "protobuf", "with_embeddings": False, "with_metadata": True},
@@ -91,6 +97,43 @@ _INT_KEYS = {
 #: already days of requests and ~TBs of records; anything more is a typo.
 MAX_COUNT = 10**9
 _COUNT_KEYS = frozenset({("run", "queries"), ("run", "warmup"), ("run", "repeat")})
+
+
+#: Keys of a ``[retrieve] filter`` table (see :mod:`ragbench.attributes`).
+FILTER_KEYS = frozenset({"attribute", "selectivity", "correlated", "kind", "seed", "from"})
+#: ``[retrieve] filter_strategy`` values (``None``: the index's own choice, ``auto``).
+FILTER_STRATEGIES = ("auto", "pre", "post", "in-graph")
+
+
+def check_filter_table(owner: str, table: Any) -> dict[str, Any]:
+    """A ``[retrieve] filter`` table checked and with defaults filled; ConfigError when bad."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{owner} filter must be a table, got {table!r}")
+    bad = sorted(set(table) - FILTER_KEYS)
+    if bad:
+        raise ConfigError(
+            f"unknown key {bad[0]!r} in {owner} filter; valid keys: {', '.join(sorted(FILTER_KEYS))}"
+        )
+    out = dict(table)
+    if out.get("from") is not None:
+        if out["from"] != "queries":
+            raise ConfigError(f"{owner} filter from must be 'queries', got {out['from']!r}")
+        return {"from": "queries"}
+    sel = out.get("selectivity")
+    if isinstance(sel, bool) or not isinstance(sel, (int, float)) or not 0 < sel <= 1:
+        raise ConfigError(f"{owner} filter selectivity must be a number in (0, 1], got {sel!r}")
+    out["selectivity"] = float(sel)
+    if not isinstance(out.setdefault("correlated", False), bool):
+        raise ConfigError(f"{owner} filter correlated must be true or false")
+    attr = out.setdefault("attribute", None)
+    if attr is not None and not isinstance(attr, str):
+        raise ConfigError(f"{owner} filter attribute must be a string, got {attr!r}")
+    if out.setdefault("kind", None) not in (None, "values", "range"):
+        raise ConfigError(f"{owner} filter kind must be 'values' or 'range', got {out['kind']!r}")
+    seed = out.setdefault("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"{owner} filter seed must be an integer >= 0, got {seed!r}")
+    return out
 
 
 def shipped_names() -> list[str]:
@@ -218,6 +261,7 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         or not 0 <= ttl <= 1e9
     ):
         raise ConfigError(f"[cache] ttl_s must be a number of seconds in [0, 1e9], got {ttl!r}")
+    _check_retrieve_filter(cfg["retrieve"])
     if cfg["cache"]["backend"] not in ("none", "lru"):
         raise ConfigError(
             f"[cache] backend must be 'none' or 'lru', got {cfg['cache']['backend']!r}"
@@ -231,6 +275,17 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
     if "path" in ds and "name" in data.get("dataset", {}):
         raise ConfigError("[dataset] give either name or path, not both")
     return cfg
+
+
+def _check_retrieve_filter(r: dict[str, Any]) -> None:
+    """``[retrieve] filter`` checked in place (defaults filled) and ``filter_strategy`` known."""
+    if r["filter"] is not None:
+        r["filter"] = check_filter_table("[retrieve]", r["filter"])
+    if r["filter_strategy"] is not None and r["filter_strategy"] not in FILTER_STRATEGIES:
+        raise ConfigError(
+            f"[retrieve] filter_strategy must be one of {', '.join(FILTER_STRATEGIES)}, "
+            f"got {r['filter_strategy']!r}"
+        )
 
 
 def backend_params(cfg: Mapping[str, Any], table: str) -> dict[str, Any]:

@@ -27,13 +27,13 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _formats, _synthetic, progress
+from . import _formats, _synthetic, attributes, progress
 from ._cache import ArrayCache, CacheEvent, cache_dir
 from ._registry import check_params
 from ._shipped import ShippedVectors, find_shipped
@@ -99,12 +99,16 @@ class Corpus:
     """The documents: ``ids[i]``, ``texts[i]`` and ``metadata[i]`` describe row ``i``.
 
     Metadata dicts may be shared between rows (the synthetic corpus shares one
-    per cluster): treat them as read-only.
+    per cluster): treat them as read-only. ``attributes``: name -> array of
+    length ``n`` (int64, float64 or str), what filters select on (see
+    :mod:`ragbench.attributes`); not part of :attr:`Dataset.corpus_hash`
+    (filtered neighbours are keyed by the filters' masks instead).
     """
 
     ids: list[str]
     texts: list[str]
     metadata: list[dict[str, str]]
+    attributes: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (len(self.ids) == len(self.texts) == len(self.metadata)):
@@ -112,6 +116,11 @@ class Corpus:
                 f"corpus: {len(self.ids)} ids, {len(self.texts)} texts and "
                 f"{len(self.metadata)} metadata entries must have the same length"
             )
+        for name, column in self.attributes.items():
+            if column.shape != (len(self.ids),):
+                raise DatasetError(
+                    f"corpus attribute {name!r} has shape {column.shape}, not ({len(self.ids)},)"
+                )
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -119,16 +128,24 @@ class Corpus:
 
 @dataclass(frozen=True, slots=True)
 class Queries:
-    """The questions: ``ids[i]`` and ``texts[i]`` describe query ``i``."""
+    """The questions: ``ids[i]`` and ``texts[i]`` describe query ``i``.
+
+    ``filters``: the filter written with each query (a ``filter`` field in
+    ``queries.jsonl``, e.g. ``{"tenant": 3}``; ``None`` for a query without
+    one), or ``None`` when no query has one.
+    """
 
     ids: list[str]
     texts: list[str]
+    filters: list[dict[str, Any] | None] | None = None
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.texts):
             raise DatasetError(
                 f"queries: {len(self.ids)} ids and {len(self.texts)} texts must have the same length"
             )
+        if self.filters is not None and len(self.filters) != len(self.ids):
+            raise DatasetError(f"queries: {len(self.filters)} filters for {len(self.ids)} queries")
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -396,8 +413,13 @@ class Dataset:
         embedder: str | Embedder | None = None,
         metric: str | None = None,
         re_embed: bool = False,
+        filters: attributes.QueryFilters | None = None,
     ) -> np.ndarray:
         """Exact top-``k`` corpus rows per query: int64 ``(nq, k)``, best first.
+
+        With ``filters`` (one mask per query, :class:`ragbench.attributes.QueryFilters`):
+        the exact top-``k`` among each query's allowed rows, ``-1`` padded
+        when fewer are allowed; cached under a key that includes the masks.
 
         Uses the shipped ground truth when the dataset has one, the vectors are
         the shipped ones, the metric is the dataset's and ``k`` fits; otherwise
@@ -412,15 +434,25 @@ class Dataset:
         metric = check_metric(f"dataset {self.name!r}", self.metric if metric is None else metric)
         emb = self._embedder(self.default_embedder if embedder is None else embedder, {})
         gt = self.ground_truth
-        if emb is None and gt is not None and metric == self.metric and k <= gt.shape[1]:
+        shipped_ok = emb is None and gt is not None and metric == self.metric
+        if shipped_ok and filters is None and gt is not None and k <= gt.shape[1]:
             return np.ascontiguousarray(gt[:, :k])
+        if filters is not None and filters.masks.shape != (len(self.queries), len(self.corpus)):
+            raise DatasetError(
+                f"{self.name}: filter masks {filters.masks.shape} are not "
+                f"({len(self.queries)}, {len(self.corpus)})"
+            )
         fingerprint = "precomputed" if emb is None else emb.fingerprint
         label = "precomputed" if emb is None else emb.name
         found = None if emb is None or re_embed else self.shipped_vectors(emb)
         if found is not None:
             # computed from the shipped vectors, which differ in the last bits from embedded ones
             fingerprint += f":shipped:{found.parts['corpus']['sha256']}"
-        key = _key(f"neighbors-{label}-{metric}-k{k}", self.content_hash, fingerprint)
+        what = f"neighbors-{label}-{metric}-k{k}"
+        if filters is not None:
+            fingerprint += f":filters:{filters.key}"
+            what += "-filtered"
+        key = _key(what, self.content_hash, fingerprint)
 
         def compute() -> np.ndarray:
             if emb is None:
@@ -432,11 +464,12 @@ class Dataset:
                 # the embedded vectors, from the cache a re_embed just filled
                 base = self._embed_cached("corpus", emb)
                 queries = self._embed_cached("queries", emb)
-            return brute_force_neighbors(queries, base, k, metric)
+            allowed = None if filters is None else filters.masks
+            return brute_force_neighbors(queries, base, k, metric, allowed=allowed)
 
         return ArrayCache().get_or_compute(
             key,
-            f"exact_neighbors[{label},{metric},k={k}]",
+            f"exact_neighbors[{label},{metric},k={k}{',filtered' if filters else ''}]",
             compute,
             self.cache_events,
             info={"dataset": self.name, "embedder": fingerprint, "metric": metric, "k": k},
@@ -445,10 +478,40 @@ class Dataset:
             check=lambda ids: _neighbour_problem(ids, len(self.queries), k, len(self.corpus)),
         )
 
+    def query_filters(
+        self,
+        table: Mapping[str, Any],
+        *,
+        embedder: str | Embedder | None = None,
+        metric: str | None = None,
+    ) -> attributes.QueryFilters:
+        """One filter per query as a ``[retrieve] filter`` table asks (:mod:`ragbench.attributes`).
+
+        ``{"attribute": ..., "selectivity": ..., "correlated": ...}`` draws
+        filters at that selectivity (a correlated one from each query's exact
+        neighbours under ``embedder``/``metric``, as in :meth:`exact_neighbors`);
+        ``{"from": "queries"}`` takes the ones written with the queries.
+        """
+        spec = attributes.check_filter_table("[retrieve]", table)
+        if spec.get("from") == "queries":
+            if self.queries.filters is None:
+                raise DatasetError(
+                    f"{self.name}: its queries carry no filters (a 'filter' field in queries.jsonl)"
+                )
+            return attributes.filters_from_specs(self.corpus.attributes, self.queries.filters)
+        near = None
+        if spec["correlated"]:
+            m = min(100, len(self.corpus))
+            near = self.exact_neighbors(m, embedder=embedder, metric=metric)
+        return attributes.make_filters(self.corpus.attributes, spec, len(self.queries), near)
+
     def subset(self, n_queries: int) -> Dataset:
         """The same corpus with only the first ``n_queries`` queries (ground truth sliced too)."""
         n = check_k(n_queries, len(self.queries), what="the number of queries")
-        queries = Queries(self.queries.ids[:n], self.queries.texts[:n])
+        f = self.queries.filters
+        queries = Queries(
+            self.queries.ids[:n], self.queries.texts[:n], None if f is None else f[:n]
+        )
         qv = self.query_vectors_precomputed
         gt = self.ground_truth
         out = Dataset(
@@ -537,9 +600,18 @@ def _embed_all(
 
 
 def brute_force_neighbors(
-    queries: np.ndarray, base: np.ndarray, k: int, metric: str = "ip"
+    queries: np.ndarray,
+    base: np.ndarray,
+    k: int,
+    metric: str = "ip",
+    *,
+    allowed: np.ndarray | None = None,
 ) -> np.ndarray:
     """Exact top-``k`` rows of ``base`` for each query: int64 ``(nq, k)``.
+
+    ``allowed``: bool ``(nq, n)``, the rows each query may return (a
+    filter); rows it excludes never appear, and a query with fewer than
+    ``k`` allowed rows gets ``-1`` in the places left.
 
     ``queries`` float32 ``(nq, d)``, ``base`` float32 ``(n, d)``. ``"ip"`` and
     ``"cosine"`` rank by descending similarity, ``"l2"`` by ascending distance;
@@ -555,15 +627,26 @@ def brute_force_neighbors(
     k = check_k(k, n)
     if metric == "cosine":
         q = unit_rows(q)
+    if allowed is not None and (allowed.dtype != np.bool_ or allowed.shape != (nq, n)):
+        raise InputError(f"allowed must be bool ({nq}, {n}), got {allowed.dtype}{allowed.shape}")
     block = max(k, min(n, _NEIGHBORS_BLOCK_BYTES // (4 * max(nq, 1))))
     best_scores = np.full((nq, 0), -np.inf, np.float32)
     best_ids = np.zeros((nq, 0), np.int64)
     with progress.task("exact neighbours", n, unit="rows") as advance:
         for start in range(0, n, block):
+            stop = start + block
             best_scores, best_ids = _neighbors_block(
-                q, x[start : start + block], start, k, metric, (best_scores, best_ids)
+                q,
+                x[start:stop],
+                start,
+                k,
+                metric,
+                (best_scores, best_ids),
+                None if allowed is None else allowed[:, start:stop],
             )
             advance(min(block, n - start))
+    if allowed is not None:
+        best_ids[best_scores == -np.inf] = -1  # fewer than k allowed rows
     return np.ascontiguousarray(best_ids, dtype=np.int64)
 
 
@@ -574,8 +657,12 @@ def _neighbors_block(
     k: int,
     metric: str,
     best: tuple[np.ndarray, np.ndarray],
+    allowed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Merge the top-``k`` of corpus rows ``start:start+len(xb)`` into ``best`` (scores, ids)."""
+    """Merge the top-``k`` of corpus rows ``start:start+len(xb)`` into ``best`` (scores, ids).
+
+    ``allowed``: bool ``(nq, len(xb))``; excluded rows score ``-inf``.
+    """
     best_scores, best_ids = best
     if metric == "cosine":
         xb = unit_rows(xb)
@@ -583,6 +670,8 @@ def _neighbors_block(
     if metric == "l2":
         # ||q-x||^2 = ||q||^2 - 2 q.x + ||x||^2; ||q||^2 is constant per row, so rank by the rest.
         scores = 2 * scores - np.einsum("ij,ij->i", xb, xb)[None, :]
+    if allowed is not None:
+        scores[~allowed] = -np.inf
     top_scores, top_ids = _block_topk(scores, min(k, scores.shape[1]))
     all_scores = np.concatenate([best_scores, top_scores], axis=1)
     all_ids = np.concatenate([best_ids, top_ids + start], axis=1)
@@ -644,8 +733,10 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
     passages but never a copy of one. Each text is 12-20 words, ~85% drawn from
     its topic's 60-word list and the rest from a shared vocabulary, so text
     similarity follows vector similarity. Metadata gives the topic number as
-    ``cluster`` (one dict shared per topic). ``default_embedder`` is
-    ``"precomputed"``.
+    ``cluster`` (one dict shared per topic). ``corpus.attributes`` holds
+    ``tenant``, ``category`` (follows the topics) and ``year``, drawn from a
+    seed stream of their own (:func:`ragbench.attributes.synthetic_attributes`).
+    ``default_embedder`` is ``"precomputed"``.
     """
     owner = "dataset 'synthetic'"
     n = positive_int(owner, "n", n)
@@ -674,6 +765,7 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
         [f"s{i:0{width}d}" for i in range(n)],
         corpus_texts,
         [meta[c] for c in labels.tolist()],
+        attributes.synthetic_attributes(labels, model.docs, seed),
     )
     queries = Queries([f"q{i:0{qwidth}d}" for i in range(n_queries)], words.texts(query_labels))
     params = json.dumps({"n": n, "dim": dim, "n_queries": n_queries, "seed": seed}, sort_keys=True)
@@ -856,6 +948,8 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
     if text in bundled:
         check_params(f"dataset {text!r}", params, set())
         raw = _formats.read_jsonl_folder(bundled[text])
+        if text == "pydocs" and raw.corpus_fields is None:
+            raw.corpus_attributes = {"category": attributes.pydocs_categories(raw.corpus_metadata)}
         ds = _from_raw(raw, source=f"bundled: {bundled[text]}")
         ds.shipped_dir = bundled[text]
         return ds
@@ -894,8 +988,8 @@ def _load_path(path: Path, params: dict[str, Any]) -> Dataset:
 def _from_raw(raw: _formats.RawDataset, source: str) -> Dataset:
     return Dataset(
         raw.name,
-        Corpus(raw.corpus_ids, raw.corpus_texts, raw.corpus_metadata),
-        Queries(raw.query_ids, raw.query_texts),
+        Corpus(raw.corpus_ids, raw.corpus_texts, raw.corpus_metadata, _raw_attributes(raw)),
+        Queries(raw.query_ids, raw.query_texts, raw.query_filters),
         metric=raw.metric,
         vectors=raw.vectors,
         query_vectors_precomputed=raw.query_vectors,
@@ -903,6 +997,13 @@ def _from_raw(raw: _formats.RawDataset, source: str) -> Dataset:
         source=source,
         notes=raw.notes,
     )
+
+
+def _raw_attributes(raw: _formats.RawDataset) -> dict[str, np.ndarray]:
+    out = dict(raw.corpus_attributes)
+    if raw.corpus_fields is not None:
+        out.update(attributes.from_fields(raw.corpus_fields))
+    return out
 
 
 def spec_table(spec: str, **params: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ start-up and warm-up requests are timed as setup, never as request latency.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -32,6 +33,7 @@ import numpy as np
 from . import codecs, embedders, generators, indexes, orders, rerankers, threads, transports
 from . import otel as tracing
 from ._registry import check_params
+from .attributes import QueryFilters
 from .config import backend_params, load_config
 from .datasets import Dataset
 from .errors import (
@@ -99,6 +101,7 @@ class RequestContext:
         "index",
         "query_id",
         "query",
+        "cache_key",
         "query_vector",
         "cached",
         "candidate_ids",
@@ -120,6 +123,7 @@ class RequestContext:
         self.index = index
         self.query_id = query_id
         self.query = query
+        self.cache_key = query  # the query and, when filtered, its filter
         self.cached = False
         self.hit_ids = NO_IDS
         self.payload = b""
@@ -188,7 +192,7 @@ class CacheStage:
         self.cache = cache
 
     def __call__(self, ctx: RequestContext) -> None:
-        found = self.cache.get(ctx.query)
+        found = self.cache.get(ctx.cache_key)
         if found is not None:
             ctx.cached = True
             ctx.hit_ids, ctx.hit_scores = found
@@ -212,6 +216,45 @@ class RetrieveStage:
         ctx.candidate_scores = scores[0]
 
 
+class FilteredRetrieveStage:
+    """The retrieve stage with a filter per query: ``search(..., filter=mask, strategy=...)``.
+
+    ``masks``: bool ``(nq, n)``, row ``ctx.index`` is the request's allowed
+    corpus rows. Whatever the index returns outside it (or ``-1`` padding) is
+    dropped here, so no later stage can return a row the filter excludes.
+    """
+
+    name = "retrieve"
+
+    def __init__(
+        self,
+        index: Any,
+        k_candidates: int,
+        search_params: Mapping[str, Any],
+        masks: np.ndarray,
+        strategy: str | None,
+    ) -> None:
+        self._search = index.search
+        self._texts = index.input_kind == "texts"
+        self._k = k_candidates
+        self._params = dict(search_params)
+        if strategy is not None:
+            self._params["strategy"] = strategy
+        self._masks = masks
+
+    def __call__(self, ctx: RequestContext) -> None:
+        if ctx.cached:
+            return
+        query = [ctx.query] if self._texts else ctx.query_vector
+        allowed = self._masks[ctx.index]
+        ids, scores = self._search(query, self._k, filter=allowed, **self._params)
+        ids, scores = ids[0], scores[0]
+        keep = ids >= 0
+        keep[keep] = allowed[ids[keep]]
+        ctx.candidate_ids = ids[keep]
+        ctx.candidate_scores = scores[keep]
+
+
 class RerankStage:
     name = "rerank"
 
@@ -230,7 +273,7 @@ class RerankStage:
             ctx.query_vector[0], ctx.candidate_ids, self._vectors, self._k
         )
         if self._cache is not None:
-            self._cache.put(ctx.query, ctx.hit_ids, ctx.hit_scores)
+            self._cache.put(ctx.cache_key, ctx.hit_ids, ctx.hit_scores)
 
 
 class TruncateStage:
@@ -248,7 +291,7 @@ class TruncateStage:
         ctx.hit_ids = ctx.candidate_ids[: self._k]
         ctx.hit_scores = ctx.candidate_scores[: self._k]
         if self._cache is not None:
-            self._cache.put(ctx.query, ctx.hit_ids, ctx.hit_scores)
+            self._cache.put(ctx.cache_key, ctx.hit_ids, ctx.hit_scores)
 
 
 class SerializeStage:
@@ -498,6 +541,7 @@ class Pipeline:
         self._records: list[RequestRecord] = []
         self._repetition_starts: list[int] = []
         self._cache: LruTtlCache | None = None
+        self._filters: QueryFilters | None = None
         self._ready = False
         self._check_index_file()
         run = self.config["run"]
@@ -600,6 +644,7 @@ class Pipeline:
         emb = self._embedding(ds, shared)
         metric = cfg["retrieve"]["metric"] or ds.metric
         index = self._index(ds, emb, metric, shared)
+        self._filters = self._query_filters(ds, emb, metric)
         self._truth = self._exact_neighbors(ds, emb, metric, shared)
         self._embedding_used, self._metric = emb, metric
         c = cfg["cache"]
@@ -609,7 +654,7 @@ class Pipeline:
         if self._cache is not None:
             stages.append(CacheStage(self._cache))
         stages += [
-            RetrieveStage(index, k_cand, cfg["retrieve"]["search"]),
+            self._retrieve_stage(index, k_cand),
             self._rerank_stage(metric, emb.corpus),
             self._serialize_stage(ds, emb.corpus),
             TransportStage(self._start_transport()),
@@ -730,11 +775,37 @@ class Pipeline:
             )
         return index
 
+    def _retrieve_stage(self, index: Any, k_cand: int) -> Callable[[RequestContext], None]:
+        r = self.config["retrieve"]
+        if self._filters is None:
+            return RetrieveStage(index, k_cand, r["search"])
+        strategy = r["filter_strategy"]
+        can = tuple(getattr(index, "filter_strategies", ()))
+        if not can or (strategy not in (None, "auto") and strategy not in can):
+            raise ConfigError(
+                f"[retrieve] index {index.name!r} has no filter strategy {strategy or 'at all'}; "
+                f"it has: {', '.join(can) or 'none (filtered search is for dense indexes)'}"
+            )
+        masks = self._filters.masks
+        return FilteredRetrieveStage(index, k_cand, r["search"], masks, strategy)
+
+    def _query_filters(self, ds: Dataset, emb: Embedding, metric: str) -> QueryFilters | None:
+        """The filter of every query when ``[retrieve] filter`` asks for them (timed as set-up)."""
+        table = self.config["retrieve"]["filter"]
+        if table is None:
+            return None
+        embedder = None if emb.name == "precomputed" else emb.embedder
+        filters: QueryFilters = self.setup_times.time(
+            "query_filters", ds.query_filters, table, embedder=embedder, metric=metric
+        )
+        return filters
+
     def _exact_neighbors(
         self, ds: Dataset, emb: Embedding, metric: str, shared: SharedParts
     ) -> np.ndarray:
         k = self.config["run"]["k"]
-        key = (ds.content_hash, emb.key, k, metric)
+        filters = self._filters
+        key = (ds.content_hash, emb.key, k, metric, None if filters is None else filters.key)
         if key not in shared.truth:
             embedder = None if emb.name == "precomputed" else emb.embedder
             shared.truth[key] = self.setup_times.time(
@@ -744,6 +815,7 @@ class Pipeline:
                 embedder=embedder,
                 metric=metric,
                 re_embed=self.config["embed"]["re_embed"] and embedder is not None,
+                filters=filters,
             )
         return shared.truth[key]
 
@@ -806,7 +878,15 @@ class Pipeline:
             "build_threads": self.build_threads,
             **_described("generator_info", self.components.generator),
             **_described("transport_info", self.components.transport),
+            **self._filter_info(),
         }
+
+    def _filter_info(self) -> dict[str, Any]:
+        """``filter``: the request, achieved selectivity (mean/min/max) and strategy; or nothing."""
+        if self._filters is None:
+            return {}
+        strategy = self.config["retrieve"]["filter_strategy"]
+        return {"filter": {**self._filters.summary(), "strategy": strategy or "auto"}}
 
     # ---- requests
 
@@ -815,7 +895,10 @@ class Pipeline:
             raise NotBuiltError("call setup() before sending requests")
         q = self.dataset.queries
         j = i % len(q.ids)
-        return RequestContext(j, q.ids[j], q.texts[j])
+        ctx = RequestContext(j, q.ids[j], q.texts[j])
+        if self._filters is not None:
+            ctx.cache_key = f"{ctx.query}\0{json.dumps(self._filters.specs[j], sort_keys=True)}"
+        return ctx
 
     def warm(self, n: int) -> None:
         """Run ``n`` warm-up requests (timed as set-up ``warmup``, not kept as samples)."""

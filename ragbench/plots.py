@@ -103,8 +103,65 @@ def _by(records: Records, key: str) -> dict[str, list[Mapping[str, Any]]]:
     return out
 
 
+def _filter_lines(ax: Any, records: Records, key: str, label: str) -> None:
+    """``key`` against requested selectivity (log x), one line per (index, params, strategy)."""
+    lines: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        if r.get("strategy") is not None:
+            query = ",".join(f"{k}={v}" for k, v in sorted((r.get("query") or {}).items()))
+            lines.setdefault(f"{r['index']} {query} {r['strategy']}".replace("  ", " "), []).append(
+                r
+            )
+    for name, pts in lines.items():
+        pts = sorted(pts, key=lambda p: p["selectivity"])
+        (line,) = ax.plot([p["selectivity"] for p in pts], [p[key] for p in pts], marker="o")
+        line.set_label(name)
+        cliff = (pts[0].get("filter_cliff") or {}).get("selectivity")
+        for p in pts:
+            if cliff is not None and p["selectivity"] == cliff:
+                ax.plot([cliff], [p[key]], marker="x", markersize=12, color=line.get_color())
+    r0 = records[0]
+    ax.set_xscale("log")
+    ax.set_xlabel("filter selectivity (fraction of the corpus allowed, log); x = filter cliff")
+    ax.set_ylabel(label)
+    ax.set_title(f"{label} vs selectivity — {r0['dataset']} n={r0['n']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def _filter_recall(ax: Any, records: Records) -> None:
+    _filter_lines(ax, records, "recall", f"recall@{records[0]['k']} (mean)")
+
+
+def _filter_p50(ax: Any, records: Records) -> None:
+    _filter_lines(ax, records, "p50_us", "p50 µs per query")
+    ax.set_yscale("log")
+
+
+def _streams(ax: Any, records: Records) -> None:
+    """Recall (left axis) and search p50 (right axis) at each checkpoint of a stream run."""
+    for name, pts in _by(records, "index").items():
+        pts = sorted(pts, key=lambda p: p["elapsed_s"])
+        t = [p["elapsed_s"] for p in pts]
+        ax.plot(t, [p["recall"] for p in pts], marker="o", label=f"{name} recall")
+    right = ax.twinx()
+    for name, pts in _by(records, "index").items():
+        pts = sorted(pts, key=lambda p: p["elapsed_s"])
+        t = [p["elapsed_s"] for p in pts]
+        right.plot(t, [p["search"]["p50_us"] for p in pts], ls="--", label=f"{name} search p50")
+    r0 = records[0]
+    ax.set_xlabel("seconds into the stream (checkpoints)")
+    ax.set_ylabel(f"recall@{r0['k']} over the live rows")
+    right.set_ylabel("search p50 µs")
+    ax.set_title(f"stream — {r0['dataset']} n={r0['n']}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left")
+    right.legend(loc="lower right")
+
+
 def _sweeps(ax: Any, records: Records) -> None:
     """Every point faintly, each index's own Pareto frontier as a line (like ann-benchmarks)."""
+    records = [r for r in records if r.get("strategy") is None] or list(records)
     for name, pts in _by(records, "index").items():
         sc = ax.scatter(
             [p["recall"] for p in pts], [p["qps_single"] for p in pts], s=12, alpha=0.35
@@ -277,9 +334,10 @@ def _load_shares(ax: Any, records: Records) -> None:
 
 PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
     "run": [_runs],
-    "sweep": [_sweeps, _sweep_memory],
+    "sweep": [_sweeps, _sweep_memory, _filter_recall, _filter_p50],
     "scale": [_scales],
     "load": [_loads, _load_shares],
+    "stream": [_streams],
 }
 
 
@@ -297,14 +355,21 @@ def figure(records: Records) -> Any:
     a model's embed is ~97 % of a pydocs request), the runs get a second panel
     without it, so the differences between the varied stages can be seen.
     """
-    panels = [(k, draw) for k in PANELS if records_of(records, k) for draw in PANELS[k]]
+    filtered = any(r.get("strategy") is not None for r in records_of(records, "sweep"))
+    panels = [
+        (k, draw)
+        for k in PANELS
+        if records_of(records, k)
+        for draw in PANELS[k]
+        if filtered or draw not in (_filter_recall, _filter_p50)
+    ]
     runs = [r for r in records_of(records, "run") if r.get("requests")]
     dominant = dominant_stage(runs) if runs else None
     if dominant is not None:
         at = [k for k, _ in panels].index("run") + 1
         panels.insert(at, ("run", _without_dominant(dominant)))
     if not panels:
-        raise ConfigError("nothing to plot: no run, sweep, scale or load records")
+        raise ConfigError("nothing to plot: no run, sweep, scale, load or stream records")
     plt = pyplot()
     rows = max(len(records_of(records, "run")), len(records_of(records, "load")))
     height = max(5.0, 2.2 + 0.4 * rows)

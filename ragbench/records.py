@@ -42,11 +42,14 @@ __all__ = [
     "LOAD_SCHEMA",
     "RUN_SCHEMA",
     "SCALE_SCHEMA",
+    "STREAM_SCHEMA",
     "SWEEP_SCHEMA",
     "Collector",
     "RecordWriter",
     "append_record",
     "caveats_of",
+    "cliff_key",
+    "filter_cliffs",
     "growth_exponents",
     "knees",
     "load_level",
@@ -65,6 +68,7 @@ RUN_SCHEMA = "ragbench.run/1"
 SWEEP_SCHEMA = "ragbench.sweep/1"
 SCALE_SCHEMA = "ragbench.scale/1"
 LOAD_SCHEMA = "ragbench.load/1"
+STREAM_SCHEMA = "ragbench.stream/1"
 
 #: Record kind → schema it is written with.
 KINDS: dict[str, str] = {
@@ -72,6 +76,7 @@ KINDS: dict[str, str] = {
     "sweep": SWEEP_SCHEMA,
     "scale": SCALE_SCHEMA,
     "load": LOAD_SCHEMA,
+    "stream": STREAM_SCHEMA,
 }
 
 
@@ -345,6 +350,57 @@ def pareto(
         best = max(best, top)
         start = end
     return flags
+
+
+def _cliff_group(p: Mapping[str, Any]) -> str:
+    keys = ("index", "build", "query", "rescore", "strategy")
+    return json.dumps([p.get(k) for k in keys], sort_keys=True, default=str)
+
+
+def filter_cliffs(
+    points: Sequence[Mapping[str, Any]], *, target: float = 0.9, jump: float = 3.0
+) -> dict[str, dict[str, Any]]:
+    """Per filtered sweep line, the selectivity where it falls off: ``{group: cliff}``.
+
+    A line is the points of one (index, build, query parameters, rescore,
+    strategy) at several requested selectivities. Going from the largest
+    selectivity down, its cliff is the first selectivity whose mean recall
+    is under ``target`` or whose p50 is more than ``jump`` times the p50 at
+    the largest selectivity. ``cliff`` is ``{"selectivity": s or None,
+    "reason": str, "strategy": ..., "index": ..., "above": the last
+    selectivity before it or None}``; group keys are JSON text.
+    """
+    lines: dict[str, list[Mapping[str, Any]]] = {}
+    for p in points:
+        if p.get("strategy") is not None and p.get("selectivity") is not None:
+            lines.setdefault(_cliff_group(p), []).append(p)
+    out: dict[str, dict[str, Any]] = {}
+    for key, line in lines.items():
+        line = sorted(line, key=lambda p: -float(p["selectivity"]))
+        base = float(line[0]["p50_us"])
+        cliff: dict[str, Any] = {"selectivity": None, "reason": "", "above": None}
+        for prev, p in zip([None, *line[:-1]], line, strict=True):
+            if p["recall"] < target:
+                cliff = {
+                    "selectivity": p["selectivity"],
+                    "reason": f"recall {p['recall']:.3f} < {target}",
+                }
+            elif base > 0 and p["p50_us"] > jump * base:
+                cliff = {
+                    "selectivity": p["selectivity"],
+                    "reason": f"p50 {p['p50_us'] / base:.1f}× that at {line[0]['selectivity']}",
+                }
+            else:
+                continue
+            cliff["above"] = None if prev is None else prev["selectivity"]
+            break
+        out[key] = {**cliff, "strategy": line[0]["strategy"], "index": line[0]["index"]}
+    return out
+
+
+def cliff_key(point: Mapping[str, Any]) -> str:
+    """The :func:`filter_cliffs` group key of a sweep point."""
+    return _cliff_group(point)
 
 
 def growth_exponents(records: Sequence[Mapping[str, Any]], key: str = "p50_us") -> dict[str, float]:

@@ -55,6 +55,7 @@ SETUP_LABELS = {
     "query_vectors": "query vectors",
     "index_build": "index build",
     "exact_neighbors": "exact neighbours",
+    "query_filters": "query filters",
     "jit_compile": "JIT compile",
     "transport_start": "transport start",
     "generator_start": "LLM start",
@@ -309,6 +310,13 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     ]
     if rec.get("wire_bytes_p50"):
         extra.append(f"on the wire {num(rec['wire_bytes_p50'])} B p50")
+    filt = (rec.get("info") or {}).get("filter")
+    if filt:
+        extra[0] = (
+            f"recall@{rec['k']} mean {num(rec['recall_at_k'])}, p10 {num(rec.get('recall_p10'))} "
+            f"(vs exact filtered search)"
+        )
+        extra.append(filter_note(filt))
     if rec.get("cache_hit_rate") is not None:
         extra.append(f"cache hit rate {100 * rec['cache_hit_rate']:.1f}%")
     lines.append("  ".join(extra))
@@ -323,6 +331,21 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     if rec.get("error"):
         lines.append(f"STOPPED EARLY: {rec['error']}")
     return "\n".join(lines)
+
+
+def filter_note(filt: Mapping[str, Any]) -> str:
+    """One line on a run's filter: what was asked, the selectivity reached, the strategy."""
+    if filt.get("from") == "queries":
+        asked = "filters from the queries file"
+    else:
+        corr = "correlated" if filt.get("correlated") else "random"
+        asked = (
+            f"filter on {filt.get('attribute')} at selectivity {filt.get('selectivity')} ({corr})"
+        )
+    return (
+        f"{asked}: achieved mean {filt['achieved_mean']:.4g} "
+        f"[{filt['achieved_min']:.4g}–{filt['achieved_max']:.4g}], strategy {filt.get('strategy')}"
+    )
 
 
 def compare_table(
@@ -353,9 +376,11 @@ def compare_table(
         f"side by side, {how}, {stat} µs per stage — {records[0]['dataset'].get('name', '?')}{sim}"
     )
     wire = any(r.get("wire_bytes_p50") for r in records)
+    filters = [(r.get("info") or {}).get("filter") for r in records]
+    recall_cols = ("recall@k", "recall p10") if any(filters) else ("recall@k",)
     cols = [("run", "left")]
     cols += [(_generate_label(records, True) if n == "generate" else n, "right") for n in names]
-    cols += [(c, "right") for c in ("total p50", "total p99", "× best", "recall@k", "bytes")]
+    cols += [(c, "right") for c in ("total p50", "total p99", "× best", *recall_cols, "bytes")]
     cols += [("wire B", "right")] if wire else []
     live = [r for r in records if r["requests"]]
     best = min(live, key=lambda r: r["total"]["p50_us"]) if live else None
@@ -364,10 +389,15 @@ def compare_table(
         cells = [_stage_cell(r, n, stat) if n in r["summary"] else "—" for n in names]
         row = [r["label"] + (" [stopped early]" if r.get("error") else ""), *cells]
         row += _stat_cells(r["total"], ("p50", "p99"))
-        row += [_ratio_cell(r, best), f"{r['recall_at_k']:.3f}", num(r.get("payload_bytes_p50"))]
+        row += [_ratio_cell(r, best), f"{r['recall_at_k']:.3f}"]
+        row += [num(r.get("recall_p10"))] if any(filters) else []
+        row += [num(r.get("payload_bytes_p50"))]
         row += [num(r.get("wire_bytes_p50"))] if wire else []
         rows.append(row)
     table = text_table(title, cols, rows, width=width)
+    notes = sorted({filter_note(f) for f in filters if f})
+    if notes:
+        table += "\n" + "\n".join(notes)
     what = {str(r["intervals"]) for r in records if r.get("intervals")}
     if what:
         table += f"\n±: {'; '.join(sorted(what))}; × best: total p50 ratio to the fastest run, [95 % interval]"
@@ -532,8 +562,12 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
     points also before re-scoring (the index's own top k). Bytes per
     vector: the index's own, ``+`` what re-scoring reads per candidate.
     """
-    flags = pareto(records)
+    filtered = [r for r in records if r.get("strategy") is not None]
+    records = [r for r in records if r.get("strategy") is None]
+    if not records:
+        return filtered_sweep_table(filtered, width=width)
     r0 = records[0]
+    flags = pareto(records)
     # name the build parameters that vary within an index's points; the rest are in the records
     by_index: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
@@ -582,6 +616,8 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
         for rec, star in zip(records, flags, strict=True)
     ]
     table = text_table(title, cols, rows, width=width)
+    if filtered:
+        table += "\n" + filtered_sweep_table(filtered, varying, width=width)
     if any(r.get("p50_us_ci") for r in records):
         reps = max(int(r.get("repeats") or 1) for r in records)
         over = f"{reps} passes over the queries, then queries" if reps > 1 else "queries"
@@ -593,6 +629,103 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
         )
     hardware = hardware_note(records)
     return table + ("\n" + hardware if hardware else "")
+
+
+def filtered_sweep_table(
+    records: Sequence[Mapping[str, Any]],
+    varying: Mapping[str, set[str]] | None = None,
+    *,
+    width: int = 400,
+) -> str:
+    """Filtered sweep points: recall (mean, p10) and p50 per strategy and selectivity, cliffs marked."""
+    r0 = records[0]
+    f0 = r0.get("filter") or {}
+    corr = "correlated" if f0.get("correlated") else "random"
+    title = (
+        f"filtered sweep — {r0['dataset']} n={r0['n']} k={r0['k']}; filter on "
+        f"{f0.get('attribute')} ({corr}); ◀ = filter cliff (recall under target or p50 > 3×)"
+    )
+    cols = [("index", "left"), ("params", "left"), ("strategy", "left")] + [
+        (c, "right")
+        for c in ("selectivity", "achieved", "recall", "recall p10", "p50 µs", "p99 µs", "cliff")
+    ]
+    ordered = sorted(
+        records,
+        key=lambda r: (
+            r["index"],
+            params_text(r, set()),
+            str(r["strategy"]),
+            -float(r["selectivity"]),
+        ),
+    )
+    rows = []
+    cliffs: dict[str, str] = {}
+    for rec in ordered:
+        cliff = rec.get("filter_cliff") or {}
+        here = cliff.get("selectivity") is not None and cliff["selectivity"] == rec["selectivity"]
+        params = params_text(rec, (varying or {}).get(rec["index"], set())) or "(defaults)"
+        rows.append(
+            [
+                rec["index"],
+                params,
+                str(rec["strategy"]),
+                f"{rec['selectivity']:g}",
+                f"{(rec.get('filter') or {}).get('achieved_mean', float('nan')):.4g}",
+                f"{rec['recall']:.4f}",
+                f"{rec.get('recall_p10', float('nan')):.3f}",
+                with_ci(rec["p50_us"], rec.get("p50_us_ci")),
+                num(rec["p99_us"]),
+                f"◀ {cliff.get('reason', '')}" if here else "",
+            ]
+        )
+        line = f"{rec['index']} {params} {rec['strategy']}"
+        if cliff.get("selectivity") is None:
+            cliffs[line] = "no cliff down to the smallest selectivity measured"
+        else:
+            cliffs[line] = f"cliff at selectivity {cliff['selectivity']:g} ({cliff['reason']})"
+    table = text_table(title, cols, rows, width=width)
+    return table + "\n" + "\n".join(f"filter cliff: {k}: {v}" for k, v in cliffs.items())
+
+
+def stream_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
+    """One row per stream checkpoint: live rows, recall, search/insert/delete latency, freshness."""
+    r0 = records[0]
+    title = (
+        f"stream — {r0['dataset']} {r0['index']} n={r0['n']} k={r0['k']}, built on "
+        f"{r0['initial']} rows; µs per call, freshness in s"
+    )
+    cols = [("checkpoint", "right")] + [
+        (c, "right")
+        for c in (
+            "elapsed s", "live", "recall", "recall p10", "search p50", "search p99",
+            "insert p50", "insert p99", "delete p50", "delete p99", "fresh p50", "fresh p99",
+            "searches ok/failed", "writes ok/failed", "deleted returned",
+        )
+    ]  # fmt: skip
+    rows = []
+    for r in records:
+        s, i, d, f = r["search"], r["insert"], r["delete"], r["freshness"]
+        rows.append(
+            [
+                str(r["checkpoint"]),
+                f"{r['elapsed_s']:.1f}",
+                num(r["live"]),
+                f"{r['recall']:.4f}",
+                f"{r['recall_p10']:.3f}",
+                num(s["p50_us"]),
+                num(s["p99_us"]),
+                num(i["p50_us"]),
+                num(i["p99_us"]),
+                num(d["p50_us"]),
+                num(d["p99_us"]),
+                "—" if f["p50_s"] is None else f"{f['p50_s']:.3f}",
+                "—" if f["p99_s"] is None else f"{f['p99_s']:.3f}",
+                f"{s['completed']}/{s['failed']}",
+                f"{i['completed'] + d['completed']}/{i['failed'] + d['failed']}",
+                str(r["deleted_returned"]),
+            ]
+        )
+    return text_table(title, cols, rows, width=width)
 
 
 def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
@@ -955,6 +1088,7 @@ def render(records: Sequence[Mapping[str, Any]], fmt: str = "table", *, stat: st
             ("sweep", sweep_table),
             ("scale", scale_table),
             ("load", load_table),
+            ("stream", stream_table),
         ):
             of_kind = records_of(records, kind)
             if of_kind:

@@ -180,6 +180,8 @@ class Report:
             "requests": self.requests,
             "k": self.k,
             "recall_at_k": self.mean_recall,
+            # recall as a distribution: the worst tenth of queries (filtered runs vary)
+            "recall_p10": float(np.percentile(self.recall, 10)) if self.recall.size else None,
             "payload_bytes_p50": _median(self.payload_bytes),
             "wire_bytes_p50": _median(self.wire_bytes),
             "cache_hit_rate": self.cache_hit_rate,

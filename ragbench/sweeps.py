@@ -21,6 +21,17 @@ from the index's own bytes per vector.
 Recall is kept per query (``recall_per_query``) with its mean (``recall``)
 and 10th percentile (``recall_p10``): a mean of 0.95 can hide queries at 0.5.
 
+Filtered sweeps: with ``filter_selectivities`` the data carries, per
+requested selectivity, one filter per query (:mod:`ragbench.attributes`) and
+the exact filtered neighbours (:class:`FilterCase`); every query-parameter
+point is then also measured at each selectivity with each filter strategy
+the index has (``search(..., filter=mask, strategy=...)``), recall against the
+filtered truth. Each such point carries ``strategy``, ``selectivity``,
+``filter`` (achieved selectivity mean/min/max) and ``filter_cliff``: for its
+(index, parameters, strategy) line, the selectivity below which recall falls
+under ``recall_target`` or p50 grows more than 3× (see
+:func:`ragbench.records.filter_cliffs`).
+
 Both drivers split their work into independent units run by an executor
 (:mod:`ragbench.executors`): in this process, in order (the default), or as
 Ray tasks. A sweep unit is one (index, build parameters): built once, then
@@ -34,21 +45,23 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
 from . import datasets, embedders, indexes, intervals, rerankers, threads
+from .attributes import QueryFilters
 from .errors import ConfigError
 from .executors import Executor, LocalExecutor, Unit
 from .metrics import recall_at_k, rerank_metric
-from .records import Collector, new_record
+from .records import Collector, cliff_key, filter_cliffs, new_record
 from .timing import Stats, run_stages
 from .validate import positive_int
 
 __all__ = [
+    "FilterCase",
     "SweepData",
     "bytes_fields",
     "check_grid",
@@ -76,9 +89,21 @@ TUNING = {
 SCALE_RESCORE = 100
 
 
+@dataclass(frozen=True)
+class FilterCase:
+    """One requested selectivity: a filter per sweep query and the exact filtered top k.
+
+    ``filters.masks`` bool ``(nq, n)``; ``truth`` int64 ``(nq, k)``, -1 padded.
+    """
+
+    selectivity: float
+    filters: QueryFilters
+    truth: np.ndarray
+
+
 @dataclass
 class SweepData:
-    """Vectors, texts and exact neighbours one sweep measures against."""
+    """Vectors, texts and exact neighbours one sweep measures against (and filter cases)."""
 
     name: str
     vectors: np.ndarray
@@ -87,6 +112,7 @@ class SweepData:
     query_texts: list[str]
     truth: np.ndarray
     metric: str
+    filter_cases: list[FilterCase] = field(default_factory=list)
 
     @classmethod
     def from_dataset(
@@ -98,18 +124,31 @@ class SweepData:
         embedder: str | None = None,
         metric: str | None = None,
         re_embed: bool = False,
+        filter_selectivities: Sequence[float] = (),
+        filter_table: Mapping[str, Any] | None = None,
     ) -> SweepData:
-        """Vectors and exact neighbours of ``ds``; ``re_embed`` as in ``Dataset.corpus_vectors``."""
+        """Vectors and exact neighbours of ``ds``; ``re_embed`` as in ``Dataset.corpus_vectors``.
+
+        ``filter_selectivities``: one :class:`FilterCase` each, drawn as
+        ``filter_table`` says (``attribute``, ``correlated``, ``seed``; see
+        :meth:`ragbench.datasets.Dataset.query_filters`) at that selectivity.
+        """
         emb = embedder or ds.default_embedder
+        metric = metric or ds.metric
+        e: Any = "precomputed" if emb == "precomputed" else embedders.create(emb)
         if emb == "precomputed":
             X, Q = ds.vectors, ds.query_vectors_precomputed
-            truth = ds.exact_neighbors(k, metric=metric or ds.metric)
         else:
-            e = embedders.create(emb)
             X = ds.corpus_vectors(e, re_embed=re_embed)
             Q = ds.query_vectors(e, re_embed=re_embed)
-            truth = ds.exact_neighbors(k, embedder=e, metric=metric or ds.metric, re_embed=re_embed)
+        truth = ds.exact_neighbors(k, embedder=e, metric=metric, re_embed=re_embed)
         nq = len(Q) if n_queries is None else min(n_queries, len(Q))
+        cases = []
+        for sel in filter_selectivities:
+            table = {**(filter_table or {}), "selectivity": sel}
+            qf = ds.query_filters(table, embedder=e, metric=metric)
+            ftruth = ds.exact_neighbors(k, embedder=e, metric=metric, filters=qf)
+            cases.append(FilterCase(float(sel), qf.subset(nq), ftruth[:nq]))
         return cls(
             ds.name,
             X,
@@ -117,7 +156,8 @@ class SweepData:
             list(ds.corpus.texts),
             list(ds.queries.texts[:nq]),
             truth[:nq],
-            metric or ds.metric,
+            metric,
+            cases,
         )
 
 
@@ -156,22 +196,35 @@ def check_grid(
 class _Query:
     """One sweep query on its way through the timed steps (search, then optional re-scoring)."""
 
-    __slots__ = ("query", "vector", "ids", "rescored")
+    __slots__ = ("query", "vector", "ids", "rescored", "allowed")
 
-    def __init__(self, query: Any, vector: np.ndarray) -> None:
+    def __init__(self, query: Any, vector: np.ndarray, allowed: np.ndarray | None = None) -> None:
         self.query = query
         self.vector = vector
         self.ids: np.ndarray = np.empty(0, np.int64)  # the index's candidates, its order
         self.rescored: np.ndarray = self.ids  # the re-scored top k (when re-scoring)
+        self.allowed = allowed
 
 
 def _steps(
-    index: Any, kk: int, params: Mapping[str, Any], k: int, vectors: np.ndarray, reranker: Any
+    index: Any,
+    kk: int,
+    params: Mapping[str, Any],
+    k: int,
+    vectors: np.ndarray,
+    reranker: Any,
+    filtered: bool = False,
 ) -> list[Callable[[_Query], None]]:
     search = index.search
 
     def search_step(q: _Query) -> None:
         q.ids = search(q.query, kk, **params)[0][0]
+
+    def filtered_step(q: _Query) -> None:
+        q.ids = search(q.query, kk, filter=q.allowed, **params)[0][0]
+
+    if filtered:
+        search_step = filtered_step
 
     if reranker is None:
         return [search_step]
@@ -192,6 +245,8 @@ def measure(
     rescore: int | None = None,
     reranker: Any = None,
     repeat: int = 1,
+    case: FilterCase | None = None,
+    strategy: str | None = None,
 ) -> dict[str, Any]:
     """Recall, per-query latency (one query per call, one thread) and batch QPS of one point.
 
@@ -199,7 +254,10 @@ def measure(
     (the search, then the exact re-scoring when ``rescore`` is set), like a
     pipeline request; the point reports the total and each step's p50, with
     bootstrap intervals for p50 and p99 (over ``repeat`` passes over the
-    queries, then queries within each, when ``repeat > 1``).
+    queries, then queries within each, when ``repeat > 1``). With ``case``,
+    each query searches with its filter and ``strategy``; recall is against
+    the filtered truth, and a returned row outside the filter counts as a
+    miss (``filter_violations`` counts them).
     """
     kk = min(rescore or k, index.ntotal)
     if kk < k:
@@ -207,35 +265,21 @@ def measure(
     texts = index.input_kind == "texts"
     Q, X = data.queries, data.vectors
     nq = len(Q)
-    steps = _steps(index, kk, params, k, X, reranker if rescore else None)
-    found = np.full((nq, k), -1, dtype=np.int64)
-    before = np.full((nq, k), -1, dtype=np.int64)  # the index's own top k
-    stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
-    row = [0] * (len(steps) + 1)
+    masks = None if case is None else case.filters.masks
+    if case is not None and strategy is not None:
+        params = {**params, "strategy": strategy}
+    steps = _steps(index, kk, params, k, X, reranker if rescore else None, masks is not None)
     batch_threads = threads.get_threads()
-    threads.set_threads(1)
-    try:
-        for r in range(positive_int("sweep", "repeat", repeat)):
-            for i in range(nq):
-                q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i])
-                run_stages(steps, q, row)
-                stamps[r * nq + i] = row
-                before[i, : min(k, len(q.ids))] = q.ids[:k]
-                final = q.rescored if len(steps) > 1 else q.ids
-                found[i, : min(k, len(final))] = final[:k]
-    finally:
-        threads.set_threads(batch_threads)
+    found, before, stamps = _time_queries(steps, data, masks, k, repeat, texts)
     per_step = np.diff(stamps, axis=1)
     totals = per_step.sum(axis=1)
     lat = Stats.from_samples(totals)
     groups = np.repeat(np.arange(repeat), nq) if repeat > 1 else None
     cis = {s: intervals.bootstrap(totals, s, groups=groups) for s in ("p50", "p99")}
-    t0 = perf_counter_ns()
-    ids, _ = index.search(data.query_texts if texts else Q, kk, **params)
-    if rescore and reranker is not None:
-        reranker.rerank_batch(Q, ids, X, k)
-    batch_s = (perf_counter_ns() - t0) / 1e9
-    recall = recall_at_k(found, data.truth, X, Q, k, data.metric)
+    batch_s = _batch_seconds(index, data, kk, params, masks, reranker if rescore else None, k)
+    violations = _drop_outside(found, masks)
+    truth = data.truth if case is None else case.truth
+    recall = recall_at_k(found, truth, X, Q, k, data.metric)
     point = {
         **recall_fields(recall),
         "p50_us": lat.p50_ns / 1e3,
@@ -252,11 +296,15 @@ def measure(
         "p99_us_ci": [cis["p99"].low / 1e3, cis["p99"].high / 1e3],
         "repeats": repeat,
     }
+    if case is not None:
+        point.update(strategy=strategy or "auto", selectivity=case.selectivity)
+        point.update(filter=case.filters.summary(), filter_violations=violations)
     if groups is not None:
         point["repetition"] = groups.tolist()
     if len(steps) > 1:
         point["rescore_p50_us"] = Stats.from_samples(per_step[:, 1]).p50_ns / 1e3
-        pre = recall_at_k(before, data.truth, X, Q, k, data.metric)
+        _drop_outside(before, masks)
+        pre = recall_at_k(before, truth, X, Q, k, data.metric)
         point["recall_before_rescore"] = float(pre.mean())
         point["recall_before_rescore_p10"] = _p10(pre)
     return point
@@ -273,6 +321,69 @@ def recall_fields(recall: np.ndarray) -> dict[str, Any]:
         "recall_p10": _p10(recall),
         "recall_per_query": [round(float(v), 6) for v in recall],
     }
+
+
+def _time_queries(
+    steps: list[Callable[[_Query], None]],
+    data: SweepData,
+    masks: np.ndarray | None,
+    k: int,
+    repeat: int,
+    texts: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query once per repeat through ``steps`` on one thread.
+
+    (found ids, the index's own top k before re-scoring, stamps); ids ``(nq, k)`` -1 padded.
+    """
+    Q = data.queries
+    nq = len(Q)
+    found = np.full((nq, k), -1, dtype=np.int64)
+    before = np.full((nq, k), -1, dtype=np.int64)
+    stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
+    row = [0] * (len(steps) + 1)
+    batch_threads = threads.get_threads()
+    threads.set_threads(1)
+    try:
+        for r in range(positive_int("sweep", "repeat", repeat)):
+            for i in range(nq):
+                allowed = None if masks is None else masks[i]
+                q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed)
+                run_stages(steps, q, row)
+                stamps[r * nq + i] = row
+                before[i, : min(k, len(q.ids))] = q.ids[:k]
+                final = q.rescored if len(steps) > 1 else q.ids
+                found[i, : min(k, len(final))] = final[:k]
+    finally:
+        threads.set_threads(batch_threads)
+    return found, before, stamps
+
+
+def _drop_outside(found: np.ndarray, masks: np.ndarray | None) -> int:
+    """In place: ``-1`` for found ids outside each query's filter; how many there were."""
+    if masks is None:
+        return 0
+    outside = (found >= 0) & ~np.take_along_axis(masks, np.maximum(found, 0), axis=1)
+    found[outside] = -1
+    return int(outside.sum())
+
+
+def _batch_seconds(
+    index: Any,
+    data: SweepData,
+    kk: int,
+    params: Mapping[str, Any],
+    masks: np.ndarray | None,
+    reranker: Any,
+    k: int,
+) -> float:
+    """Seconds for the whole query batch in one call (with every pinned thread)."""
+    texts = index.input_kind == "texts"
+    extra = {} if masks is None else {"filter": masks}
+    t0 = perf_counter_ns()
+    ids, _ = index.search(data.query_texts if texts else data.queries, kk, **params, **extra)
+    if reranker is not None:
+        reranker.rerank_batch(data.queries, ids, data.vectors, k)
+    return (perf_counter_ns() - t0) / 1e9
 
 
 def _grid_axes(
@@ -349,19 +460,43 @@ def sweep_unit(
     *,
     k: int,
     repeat: int = 1,
+    strategies: Sequence[str] = ("auto",),
+    recall_target: float = 0.9,
 ) -> Iterator[dict[str, Any]]:
-    """Build index ``name`` once with ``build``, then yield one sweep record per query-parameter point."""
+    """Build index ``name`` once with ``build``, then yield one sweep record per query-parameter point.
+
+    With filter cases in ``data``, each query-parameter point is followed by
+    its filtered points (each of ``strategies`` the index has, at each
+    selectivity), yielded once the line is complete, with ``filter_cliff``.
+    """
     index, build_s = _built(name, data, build)
     fields = _point_fields(data, k, name, index, build_s)
+    usable = _usable_strategies(index, strategies) if data.filter_cases else []
     reranker = None
     for point_params in queries:
         params = dict(point_params)
         rescore = params.pop("rescore", None)
         if rescore is not None and reranker is None:
             reranker = _exact_reranker(data)
-        point = measure(index, data, k, params, rescore=rescore, reranker=reranker, repeat=repeat)
+        opts = {"rescore": rescore, "reranker": reranker, "repeat": repeat}
+        point = measure(index, data, k, params, **opts)
         sizes = bytes_fields(index, data.vectors, rescore)
         yield new_record("sweep", {**fields, **sizes, "query": params, "rescore": rescore, **point})
+        line = [
+            {**fields, **sizes, "query": params, "rescore": rescore}
+            | measure(index, data, k, params, case=case, strategy=strategy, **opts)
+            for strategy in usable
+            for case in data.filter_cases
+        ]
+        cliffs = filter_cliffs(line, target=recall_target)
+        for p in line:
+            yield new_record("sweep", {**p, "filter_cliff": cliffs[cliff_key(p)]})
+
+
+def _usable_strategies(index: Any, wanted: Sequence[str]) -> list[str]:
+    """The strategies of ``wanted`` that ``index`` has (``auto`` when it has any)."""
+    has = tuple(getattr(index, "filter_strategies", ()))
+    return [s for s in wanted if s in has or (s == "auto" and has)]
 
 
 def sweep_points(
@@ -375,6 +510,8 @@ def sweep_points(
     progress: Callable[[int], None] | None = None,
     repeat: int = 1,
     executor: Executor | None = None,
+    strategies: Sequence[str] = ("auto",),
+    recall_target: float = 0.9,
 ) -> list[dict[str, Any]]:
     """Measure every (index, build params, query params) point; ``on_point`` gets each record at once.
 
@@ -391,9 +528,9 @@ def sweep_points(
         b_axes, q_axes = _grid_axes(name, dim, data.metric, build_grid, query_grid)
         queries = _combos(q_axes)
         for build in _combos(b_axes):
-            units.append(
-                Unit(sweep_unit, (shared, name, build, queries), {"k": k, "repeat": repeat})
-            )
+            opts = {"k": k, "repeat": repeat, "strategies": list(strategies)}
+            opts["recall_target"] = recall_target
+            units.append(Unit(sweep_unit, (shared, name, build, queries), opts))
     emit = Collector(on_point, progress)
     ex.run(units, emit)
     return emit.records
@@ -405,12 +542,17 @@ def count_points(
     metric: str,
     build_grid: Mapping[str, Sequence[Any]],
     query_grid: Mapping[str, Sequence[Any]],
+    *,
+    selectivities: int = 0,
+    strategies: Sequence[str] = ("auto",),
 ) -> int:
-    """How many points :func:`sweep_points` will measure."""
+    """How many points :func:`sweep_points` will measure (``selectivities``: filter cases)."""
     total = 0
     for name in index_names:
         b_axes, q_axes = _grid_axes(name, dim, metric, build_grid, query_grid)
-        total += math.prod(len(v) for _, v in b_axes) * math.prod(len(v) for _, v in q_axes)
+        probe = indexes.create(name, dim=dim, metric=metric) if selectivities else None
+        per = 1 + selectivities * len(_usable_strategies(probe, strategies) if probe else [])
+        total += math.prod(len(v) for _, v in b_axes) * math.prod(len(v) for _, v in q_axes) * per
     return total
 
 

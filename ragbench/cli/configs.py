@@ -21,6 +21,7 @@ from .options import (
     dataset_option,
     k_option,
     parse_count,
+    parse_value,
     set_option,
     set_pairs,
     split_list,
@@ -70,6 +71,18 @@ def backend_options(fn: F) -> F:
             "--k-candidates",
             "k_candidates",
             help="Comma-separated candidate counts, e.g. 10,100,1000.",
+        ),
+        click.option(
+            "--filter-selectivity",
+            "filter_selectivity",
+            help="Comma-separated filter selectivities, one row each, e.g. 0.5,0.01 "
+            "([retrieve] filter selectivity; attribute and correlation from the config or --set).",
+        ),
+        click.option(
+            "--filter-strategy",
+            "filter_strategy",
+            help="Comma-separated filter strategies, e.g. pre,post,in-graph ([retrieve] "
+            "filter_strategy).",
         ),
         click.option(
             "--with-embeddings/--without-embeddings",
@@ -161,7 +174,13 @@ def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
             shapes = split_list(opts["payload_shape"], "--payload-shape")
             axes += [("payload_shape", shapes)] if shapes else []
     kc = counts(opts["k_candidates"], "--k-candidates")
-    return axes + ([("k_candidates", kc)] if kc else [])
+    axes += [("k_candidates", kc)] if kc else []
+    sels = [
+        parse_value(v) for v in split_list(opts.get("filter_selectivity"), "--filter-selectivity")
+    ]
+    axes += [("filter_selectivity", sels)] if sels else []
+    strategies = split_list(opts.get("filter_strategy"), "--filter-strategy")
+    return axes + ([("filter_strategy", strategies)] if strategies else [])
 
 
 def configurations(
@@ -190,6 +209,17 @@ def configurations(
                 continue
             if axis == "payload_shape":
                 cfg["serialize"]["shape"] = value
+                parts += [str(value)] if len(values) > 1 else []
+                continue
+            if axis == "filter_selectivity":
+                cfg["retrieve"]["filter"] = {
+                    **(cfg["retrieve"]["filter"] or {}),
+                    "selectivity": value,
+                }
+                parts += [f"sel={value}"] if len(values) > 1 else []
+                continue
+            if axis == "filter_strategy":
+                cfg["retrieve"]["filter_strategy"] = value
                 parts += [str(value)] if len(values) > 1 else []
                 continue
             if axis == "retrieve" and value != cfg["retrieve"]["backend"] and not opts["config"]:

@@ -81,7 +81,38 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
 @repeat_option("Passes over the queries per point; intervals resample them.")
 @threads_option("Threads for batch QPS (single-query latency always uses 1).")
 @out_option("Append one JSON record per point as it finishes.")
-@plot_option("Write recall (x) vs QPS (log y) per index as PNG.")
+@plot_option("Write recall (x) vs QPS (log y) per index as PNG (filtered: vs selectivity).")
+@click.option(
+    "--filter-selectivity",
+    "filter_selectivity",
+    metavar="S1,S2",
+    help="Also measure every point with a filter per query at these selectivities, "
+    "e.g. 0.5,0.05,0.005 (recall vs the exact filtered top k).",
+)
+@click.option(
+    "--filter-strategy",
+    "filter_strategy",
+    default="auto",
+    show_default=True,
+    metavar="S1,S2",
+    help="Filter strategies to measure: auto, pre, post, in-graph (those an index lacks are skipped).",
+)
+@click.option(
+    "--filter-attribute", help="Attribute the filters select on (default: the dataset's first)."
+)
+@click.option(
+    "--filter-correlated/--filter-random",
+    default=False,
+    show_default=True,
+    help="Draw each query's filter from its own neighbourhood's values, or at random.",
+)
+@click.option(
+    "--recall-target",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="Recall under which a filtered line has fallen off its cliff.",
+)
 @executor_options
 def sweep(
     dataset: str,
@@ -99,13 +130,20 @@ def sweep(
     threads: int | None,
     out: str | None,
     plot: str | None,
+    filter_selectivity: str | None,
+    filter_strategy: str,
+    filter_attribute: str | None,
+    filter_correlated: bool,
+    recall_target: float,
     executor: str,
     ray_address: str | None,
 ) -> None:
     """Recall vs latency frontier: the cartesian product of build × query parameters per index.
 
     Each (index, build parameters) is one unit of work: built once, measured at every
-    query-parameter point; with --executor ray each is a Ray task.
+    query-parameter point; with --executor ray each is a Ray task. With
+    --filter-selectivity every point is also measured filtered, per strategy and
+    selectivity, and each strategy's "filter cliff" is marked.
     """
     from .. import datasets, indexes
     from .. import threads as th
@@ -113,6 +151,8 @@ def sweep(
 
     check_outputs(out, plot)
     names = _index_names(index)
+    sels, strategies = _filter_axes(filter_selectivity, filter_strategy, recall_target)
+    filter_table = {"attribute": filter_attribute, "correlated": filter_correlated}
     query_grid, build_grid = grid(params, "--param"), grid(builds, "--build")
     # parameter names are checked before the data is loaded or embedded
     check_grid(names, dim or indexes.PROBE_DIM, "ip", build_grid, query_grid)
@@ -123,12 +163,17 @@ def sweep(
     with executor_from(executor, ray_address) as ex:
         size = parse_count(n, "--n") if n else None
         ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
+        options: dict[str, Any] = {"embedder": embed, "re_embed": bool(re_embed)}
+        options["filter_table"] = filter_table
         data = SweepData.from_dataset(
-            ds, k=k, n_queries=queries, embedder=embed, re_embed=bool(re_embed)
+            ds, k=k, n_queries=queries, filter_selectivities=sels, **options
         )
         dim_ = int(data.vectors.shape[1])
         try:
-            total = count_points(names, dim_, data.metric, build_grid, query_grid)
+            grids = (build_grid, query_grid)
+            total = count_points(
+                names, dim_, data.metric, *grids, selectivities=len(sels), strategies=strategies
+            )
             with progress(total, "sweep points") as advance:
                 sweep_points(
                     data,
@@ -140,12 +185,33 @@ def sweep(
                     progress=advance,
                     repeat=repeat or 1,
                     executor=ex,
+                    strategies=strategies,
+                    recall_target=recall_target,
                 )
         except KeyboardInterrupt:
             if writer.records:
                 echo(render(writer.records))
             raise
     _finish(writer, plot)
+
+
+def _filter_axes(
+    selectivity: str | None, strategy: str, target: float
+) -> tuple[list[float], list[str]]:
+    """The --filter-selectivity values and --filter-strategy names, checked."""
+    from ..config import FILTER_STRATEGIES
+
+    if not 0.0 < target <= 1.0:
+        raise ConfigError(f"--recall-target must be in (0, 1], got {target}")
+    sels = [parse_value(v) for v in split_list(selectivity, "--filter-selectivity")]
+    for v in sels:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ConfigError(f"--filter-selectivity values must be in (0, 1], got {v!r}")
+    strategies = split_list(strategy, "--filter-strategy")
+    for name in strategies:
+        if name not in FILTER_STRATEGIES:
+            raise ConfigError(f"--filter-strategy {name!r}: use {', '.join(FILTER_STRATEGIES)}")
+    return [float(v) for v in sels], strategies
 
 
 def _per_index_build(builds: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,497 @@
+"""``ragbench stream``: an index under live inserts and deletes while queries arrive.
+
+A big-ann-benchmarks-style streaming workload in one process. The index is
+built over a random ``initial`` fraction of the corpus (ids are positions in
+one seeded permutation of the corpus rows, so inserts take the next ids in
+order); then, for ``duration`` seconds, the driver thread inserts at
+``insert_rate`` and deletes random live ids at ``delete_rate`` (one
+``add``/``delete`` call per 20 ms tick, each call timed) and releases
+queries open loop at ``qps`` to ``search_threads`` searcher threads, which
+search while the writes run. Inserts stop once every corpus row is in
+(``inserted_total`` says how many went in); deletes never take the live set
+below ``k`` rows.
+A share ``fresh`` of the queries is aimed at the most recently inserted
+document not yet found: its own vector plus Gaussian noise (``noise`` times
+the vector's length, renormalized); the rest are the dataset's queries. The
+index's own thread-safety rules apply (searches run beside ``add``; a delete
+or a faiss write waits for running searches, see
+:mod:`ragbench.indexes._live`).
+
+``checkpoints`` times (evenly spaced) the writers and searchers pause and a
+record is made of the interval since the last one:
+
+- ``recall``: recall@k of the dataset's queries (one call each) against the
+  exact top-k of the rows live at that moment (brute force over the live set);
+- search, insert and delete call latency p50/p99 (µs) and counts (issued,
+  completed, failed) -- every operation is accounted;
+- ``freshness``: seconds from an insert's completion to the end of the first
+  search that returned that document to a query aimed at it (p50/p99), and
+  how many aimed-at documents were never returned;
+- ``deleted_returned``: results holding an id whose delete had completed
+  before the search started (must be 0).
+
+A runbook (TOML, ``[[step]]`` tables with ``insert = N``, ``delete = N``,
+``search = N``, ``checkpoint = true``) replays a fixed sequence instead:
+each step's inserts, deletes and searches run in that order (searches on the
+searcher threads, open loop at ``qps``), then its checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import indexes
+from .datasets import brute_force_neighbors
+from .errors import ConfigError
+from .indexes._writable import DELETE_BACKENDS
+from .metrics import recall_at_k
+from .records import new_record
+
+__all__ = ["LiveStream", "Step", "StreamOptions", "read_runbook", "run_stream"]
+
+_TICK_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One runbook step: inserts, then deletes, then searches, then maybe a checkpoint."""
+
+    insert: int = 0
+    delete: int = 0
+    search: int = 0
+    checkpoint: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    """What :func:`run_stream` does; see the module docstring."""
+
+    index: str = "hnsw"
+    build: Mapping[str, Any] = field(default_factory=dict)
+    search: Mapping[str, Any] = field(default_factory=dict)
+    k: int = 10
+    initial: float = 0.5
+    insert_rate: float = 200.0
+    delete_rate: float = 100.0
+    qps: float = 200.0
+    duration: float = 10.0
+    checkpoints: int = 5
+    fresh: float = 0.3
+    noise: float = 0.05
+    search_threads: int = 2
+    seed: int = 0
+
+    def check(self) -> None:
+        if not 0 < self.initial <= 1:
+            raise ConfigError(f"--initial must be in (0, 1], got {self.initial}")
+        for name in ("insert_rate", "delete_rate", "qps", "duration", "noise"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0")
+        if not 0 <= self.fresh <= 1:
+            raise ConfigError(f"--fresh must be in [0, 1], got {self.fresh}")
+        if self.checkpoints < 1 or self.search_threads < 1 or self.k < 1:
+            raise ConfigError("--checkpoints, --search-threads and --k must be >= 1")
+
+
+def read_runbook(path: str | Path) -> list[Step]:
+    """The ``[[step]]`` tables of a runbook TOML file."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"runbook {path}: {exc}") from None
+    steps = data.get("step")
+    if not isinstance(steps, list) or not steps:
+        raise ConfigError(f"runbook {path}: no [[step]] tables")
+    out = []
+    for i, st in enumerate(steps, 1):
+        bad = sorted(set(st) - {"insert", "delete", "search", "checkpoint"})
+        if bad:
+            raise ConfigError(f"runbook {path}: step {i}: unknown key {bad[0]!r}")
+        ins, dels, srch = (st.get(key, 0) for key in ("insert", "delete", "search"))
+        if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in (ins, dels, srch)):
+            raise ConfigError(f"runbook {path}: step {i}: counts must be integers >= 0")
+        if not isinstance(st.get("checkpoint", False), bool):
+            raise ConfigError(f"runbook {path}: step {i}: checkpoint must be true or false")
+        out.append(Step(ins, dels, srch, bool(st.get("checkpoint", False))))
+    return out
+
+
+class _Ops:
+    """Latencies and outcomes of one kind of operation since the last checkpoint (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ns: list[int] = []
+        self.issued = self.completed = self.failed = self.items = 0
+
+    def done(self, ns: int, ok: bool, items: int = 1) -> None:
+        with self.lock:
+            self.completed += ok
+            self.failed += not ok
+            self.items += items if ok else 0
+            if ok:
+                self.ns.append(ns)
+
+    def take(self) -> dict[str, Any]:
+        with self.lock:
+            ns = np.asarray(self.ns, dtype=np.float64)
+            out = {
+                "issued": self.issued,
+                "completed": self.completed,
+                "failed": self.failed,
+                "items": self.items,
+                "p50_us": float(np.percentile(ns, 50)) / 1e3 if ns.size else None,
+                "p99_us": float(np.percentile(ns, 99)) / 1e3 if ns.size else None,
+            }
+            self.ns = []
+            self.issued = self.completed = self.failed = self.items = 0
+        return out
+
+
+class LiveStream:
+    """The live state: which ids are in the index, when they came and went, what searches saw.
+
+    ``V``: float32 ``(n, d)``, the corpus in a seeded random order; id ``i``
+    is row ``V[i]``, the first ``m0`` built, the rest inserted in order.
+    ``live``: bool ``(n,)``; ``inserted_ns``/``deleted_ns``: int64 ``(n,)``
+    ``perf_counter_ns`` when the insert/delete completed (0: never);
+    ``index``: the index under test (set by :func:`run_stream`).
+    """
+
+    def __init__(self, vectors: np.ndarray, queries: np.ndarray, metric: str, o: StreamOptions):
+        self.o = o
+        self.rng = np.random.default_rng(o.seed)
+        self.V = np.ascontiguousarray(vectors[self.rng.permutation(len(vectors))])
+        self.Q = queries
+        self.metric = metric
+        n = len(self.V)
+        self.m0 = max(o.k, int(round(o.initial * n)))
+        self.live = np.zeros(n, dtype=bool)
+        self.live[: self.m0] = True
+        self.next_id = self.m0
+        self.inserted_ns = np.zeros(n, dtype=np.int64)  # 0: built, not inserted
+        self.deleted_ns = np.zeros(n, dtype=np.int64)  # 0: not deleted
+        self.first_found_ns = np.zeros(n, dtype=np.int64)
+        self.aimed: list[int] = []  # inserted ids not yet found by an aimed query
+        self.freshness_ns: list[int] = []
+        self.deleted_returned = 0
+        self.lock = threading.Lock()  # live set, aimed list
+        self.ops = {"search": _Ops(), "insert": _Ops(), "delete": _Ops()}
+        self.index: Any = None
+
+    # -- writes ---------------------------------------------------------------------
+
+    def insert(self, count: int) -> None:
+        ids = np.arange(self.next_id, min(self.next_id + count, len(self.V)), dtype=np.int64)
+        if not ids.size:
+            return
+        self.next_id += ids.size
+        ops = self.ops["insert"]
+        ops.issued += 1
+        t0 = time.perf_counter_ns()
+        try:
+            self.index.add(self.V[ids], ids=ids)
+        except Exception:  # noqa: BLE001 - every failed write is counted, none stops the run
+            ops.done(0, False)
+            return
+        t1 = time.perf_counter_ns()
+        ops.done(t1 - t0, True, ids.size)
+        with self.lock:
+            self.live[ids] = True
+            self.inserted_ns[ids] = t1
+            self.aimed.extend(ids.tolist())
+
+    def delete(self, count: int) -> None:
+        with self.lock:
+            live = np.flatnonzero(self.live)
+            if live.size <= self.o.k or count <= 0:
+                return
+            ids = self.rng.choice(live, size=min(count, live.size - self.o.k), replace=False)
+            self.live[ids] = False  # no longer counted as live for truth or aiming
+        ops = self.ops["delete"]
+        ops.issued += 1
+        t0 = time.perf_counter_ns()
+        try:
+            self.index.delete(ids)
+        except Exception:  # noqa: BLE001
+            ops.done(0, False)
+            with self.lock:
+                self.live[ids] = True
+            return
+        t1 = time.perf_counter_ns()
+        ops.done(t1 - t0, True, ids.size)
+        self.deleted_ns[ids] = t1
+
+    # -- searches -------------------------------------------------------------------
+
+    def next_query(self) -> tuple[np.ndarray, int]:
+        """A query vector ``(1, d)`` and the id it is aimed at (-1: a dataset query)."""
+        with self.lock:
+            aimed = self.aimed
+            target = -1
+            if aimed and self.rng.random() < self.o.fresh:
+                target = aimed.pop()  # the most recently inserted not yet found
+                while aimed and not self.live[target]:
+                    target = aimed.pop()
+                if not self.live[target]:
+                    target = -1
+            j = int(self.rng.integers(len(self.Q)))
+            noise = self.rng.standard_normal(self.V.shape[1], dtype=np.float32)
+        if target < 0:
+            return self.Q[j : j + 1], -1
+        v = self.V[target]
+        scale = np.float32(self.o.noise * float(np.linalg.norm(v)) / np.sqrt(len(v)))
+        q = np.asarray(v + noise * scale, dtype=np.float32)
+        q /= np.linalg.norm(q)
+        return q[None, :], target
+
+    def search_one(self, q: np.ndarray, target: int) -> None:
+        ops = self.ops["search"]
+        t0 = time.perf_counter_ns()
+        try:
+            ids = self.index.search(q, self.o.k, **self.o.search)[0][0]
+        except Exception:  # noqa: BLE001
+            ops.done(0, False)
+            return
+        t1 = time.perf_counter_ns()
+        ops.done(t1 - t0, True)
+        got = ids[ids >= 0]
+        gone = self.deleted_ns[got]
+        bad = int(((gone > 0) & (gone < t0)).sum())
+        if bad:
+            with self.lock:
+                self.deleted_returned += bad
+        if target >= 0:
+            with self.lock:
+                if not (got == target).any():
+                    self.aimed.append(target)  # aim at it again later
+                elif self.first_found_ns[target] == 0:
+                    self.first_found_ns[target] = t1
+                    self.freshness_ns.append(t1 - int(self.inserted_ns[target]))
+
+    # -- checkpoint -----------------------------------------------------------------
+
+    def checkpoint(self, number: int, elapsed_s: float) -> dict[str, Any]:
+        """Recall over the live set now, and the interval's operation statistics."""
+        live = self.live.copy()
+        allowed = np.broadcast_to(live, (len(self.Q), len(live)))
+        truth = brute_force_neighbors(self.Q, self.V, self.o.k, self.metric, allowed=allowed)
+        found = np.full((len(self.Q), self.o.k), -1, dtype=np.int64)
+        for i in range(len(self.Q)):
+            ids = self.index.search(self.Q[i : i + 1], self.o.k, **self.o.search)[0][0]
+            found[i, : len(ids)] = ids[: self.o.k]
+        recall = recall_at_k(found, truth, self.V, self.Q, self.o.k, self.metric)
+        fresh = np.asarray(self.freshness_ns, dtype=np.float64) / 1e9
+        with self.lock:
+            self.freshness_ns = []
+            waiting = len(self.aimed)
+            returned, self.deleted_returned = self.deleted_returned, 0
+        return {
+            "checkpoint": number,
+            "elapsed_s": elapsed_s,
+            "live": int(live.sum()),
+            "inserted_total": int(self.next_id - self.m0),
+            "deleted_total": int((self.deleted_ns > 0).sum()),
+            "recall": float(recall.mean()),
+            "recall_p10": float(np.percentile(recall, 10)),
+            "recall_per_query": recall.tolist(),
+            "search": self.ops["search"].take(),
+            "insert": self.ops["insert"].take(),
+            "delete": self.ops["delete"].take(),
+            "freshness": {
+                "found": int(fresh.size),
+                "p50_s": float(np.percentile(fresh, 50)) if fresh.size else None,
+                "p99_s": float(np.percentile(fresh, 99)) if fresh.size else None,
+                "not_yet_found": waiting,
+            },
+            "deleted_returned": returned,
+        }
+
+
+class _Searchers:
+    """Searcher threads fed by an open-loop schedule (a query due every ``1 / qps`` s)."""
+
+    def __init__(self, st: LiveStream) -> None:
+        self.st = st
+        self.due: list[tuple[np.ndarray, int]] = []
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.busy = 0
+        self.threads = [
+            threading.Thread(target=self._work, daemon=True, name=f"rb-search-{i}")
+            for i in range(st.o.search_threads)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def release(self, count: int) -> None:
+        for _ in range(count):
+            q = self.st.next_query()
+            self.st.ops["search"].issued += 1
+            with self.cond:
+                self.due.append(q)
+                self.cond.notify()
+
+    def drain(self) -> None:
+        """Wait until every released query has finished."""
+        with self.cond:
+            while self.due or self.busy:
+                self.cond.wait(0.01)
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                while not self.due and not self.stopping:
+                    self.cond.wait()
+                if not self.due:
+                    return
+                q, target = self.due.pop(0)
+                self.busy += 1
+            try:
+                self.st.search_one(q, target)
+            finally:
+                with self.cond:
+                    self.busy -= 1
+                    self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def _paced(rate: float, start: float, now: float, done: int) -> int:
+    """How many of a ``rate``-per-second stream are due by ``now`` beyond the ``done`` ones."""
+    return max(0, int(rate * (now - start)) - done)
+
+
+def _timed_run(
+    st: LiveStream, searchers: _Searchers, emit: Callable[[dict[str, Any]], None]
+) -> None:
+    o = st.o
+    start = time.perf_counter()
+    bounds = [start + o.duration * (c + 1) / o.checkpoints for c in range(o.checkpoints)]
+    sent = {"insert": 0, "delete": 0, "search": 0}
+    paused = 0.0
+    for number, until in enumerate(bounds, 1):
+        while True:
+            now = time.perf_counter()
+            if now >= until + paused:
+                break
+            t = now - paused
+            for kind, rate in (("insert", o.insert_rate), ("delete", o.delete_rate)):
+                due = _paced(rate, start, t, sent[kind])
+                sent[kind] += due
+                if due:
+                    getattr(st, kind)(due)
+            due = _paced(o.qps, start, t, sent["search"])
+            sent["search"] += due
+            searchers.release(due)
+            time.sleep(min(_TICK_S, max(0.0, until + paused - time.perf_counter())))
+        t0 = time.perf_counter()
+        searchers.drain()
+        emit(st.checkpoint(number, t0 - paused - start))
+        paused += time.perf_counter() - t0  # checkpoints do not eat the schedule
+
+
+def _runbook_run(
+    st: LiveStream,
+    searchers: _Searchers,
+    steps: Sequence[Step],
+    emit: Callable[[dict[str, Any]], None],
+) -> None:
+    start = time.perf_counter()
+    number = 0
+    batch = max(1, int(st.o.insert_rate * _TICK_S)) if st.o.insert_rate else 1_000_000
+    for step in steps:
+        for s in range(0, step.insert, batch):
+            st.insert(min(batch, step.insert - s))
+        if step.delete:
+            st.delete(step.delete)
+        t0 = time.perf_counter()
+        for i in range(step.search):
+            if st.o.qps:
+                time.sleep(max(0.0, t0 + i / st.o.qps - time.perf_counter()))
+            searchers.release(1)
+        searchers.drain()
+        if step.checkpoint:
+            number += 1
+            emit(st.checkpoint(number, time.perf_counter() - start))
+
+
+def run_stream(
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    metric: str,
+    options: StreamOptions,
+    *,
+    runbook: Sequence[Step] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    dataset: str = "",
+    stream: LiveStream | None = None,
+) -> list[dict[str, Any]]:
+    """Run the streaming workload; one ``stream`` record per checkpoint (see the module docstring).
+
+    ``vectors`` float32 ``(n, d)`` corpus, ``queries`` float32 ``(nq, d)``.
+    ``stream``: a :class:`LiveStream` made from the same arguments, to read
+    the live state and the index afterwards. An index that cannot delete
+    (faiss-hnsw) raises :class:`ConfigError` when the workload deletes.
+    """
+    options.check()
+    st = stream if stream is not None else LiveStream(vectors, queries, metric, options)
+    deletes = options.delete_rate > 0 if runbook is None else any(s.delete for s in runbook)
+    if deletes and options.index not in DELETE_BACKENDS:
+        raise ConfigError(
+            f"index {options.index!r} cannot delete; use one of {', '.join(DELETE_BACKENDS)} "
+            "or --delete-rate 0"
+        )
+    index = indexes.create(options.index, dim=int(vectors.shape[1]), metric=metric, **options.build)
+    t0 = time.perf_counter()
+    index.build(st.V[: st.m0])
+    build_s = time.perf_counter() - t0
+    st.index = index
+    fields = {
+        "dataset": dataset,
+        "n": int(len(vectors)),
+        "dim": int(vectors.shape[1]),
+        "metric": metric,
+        "k": options.k,
+        "index": options.index,
+        "build": dict(index.build_params),
+        "query": dict(options.search),
+        "initial": st.m0,
+        "build_s": build_s,
+        "options": {
+            key: getattr(options, key)
+            for key in ("insert_rate", "delete_rate", "qps", "duration", "fresh", "noise")
+        }
+        | {"search_threads": options.search_threads, "runbook": runbook is not None},
+    }
+    out: list[dict[str, Any]] = []
+
+    def emit(point: dict[str, Any]) -> None:
+        rec = new_record("stream", {**fields, **point})
+        out.append(rec)
+        if on_record is not None:
+            on_record(rec)
+
+    searchers = _Searchers(st)
+    try:
+        if runbook is None:
+            _timed_run(st, searchers, emit)
+        else:
+            _runbook_run(st, searchers, runbook, emit)
+    finally:
+        searchers.stop()
+    return out

@@ -1,0 +1,159 @@
+"""``ragbench stream``: live inserts and deletes beside searches, checked from outside."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragbench import datasets
+from ragbench.errors import ConfigError
+from ragbench.records import read_records
+from ragbench.streaming import LiveStream, Step, StreamOptions, read_runbook, run_stream
+
+RUNBOOK = """
+[[step]]
+insert = 300
+search = 60
+checkpoint = true
+
+[[step]]
+delete = 250
+search = 60
+checkpoint = true
+
+[[step]]
+insert = 200
+delete = 100
+search = 80
+checkpoint = true
+"""
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    ds = datasets.load("synthetic", n=2000, dim=32, n_queries=30, seed=5)
+    assert ds.vectors is not None and ds.query_vectors_precomputed is not None
+    return ds.vectors, ds.query_vectors_precomputed
+
+
+def _run(
+    data: tuple[np.ndarray, np.ndarray], index: str, tmp_path: Path
+) -> tuple[list[dict], LiveStream]:
+    path = tmp_path / "runbook.toml"
+    path.write_text(RUNBOOK)
+    steps = read_runbook(path)
+    assert steps[1] == Step(0, 250, 60, True)
+    opts = StreamOptions(index=index, initial=0.5, qps=0, fresh=0.5, search_threads=2, seed=1)
+    st = LiveStream(data[0], data[1], "ip", opts)
+    recs = run_stream(data[0], data[1], "ip", opts, runbook=steps, stream=st)
+    return recs, st
+
+
+def _exact(q: np.ndarray, x: np.ndarray, live: np.ndarray, k: int) -> list[set[int]]:
+    ids = np.flatnonzero(live)
+    scores = q @ x[ids].T
+    return [set(ids[np.argsort(-row, kind="stable")[:k]].tolist()) for row in scores]
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw"])
+def test_runbook_counts_deletes_inserts_and_recall(
+    data: tuple[np.ndarray, np.ndarray], index: str, tmp_path: Path
+) -> None:
+    recs, st = _run(data, index, tmp_path)
+    assert [r["checkpoint"] for r in recs] == [1, 2, 3]
+    # counts add up: every operation issued completed or failed, and the live count follows
+    assert sum(r["insert"]["items"] for r in recs) == 500
+    assert sum(r["delete"]["items"] for r in recs) == 350
+    assert [r["live"] for r in recs] == [1300, 1050, 1150]
+    for r in recs:
+        for kind in ("search", "insert", "delete"):
+            ops = r[kind]
+            assert ops["issued"] == ops["completed"] + ops["failed"]
+            assert ops["failed"] == 0
+    assert [r["search"]["completed"] for r in recs] == [60, 60, 80]
+    assert st.index.ntotal == 1150
+    # a deleted id is never returned, even to its own vector
+    deleted = np.flatnonzero(st.deleted_ns > 0)
+    assert deleted.size == 350
+    got, _ = st.index.search(st.V[deleted], 10)
+    assert not np.isin(got, deleted).any()
+    assert all(r["deleted_returned"] == 0 for r in recs)
+    # an inserted id (still live) is found by its own vector
+    inserted = np.flatnonzero((st.inserted_ns > 0) & (st.deleted_ns == 0))
+    top1, _ = st.index.search(st.V[inserted], 1)
+    found = float((top1[:, 0] == inserted).mean())
+    assert found == 1.0 if index == "flat" else found > 0.95
+    # recall at the last checkpoint matches an independent exact computation over the live set
+    live = np.zeros(len(st.V), dtype=bool)
+    live[: st.m0] = True
+    live[np.flatnonzero(st.inserted_ns > 0)] = True
+    live[deleted] = False
+    truth = _exact(data[1], st.V, live, 10)
+    res, _ = st.index.search(data[1], 10)
+    mine = np.mean([len(truth[i] & set(res[i].tolist())) / 10 for i in range(len(truth))])
+    assert recs[-1]["recall"] == pytest.approx(mine, abs=1e-9)
+    if index == "flat":
+        assert mine == 1.0
+    # aimed queries found their fresh documents
+    assert sum(r["freshness"]["found"] for r in recs) > 0
+
+
+def test_timed_stream_accounts_every_operation(data: tuple[np.ndarray, np.ndarray]) -> None:
+    opts = StreamOptions(
+        index="hnsw",
+        initial=0.5,
+        insert_rate=300,
+        delete_rate=150,
+        qps=300,
+        duration=1.6,
+        checkpoints=2,
+        fresh=0.5,
+        seed=2,
+    )
+    recs = run_stream(data[0], data[1], "ip", opts)
+    assert len(recs) == 2
+    total = {k: sum(r[k]["completed"] + r[k]["failed"] for r in recs) for k in ("search", "insert")}
+    assert all(
+        r["search"]["issued"] == r["search"]["completed"] + r["search"]["failed"] for r in recs
+    )
+    assert total["search"] >= 0.7 * 300 * 1.6  # open loop kept roughly to its rate
+    assert sum(r["insert"]["items"] for r in recs) >= 0.7 * 300 * 1.6
+    assert all(r["deleted_returned"] == 0 for r in recs)
+    assert recs[-1]["live"] == 1000 + recs[-1]["inserted_total"] - recs[-1]["deleted_total"]
+    assert sum(r["freshness"]["found"] for r in recs) > 10
+    assert all(r["freshness"]["p50_s"] is None or r["freshness"]["p50_s"] >= 0 for r in recs)
+    assert all(0.5 < r["recall"] <= 1.0 for r in recs)
+
+
+def test_index_that_cannot_delete_is_refused(data: tuple[np.ndarray, np.ndarray]) -> None:
+    with pytest.raises(ConfigError, match="cannot delete"):
+        run_stream(data[0], data[1], "ip", StreamOptions(index="faiss-hnsw", delete_rate=10))
+
+
+def test_stream_cli_runbook(tmp_path: Path) -> None:
+    book = tmp_path / "book.toml"
+    book.write_text(RUNBOOK)
+    out = tmp_path / "stream.jsonl"
+    res = subprocess.run(
+        [
+            sys.executable, "-m", "ragbench", "stream",
+            "--n", "2000", "--dim", "32", "--index", "hnsw", "--queries", "30",
+            "--runbook", str(book), "--qps", "0", "--out", str(out),
+            "--plot", str(tmp_path / "stream.png"),
+        ],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    recs = read_records(out)
+    assert [r["kind"] for r in recs] == ["stream"] * 3
+    assert "stream — synthetic" in res.stdout and "deleted returned" in res.stdout
+    assert (tmp_path / "stream.png").stat().st_size > 0
+    bad = subprocess.run(
+        [sys.executable, "-m", "ragbench", "stream", "--n", "500", "--initial", "0"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--initial" in bad.stderr and "Traceback" not in bad.stderr
