@@ -260,15 +260,17 @@ class Board:
 
     def _next(self, now: int, run: OpenRun) -> int:
         s = self._classify_until(now, run)
-        h, acc = self.header, self.accepted
+        h, acc, due = self.header, self.accepted, self.due
         c = int(h[_TAKEN])
         if c < s:  # a queue: drop the timed-out head, take the oldest accepted one left
-            lo = min(int(self.due.searchsorted(now - run.timeout_ns)), s)
-            if lo > c:
+            if due[c] < now - run.timeout_ns:
+                lo = min(int(due.searchsorted(now - run.timeout_ns)), s)
                 self._expire(c, lo, run.timeout_ns)
                 c = lo
             if acc[s] > acc[c]:
-                j = c + int(acc[c : s + 1].searchsorted(acc[c] + 1)) - 1
+                j = c
+                if acc[c + 1] == acc[c]:  # c was rejected: the first accepted one after it
+                    j += int(acc[c : s + 1].searchsorted(acc[c] + 1)) - 1
                 h[_TAKEN] = j + 1
                 self.left[j] = now
                 return j
@@ -292,16 +294,34 @@ class Board:
             self.accepted[s + 1 : c + 1] = self.accepted[s]
             s = c
         hi = int(due.searchsorted(now, "right"))
+        timeout = run.timeout_ns
         while s < hi:
             # a chunk no longer than the timeout: none of its own arrivals times out within it
-            e = min(hi, int(due.searchsorted(due[s] + run.timeout_ns, "right")))
-            if e - s <= _SCALAR_BATCH:
+            e = hi
+            if due[hi - 1] > due[s] + timeout:
+                e = int(due.searchsorted(due[s] + timeout, "right"))
+            if c == s or due[c] >= due[e - 1] - timeout:
+                # no request queued before the chunk times out during it: the room is fixed
+                self._decide_fixed(s, e, run.queue_size - int(self.accepted[s] - self.accepted[c]))
+            elif e - s <= _SCALAR_BATCH:
                 self._decide_few(s, e, c, run)
             else:
                 self._decide_many(s, e, c, run)
             s = e
         h[_SEEN] = max(s, int(h[_SEEN]))
         return int(h[_SEEN])
+
+    def _decide_fixed(self, s: int, e: int, room: int) -> None:
+        """Arrivals ``[s, e)`` with ``room`` places left in the queue: the first ones fill it."""
+        acc = self.accepted
+        base = int(acc[s])
+        k = s + min(max(room, 0), e - s)  # [s, k) queued, [k, e) rejected
+        if k > s:
+            acc[s + 1 : k + 1] = np.arange(base + 1, base + 1 + k - s)
+        if k < e:
+            acc[k + 1 : e + 1] = base + k - s
+            self.outcome[k:e] = REJECTED
+            self.left[k:e] = self.due[k:e]
 
     def _decide_many(self, s: int, e: int, c: int, run: OpenRun) -> None:
         """Arrivals ``[s, e)``, all after the last take: queued or rejected, vectorised.

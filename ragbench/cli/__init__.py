@@ -17,6 +17,7 @@ import click
 
 from ..errors import RagbenchError
 from .bars import on_terminal
+from .options import Interrupted
 from .pipelines import compare, run
 from .results import datasets, diff, report
 from .stub import stub_llm
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RagbenchError as exc:
         click.echo(f"ragbench: error: {one_line(str(exc))}", err=True)
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         click.echo("ragbench: interrupted; records already written are kept", err=True)
         return 130
     except SystemExit as exc:

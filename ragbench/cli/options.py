@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import click
 
 __all__ = [
+    "Interrupted",
     "config_option",
     "counts",
     "dataset_option",
@@ -244,6 +245,10 @@ def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
 
     with hook.task(description, total) as advance:
         yield advance
+
+
+class Interrupted(Exception):  # noqa: N818 -- it is what happened, not an error
+    """Ctrl-C, once a command has stopped its work and kept its records (exit 130, one line)."""
 
 
 def echo(text: str) -> None:

@@ -15,6 +15,7 @@ from ..records import RecordWriter
 from ..rendering import render
 from .configs import backend_options, configurations
 from .options import (
+    Interrupted,
     echo,
     executor_from,
     executor_options,
@@ -161,6 +162,14 @@ def load(**opts: Any) -> None:
     With --executor ray, load generators run as Ray actors (open loop only), each offering
     its share of every rate; their requests are merged into one curve per configuration.
     """
+    try:
+        _load(opts)
+    except KeyboardInterrupt:
+        # past click, which would print a blank line first: one line, exit 130 (see main)
+        raise Interrupted() from None
+
+
+def _load(opts: dict[str, Any]) -> None:
     from ..pipeline import Pipeline, SharedParts
     from ..traffic import LoadOptions, load_points
     from ..workers import WorkerFault
