@@ -282,13 +282,16 @@ class Board:
         acc[s + 1] = acc[s] + 1
         return s
 
-    def _classify_until(self, now: int, run: OpenRun) -> int:
-        """Decide every request arrived by ``now`` not yet decided; the first undecided one."""
+    def _classify_until(self, now: int, run: OpenRun, taken: int | None = None) -> int:
+        """Decide every request arrived by ``now`` not yet decided; the first undecided one.
+
+        ``taken``: the first request still in the queue (default: the take counter).
+        """
         h, due, n = self.header, self.due, self.n
         s = int(h[_SEEN])
         if s >= n or due[s] > now:
             return s
-        c = int(h[_TAKEN])
+        c = int(h[_TAKEN]) if taken is None else taken
         if c > s:  # taken one by one with take(): admit() decides those
             c = min(c, n)
             self.accepted[s + 1 : c + 1] = self.accepted[s]
@@ -380,7 +383,7 @@ def admit(board: Board, j: int, run: OpenRun, now_ns: int) -> int:
     than the timeout), with ``left`` and ``outcome`` written.
     """
     with board.lock:
-        board._classify_until(now_ns, run)
+        board._classify_until(now_ns, run, taken=j)  # j leaves the queue now, not before
         if board.outcome[j] == REJECTED:
             return REJECTED
         arrived = int(board.due[j])
