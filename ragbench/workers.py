@@ -303,9 +303,10 @@ class Board:
             e = hi
             if due[hi - 1] > due[s] + timeout:
                 e = int(due.searchsorted(due[s] + timeout, "right"))
-            if c == s or due[c] >= due[e - 1] - timeout:
-                # no request queued before the chunk times out during it: the room is fixed
-                self._decide_fixed(s, e, run.queue_size - int(self.accepted[s] - self.accepted[c]))
+            queued = int(self.accepted[s] - self.accepted[c])  # at most, during the chunk
+            if c == s or queued + e - s <= run.queue_size or due[c] >= due[e - 1] - timeout:
+                # room for all, or none queued before the chunk times out during it: fixed room
+                self._decide_fixed(s, e, run.queue_size - queued)
             elif e - s <= _SCALAR_BATCH:
                 self._decide_few(s, e, c, run)
             else:
