@@ -604,7 +604,7 @@ def test_overload_achieves_the_closed_loop_capacity(benchmark, tmp_path: Path) -
                     run = open_loop(pool, arrivals(rate, n, seed=r), timeout_s=10.0)
                     wall = perf_counter() - t0
                 over = summarize(run, pipe, timeout_s=10.0, workers=1, offered_qps=rate)
-                rows.append((closed, over, wall, w))
+                rows.append((closed, {**over, "offered_qps": rate}, wall, w))
             benchmark.pedantic(open_loop, args=(pool, arrivals(1000.0, 200)), rounds=1)
         finally:
             pool.close()
