@@ -731,20 +731,17 @@ def _unpack(packed: tuple[Any, ...] | None) -> RequestRecord | None:
 def _open_in_process(conn: Any, pipe: Pipeline, lock: Any, job: tuple[Any, ...]) -> None:
     _, shm_name, n, run, worker = job
     shm = shared_memory.SharedMemory(name=shm_name)
-    kept: list[tuple[int, Any, str | None]] = []
+    kept: list[tuple[int, RequestRecord | None, str | None]] = []
     try:
         board = Board(shm.buf, n, lock)
         board.tag = worker + 1
-
-        def keep(j: int, rec: RequestRecord | None, err: str | None) -> None:
-            # held here and sent once at the end: the parent does no work per request
-            kept.append((j, _pack(rec), err))
-
-        run_open_worker(board, OpenRun(*run), pipe, keep, yield_gil=False)
+        # held here, packed and sent once at the end: the parent does no work per request,
+        # and the worker none between requests
+        run_open_worker(board, OpenRun(*run), pipe, lambda *k: kept.append(k), yield_gil=False)
         del board
     finally:
         shm.close()
-    conn.send(("done", kept))
+    conn.send(("done", [(j, _pack(rec), err) for j, rec, err in kept]))
 
 
 def _closed_in_process(conn: Any, pipe: Pipeline, job: tuple[Any, ...]) -> None:
