@@ -14,7 +14,7 @@ from . import codecs, embedders, errors, generators, indexes, rerankers, transpo
 from .types import Hit, RetrievalResult
 
 if TYPE_CHECKING:
-    from . import datasets, timing
+    from . import configs, datasets, timing
     from .pipeline import Pipeline
     from .report import Report
 
@@ -27,6 +27,7 @@ __all__ = [
     "RetrievalResult",
     "__version__",
     "codecs",
+    "configs",
     "datasets",
     "embedders",
     "errors",
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "configs": ("ragbench.configs", None),
     "datasets": ("ragbench.datasets", None),
     "timing": ("ragbench.timing", None),
     "Pipeline": ("ragbench.pipeline", "Pipeline"),

@@ -23,12 +23,16 @@ from typing import Any
 
 import numpy as np
 
+from .files import open_regular
+from .validate import json_loads, load_npy
+
 __all__ = ["CacheEvent", "ArrayCache", "cache_dir"]
 
 log = logging.getLogger("ragbench.cache")
 
 _SIDECAR_VERSION = 1
 _READ_BLOCK = 1 << 22
+_MAX_SIDECAR = 1 << 20  # a sidecar is a few hundred bytes; read no more than this
 
 
 def cache_dir() -> Path:
@@ -74,9 +78,15 @@ class _HashingWriter:
         self._fh.flush()
 
 
+class _Untrusted(Exception):
+    """An entry that exists but cannot be used (the message is the reason)."""
+
+
 def _sha256_file(path: Path) -> str:
     sha = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open_regular(
+        path, limit_bytes=None, what="cache entry", error=_Untrusted, os_errors=True
+    ) as fh:
         while block := fh.read(_READ_BLOCK):
             sha.update(block)
     return sha.hexdigest()
@@ -104,17 +114,32 @@ class ArrayCache:
         """The ``.npy`` file and its JSON sidecar for ``key``."""
         return self.root / f"{key}.npy", self.root / f"{key}.json"
 
-    def load(self, key: str) -> tuple[np.ndarray | None, str]:
+    def load(
+        self,
+        key: str,
+        *,
+        rows: int | None = None,
+        check: Callable[[np.ndarray], str] | None = None,
+    ) -> tuple[np.ndarray | None, str]:
         """Return ``(array, "")`` for a verified entry, else ``(None, reason)``.
 
         ``reason`` is empty when there simply is no entry, and says what was
-        wrong when an entry exists but cannot be trusted.
+        wrong when an entry exists but cannot be trusted: a sidecar that
+        disagrees with the file, a ``.npy`` header whose shape does not fit
+        the file's size (checked before anything is allocated), a FIFO or
+        other non-regular file, (``rows`` given) another number of rows
+        than the caller's corpus or query set has, or (``check`` given) an
+        array for which ``check(array)`` returns a reason (e.g. neighbour ids
+        outside the corpus).
         """
         npy, side = self.paths(key)
         if not npy.exists() and not side.exists():
             return None, ""
         try:
-            meta = json.loads(side.read_text(encoding="utf-8"))
+            with open_regular(
+                side, limit_bytes=None, what="sidecar", error=_Untrusted, os_errors=True
+            ) as fh:
+                meta = json_loads(fh.read(_MAX_SIDECAR), "sidecar", _Untrusted)
             if not isinstance(meta, dict) or meta.get("version") != _SIDECAR_VERSION:
                 return None, "sidecar has an unknown format"
             size = npy.stat().st_size
@@ -122,16 +147,23 @@ class ArrayCache:
                 return None, f"file is {size} bytes, sidecar says {meta.get('bytes')}"
             if _sha256_file(npy) != meta.get("sha256"):
                 return None, "sha256 of the file does not match its sidecar"
-            arr = np.load(npy, allow_pickle=False)
+            arr = load_npy(npy, "cache entry", _Untrusted)
         except FileNotFoundError as exc:
             return None, f"missing {Path(exc.filename or '').name or 'file'}"
-        except (OSError, ValueError, json.JSONDecodeError) as exc:
+        except _Untrusted as exc:
+            return None, str(exc)
+        except (OSError, ValueError) as exc:
             return None, f"unreadable ({type(exc).__name__}: {exc})"
         if list(arr.shape) != meta.get("shape") or str(arr.dtype) != meta.get("dtype"):
             return None, (
                 f"array is {arr.dtype}{list(arr.shape)}, sidecar says "
                 f"{meta.get('dtype')}{meta.get('shape')}"
             )
+        if rows is not None and (arr.ndim == 0 or arr.shape[0] != rows):
+            return None, f"holds {arr.shape[0] if arr.ndim else 0} rows, expected {rows}"
+        problem = check(arr) if check is not None else ""
+        if problem:
+            return None, problem
         return arr, ""
 
     def save(self, key: str, arr: np.ndarray, info: dict[str, Any] | None = None) -> Path:
@@ -170,13 +202,16 @@ class ArrayCache:
         info: dict[str, Any] | None = None,
         *,
         force: bool = False,
+        rows: int | None = None,
+        check: Callable[[np.ndarray], str] | None = None,
     ) -> np.ndarray:
         """Load ``key`` if it verifies, else ``compute()`` and store it; log a :class:`CacheEvent`.
 
-        ``force=True`` computes (and stores) without reading an existing entry.
+        ``force=True`` computes (and stores) without reading an existing entry;
+        ``rows`` and ``check``: what a stored array must satisfy (see :meth:`load`).
         """
         t0 = time.perf_counter_ns()
-        arr, reason = (None, "") if force else self.load(key)
+        arr, reason = (None, "") if force else self.load(key, rows=rows, check=check)
         npy, _ = self.paths(key)
         if arr is not None:
             events.append(CacheEvent(what, True, str(npy), (time.perf_counter_ns() - t0) / 1e9))

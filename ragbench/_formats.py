@@ -21,19 +21,29 @@ Formats, picked by extension or folder layout:
   ``queries.npy`` next to it; placeholder texts.
 - JSONL (``.jsonl``): one ``{"id", "text", "metadata"?}`` object per line for
   the corpus, with the queries in ``queries.jsonl`` (same schema) next to it.
+- CSV (``.csv``, or ``corpus.csv`` in a folder): a header with ``id`` and
+  ``text`` (other columns become metadata), queries in ``queries.csv``.
+- a text folder: ``corpus/`` with one passage per ``.txt``/``.md`` file, and
+  ``queries.txt`` (one per line), ``queries.jsonl`` or ``queries.csv``.
+
+Text files must be UTF-8 and no passage or query may be empty or only
+whitespace (``drop_empty=True`` drops such rows instead); see
+:mod:`ragbench._texts`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 import numpy as np
 
+from ._texts import QUERY_FILES, Columns, collect, find_queries, read_rows, text_folder_rows
 from .errors import DatasetError, MissingDependencyError
+from .files import DATA_LIMIT, open_regular
+from .validate import load_npy
 
 __all__ = ["RawDataset", "read_path", "read_jsonl_folder", "read_vecs"]
 
@@ -66,12 +76,16 @@ class RawDataset:
     notes: list[str] = field(default_factory=list)
 
 
-def read_path(path: Path) -> RawDataset:
-    """Read a dataset file or folder, choosing the format by extension or layout."""
+def read_path(path: Path, *, drop_empty: bool = False) -> RawDataset:
+    """Read a dataset file or folder, choosing the format by extension or layout.
+
+    ``drop_empty`` drops passages and queries whose text is empty or only
+    whitespace (with a note) instead of refusing the file.
+    """
     if not path.exists():
         raise DatasetError(f"{path}: no such file or folder")
     if path.is_dir():
-        return _read_dir(path)
+        return _read_dir(path, drop_empty)
     suffix = path.suffix.lower()
     if suffix in (".hdf5", ".h5"):
         return read_hdf5(path)
@@ -84,20 +98,23 @@ def read_path(path: Path) -> RawDataset:
         )
     if suffix == ".npy":
         return _read_npy(path)
-    if suffix == ".jsonl":
-        if path.name == "queries.jsonl":
+    if suffix in (".jsonl", ".csv"):
+        if path.name.lower() in QUERY_FILES:
             raise DatasetError(f"{path}: this is a queries file; load the corpus file or folder")
-        return _read_jsonl_pair(path, path.parent / "queries.jsonl", path.stem)
+        return _read_text_pair(path, path.stem, drop_empty=drop_empty)
     raise DatasetError(
         f"{path}: unknown dataset format {suffix or '(no extension)'!r}; expected .hdf5/.h5, "
-        ".fvecs/.bvecs, .npy, .jsonl, or a folder with corpus.jsonl + queries.jsonl "
-        "or a *_base.fvecs/*_query.fvecs pair"
+        ".fvecs/.bvecs, .npy, .jsonl, .csv, or a folder with corpus.jsonl/corpus.csv + queries, "
+        "a corpus/ folder of .txt/.md files + queries, or a *_base.fvecs/*_query.fvecs pair"
     )
 
 
-def _read_dir(path: Path) -> RawDataset:
-    if (path / "corpus.jsonl").is_file():
-        return read_jsonl_folder(path)
+def _read_dir(path: Path, drop_empty: bool = False) -> RawDataset:
+    for corpus in ("corpus.jsonl", "corpus.csv"):
+        if (path / corpus).is_file():
+            return _read_text_pair(path / corpus, path.name, drop_empty=drop_empty)
+    if (path / "corpus").is_dir():
+        return _read_text_folder(path, drop_empty=drop_empty)
     for ext in ("fvecs", "bvecs"):
         bases = sorted(path.glob(f"*_base.{ext}"))
         if len(bases) == 1:
@@ -109,111 +126,61 @@ def _read_dir(path: Path) -> RawDataset:
             )
     raise DatasetError(
         f"{path}: folder holds no dataset: expected corpus.jsonl + queries.jsonl (BEIR or "
-        "ragbench JSONL) or <prefix>_base.fvecs + <prefix>_query.fvecs (texmex)"
+        "ragbench JSONL), corpus.csv + queries.csv, a corpus/ folder of .txt/.md files + "
+        "queries.txt (or .jsonl/.csv), or <prefix>_base.fvecs + <prefix>_query.fvecs (texmex)"
     )
 
 
-# --------------------------------------------------------------------------- JSONL
+# --------------------------------------------------------------------------- texts
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    import orjson
-
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot open ({exc.strerror})") from None
-    with fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{lineno}: bad JSON ({exc})") from None
-            if not isinstance(obj, dict):
-                raise DatasetError(
-                    f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}"
-                )
-            yield lineno, obj
+def _read_text_pair(corpus: Path, name: str, *, drop_empty: bool = False) -> RawDataset:
+    """A JSONL or CSV corpus file and the queries file beside it (:mod:`ragbench._texts`)."""
+    queries = find_queries(corpus.parent, corpus.suffix.lower(), corpus)
+    notes: list[str] = []
+    rows = read_rows(corpus)
+    ids, texts, metadata = collect(rows, corpus, what="corpus", drop_empty=drop_empty, notes=notes)
+    return _text_dataset(name, corpus, (ids, texts, metadata), queries, drop_empty, notes)
 
 
-def _id_of(obj: dict[str, Any], path: Path, lineno: int) -> str:
-    key = "_id" if "_id" in obj else "id"
-    value = obj.get(key)
-    if value is None:
-        raise DatasetError(f"{path}:{lineno}: missing key 'id' (or BEIR '_id')")
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise DatasetError(f"{path}:{lineno}: {key} must be a string, got {value!r}")
-    return str(value)
+def _open_data(path: Path) -> BinaryIO:
+    """A dataset file opened for reading, refused (naming it) unless it is a regular file."""
+    return open_regular(path, limit_bytes=DATA_LIMIT, what="dataset file")
 
 
-def _text_of(obj: dict[str, Any], path: Path, lineno: int) -> str:
-    if "text" not in obj:
-        raise DatasetError(f"{path}:{lineno}: missing key 'text'")
-    text = obj["text"]
-    if not isinstance(text, str):
-        raise DatasetError(f"{path}:{lineno}: text must be a string, got {type(text).__name__}")
-    return text
+def _read_text_folder(path: Path, *, drop_empty: bool = False) -> RawDataset:
+    """A folder whose ``corpus/`` holds one passage per text file, with queries beside it."""
+    corpus = path / "corpus"
+    queries = find_queries(path, ".txt", corpus)
+    notes: list[str] = []
+    rows = text_folder_rows(corpus, notes)
+    columns = collect(rows, corpus, what="corpus", drop_empty=drop_empty, notes=notes)
+    return _text_dataset(path.name, corpus, columns, queries, drop_empty, notes)
 
 
-def read_jsonl(path: Path, *, what: str) -> tuple[list[str], list[str], list[dict[str, str]]]:
-    """Read ids, texts and metadata from a JSONL file (ragbench or BEIR schema)."""
-    ids: list[str] = []
-    texts: list[str] = []
-    metadata: list[dict[str, str]] = []
-    seen: set[str] = set()
-    for lineno, obj in _json_lines(path):
-        doc_id = _id_of(obj, path, lineno)
-        text = _text_of(obj, path, lineno)
-        if doc_id in seen:
-            raise DatasetError(f"{path}:{lineno}: duplicate id {doc_id!r}")
-        seen.add(doc_id)
-        meta: dict[str, str] = {}
-        raw_meta = obj.get("metadata")
-        if isinstance(raw_meta, dict):
-            meta = {str(k): str(v) for k, v in raw_meta.items()}
-        elif raw_meta is not None:
-            raise DatasetError(f"{path}:{lineno}: metadata must be an object")
-        title = obj.get("title")
-        if isinstance(title, str) and title:
-            # BEIR keeps the title apart; retrievers see it as the passage's first line.
-            meta.setdefault("title", title)
-            if "_id" in obj:
-                text = f"{title}\n{text}"
-        ids.append(doc_id)
-        texts.append(text)
-        metadata.append(meta)
-    if not ids:
-        raise DatasetError(f"{path}: empty file: no {what} records")
-    return ids, texts, metadata
-
-
-def _read_jsonl_pair(corpus: Path, queries: Path, name: str) -> RawDataset:
-    if not queries.is_file():
-        raise DatasetError(
-            f"{corpus}: no queries: expected {queries} next to it "
-            '(one {"id": ..., "text": ...} object per line)'
-        )
-    ids, texts, metadata = read_jsonl(corpus, what="corpus")
-    qids, qtexts, _ = read_jsonl(queries, what="query")
+def _text_dataset(
+    name: str, corpus: Path, columns: Columns, queries: Path, drop_empty: bool, notes: list[str]
+) -> RawDataset:
+    qids, qtexts, _ = collect(
+        read_rows(queries), queries, what="query", drop_empty=drop_empty, notes=notes
+    )
+    if (corpus.parent / "qrels").exists():
+        notes.append("qrels are ignored: recall is measured against exact search")
     return RawDataset(
         name=name,
         source=str(corpus),
-        corpus_ids=ids,
-        corpus_texts=texts,
-        corpus_metadata=metadata,
+        corpus_ids=columns[0],
+        corpus_texts=columns[1],
+        corpus_metadata=columns[2],
         query_ids=qids,
         query_texts=qtexts,
-        notes=["qrels are ignored: recall is measured against exact search"]
-        if (corpus.parent / "qrels").exists()
-        else [],
+        notes=notes,
     )
 
 
-def read_jsonl_folder(path: Path) -> RawDataset:
+def read_jsonl_folder(path: Path, *, drop_empty: bool = False) -> RawDataset:
     """A folder with ``corpus.jsonl`` and ``queries.jsonl`` (ragbench or BEIR)."""
-    return _read_jsonl_pair(path / "corpus.jsonl", path / "queries.jsonl", path.name)
+    return _read_text_pair(path / "corpus.jsonl", path.name, drop_empty=drop_empty)
 
 
 # --------------------------------------------------------------------------- vectors
@@ -291,6 +258,8 @@ def read_hdf5(path: Path) -> RawDataset:
         import h5py
     except ImportError:
         raise MissingDependencyError("h5py", "formats") from None
+    with _open_data(path):
+        pass  # a FIFO or a device is refused before HDF5 opens it
     try:
         fh = h5py.File(path, "r")
     except OSError as exc:
@@ -335,7 +304,8 @@ def read_vecs(path: Path) -> np.ndarray:
     if item is None:
         raise DatasetError(f"{path}: not a .fvecs/.ivecs/.bvecs file")
     try:
-        raw = np.fromfile(path, dtype=np.uint8)
+        with _open_data(path) as fh:
+            raw = np.fromfile(fh, dtype=np.uint8)
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read ({exc})") from None
     if raw.size == 0:
@@ -408,9 +378,8 @@ def _read_npy(path: Path) -> RawDataset:
 
 def _load_matrix(path: Path) -> np.ndarray:
     try:
-        arr = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise DatasetError(f"{path}: not a plain numeric .npy file ({exc})") from None
+        # the header's shape is checked against the file size before anything is allocated
+        arr = load_npy(path, "dataset matrix", DatasetError)
     except (OSError, EOFError) as exc:
         raise DatasetError(f"{path}: cannot read .npy file ({exc})") from None
     if arr.ndim != 2 or arr.dtype.kind not in "fiu":

@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError
+from .files import open_regular
 from .metrics import unit_rows
+from .validate import json_loads, load_npy
 
 __all__ = [
     "PARTS",
@@ -41,6 +43,7 @@ __all__ = [
 
 PARTS = ("corpus", "queries")
 _VERSION = 1
+_MAX_SIDECAR = 1 << 20  # bytes of a sidecar read at most (they are ~600)
 
 
 def sidecar_path(folder: Path, embedder: str) -> Path:
@@ -80,8 +83,11 @@ class ShippedVectors:
         meta = self.parts[which]
         path = self.path(which)
         try:
-            arr = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+            # header checked against the file size first: a crafted shape allocates nothing
+            arr = load_npy(path, "shipped vectors", DatasetError)
+        except DatasetError as exc:
+            raise DatasetError(f"{exc}; restore the file or run with --re-embed") from None
+        except OSError as exc:
             raise DatasetError(
                 f"shipped vectors {path}: unreadable ({type(exc).__name__}: {exc}); "
                 "restore the file or run with --re-embed"
@@ -99,6 +105,10 @@ class ShippedVectors:
         return unit_rows(np.asarray(arr, dtype=np.float32))
 
 
+class _Unreadable(Exception):
+    """A sidecar whose text is not JSON, or nested too deep (the message says which)."""
+
+
 def find_shipped(folder: Path | None, embedder: str) -> ShippedVectors | None:
     """The sidecar of ``embedder``'s vectors in ``folder``, or None when there is none.
 
@@ -107,16 +117,27 @@ def find_shipped(folder: Path | None, embedder: str) -> ShippedVectors | None:
     if folder is None:
         return None
     side = sidecar_path(folder, embedder)
-    if not side.is_file():
+    if not side.exists():
         return None
     try:
-        meta = json.loads(side.read_text(encoding="utf-8"))
+        with open_regular(
+            side,
+            limit_bytes=None,
+            what="shipped vectors sidecar",
+            error=DatasetError,
+            os_errors=True,
+        ) as fh:
+            meta = json_loads(fh.read(_MAX_SIDECAR), "its text", _Unreadable)
         parts = meta["parts"]
         if meta.get("version") != _VERSION or set(parts) != set(PARTS):
             raise ValueError(f"version {meta.get('version')!r}, parts {sorted(parts)}")
         return ShippedVectors(
             side, str(meta["embedder"]), str(meta["corpus_hash"]), str(meta["queries_hash"]), parts
         )
+    except DatasetError:  # a FIFO or device
+        raise
+    except _Unreadable as exc:
+        raise DatasetError(f"shipped vectors sidecar {side}: unreadable ({exc})") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DatasetError(
             f"shipped vectors sidecar {side}: unreadable ({type(exc).__name__}: {exc})"

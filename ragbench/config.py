@@ -1,6 +1,8 @@
 """Pipeline configuration: one table per stage, validated before anything runs.
 
-A config is a TOML file or the same nested dict. Each stage table names its
+A config is a TOML file, the name of a config shipped in the package
+(``"default"``, ``"hashing"``, ...: see :func:`shipped_names`), or the same
+nested dict. Each stage table names its
 ``backend``; other keys are that backend's parameters and are checked by the
 backend itself (an unknown one raises :class:`ConfigError` naming it). Keys
 ragbench owns are checked here. Leaving a table out uses its defaults.
@@ -9,15 +11,30 @@ ragbench owns are checked here. Leaving a table out uses its defaults.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .files import CONFIG_LIMIT, read_regular
 from .validate import bool_param, positive_int
 
-__all__ = ["DEFAULTS", "STAGE_TABLES", "load_config", "merge", "normalize"]
+__all__ = [
+    "DEFAULTS",
+    "SHIPPED_DIR",
+    "STAGE_TABLES",
+    "config_path",
+    "load_config",
+    "merge",
+    "normalize",
+    "shipped_names",
+    "shipped_path",
+]
+
+#: Where the example configs ship: ``ragbench/configs/<name>.toml`` (package data).
+SHIPPED_DIR = Path(__file__).resolve().parent / "configs"
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "dataset": {"name": "pydocs"},
@@ -51,7 +68,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 #: Keys ragbench owns in each table (closed tables reject anything else).
 OWN_KEYS: dict[str, set[str]] = {
-    "dataset": {"name", "path", "n", "dim", "n_queries", "seed"},
+    "dataset": {"name", "path", "n", "dim", "n_queries", "seed", "drop_empty"},
     "run": set(DEFAULTS["run"]),
     "cache": set(DEFAULTS["cache"]),
     "retrieve": set(DEFAULTS["retrieve"]),
@@ -70,16 +87,51 @@ _INT_KEYS = {
     ("prompt", "max_tokens"): 1,
 }
 
+#: Most requests (measured or warm-up) one run may ask for: 10**9 one by one is
+#: already days of requests and ~TBs of records; anything more is a typo.
+MAX_COUNT = 10**9
+_COUNT_KEYS = frozenset({("run", "queries"), ("run", "warmup"), ("run", "repeat")})
+
+
+def shipped_names() -> list[str]:
+    """The names of the configs shipped in the package, sorted (``default``, ``hashing``, ...)."""
+    return sorted(p.stem for p in SHIPPED_DIR.glob("*.toml"))
+
+
+def shipped_path(name: str) -> Path:
+    """The file of shipped config ``name``; an unknown name raises ConfigError listing them."""
+    path = SHIPPED_DIR / f"{name}.toml"
+    if not isinstance(name, str) or name not in shipped_names():
+        raise ConfigError(
+            f"no shipped config {name!r}; shipped configs: {', '.join(shipped_names())}"
+        )
+    return path
+
+
+def config_path(source: str | PathLike[str]) -> Path:
+    """The TOML file ``source`` means: an existing file, else the shipped config of that name.
+
+    A file of that name wins over a shipped config. Anything else raises
+    :class:`ConfigError` saying the file does not exist and listing the
+    shipped configs.
+    """
+    path = Path(source)
+    if path.exists():
+        return path
+    if isinstance(source, str) and source in shipped_names():
+        return SHIPPED_DIR / f"{source}.toml"
+    raise ConfigError(
+        f"cannot read config {path}: no such file, and not a shipped config "
+        f"(shipped: {', '.join(shipped_names())})"
+    )
+
 
 def load_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
-    """Read a TOML file (or take a mapping) and return the normalized config."""
+    """Read a TOML file or a shipped config by name (or take a mapping); return it normalized."""
     if isinstance(source, Mapping):
         return normalize(source)
-    path = Path(source)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    path = config_path(source)
+    raw = read_regular(path, limit_bytes=CONFIG_LIMIT, what="config", error=ConfigError)
     try:
         import tomllib
     except ImportError:  # pragma: no cover - Python 3.10
@@ -133,8 +185,14 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         merged.update(copy.deepcopy(dict(given)))
         cfg[table] = merged
     for (table, key), low in _INT_KEYS.items():
-        cfg[table][key] = positive_int(f"[{table}]", key, cfg[table][key], lo=low)
+        hi = MAX_COUNT if (table, key) in _COUNT_KEYS else None
+        cfg[table][key] = positive_int(f"[{table}]", key, cfg[table][key], lo=low, hi=hi)
     run = cfg["run"]
+    if run["queries"] * run["repeat"] > MAX_COUNT:
+        raise ConfigError(
+            f"[run] queries x repeat = {run['queries'] * run['repeat']} requests is more than "
+            f"the {MAX_COUNT} a run can hold; lower queries or repeat"
+        )
     if run["k_candidates"] < run["k"]:
         raise ConfigError(
             f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']}); "
@@ -152,6 +210,14 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
         for sub in ("build", "search"):
             if not isinstance(cfg[table][sub], Mapping):
                 raise ConfigError(f"[{table}] {sub} must be a table of parameters")
+    ttl = cfg["cache"]["ttl_s"]
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, (int, float))
+        or not math.isfinite(ttl)
+        or not 0 <= ttl <= 1e9
+    ):
+        raise ConfigError(f"[cache] ttl_s must be a number of seconds in [0, 1e9], got {ttl!r}")
     if cfg["cache"]["backend"] not in ("none", "lru"):
         raise ConfigError(
             f"[cache] backend must be 'none' or 'lru', got {cfg['cache']['backend']!r}"

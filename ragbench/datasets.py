@@ -13,8 +13,9 @@ Field formats (:mod:`ragbench._formats`): ann-benchmarks HDF5, texmex
 matrices and ragbench JSONL.
 
 Vectors and neighbours are cached under ``$RAGBENCH_CACHE_DIR`` (default
-``~/.cache/ragbench``), keyed by the dataset's content hash and the embedder's
-fingerprint; every entry is verified against a sidecar before it is used, and
+``~/.cache/ragbench``): embedded vectors keyed by the distinct texts and the
+embedder's fingerprint (not by the dataset's name, path, ids or row order),
+neighbours by the dataset's content hash and the fingerprint; every entry is verified against a sidecar before it is used, and
 each use is recorded in :attr:`Dataset.cache_events`.
 """
 
@@ -36,9 +37,18 @@ from . import _formats, _synthetic, progress
 from ._cache import ArrayCache, CacheEvent, cache_dir
 from ._registry import check_params
 from ._shipped import ShippedVectors, find_shipped
-from .errors import ConfigError, DatasetError, InputError
+from .errors import ConfigError, DatasetError, InputError, RagbenchError
+from .files import SIDECAR_LIMIT, open_regular, read_regular
 from .metrics import unit_rows
-from .validate import as_matrix, check_k, check_metric, positive_int
+from .validate import (
+    as_matrix,
+    bool_param,
+    check_k,
+    check_memory,
+    check_metric,
+    json_loads,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from .embedders import Embedder
@@ -63,6 +73,7 @@ log = logging.getLogger("ragbench.datasets")
 SYNTHETIC_DEFAULTS: dict[str, int] = {"n": 10_000, "dim": 384, "n_queries": 200, "seed": 0}
 _SYNTHETIC_VERSION = _synthetic.VERSION  # keys caches; bumped when the data changes
 _KNOWN_FILE = "known_datasets.json"
+_MAX_KNOWN = 16 << 20  # bytes of known_datasets.json read at most
 _NEIGHBORS_BLOCK_BYTES = 64 << 20  # score block size: bounded memory on 1M-row corpora
 
 
@@ -214,6 +225,8 @@ class Dataset:
         self.shipped_dir: Path | None = None
         self._corpus_hash = corpus_hash
         self._queries_hash = queries_hash
+        # "corpus"/"queries" -> (entry row per text, distinct texts, content hash); see _text_rows
+        self._text_keys: dict[str, tuple[np.ndarray, list[str], str]] = {}
 
     def __repr__(self) -> str:
         dim = f", dim={self.vectors.shape[1]}" if self.vectors is not None else ""
@@ -281,22 +294,46 @@ class Dataset:
         return arr
 
     def _embed_cached(self, which: str, emb: Embedder, *, force: bool = False) -> np.ndarray:
-        texts = self.corpus.texts if which == "corpus" else self.queries.texts
-        content = self.corpus_hash if which == "corpus" else self.queries_hash
-        key = _key(self.name, f"{which}-{emb.name}", content, emb.fingerprint)
+        """Embedded vectors of the corpus or queries, cached by what the texts say.
+
+        The cache key is the set of distinct texts and the embedder's
+        fingerprint, never the dataset's name, path or ids: the same passages
+        loaded from a folder instead of a file, renamed, reordered or with
+        other ids reuse the entry. An entry holds one row per distinct text in
+        the order of their digests; the rows are put back in this dataset's
+        order (duplicates embedded once).
+        """
+        if which not in self._text_keys:
+            self._text_keys[which] = _text_rows(
+                self.corpus.texts if which == "corpus" else self.queries.texts
+            )
+        rows, unique, content = self._text_keys[which]
+        key = _key(f"{which}-{emb.name}", content, emb.fingerprint)
 
         def compute() -> np.ndarray:
             unit = "passages" if which == "corpus" else "queries"
-            return _embed_all(emb, texts, f"embedding {which} ({emb.name})", unit)
+            return _embed_all(emb, unique, f"embedding {which} ({emb.name})", unit)
 
-        return ArrayCache().get_or_compute(
+        stored = ArrayCache().get_or_compute(
             key,
             f"{which}_vectors[{emb.name}]",
             compute,
             self.cache_events,
-            info={"dataset": self.name, "embedder": emb.fingerprint, "content": content},
+            info={
+                "texts": len(unique),
+                "embedder": emb.fingerprint,
+                "content": content,
+                "first_seen_in": self.name,
+            },
             force=force,
+            rows=len(unique),
         )
+        if stored.shape[0] != len(unique):
+            raise DatasetError(
+                f"cache entry {key}: {stored.shape[0]} rows for {len(unique)} distinct texts; "
+                "delete it or run with --re-embed"
+            )
+        return np.ascontiguousarray(stored[rows])
 
     def shipped_vectors(self, embedder: Embedder) -> ShippedVectors | None:
         """The vectors shipped for ``embedder`` if they apply to these texts, else None.
@@ -383,7 +420,7 @@ class Dataset:
         if found is not None:
             # computed from the shipped vectors, which differ in the last bits from embedded ones
             fingerprint += f":shipped:{found.parts['corpus']['sha256']}"
-        key = _key(self.name, f"neighbors-{label}-{metric}-k{k}", self.content_hash, fingerprint)
+        key = _key(f"neighbors-{label}-{metric}-k{k}", self.content_hash, fingerprint)
 
         def compute() -> np.ndarray:
             if emb is None:
@@ -404,6 +441,8 @@ class Dataset:
             self.cache_events,
             info={"dataset": self.name, "embedder": fingerprint, "metric": metric, "k": k},
             force=re_embed,
+            rows=len(self.queries),
+            check=lambda ids: _neighbour_problem(ids, len(self.queries), k, len(self.corpus)),
         )
 
     def subset(self, n_queries: int) -> Dataset:
@@ -429,10 +468,40 @@ class Dataset:
         return out
 
 
-def _key(name: str, what: str, content: str, fingerprint: str) -> str:
+def _neighbour_problem(ids: np.ndarray, nq: int, k: int, n: int) -> str:
+    """Why ``ids`` cannot be the exact top-``k`` of ``nq`` queries over ``n`` rows ("" if it can)."""
+    if ids.dtype.kind not in "iu" or ids.shape != (nq, k):
+        return f"neighbours are {ids.dtype}{list(ids.shape)}, expected int64[{nq}, {k}]"
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        return f"neighbour ids outside the corpus rows [0, {n})"
+    return ""
+
+
+def _key(what: str, content: str, fingerprint: str) -> str:
+    """The cache key of ``what`` computed from ``content`` by ``fingerprint`` (no dataset name)."""
     digest = hashlib.sha256(f"{content}\0{fingerprint}\0{what}".encode()).hexdigest()[:24]
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{name}-{what}")[:80]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in what)[:80]
     return f"{safe}-{digest}"
+
+
+def _text_rows(texts: Sequence[str]) -> tuple[np.ndarray, list[str], str]:
+    """Where each text's vector is in a content-keyed cache entry.
+
+    Returns ``rows`` (int64 ``(len(texts),)``: the entry row of each text),
+    the distinct texts in entry order (sorted by their 16-byte blake2b
+    digest), and the entry's content hash (sha256 hex of those digests).
+    """
+    digests = [
+        hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts
+    ]
+    first: dict[bytes, int] = {}
+    for i, d in enumerate(digests):
+        first.setdefault(d, i)
+    order = sorted(first)
+    rank = {d: r for r, d in enumerate(order)}
+    rows = np.fromiter((rank[d] for d in digests), dtype=np.int64, count=len(digests))
+    content = hashlib.sha256(b"texts-v1\0" + b"".join(order)).hexdigest()
+    return rows, [texts[first[d]] for d in order], content
 
 
 _EMBED_CHUNK = 256  # texts per embed() call: the progress step, a few batches of the model
@@ -583,6 +652,9 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
     dim = positive_int(owner, "dim", dim, lo=2)
     n_queries = positive_int(owner, "n_queries", n_queries)
     seed = positive_int(owner, "seed", seed, lo=0)
+    check_memory(
+        _synthetic_bytes(n, dim, n_queries), f"{owner} with n={n}, dim={dim}, n_queries={n_queries}"
+    )
     vec_seq, text_seq = np.random.SeedSequence([seed, 0x5A6B]).spawn(2)
     rng = np.random.default_rng(vec_seq)
     model = _synthetic.SyntheticModel.draw(rng, n, dim)
@@ -620,6 +692,17 @@ def synthetic(n: int = 10_000, dim: int = 384, n_queries: int = 200, seed: int =
 
 
 _CHUNK = 65_536  # rows generated per step: bounded temporaries on 1M-row corpora
+
+
+def _synthetic_bytes(n: int, dim: int, n_queries: int) -> int:
+    """Estimated peak bytes of :func:`synthetic`, to refuse sizes that cannot fit first.
+
+    Four float32 ``(n, dim)`` arrays at most (topic and document centres,
+    the vectors, a temporary), the query vectors, ~1600 bytes of texts, ids and labels per
+    corpus row and ~300 per query (tracemalloc peaks: n=20 000, dim 384: 140 MB,
+    estimated 155 MB; n=50 000, dim 64: 128 MB, estimated 131 MB).
+    """
+    return 4 * n * dim * 4 + n * 1600 + n_queries * (dim * 4 + 300)
 
 
 @dataclass(frozen=True, slots=True)
@@ -667,10 +750,26 @@ def _known_path() -> Path:
 
 
 def _read_known() -> dict[str, dict[str, Any]]:
+    """The datasets loaded from paths before; {} without a file.
+
+    A file that exists but cannot be read as one JSON table (a FIFO,
+    damaged or too deeply nested JSON) raises :class:`DatasetError`.
+    """
+    path = _known_path()
+    fix = f"delete {path} (it only lists datasets loaded from paths before)"
     try:
-        data = json.loads(_known_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with open_regular(
+            path, limit_bytes=None, what="dataset list", error=DatasetError, os_errors=True
+        ) as fh:
+            data = json_loads(fh.read(_MAX_KNOWN), str(path), DatasetError)
+    except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read ({exc.strerror}); {fix}") from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path}: not UTF-8 text; {fix}") from None
+    except DatasetError as exc:
+        raise DatasetError(f"{exc}; {fix}") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -706,8 +805,9 @@ def describe() -> list[dict[str, Any]]:
     for name, path in _bundled().items():
         info: dict[str, Any] = {"name": name, "path": str(path)}
         try:
-            meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            raw = read_regular(path / "meta.json", limit_bytes=SIDECAR_LIMIT, what="meta.json")
+            meta = json.loads(raw.decode("utf-8"))
+        except (RagbenchError, OSError, ValueError, RecursionError):
             meta = {}
         n_corpus = meta.get("n_corpus")
         n_queries = meta.get("n_queries")
@@ -741,7 +841,9 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
     Names: ``"pydocs"`` (bundled, no parameters), ``"synthetic"`` (``n``,
     ``dim``, ``n_queries``, ``seed``), or a dataset loaded from a path earlier.
     Paths: see the module docstring; they accept ``metric`` to override what
-    the file says. Unknown names raise :class:`DatasetError` listing the known
+    the file says, and ``drop_empty=True`` to drop passages and queries whose
+    text is empty or only whitespace (logged, and listed in :attr:`Dataset.notes`)
+    instead of raising :class:`DatasetError` naming the first one. Unknown names raise :class:`DatasetError` listing the known
     ones; unknown parameters raise :class:`ConfigError` naming them.
     """
     if not isinstance(name_or_path, (str, os.PathLike)):
@@ -769,8 +871,9 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
 
 
 def _load_path(path: Path, params: dict[str, Any]) -> Dataset:
-    check_params(f"dataset {str(path)!r}", params, {"metric"})
-    raw = _formats.read_path(path)
+    check_params(f"dataset {str(path)!r}", params, {"metric", "drop_empty"})
+    drop_empty = bool_param(f"dataset {str(path)!r}", "drop_empty", params.get("drop_empty", False))
+    raw = _formats.read_path(path, drop_empty=drop_empty)
     if "metric" in params:
         metric = params["metric"]
         if metric not in _formats.METRIC_NAMES:

@@ -28,7 +28,6 @@ only when allowed, and the table then names what differs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
@@ -39,7 +38,7 @@ import numpy as np
 
 from . import intervals
 from .errors import ConfigError, DatasetError
-from .records import read_records
+from .records import iter_records, read_benchmark_json
 from .rendering import num, text_table
 
 __all__ = [
@@ -49,6 +48,7 @@ __all__ = [
     "diff_table",
     "env_differences",
     "read_comparables",
+    "single_run_warning",
 ]
 
 #: Environment fields two records must share to be compared without being told to.
@@ -65,6 +65,11 @@ class Comparable:
     groups: np.ndarray | None
     values: dict[str, dict[str, float]]  # stat -> summary value when no raw samples exist
     env: dict[str, Any]
+    runs: int = 1  # records pooled as repetitions
+
+    def repeated(self) -> bool:
+        """Whether the samples span several runs (pooled records, or one record's repetitions)."""
+        return self.runs > 1 or (self.groups is not None and np.unique(self.groups).size > 1)
 
 
 @dataclass
@@ -124,53 +129,77 @@ def _bench(entry: Mapping[str, Any], machine: Mapping[str, Any]) -> Comparable:
     return Comparable(key, "pytest-benchmark", samples, None, values, env)
 
 
+def _load(rec: Mapping[str, Any]) -> Comparable:
+    """A load record: response-time summaries only (no raw samples are kept), so no interval."""
+    level = rec.get("concurrency") if rec.get("mode") == "closed" else rec.get("offered_qps")
+    unit = "clients" if rec.get("mode") == "closed" else "QPS"
+    stats = ("mean", "p50", "p90", "p95", "p99", "max")
+    values = {
+        "response": {s: rec[f"response_{s}_us"] * 1e3 for s in stats if f"response_{s}_us" in rec}
+    }
+    key = f"{rec['label']} at {level} {unit}"
+    return Comparable(key, "load", {}, None, values, dict(rec.get("env") or {}))
+
+
+_READERS = {"sweep": _sweep, "scale": _sweep, "load": _load}
+
+
+def _comparable(rec: Mapping[str, Any], where: str) -> Comparable | None:
+    """The comparable of one record (None for a run without raw samples), or an error naming the field."""
+    try:
+        if rec["kind"] == "run":
+            return _runs(rec) if rec.get("samples_ns") else None
+        return _READERS[rec["kind"]](rec)
+    except KeyError as exc:
+        raise DatasetError(f"{where}: {rec['kind']} record lacks field {exc.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise DatasetError(
+            f"{where}: {rec['kind']} record has a field of the wrong type or shape ({exc})"
+        ) from None
+
+
 def read_comparables(path: str | PathLike[str]) -> dict[str, Comparable]:
-    """Every comparable configuration in a ragbench JSON-lines or pytest-benchmark JSON file."""
+    """Every comparable configuration in a ragbench JSON-lines or pytest-benchmark JSON file.
+
+    Records of one configuration are pooled once, after the file is read, so
+    the work grows linearly with the number of records.
+    """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DatasetError(f"cannot read results file {p}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise DatasetError(f"{p}: not a UTF-8 results file") from None
-    out: dict[str, Comparable] = {}
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        doc = None  # JSON lines
-    if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
-        for entry in doc["benchmarks"]:
-            c = _bench(entry, doc.get("machine_info") or {})
-            out[c.key] = c
-        return out
-    for rec in read_records(p):
-        if rec["kind"] == "run" and rec.get("samples_ns"):
-            c = _runs(rec)
-        elif rec["kind"] in ("sweep", "scale"):
-            c = _sweep(rec)
-        else:
-            continue
-        out[c.key] = _pool(out[c.key], c) if c.key in out else c
-    return out
+    doc = read_benchmark_json(p)
+    found: dict[str, list[Comparable]] = {}
+    if doc is not None:
+        for i, entry in enumerate(doc["benchmarks"]):
+            try:
+                bench = _bench(entry, doc.get("machine_info") or {})
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise DatasetError(
+                    f"{p}: benchmark {i} has a field missing or of the wrong type ({exc!r})"
+                ) from None
+            found.setdefault(bench.key, []).append(bench)
+    else:
+        for n, rec in iter_records(p):
+            c = _comparable(rec, f"{p}:{n}")
+            if c is not None:
+                found.setdefault(c.key, []).append(c)
+    return {key: _pool(cs) for key, cs in found.items()}
 
 
-def _pool(a: Comparable, b: Comparable) -> Comparable:
-    """Two records of one configuration as repetitions of it (each record's own repetitions kept apart)."""
-
-    def labels(c: Comparable, tag: int) -> np.ndarray:
-        n = len(next(iter(c.samples.values()))) if c.samples else 0
-        inner = c.groups if c.groups is not None else np.zeros(n, dtype=np.int64)
-        return np.asarray(inner, dtype=np.int64) + tag * 1_000_000
-
-    parts = [p for p in a.samples if p in b.samples]
-    tag = int(a.groups.max() // 1_000_000) + 1 if a.groups is not None and a.groups.size else 1
-    samples = {p: np.concatenate([a.samples[p], b.samples[p]]) for p in parts}
-    groups = (
-        np.concatenate([labels(a, 0) if a.groups is None else a.groups, labels(b, tag)])
-        if parts
-        else None
-    )
-    return Comparable(a.key, a.what, samples, groups, b.values, b.env)
+def _pool(cs: Sequence[Comparable]) -> Comparable:
+    """Records of one configuration as repetitions of it (each record's own repetitions kept apart)."""
+    last = cs[-1]
+    if len(cs) == 1:
+        return last
+    parts = [p for p in cs[0].samples if all(p in c.samples for c in cs)]
+    samples = {p: np.concatenate([c.samples[p] for c in cs]) for p in parts}
+    groups = None
+    if parts:
+        labels = []
+        for tag, c in enumerate(cs):
+            n = len(c.samples[parts[0]])
+            inner = c.groups if c.groups is not None else np.zeros(n, dtype=np.int64)
+            labels.append(np.asarray(inner, dtype=np.int64) + tag * 1_000_000)
+        groups = np.concatenate(labels)
+    return Comparable(last.key, last.what, samples, groups, last.values, last.env, len(cs))
 
 
 def env_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
@@ -244,8 +273,9 @@ def diff(
     ]
     if not keys:
         raise ConfigError(
-            "no configuration appears in both files (runs match by label, sweep points by "
-            "index and parameters, pytest-benchmark entries by full name)"
+            "no configuration appears in both files (runs with raw samples match by label, "
+            "sweep and scale points by index and parameters, load points by label and load "
+            "level, pytest-benchmark entries by full name)"
         )
     env: list[str] = []
     for k in keys:
@@ -257,6 +287,24 @@ def diff(
         )
     rows = [row for k in keys for row in _rows(a[k], b[k], stat, threshold)]
     return rows, env, only
+
+
+def single_run_warning(a: Mapping[str, Comparable], b: Mapping[str, Comparable]) -> str | None:
+    """What a verdict cannot mean when a side holds one run of a configuration (None when both repeat)."""
+    # only where an interval is drawn: both sides have raw samples
+    keys = [k for k in a if k in b and a[k].samples and b[k].samples]
+    sides = [side for side, m in (("A", a), ("B", b)) if any(not m[k].repeated() for k in keys)]
+    if not sides:
+        return None
+    which = "both sides hold" if len(sides) == 2 else f"side {sides[0]} holds"
+    return (
+        f"WARNING: {which} a single run of a configuration, so no run-to-run variance is known: "
+        "the interval covers only the noise between requests within that run. Two runs of "
+        "unchanged code can differ by more (another process, memory layout, CPU frequency, a "
+        "busy neighbour), so 'slower' or 'faster' may be that difference, not the change. "
+        "For a verdict that includes it, record several runs per side (--repeat N, or append "
+        "several runs to each file)."
+    )
 
 
 def _unit(value: float) -> str:
@@ -271,6 +319,7 @@ def diff_table(
     stat: str,
     threshold: float,
     width: int = 400,
+    notes: Iterable[str] = (),
 ) -> str:
     """The diff as a text table, with the environment differences and unmatched keys below."""
     cols = [
@@ -297,4 +346,5 @@ def diff_table(
     if env:
         lines.append("environments differ: " + "; ".join(env))
     lines.extend(only)
+    lines.extend(notes)
     return "\n".join(lines)

@@ -6,7 +6,8 @@ code that already guards against bad input keeps working::
 
     RagbenchError
     ├── ConfigError (ValueError)          unknown key, bad parameter value
-    │   └── UnknownBackendError           unknown backend name; lists the known ones
+    │   ├── UnknownBackendError           unknown backend name; lists the known ones
+    │   └── UnsupportedOperationError     an operation or option this backend cannot do
     ├── InputError (ValueError)           bad arrays and arguments
     │   ├── DimensionError                wrong shape or dimension
     │   ├── NonFiniteError                NaN or inf in a vector
@@ -41,6 +42,7 @@ __all__ = [
     "RagbenchError",
     "TransportError",
     "UnknownBackendError",
+    "UnsupportedOperationError",
 ]
 
 
@@ -60,6 +62,10 @@ class UnknownBackendError(ConfigError):
         self.name = name
         self.known = known
         super().__init__(f"unknown {kind} backend {name!r}; known: {', '.join(known) or '(none)'}")
+
+
+class UnsupportedOperationError(ConfigError):
+    """The backend cannot do this (e.g. ``delete`` on faiss HNSW); the message names those that can."""
 
 
 class InputError(RagbenchError, ValueError):

@@ -66,6 +66,7 @@ __all__ = [
     "LocalExecutor",
     "RayExecutor",
     "Unit",
+    "check_reachable",
     "configuration_records",
     "import_ray",
     "ray_load_points",
@@ -215,6 +216,38 @@ def _raise_cause(ray: Any, exc: BaseException) -> NoReturn:
     raise exc
 
 
+#: Seconds a ``ray://`` address gets to accept a TCP connection before Ray is started.
+RAY_CONNECT_TIMEOUT_S = 3.0
+
+
+def check_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Raise :class:`ConfigError` unless ``ray://host:port`` accepts a TCP connection.
+
+    Ray Client retries an unreachable address for ~30 s and then raises a
+    ConnectionError with a traceback; this probe answers in ``timeout``.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(address)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigError(f"Ray address {address!r}: {exc}") from None
+    if not host or port is None:
+        raise ConfigError(f"Ray address {address!r} needs a host and a port: ray://HOST:PORT")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        if isinstance(exc, TimeoutError):
+            why = f"no answer in {timeout:g} s"
+        raise ConfigError(
+            f"cannot reach Ray at {address} ({why}); start the cluster or fix --ray-address"
+        ) from None
+
+
 class RayExecutor:
     """Units as Ray tasks (see the module docstring).
 
@@ -240,8 +273,16 @@ class RayExecutor:
         self.ray = import_ray()
         self._owned = not self.ray.is_initialized()
         if self._owned:
+            if address is not None and address.startswith("ray://"):
+                check_reachable(address)
             extra = {"include_dashboard": False} if address is None else {}
-            self.ray.init(address=address, log_to_driver=False, logging_level="warning", **extra)
+            try:
+                self.ray.init(
+                    address=address, log_to_driver=False, logging_level="warning", **extra
+                )
+            except ConnectionError as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no answer"
+                raise ConfigError(f"cannot connect to Ray at {address!r}: {first}") from None
         self._task = self.ray.remote(_run_unit)
         self._inbox = self.ray.remote(_Inbox).options(num_cpus=0)
 

@@ -9,12 +9,16 @@ reads records only.
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, MissingDependencyError
+from .files import replace_bytes
+from .reading import dominant_stage
 from .records import (
     caveats_of,
     generator_kept_up,
@@ -25,7 +29,7 @@ from .records import (
     records_of,
 )
 
-__all__ = ["figure", "plot_records", "pyplot"]
+__all__ = ["chart_path", "figure", "plot_records", "pyplot"]
 
 Records = Sequence[Mapping[str, Any]]
 
@@ -42,8 +46,11 @@ def pyplot() -> Any:
     return plt
 
 
-def _runs(ax: Any, records: Records) -> None:
-    """Stacked horizontal bars: each run's per-stage p50 (µs), simulated parts marked."""
+def _runs(ax: Any, records: Records, skip: str | None = None) -> None:
+    """Stacked horizontal bars: each run's per-stage p50 (µs), simulated parts marked.
+
+    ``skip`` leaves one stage out (its colour kept), so the others get the scale.
+    """
     stages: list[str] = []
     for r in records:
         stages += [s for s in r["stages"] if s not in stages]
@@ -51,12 +58,25 @@ def _runs(ax: Any, records: Records) -> None:
     for row, r in enumerate(records):
         left = 0.0
         for j, s in enumerate(stages):
+            if s == skip:
+                continue
             v = r["summary"][s]["p50_us"] if s in r["summary"] else 0.0
             ax.barh(row, v, left=left, color=cmap(j % 10), label=s if row == 0 else None)
             left += v
     labels = [r["label"] + _llm_mark(r) for r in records]
     ax.set_yticks(range(len(records)), labels)
     ax.invert_yaxis()
+    if skip is not None:
+        ax.set_xlabel(f"p50 µs per stage, stacked, without {skip}")
+        ax.legend(
+            ncols=min(len(stages) - 1, 4),
+            fontsize="small",
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.18),
+            frameon=False,
+        )
+        ax.set_title(f"the other stages on their own scale ({skip} dominates)", fontsize="medium")
+        return
     ax.set_xlabel("p50 µs per stage, stacked (before first token)")
     ax.legend(
         ncols=min(len(stages), 5),
@@ -150,6 +170,16 @@ def _loads(ax: Any, records: Records) -> None:
         p99 = [p["response_all_p99_us"] / 1e3 for p in pts]
         ax.plot(xs, p99, marker="^", linestyle="--", color=line.get_color(), label=f"{name} p99")
         invalid += _hollow(ax, pts, xs, p99, line.get_color())
+        if all(p.get("loop_lag_p99_us") is not None for p in pts):  # asyncio workers
+            lag = [max(p["loop_lag_p99_us"], 1.0) / 1e3 for p in pts]
+            ax.plot(
+                xs,
+                lag,
+                marker="x",
+                linestyle=":",
+                color=line.get_color(),
+                label=f"{name} loop lag p99",
+            )
         knee = knee_at.get(name)
         if knee is not None:
             y = p99[xs.index(knee)]
@@ -247,9 +277,26 @@ PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
 }
 
 
+def _without_dominant(stage: str) -> Callable[[Any, Records], None]:
+    def draw(ax: Any, records: Records) -> None:
+        _runs(ax, records, skip=stage)
+
+    return draw
+
+
 def figure(records: Records) -> Any:
-    """A matplotlib figure with one panel per record kind present (run, sweep, scale, load)."""
+    """A matplotlib figure with one panel per record kind present (run, sweep, scale, load).
+
+    When one stage dominates every run (:func:`ragbench.reading.dominant_stage`:
+    a model's embed is ~97 % of a pydocs request), the runs get a second panel
+    without it, so the differences between the varied stages can be seen.
+    """
     panels = [(k, draw) for k in PANELS if records_of(records, k) for draw in PANELS[k]]
+    runs = [r for r in records_of(records, "run") if r.get("requests")]
+    dominant = dominant_stage(runs) if runs else None
+    if dominant is not None:
+        at = [k for k, _ in panels].index("run") + 1
+        panels.insert(at, ("run", _without_dominant(dominant)))
     if not panels:
         raise ConfigError("nothing to plot: no run, sweep, scale or load records")
     plt = pyplot()
@@ -262,10 +309,26 @@ def figure(records: Records) -> Any:
     return fig
 
 
-def plot_records(records: Records, path: str | PathLike[str]) -> None:
-    """Write :func:`figure` of ``records`` as a PNG at ``path``."""
+def chart_path(path: str | PathLike[str]) -> Path:
+    """Where :func:`plot_records` writes a chart asked for at ``path``.
+
+    ``.png`` is added unless the name ends so, or names an existing file that
+    is not a regular one (``/dev/stdout``).
+    """
+    p = Path(path)
+    if p.suffix.lower() == ".png" or (p.exists() and not p.is_file()):
+        return p
+    return p.with_name(p.name + ".png")
+
+
+def plot_records(records: Records, path: str | PathLike[str]) -> Path:
+    """Write :func:`figure` of ``records`` as a PNG at :func:`chart_path` of ``path``; that path."""
+    target = chart_path(path)
     fig = figure(records)
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(buf, dpi=110, format="png")
     finally:
         pyplot().close(fig)
+    replace_bytes(target, buf.getvalue())  # all or nothing: a failed write leaves no torn PNG
+    return target

@@ -22,17 +22,20 @@ What is derived from sets of records and needed by more than one reader
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
-from pathlib import Path
 from typing import Any
 
 from .env import environment
 from .errors import ConfigError, DatasetError
+from .files import RESULTS_LIMIT, append_bytes, open_regular
+
+log = logging.getLogger("ragbench.records")
 
 __all__ = [
     "KINDS",
@@ -54,6 +57,8 @@ __all__ = [
     "now_iso",
     "pareto",
     "read_records",
+    "iter_records",
+    "read_benchmark_json",
     "records_of",
 ]
 
@@ -134,40 +139,110 @@ def jsonable(obj: Any) -> Any:
 
 
 def append_record(path: str | PathLike[str], record: Mapping[str, Any]) -> None:
-    """Append one JSON line and flush it to disk, so an interrupted run keeps what it finished."""
+    """Append one JSON line and flush it to disk, so an interrupted run keeps what it finished.
+
+    All or nothing: a write that fails (a full disk) leaves the file as it
+    was and raises the ``OSError``.
+    """
     line = json.dumps(jsonable(record), separators=(",", ":"), allow_nan=True) + "\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
+    append_bytes(path, line.encode("utf-8"))
+
+
+def _parse(line: bytes, where: str) -> tuple[Any, str | None]:
+    """(the JSON value of one line, None) or (None, why it is not one); too deep or too long a number raises."""
+    try:
+        return json.loads(line.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    except json.JSONDecodeError as exc:
+        return None, exc.msg
+    except RecursionError:
+        raise DatasetError(f"{where}: a JSON line nested too deeply to read") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise DatasetError(f"{where}: a value cannot be read ({exc})") from None
+
+
+def _check_kind(rec: Any, where: str) -> dict[str, Any]:
+    if not isinstance(rec, dict):
+        raise DatasetError(f"{where}: a record must be a JSON object")
+    if rec.get("kind") not in KINDS or rec.get("schema") != KINDS[rec["kind"]]:
+        raise DatasetError(
+            f"{where}: not a ragbench record (kind={rec.get('kind')!r}, "
+            f"schema={rec.get('schema')!r}); known: {', '.join(KINDS.values())}"
+        )
+    return rec
+
+
+def iter_records(path: str | PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for each record of a JSON-lines results file, read line by line.
+
+    Only a regular file of at most :data:`ragbench.files.RESULTS_LIMIT` bytes
+    is read. A malformed line is an error naming file and line, except a
+    last line without its newline: a write cut short (a full disk, a killed
+    run; every record is written with its newline) leaves such a torn last
+    line, which is skipped with a warning so every record before it still reads.
+    """
+    p = os.fspath(path)
+    torn: tuple[int, str] | None = None
+    with open_regular(p, limit_bytes=RESULTS_LIMIT, what="results file") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            if torn is not None:
+                raise DatasetError(f"{p}:{torn[0]}: not a JSON line ({torn[1]})")
+            rec, problem = _parse(line, f"{p}:{n}")
+            if problem is not None:
+                if line.endswith(b"\n"):  # a whole line that is not JSON: not a torn write
+                    raise DatasetError(f"{p}:{n}: not a JSON line ({problem})")
+                torn = (n, problem)
+                continue
+            yield n, _check_kind(rec, f"{p}:{n}")
+    if torn is not None:
+        log.warning(
+            "%s:%d: the last line is not a whole record (%s), probably a write cut "
+            "short; skipped it",
+            p,
+            torn[0],
+            torn[1],
+        )
 
 
 def read_records(path: str | PathLike[str]) -> list[dict[str, Any]]:
-    """Read a JSON-lines results file; a malformed line is an error naming file and line."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DatasetError(f"cannot read results file {p}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise DatasetError(f"{p}: not a UTF-8 JSON-lines file") from None
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{p}:{n}: not a JSON line ({exc.msg})") from None
-        if not isinstance(rec, dict):
-            raise DatasetError(f"{p}:{n}: a record must be a JSON object")
-        if rec.get("kind") not in KINDS or rec.get("schema") != KINDS[rec["kind"]]:
-            raise DatasetError(
-                f"{p}:{n}: not a ragbench record (kind={rec.get('kind')!r}, "
-                f"schema={rec.get('schema')!r}); known: {', '.join(KINDS.values())}"
-            )
-        out.append(rec)
-    return out
+    """Every record of a JSON-lines results file (see :func:`iter_records`)."""
+    return [rec for _, rec in iter_records(path)]
+
+
+def read_benchmark_json(path: str | PathLike[str]) -> dict[str, Any] | None:
+    """A pytest-benchmark JSON file (``--benchmark-json``) as its document; None for anything else.
+
+    An indented document (first line ``{`` alone) is parsed whole; otherwise
+    only the first line is (a one-line document, or the first of JSON lines).
+    The document is returned when it holds a ``benchmarks`` list.
+    """
+    p = os.fspath(path)
+    with open_regular(p, limit_bytes=RESULTS_LIMIT, what="results file") as fh:
+        first, where = b"", p
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                first, where = line, f"{p}:{n}"
+                break
+        # a JSON line holds a whole object; an indented document starts with "{" alone
+        if first.strip() == b"{":
+            first, where = first + fh.read(), p
+    doc, problem = _parse(first, where)
+    if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
+        return doc
+    if where == p and first.strip():  # a whole document that is not a pytest-benchmark one
+        what = (
+            f"not valid JSON ({problem})"
+            if problem
+            else "a JSON document without a benchmarks list"
+        )
+        raise DatasetError(
+            f"{p}: {what}; expected ragbench JSON lines (one record per line) or a "
+            "pytest-benchmark file (--benchmark-json)"
+        )
+    return None
 
 
 class Collector:
@@ -199,11 +274,17 @@ class RecordWriter:
 
     Use it as the ``on_record`` callback of a driver: a record missing its
     environment block gets one, so records from every kind compare honestly.
+    A write that fails (a full disk, ``/dev/full``) does not stop the
+    measurement: the file keeps the records written before (each append is
+    all or nothing), later records are kept in memory only, and
+    :meth:`not_saved` says what was lost.
     """
 
     def __init__(self, path: str | PathLike[str] | None = None) -> None:
         self.path = path
         self.records: list[dict[str, Any]] = []
+        self.unsaved = 0
+        self.write_error: str | None = None
 
     def __call__(self, record: Mapping[str, Any]) -> None:
         rec = dict(record)
@@ -211,12 +292,28 @@ class RecordWriter:
             rec["env"] = _here()
             rec.setdefault("node", rec["env"]["node"])
         self.records.append(rec)
-        if self.path is not None:
-            append_record(self.path, rec)
+        if self.path is None:
+            return
+        if self.write_error is None:
+            try:
+                append_record(self.path, rec)
+                return
+            except OSError as exc:
+                self.write_error = exc.strerror or str(exc)
+        self.unsaved += 1
 
     def write_all(self, records: Iterable[Mapping[str, Any]]) -> None:
         for rec in records:
             self(rec)
+
+    def not_saved(self) -> str | None:
+        """One line saying which records could not be written and why; None when all were."""
+        if self.write_error is None:
+            return None
+        return (
+            f"{self.unsaved} of {len(self.records)} record(s) NOT saved to {self.path} "
+            f"({self.write_error}); the file holds the {len(self.records) - self.unsaved} before"
+        )
 
 
 # ---------------------------------------------------------------- derived from records
@@ -225,13 +322,29 @@ class RecordWriter:
 def pareto(
     points: Sequence[Mapping[str, Any]], *, x: str = "recall", y: str = "qps_single"
 ) -> list[bool]:
-    """True for points no other point beats on both ``x`` and ``y`` (higher is better)."""
-    flags = []
-    for p in points:
-        dominated = any(
-            (o[x] >= p[x] and o[y] >= p[y]) and (o[x] > p[x] or o[y] > p[y]) for o in points
-        )
-        flags.append(not dominated)
+    """True for points no other point beats on both ``x`` and ``y`` (higher is better).
+
+    O(n log n): walked by ``x`` from the highest, a point is beaten when a point
+    of higher ``x`` has at least its ``y``, or one of equal ``x`` a higher ``y``.
+    A point with a NaN coordinate beats none and is beaten by none.
+    """
+    vals = [(float(p[x]), float(p[y])) for p in points]
+    flags = [True] * len(points)
+    order = sorted(
+        (i for i, (a, b) in enumerate(vals) if a == a and b == b), key=lambda i: -vals[i][0]
+    )
+    best = -math.inf  # highest y among the points of higher x than the current group
+    start = 0
+    while start < len(order):
+        end = start
+        while end < len(order) and vals[order[end]][0] == vals[order[start]][0]:
+            end += 1
+        group = order[start:end]
+        top = max(vals[i][1] for i in group)
+        for i in group:
+            flags[i] = not (best >= vals[i][1] or top > vals[i][1])
+        best = max(best, top)
+        start = end
     return flags
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import intervals
-from .errors import ConfigError
+from .errors import ConfigError, DatasetError
 from .records import (
     caveats_of,
     generator_kept_up,
@@ -29,6 +29,7 @@ from .records import (
 
 __all__ = [
     "FORMATS",
+    "benchmark_table",
     "SETUP_LABELS",
     "STATS",
     "caveats_of",
@@ -42,10 +43,12 @@ __all__ = [
     "num",
     "params_text",
     "render",
+    "render_checked",
     "run_table",
     "scale_table",
     "setup_summary",
     "stats_table",
+    "stopped_line",
     "sweep_table",
     "text_table",
 ]
@@ -93,22 +96,75 @@ def text_table(
     *,
     width: int = 400,
 ) -> str:
-    """A rich table rendered to plain text (no colour, trailing spaces stripped).
+    """A rich-style table rendered to plain text (no colour, trailing spaces stripped).
 
-    ``columns`` are ``(header, "left" | "right")``; a row whose first cell is
-    ``None`` draws a section line before the next row.
+    ``columns`` are ``(header, "left" | "right")``. Every string (title,
+    headers, cells) is plain text, never rich markup: a label such as
+    ``test_encode[json]`` prints as it is. A table that fits ``width`` with
+    one-line cells is drawn here directly, in time linear in its cells (rich
+    takes ~1 ms a row); any other is drawn by rich, which wraps cells.
     """
-    from rich.console import Console
-    from rich.table import Table
+    body = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    fast = _plain_table(title, columns, body, width)
+    return fast if fast is not None else _rich_table(title, columns, body, width)
 
-    t = Table(title=title, title_justify="left")
+
+def _rich_table(
+    title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], width: int
+) -> str:
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=Text(title), title_justify="left")
     for header, justify in columns:
-        t.add_column(header, justify=justify)  # type: ignore[arg-type]
+        t.add_column(Text(header), justify=justify)  # type: ignore[arg-type]
     for row in rows:
-        t.add_row(*row)
+        t.add_row(*(Text(cell) for cell in row))
+    return _printed(t, width)
+
+
+def _printed(renderable: Any, width: int) -> str:
+    from rich.console import Console
+
     buf = io.StringIO()
-    Console(file=buf, width=width, force_terminal=False, color_system=None).print(t)
+    Console(file=buf, width=width, force_terminal=False, color_system=None).print(renderable)
     return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())
+
+
+def _plain_table(
+    title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], width: int
+) -> str | None:
+    """The table rich draws (heavy head box, one space of padding), or None when rich must wrap it."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    heads = [h for h, _ in columns]
+    cells = [heads, *rows]
+    if any("\n" in c or "\r" in c for row in cells for c in row):
+        return None
+    widths = [max(cell_len(row[j]) for row in cells) for j in range(len(columns))]
+    total = sum(widths) + 3 * len(widths) + 1
+    if total > width or any(len(row) != len(columns) for row in rows):
+        return None
+
+    def line(row: Sequence[str], edge: str, sep: str) -> str:
+        parts = []
+        for (_, justify), w, c in zip(columns, widths, row, strict=True):
+            if justify == "right":
+                c = c.rstrip()  # as rich justifies
+                parts.append(f" {' ' * (w - cell_len(c))}{c} ")
+            else:
+                parts.append(f" {c}{' ' * (w - cell_len(c))} ")
+        return (edge + sep.join(parts) + edge).rstrip()
+
+    def rule(left: str, fill: str, cross: str, right: str) -> str:
+        return left + cross.join(fill * (w + 2) for w in widths) + right
+
+    out = [_printed(Text(title, justify="left"), total)] if title else []
+    out += [rule("┏", "━", "┳", "┓"), line(heads, "┃", "┃"), rule("┡", "━", "╇", "┩")]
+    out += [line(row, "│", "│") for row in rows]
+    out.append(rule("└", "─", "┴", "┘"))
+    return "\n".join(out)
 
 
 def event_text(ev: Mapping[str, Any]) -> str:
@@ -323,8 +379,21 @@ def compare_table(
     what = {str(r["intervals"]) for r in records if r.get("intervals")}
     if what:
         table += f"\n±: {'; '.join(sorted(what))}; × best: total p50 ratio to the fastest run, [95 % interval]"
+    table += "".join(f"\n{stopped_line(r)}" for r in records if r.get("error"))
     hardware = hardware_note(records)
     return table + ("\n" + hardware if hardware else "")
+
+
+def stopped_line(rec: Mapping[str, Any]) -> str:
+    """``label: STOPPED EARLY after 48 of 4,000 requests: TransportError: ...`` for a run that stopped."""
+    run = (rec.get("config") or {}).get("run") or {}
+    planned = run.get("queries")
+    if isinstance(planned, int) and isinstance(run.get("repeat", 1), int):
+        planned *= run.get("repeat", 1)
+        of = f" of {planned:,}"
+    else:
+        of = ""
+    return f"{rec['label']}: STOPPED EARLY after {rec['requests']:,}{of} requests: {rec['error']}"
 
 
 def _samples(rec: Mapping[str, Any], stage: str | None) -> tuple[Any, Any]:
@@ -455,9 +524,11 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
     flags = pareto(records)
     r0 = records[0]
     # name the build parameters that vary within an index's points; the rest are in the records
+    by_index: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        by_index.setdefault(r["index"], []).append(r)
     varying: dict[str, set[str]] = {}
-    for name in {r["index"] for r in records}:
-        pts = [r for r in records if r["index"] == name]
+    for name, pts in by_index.items():
         keys = {k for r in pts for k in r.get("build", {})}
         varying[name] = {k for k in keys if len({repr(r.get("build", {}).get(k)) for r in pts}) > 1}
     title = (
@@ -571,6 +642,9 @@ def _ms_ci(rec: Mapping[str, Any], key: str) -> str:
 def _load_title(records: Sequence[Mapping[str, Any]]) -> str:
     r0 = records[0]
     kind = f"{r0.get('workers', 1)} {r0.get('worker_kind', 'thread')} worker(s)"
+    if r0.get("worker_kind") == "asyncio":
+        offloads = ",".join(dict.fromkeys(str(r.get("offload")) for r in records))
+        kind += f" ({r0.get('tasks_per_worker')} at once each, offload {offloads})"
     if r0.get("actors"):
         kind += f" in {r0['actors']} Ray actor(s)"
     if r0.get("mode") == "closed":
@@ -581,6 +655,15 @@ def _load_title(records: Sequence[Mapping[str, Any]]) -> str:
             how += f" (burstiness {num(r0.get('burstiness'))})"
         head = f"open-loop load — {how} arrivals, {kind}, {num(r0.get('duration_s'))} s per rate"
     return head + _simulated_note(records)
+
+
+#: Load-table columns shown when some record has them: record key (without ``_us``) → heading.
+_LOAD_EXTRA = {
+    "ttft_p50": "TTFT p50 ms",
+    "ttft_p99": "TTFT p99 ms",
+    "loop_lag_p50": "loop lag p50 ms",
+    "loop_lag_p99": "loop lag p99 ms",
+}
 
 
 def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
@@ -601,8 +684,10 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
         "p99 ms all",
         "service p50 ms",
         "dispatch p99 µs",
-        "recall@k",
     ]
+    # the LLM call's own TTFT, and beside it how late the asyncio workers' loops ran
+    extra = [k for k in _LOAD_EXTRA if any(r.get(f"{k}_us") is not None for r in records)]
+    heads += [_LOAD_EXTRA[k] for k in extra] + ["recall@k"]
     cols = [("configuration", "left")] + [(h, "right") for h in heads]
     rows = []
     for r in records:
@@ -613,7 +698,8 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
             [str(r.get("failed", 0))] if failed else []
         )
         row += [_ms_ci(r, "response_p50"), _ms_ci(r, "response_p99"), _ms(r["response_all_p99_us"])]
-        row += [_ms(r["service_p50_us"]), num(r["dispatch_delay_p99_us"]), num(r["recall_at_k"])]
+        row += [_ms(r["service_p50_us"]), num(r["dispatch_delay_p99_us"])]
+        row += [_ms(r.get(f"{k}_us")) for k in extra] + [num(r["recall_at_k"])]
         rows.append(row)
     lines = [text_table(_load_title(records), cols, rows, width=width)]
     reps = max(int(r.get("repeats") or 1) for r in records)
@@ -622,6 +708,16 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
         "response time counts from the scheduled arrival; 'p99 ms all' counts every timed-out, "
         f"rejected or failed request at the timeout; service = a worker's own time; "
         f"±: 95 % bootstrap intervals over {over}"
+        + (
+            "; TTFT = the generate stage (LLM call to first token, on the client)"
+            if "ttft_p50" in extra
+            else ""
+        )
+        + (
+            "; loop lag = how late an asyncio worker's 1 ms heartbeat woke"
+            if "loop_lag_p50" in extra
+            else ""
+        )
     )
     lines += _load_notes(records)
     hardware = hardware_note(records)
@@ -635,8 +731,11 @@ def _load_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
     slo = next((r["slo_ms"] for r in records if r.get("slo_ms")), None)
     if slo is not None:
         unit = "clients" if records[0].get("mode") == "closed" else "QPS"
+        at_level: dict[tuple[Any, float | None], Mapping[str, Any]] = {
+            (r["label"], load_level(r)): r for r in reversed(records)
+        }
         for label, knee in knees(records, slo).items():
-            at = [r for r in records if r["label"] == label and load_level(r) == knee]
+            at = [at_level[label, knee]] if (label, knee) in at_level else []
             good = (
                 f", goodput there {num(at[0]['goodput_qps'])} QPS"
                 if at and "goodput_qps" in at[0]
@@ -691,6 +790,48 @@ def _load_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         {k: v for k, v in r.items() if k not in ("env", "config", "schema", "time")}
         for r in records
     ]
+
+
+# ---------------------------------------------------------------- pytest-benchmark files
+
+
+def _bench_us(stats: Mapping[str, Any], key: str) -> str:
+    value = stats.get(key)
+    return num(float(value) * 1e6) if isinstance(value, (int, float)) else "—"
+
+
+def benchmark_table(doc: Mapping[str, Any], source: str, *, width: int = 400) -> str:
+    """A pytest-benchmark JSON document (``--benchmark-json``): one row per benchmark, in µs.
+
+    Per-stage p50s appear when the benchmark used the ``rb_bench`` fixture.
+    """
+    machine = doc.get("machine_info") or {}
+    cpu = (machine.get("cpu") or {}).get("brand_raw") or "?"
+    title = f"pytest-benchmark file {source} — {cpu}, Python {machine.get('python_version', '?')}"
+    heads = ["median µs", "mean µs", "min µs", "max µs", "stddev µs", "rounds"]
+    cols = [("benchmark", "left")] + [(h, "right") for h in heads] + [("stage p50 µs", "left")]
+    rows = []
+    for entry in doc.get("benchmarks") or []:
+        entry = entry if isinstance(entry, Mapping) else {}
+        raw = entry.get("stats")
+        stats: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        rag = (entry.get("extra_info") or {}).get("ragbench") or {}
+        stages = rag.get("p50_us") if isinstance(rag, Mapping) else None
+        stage_text = (
+            ", ".join(
+                f"{k} {num(v) if isinstance(v, (int, float)) else '?'}" for k, v in stages.items()
+            )
+            if isinstance(stages, Mapping)
+            else ""
+        )
+        row = [str(entry.get("fullname") or entry.get("name") or "?")]
+        row += [_bench_us(stats, k) for k in ("median", "mean", "min", "max", "stddev")]
+        row += [str(stats.get("rounds", "—")), stage_text]
+        rows.append(row)
+    table = text_table(title, cols, rows, width=width)
+    if not rows:
+        table += "\n(no benchmarks in the file)"
+    return table
 
 
 # ---------------------------------------------------------------- datasets
@@ -750,6 +891,39 @@ def _cell(value: Any, *, exact: bool = False) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
     return "" if value is None else str(value)
+
+
+def _problem(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"lacks field {exc.args[0]!r}"
+    return f"has a field of the wrong type or value ({type(exc).__name__}: {exc})"
+
+
+def render_checked(
+    records: Sequence[Mapping[str, Any]],
+    where: Sequence[str],
+    fmt: str = "table",
+    *,
+    stat: str = "p50",
+) -> str:
+    """:func:`render`, but a record missing a field or holding one of the wrong type is a
+    :class:`DatasetError` naming it (``where[i]``: ``file:line`` of ``records[i]``) and the field.
+
+    Records are rendered together first; only when that fails is each rendered
+    alone to find the culprit, so the common case costs nothing extra.
+    """
+    try:
+        return render(records, fmt, stat=stat)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        first = exc
+    for rec, place in zip(records, where, strict=True):
+        try:
+            render([rec], fmt, stat=stat)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise DatasetError(f"{place}: {rec.get('kind')} record {_problem(exc)}") from None
+    raise DatasetError(f"the records cannot be shown together: {_problem(first)}") from None
 
 
 def render(records: Sequence[Mapping[str, Any]], fmt: str = "table", *, stat: str = "p50") -> str:

@@ -23,9 +23,13 @@ from .timing import Stats
 __all__ = ["Report"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Report:
-    """The outcome of one pipeline run: raw samples plus what is needed to read them."""
+    """The outcome of one pipeline run: raw samples plus what is needed to read them.
+
+    Its ``repr`` is one line, e.g. ``<Report hnsw/numba/protobuf/inproc: 200
+    requests, p50 total 812 µs, p99 1.31 ms, recall@10 0.980>``, not the arrays.
+    """
 
     label: str
     config: dict[str, Any]
@@ -50,6 +54,16 @@ class Report:
     caveats: list[str] = field(default_factory=list)  # e.g. an LLM with random weights
     model_prompt_tokens: np.ndarray | None = None  # int64 (requests,): the LLM's own prompt count
     inter_token_ns: np.ndarray | None = None  # int64 (requests, next tokens) after the first
+
+    def __repr__(self) -> str:
+        total = self.total()
+        stopped = f", stopped early: {self.error}" if self.error else ""
+        n = f"{self.requests} request{'' if self.requests == 1 else 's'}"
+        return (
+            f"<Report {self.label}: {n}, p50 total {_duration(total.p50_ns)}, "
+            f"p99 {_duration(total.p99_ns)}, "
+            f"recall@{self.k} {self.mean_recall:.3f}{stopped}>"
+        )
 
     # ---- statistics (derived from the samples)
 
@@ -245,6 +259,19 @@ class Report:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"malformed {RUN_SCHEMA} record: {exc!r}") from None
+
+
+def _duration(ns: float) -> str:
+    """``812 µs``, ``1.31 ms``, ``2.40 s``; ``-`` for NaN (no requests)."""
+    if ns != ns:
+        return "-"
+    value, unit = ns / 1e3, "µs"
+    if ns >= 1e9:
+        value, unit = ns / 1e9, "s"
+    elif ns >= 1e6:
+        value, unit = ns / 1e6, "ms"
+    digits = 2 if value < 10 else 1 if value < 100 else 0
+    return f"{value:.{digits}f} {unit}"
 
 
 def _matrix(columns: Mapping[str, Any], names: list[str]) -> np.ndarray:

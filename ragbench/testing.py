@@ -18,7 +18,9 @@ Installing ragbench makes these fixtures available in any pytest session::
 - ``rb_bench(config, requests=200, warmup=20)`` (with pytest-benchmark): times
   whole requests of a pipeline with the ``benchmark`` fixture and puts
   ragbench's per-stage figures -- p50/p99 per stage, recall, and the raw
-  per-stage samples ``ragbench diff`` reads -- into ``benchmark.extra_info["ragbench"]``.
+  per-stage samples ``ragbench diff`` reads -- into ``benchmark.extra_info["ragbench"]``;
+  returns the :class:`ragbench.report.Report` of the timed requests (its repr
+  is one line: ``<Report flat/numba/json/inproc: 200 requests, p50 total ...>``).
 
 Nothing heavy is imported until a fixture is used.
 """
@@ -193,7 +195,12 @@ def stage_info(report: Any) -> dict[str, Any]:
 def rb_bench(
     benchmark: Any, rb_pipeline: Callable[[Mapping[str, Any]], Pipeline]
 ) -> Callable[..., Any]:
-    """Benchmark a pipeline's whole requests; per-stage figures land in ``benchmark.extra_info``."""
+    """Benchmark a pipeline's whole requests; per-stage figures land in ``benchmark.extra_info``.
+
+    ``rb_bench(config, requests=200, warmup=20)`` returns the
+    :class:`~ragbench.report.Report` of the timed requests (as many as
+    pytest-benchmark ran: one with ``--benchmark-disable``).
+    """
 
     def run(config: Mapping[str, Any], *, requests: int = 200, warmup: int = 20) -> Any:
         pipe = rb_pipeline(config)

@@ -14,7 +14,11 @@ Two ways to offer load:
 Requests are served by a pool of workers: threads sharing one set-up
 pipeline (the stages that release the GIL -- faiss, hnswlib, numba -- really
 overlap), or processes each with its own pipeline, like the worker processes
-of a Python service (:class:`ThreadWorkers`, :class:`ProcessWorkers`). The
+of a Python service (:class:`ThreadWorkers`, :class:`ProcessWorkers`), or
+asyncio worker processes each serving many requests at once on one event
+loop (:class:`ragbench.aioworkers.AsyncWorkers`: their closed loop runs in
+the workers, ``concurrency`` clients per loop, and each run's event-loop lag
+is summarised in the record). The
 dispatcher hands a due request to an idle worker at once, or queues it in a
 bounded queue; a request arriving to a full queue is **rejected**, one still
 queued or unfinished ``timeout`` after its arrival is **timed out**, one the
@@ -170,6 +174,8 @@ class Traffic:
     admission_ns: int = 0
     #: workers that died or hung: ``{"worker", "pid", "what": "died"|"stuck", "detail"}``
     faults: list[dict[str, Any]] = field(default_factory=list)
+    #: event-loop lag samples (ns) of asyncio workers over the run, else None
+    loop_lag_ns: np.ndarray | None = None
 
 
 def open_loop(
@@ -207,6 +213,7 @@ def open_loop(
         generator_cpu_ns=time.thread_time_ns() - cpu0,
         admission_ns=int(getattr(board, "admission_ns", 0)),
         faults=list(getattr(board, "faults", [])),
+        loop_lag_ns=getattr(pool, "loop_lag_ns", None),  # asyncio workers: this run's
     )
 
 
@@ -283,19 +290,25 @@ def closed_loop(
 ) -> Traffic:
     """``concurrency`` clients, each sending its next request when its last one ended, for ``duration_s``.
 
-    A pool with ``run_closed`` (threads, processes) runs each worker's share
-    of the clients inside the worker, records sent once at the end, so this
-    process does no work per request; a worker's clients wait for that
-    worker only. Other pools are driven from here, request by request.
+    A pool with ``serve_closed`` (threads, processes) runs each worker's
+    share of the clients inside the worker, records sent once at the end, so
+    this process does no work per request; a worker's clients wait for that
+    worker only. A pool with ``run_closed`` (asyncio) runs the whole level
+    itself; other pools are driven from here, request by request.
     """
     concurrency = positive_int("closed loop", "concurrency", concurrency)
     duration_ns = int(positive_number("closed loop", "duration_s", duration_s) * 1e9)
     timeout_ns = int(timeout_s * 1e9)
-    if not hasattr(pool, "run_closed"):
+    if not hasattr(pool, "serve_closed"):
+        run_closed = getattr(pool, "run_closed", None)
+        if run_closed is not None:  # the clients live in the workers (asyncio: per event loop)
+            return run_closed(  # type: ignore[no-any-return]
+                concurrency, duration_s, timeout_s=timeout_s, first_request=first_request
+            )
         return _closed_from_here(pool, concurrency, duration_ns, timeout_ns, first_request)
     cpu0 = time.thread_time_ns()
     start = perf_counter_ns()
-    res = pool.run_closed(concurrency, duration_ns, timeout_ns, first_request)
+    res = pool.serve_closed(concurrency, duration_ns, timeout_ns, first_request)
     return Traffic(
         start_ns=start,
         end_ns=perf_counter_ns(),
@@ -314,7 +327,7 @@ def closed_loop(
 def _closed_from_here(
     pool: Any, concurrency: int, duration_ns: int, timeout_ns: int, first_request: int
 ) -> Traffic:
-    """The closed loop driven from this process (``dispatch`` / ``poll``), for pools without ``run_closed``."""
+    """The closed loop driven from this process (``dispatch`` / ``poll``), for pools without either."""
     cpu0 = time.thread_time_ns()
     start = perf_counter_ns()
     end = start + duration_ns
@@ -450,6 +463,7 @@ def summarize(
         "dispatch_delay_p99_us": Stats.from_samples(delay).p99_ns / 1e3,
         "idle_dispatch_delay_p99_us": lag.p99_ns / 1e3,
         "generator_lagged": bool(lag.count and lag.p99_ns / 1e3 > lag_warn_us),
+        **_loop_lag_fields(runs),
         "errors": sorted({e for r in runs for e in r.errors})[:5],
         "repeats": len(runs),
     }
@@ -523,6 +537,20 @@ def _generator_fields(
     }
 
 
+def _loop_lag_fields(runs: Sequence[Traffic]) -> dict[str, Any]:
+    """Event-loop lag p50/p99/max µs of asyncio workers (nothing for other workers)."""
+    lags = [r.loop_lag_ns for r in runs if r.loop_lag_ns is not None]
+    if not lags:
+        return {}
+    lag = Stats.from_samples(np.concatenate(lags))
+    return {
+        "loop_lag_p50_us": lag.p50_ns / 1e3,
+        "loop_lag_p99_us": lag.p99_ns / 1e3,
+        "loop_lag_max_us": lag.max_ns / 1e3,
+        "loop_lag_samples": lag.count,
+    }
+
+
 def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str, Any]:
     wall, cpu = pipeline.stage_samples(records)
     recall = pipeline.recall(records)
@@ -535,6 +563,9 @@ def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str,
             for j, n in enumerate(pipeline.stage_names)
         },
     }
+    if "generate" in pipeline.stage_names and pipeline.config["generate"]["backend"] != "none":
+        ttft = Stats.from_samples(wall[:, pipeline.stage_names.index("generate")])
+        out["ttft_p50_us"], out["ttft_p99_us"] = ttft.p50_ns / 1e3, ttft.p99_ns / 1e3
     wall_sum = wall.sum(axis=0).astype(np.float64)
     out["stage_share"] = {
         n: float(v / wall_sum.sum()) if wall_sum.sum() else math.nan
@@ -620,6 +651,7 @@ def load_points(
                 "duration_s": opts.duration_s,
                 "timeout_s": opts.timeout_s,
                 "queue_size": opts.queue_size,
+                **(pool.describe() if pool.kind == "asyncio" else {}),
                 **summarize(
                     done,
                     pipe,
@@ -634,6 +666,9 @@ def load_points(
                 "caveats": list(pipe.caveats),
                 "config": pipe.config,
             }
+            if pool.kind == "asyncio":
+                # a request waiting for its loop is the service's own delay, not the client's
+                fields["generator_lagged"] = False
             emit(new_record("load", fields))
         _stop_on_faults(runs)
     return emit.records

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -26,21 +27,27 @@ from .errors import (
     KTooLargeError,
     NonFiniteError,
 )
+from .files import open_regular
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "JSON_DEPTH",
     "METRICS",
     "as_float32",
+    "available_memory",
     "as_matrix",
     "bad_id_error",
     "bool_param",
     "check_finite",
     "check_ids",
     "check_k",
+    "check_memory",
     "check_metric",
     "int_arg",
+    "json_loads",
+    "load_npy",
     "positive_int",
     "positive_number",
 ]
@@ -229,3 +236,129 @@ def as_matrix(
     if finite:
         check_finite(arr, name)
     return arr
+
+
+# --------------------------------------------------------------------------- files
+# Checks for files ragbench reads or writes (index files, caches, shipped vectors):
+# a FIFO or device never blocks a read, a size a header claims is checked against
+# the file before anything is allocated, and a directory is checked writable
+# before any work that would end in writing to it.
+
+#: Deepest JSON nesting accepted in ragbench's own headers and sidecars (they nest 3).
+JSON_DEPTH = 32
+
+
+def json_loads(blob: bytes | str, what: str, error: type[Exception]) -> Any:
+    """``json.loads`` raising ``error`` (one line) for bad JSON or nesting deeper than :data:`JSON_DEPTH`.
+
+    The depth is measured on the text before parsing, so a crafted file of
+    ``[[[[...`` is refused without the recursion the parser would need.
+    """
+    import json
+
+    text = blob.decode("utf-8") if isinstance(blob, bytes) else blob
+    if _json_depth(text) > JSON_DEPTH:
+        raise error(f"{what}: JSON nested deeper than {JSON_DEPTH} levels; the file is corrupt")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise error(f"{what}: not valid JSON ({type(exc).__name__})") from None
+
+
+def _json_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON text (brackets inside strings are skipped)."""
+    if "[" not in text and "{" not in text:
+        return 0
+    import re
+
+    # Drop strings (with escapes) first; what is left is numbers, literals and brackets.
+    bare = re.sub(r'"(?:[^"\\]|\\.)*"', "", text)
+    depth = deepest = 0
+    for ch in re.sub(r"[^\[\]{}]", "", bare):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def load_npy(
+    path: Any, what: str, error: type[Exception], *, rows: int | None = None
+) -> np.ndarray:
+    """Read a ``.npy`` file after checking its header against the file size (and ``rows``).
+
+    The header's shape times the dtype's size must be exactly the bytes after
+    the header, so a crafted header claiming 40 GB is refused before anything
+    is allocated; object dtypes (pickles) are refused; ``rows`` (when given)
+    must equal the first dimension. Raises ``error`` (one line) for all of
+    these and for an unreadable file; ``FileNotFoundError`` propagates.
+    """
+    import numpy as np
+    from numpy.lib import format as npy_format
+
+    name = str(path)
+    with open_regular(path, limit_bytes=None, what=what, error=error, os_errors=True) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        try:
+            version = npy_format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = npy_format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, dtype = npy_format.read_array_header_2_0(fh)
+        except (ValueError, OSError, EOFError) as exc:
+            raise error(f"{what} {name}: not a readable .npy file ({exc})") from None
+        if dtype.hasobject:
+            raise error(
+                f"{what} {name}: not a plain numeric .npy file (it holds Python objects; "
+                "refusing to unpickle them)"
+            )
+        count = 1
+        for n in shape:
+            count *= int(n)
+        want = count * dtype.itemsize
+        have = size - fh.tell()
+        if want != have:
+            raise error(
+                f"{what} {name}: header claims {dtype}{list(shape)} ({want} bytes) but the "
+                f"file holds {have} bytes after it; the file is damaged"
+            )
+        if rows is not None and (not shape or int(shape[0]) != rows):
+            raise error(f"{what} {name}: holds {list(shape)[:1] or 'no'} rows, expected {rows}")
+        try:
+            arr = np.fromfile(fh, dtype=dtype, count=count)
+        except (ValueError, OSError) as exc:
+            raise error(f"{what} {name}: unreadable ({exc})") from None
+    if arr.size != count:
+        raise error(f"{what} {name}: truncated while reading")
+    out: np.ndarray = arr.reshape(tuple(int(n) for n in shape), order="F" if fortran else "C")
+    return out
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (``MemAvailable`` from /proc/meminfo), or None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(nbytes: int, what: str) -> None:
+    """Raise :class:`ConfigError` when ``what`` would need more than the available memory."""
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise ConfigError(
+            f"{what} needs about {_gib(nbytes)} of memory, more than the {_gib(free)} "
+            "available; choose smaller sizes"
+        )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"

@@ -19,7 +19,7 @@ Both serve three ways, none with the parent in the path of a request:
   request that arrived meanwhile (rejected if the queue was full when it
   arrived, timed out if it waited longer than the timeout) and takes the
   oldest one left (see :class:`Board`);
-- a closed loop (``run_closed``): each worker runs its share of the
+- a closed loop (``serve_closed``): each worker runs its share of the
   clients itself (:func:`run_closed_worker`).
 
 Records are sent once, at the end of a level. The parent blocks on the
@@ -73,10 +73,12 @@ __all__ = [
     "ThreadWorkers",
     "WorkerFault",
     "admit",
+    "pack_record",
     "process_worker",
     "run_closed_worker",
     "run_open_worker",
     "split_clients",
+    "unpack_record",
 ]
 
 PENDING, COMPLETED, TIMED_OUT, REJECTED, FAILED = 0, 1, 2, 3, 4
@@ -662,7 +664,7 @@ class ThreadWorkers:
         board.settle()
         return board, records, errors
 
-    def run_closed(
+    def serve_closed(
         self, concurrency: int, duration_ns: int, timeout_ns: int, first_request: int
     ) -> ClosedResult:
         """``concurrency`` closed-loop clients shared out over the threads, for ``duration_ns``."""
@@ -726,6 +728,10 @@ def _unpack(packed: tuple[Any, ...] | None) -> RequestRecord | None:
     far_side = FarSide("", tokens, *far) if far is not None else None
     hits = np.frombuffer(ids, dtype=np.int64)
     return RequestRecord(stamps, cpu, far_side, hits, payload, tokens, row)
+
+
+#: A record as plain values for a pipe to another process, and back (the prompt stays behind).
+pack_record, unpack_record = _pack, _unpack
 
 
 def _open_in_process(conn: Any, pipe: Pipeline, lock: Any, job: tuple[Any, ...]) -> None:
@@ -963,7 +969,7 @@ class ProcessWorkers:
         out.settle()
         return out, records, errors
 
-    def run_closed(
+    def serve_closed(
         self, concurrency: int, duration_ns: int, timeout_ns: int, first_request: int
     ) -> ClosedResult:
         """``concurrency`` closed-loop clients shared out over the live workers, each run inside its worker."""

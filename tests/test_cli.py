@@ -395,3 +395,41 @@ def test_compare_on_a_users_own_jsonl_corpus(tmp_path: Path, capsys) -> None:
     recs = read(out)
     assert [r["dataset"]["n"] for r in recs] == [300, 300]
     assert recs[0]["recall_at_k"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("index", "setting", "named"),
+    [
+        ("lsh", "retrieve.search.ef=128", "index 'lsh' search: unknown parameter 'ef'"),
+        ("hnsw,lsh", "retrieve.search.ef=128", "index 'lsh' search: unknown parameter 'ef'"),
+        ("hnsw,flat", "retrieve.build.M=8", "index 'flat': unknown parameter 'M'"),
+    ],
+)
+def test_compare_refuses_a_set_parameter_a_combination_does_not_take(
+    index: str, setting: str, named: str
+) -> None:
+    exe = Path(sys.executable).with_name("ragbench")
+    proc = subprocess.run(
+        [str(exe), "compare", "--index", index, "--set", setting],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert named in proc.stderr and proc.stdout == ""
+
+
+def test_compare_applies_a_set_parameter_to_every_index() -> None:
+    from ragbench.cli.configs import configurations
+    from ragbench.cli.pipelines import compare
+
+    ctx = compare.make_context(
+        "compare", ["--index", "faiss-hnsw,hnsw", "--set", "retrieve.search.ef=32"]
+    )
+    combos, varying = configurations(ctx.params, {})
+    assert [(c["retrieve"]["backend"], c["retrieve"]["search"]) for c, _ in combos] == [
+        ("faiss-hnsw", {"ef": 32}),
+        ("hnsw", {"ef": 32}),
+    ]
+    assert varying == {"retrieve"}

@@ -77,3 +77,10 @@ def test_a_dataset_path_replaces_the_default_name_and_survives_renormalizing() -
     assert load_config(cfg)["dataset"] == {"path": "/data/x.fvecs"}
     with pytest.raises(ConfigError, match="either name or path"):
         load_config({"dataset": {"path": "/data/x.fvecs", "name": "pydocs"}})
+
+
+def test_dataset_drop_empty_is_a_dataset_key() -> None:
+    cfg = load_config({"dataset": {"path": "docs.jsonl", "drop_empty": True}})
+    assert cfg["dataset"] == {"path": "docs.jsonl", "drop_empty": True}
+    with pytest.raises(ConfigError, match="'drop_empties'.*drop_empty"):
+        load_config({"dataset": {"path": "docs.jsonl", "drop_empties": True}})

@@ -27,6 +27,7 @@ from ragbench.generators.stub_server import (
     MODEL_ID,
     SERVER_OPTIONS,
     StubModel,
+    StubServer,
     run_forever,
     serve,
 )
@@ -442,6 +443,14 @@ def test_server_options_hold_the_defaults() -> None:
     defaults = {option.keyword: option.default for option in SERVER_OPTIONS}
     assert defaults.pop("host") == "127.0.0.1" and defaults.pop("port") == 0
     assert defaults.pop("verbose") is False and defaults.pop("exit_on_stdin_eof") is False
+    limits = {
+        key: defaults.pop(key) for key in ("read_timeout_s", "max_body_bytes", "max_connections")
+    }
+    server = StubServer(("127.0.0.1", 0), StubModel())
+    try:
+        assert {key: getattr(server, key) for key in limits} == limits
+    finally:
+        server.server_close()
     assert StubModel().params() == defaults
     gen = StubGenerator()
     assert gen.model.params() | {"max_tokens": 16} == defaults

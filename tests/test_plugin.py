@@ -31,3 +31,33 @@ def test_fixtures_are_available_to_any_pytest_session(pytester: pytest.Pytester)
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+def test_rb_bench_returns_the_report_with_a_one_line_repr(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import re
+
+        CONFIG = {"dataset": {"name": "synthetic", "n": 500, "dim": 16, "n_queries": 10},
+                  "retrieve": {"backend": "flat"}, "serialize": {"backend": "json"}}
+
+        def test_fields(rb_bench):
+            report = rb_bench(CONFIG, requests=20, warmup=2)
+            assert report.requests == 20 and report.k == 10
+            assert report.samples_ns.shape == (20, len(report.stage_names))
+            assert report.total().p50_ns > 0 and report.mean_recall == 1.0
+            text = repr(report)
+            assert re.fullmatch(
+                r"<Report flat/numba/json/inproc: 20 requests, p50 total [\\d.]+ (µs|ms), "
+                r"p99 [\\d.]+ (µs|ms|s), recall@10 1\\.000>", text), text
+
+        def test_failure_shows_the_short_repr(rb_bench):
+            report = rb_bench(CONFIG, requests=5, warmup=0)
+            assert report.mean_recall < 0.5
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    failure = result.stdout.str()
+    assert "<Report flat/numba/json/inproc: 5 requests, p50 total" in failure
+    assert "samples_ns=array" not in failure and "config={" not in failure

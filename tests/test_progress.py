@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import io
+import os
+import re
+import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ import pytest
 from ragbench import datasets, embedders, indexes, progress
 from ragbench import threads as th
 from ragbench.cli import main
-from ragbench.cli.bars import RichReporter, on_terminal
+from ragbench.cli.bars import PlainReporter, RichReporter, on_stderr
 
 
 class Recorder:
@@ -166,7 +170,10 @@ def _compare_args() -> list[str]:
     ]
 
 
-def test_no_bar_output_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_bar_output_when_not_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGBENCH_PROGRESS_INTERVAL_S", "3600")  # no step is that long
     assert not sys.stderr.isatty()
     assert main(_compare_args()) == 0
     captured = capsys.readouterr()
@@ -177,9 +184,86 @@ def test_no_bar_output_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -
 
 def test_bars_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    with on_terminal():
+    with on_stderr():
         assert isinstance(progress.current(), RichReporter)
     assert isinstance(progress.current(), progress.NullReporter)
+
+
+def test_plain_lines_when_not_a_terminal() -> None:
+    assert not sys.stderr.isatty()
+    with on_stderr():
+        reporter = progress.current()
+        assert isinstance(reporter, PlainReporter)
+    assert isinstance(progress.current(), progress.NullReporter)
+    assert not any(t.name == "ragbench-progress" for t in threading.enumerate())
+
+
+class Lines(io.StringIO):
+    """A stream that tells when a line arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.arrived.set()
+        return super().write(text)
+
+
+def test_plain_reporter_reports_a_step_that_never_advances() -> None:
+    out = Lines()
+    reporter = PlainReporter(out, interval=0.05)
+    with progress.installed(reporter), progress.task("building hnsw", 3274, unit="vectors") as adv:
+        assert out.arrived.wait(30)  # the background thread, not an advance, wrote it
+        adv(3274)
+    reporter.close()
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(r"ragbench: building hnsw 0/3 274 vectors \(0 %\), \d+\.\d s", lines[0])
+    assert re.fullmatch(
+        r"ragbench: building hnsw 3 274/3 274 vectors \(100 %\), \d+\.\d s, done", lines[-1]
+    )
+
+
+def test_plain_reporter_is_silent_for_short_steps() -> None:
+    out = Lines()
+    reporter = PlainReporter(out, interval=3600)
+    with progress.installed(reporter), progress.task("tiny", 2) as advance:
+        advance(2)
+    reporter.close()
+    assert out.getvalue() == ""
+
+
+def test_progress_interval_must_be_a_positive_number(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGBENCH_PROGRESS_INTERVAL_S", "soon")
+    assert main(["datasets"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "RAGBENCH_PROGRESS_INTERVAL_S" in err and "'soon'" in err
+
+
+def test_piped_stderr_gets_plain_progress_lines(tmp_path: Path) -> None:
+    """The console script with stderr a pipe: plain progress lines, no escape codes."""
+    exe = Path(sys.executable).with_name("ragbench")
+    env = {
+        **os.environ,
+        "RAGBENCH_CACHE_DIR": str(tmp_path / "cache"),  # nothing cached: embed for real
+        "RAGBENCH_PROGRESS_INTERVAL_S": "0.05",
+    }
+    proc = subprocess.run(
+        [str(exe), "compare", "--dataset", "pydocs", "--embed", "hashing", "--index", "flat",
+         "--queries", "3", "--warmup", "0"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "embedding corpus (hashing)" in line]
+    line = r"ragbench: embedding corpus \(hashing\) ([\d ]+)/3 274 passages \((\d+) %\), [\d.]+ s"
+    assert all(re.fullmatch(line + "(, done)?", x) for x in lines), lines
+    assert lines[-1].endswith(", done") and "3 274/3 274" in lines[-1]
+    assert len(lines) >= 2
+    done = [int(re.fullmatch(line + "(, done)?", x).group(1).replace(" ", "")) for x in lines]
+    assert done == sorted(done)
 
 
 def test_rich_reporter_draws_description_count_and_rate() -> None:

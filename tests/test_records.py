@@ -58,6 +58,27 @@ def test_writer_appends_each_record_as_it_comes(tmp_path: Path) -> None:
     assert "env" in back[1]  # a record without one is stamped on the way
 
 
+def test_writer_keeps_records_when_the_file_cannot_take_them() -> None:
+    writer = RecordWriter("/dev/full")
+    assert writer.not_saved() is None
+    writer(new_record("scale", {"n": 1}))
+    writer(new_record("scale", {"n": 2}))
+    assert [r["n"] for r in writer.records] == [1, 2]
+    lost = writer.not_saved()
+    assert lost is not None and lost.startswith("2 of 2 record(s) NOT saved to /dev/full")
+    assert "No space left on device" in lost
+
+
+def test_read_records_skips_only_a_torn_last_line(tmp_path: Path) -> None:
+    p = tmp_path / "r.jsonl"
+    line = json.dumps(new_record("scale", {"n": 1}))
+    p.write_text(f"{line}\n{line}\n{line[:30]}")
+    assert [r["n"] for r in read_records(p)] == [1, 1]
+    p.write_text(f"{line}\n{line[:30]}\n{line}\n")
+    with pytest.raises(DatasetError, match=r"r.jsonl:2: not a JSON line"):
+        read_records(p)
+
+
 def test_read_records_rejects_foreign_json(tmp_path: Path) -> None:
     p = tmp_path / "x.jsonl"
     p.write_text(json.dumps({"kind": "run", "schema": "other/9"}) + "\n")

@@ -43,7 +43,10 @@ AXES = (
 def backend_options(fn: F) -> F:
     """The options of every command that runs configurations side by side."""
     decorators = [
-        config_option(help="Base pipeline config (TOML); the options below vary it."),
+        config_option(
+            help="Base pipeline config (a TOML file or a shipped name such as hashing); "
+            "the options below vary it."
+        ),
         dataset_option(help="Dataset name (pydocs, synthetic) or path. [default: pydocs]"),
         click.option("--n", "n", help="Corpus size for synthetic (e.g. 10k)."),
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
@@ -143,6 +146,12 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
     return normalize(merge(base, extra))
 
 
+def _set_index_params(overrides: Any) -> dict[str, Any]:
+    """The ``build`` and ``search`` tables ``--set retrieve.build.X=V`` / ``.search.X=V`` gave."""
+    retrieve = set_pairs(overrides).get("retrieve", {})
+    return {sub: retrieve.get(sub, {}) for sub in ("build", "search")}
+
+
 def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
     axes: list[tuple[str, list[Any]]] = []
     for option, table in AXES:
@@ -160,11 +169,15 @@ def configurations(
 ) -> tuple[list[tuple[dict[str, Any], str | None]], set[str]]:
     """One (config, label) per combination of the comma lists, and the axes that vary.
 
-    Labels name only what varies between rows. An index's build/search
-    parameters belong to the base config's own index; other indexes in the
-    list get their defaults (unless the base came from a file).
+    Labels name only what varies between rows. Index build/search parameters
+    given with ``--set retrieve.build.X=...``/``retrieve.search.X=...`` apply
+    to every index in the list, so one that an index does not take is refused
+    (exit 2, as ``run`` refuses it) when its pipeline is created, before
+    anything is set up. Without a config file, other indexes get no other
+    parameters; with one, its index parameters apply to every index too.
     """
     base = _base(opts, run_over or {})
+    given = _set_index_params(opts["overrides"])
     axes = _axes(opts)
     out = []
     for combo in itertools.product(*[values for _, values in axes]):
@@ -180,7 +193,7 @@ def configurations(
                 parts += [str(value)] if len(values) > 1 else []
                 continue
             if axis == "retrieve" and value != cfg["retrieve"]["backend"] and not opts["config"]:
-                cfg["retrieve"]["build"], cfg["retrieve"]["search"] = {}, {}
+                cfg["retrieve"].update(merge({}, given))  # only what --set gave, for every index
             cfg[axis]["backend"] = value
             parts += [str(value)] if len(values) > 1 else []
         out.append((normalize(cfg), "/".join(parts) if parts else None))

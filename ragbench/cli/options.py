@@ -15,13 +15,14 @@ from typing import Any, TypeVar
 import click
 
 __all__ = [
-    "Interrupted",
+    "check_outputs",
     "config_option",
     "counts",
     "dataset_option",
     "echo",
     "executor_from",
     "executor_options",
+    "finish_outputs",
     "grid",
     "index_option",
     "k_option",
@@ -236,9 +237,9 @@ def executor_from(name: str, address: str | None) -> Iterator[Any]:
 
 @contextmanager
 def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr when it is a terminal; silent otherwise.
+    """A progress bar on stderr when it is a terminal; else a plain line every ~10 s.
 
-    Drawn by the reporter :func:`ragbench.cli.bars.on_terminal` installed, so
+    Drawn by the reporter :func:`ragbench.cli.bars.on_stderr` installed, so
     bars of set-up steps reporting inside this one share its display.
     """
     from .. import progress as hook
@@ -247,9 +248,45 @@ def progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
         yield advance
 
 
-class Interrupted(Exception):  # noqa: N818 -- it is what happened, not an error
-    """Ctrl-C, once a command has stopped its work and kept its records (exit 130, one line)."""
-
-
 def echo(text: str) -> None:
     click.echo(text)
+
+
+def check_outputs(out: str | None = None, plot: str | None = None) -> None:
+    """Before any work: ``--out`` and ``--plot`` can be written (else one line, exit 2)."""
+    from ..files import check_writable
+
+    if out:
+        check_writable(out, "--out file")
+    if plot:
+        from ..plots import chart_path
+
+        check_writable(chart_path(plot), "--plot chart")
+
+
+def finish_outputs(
+    writer: Any = None, records: Sequence[Any] | None = None, plot: str | None = None
+) -> None:
+    """After the table is printed: draw the chart, then say on one line each what was not saved.
+
+    ``writer`` is the command's :class:`~ragbench.records.RecordWriter`; a
+    record or chart that could not be written (a full disk) exits 1.
+    """
+    failures = []
+    lost = writer.not_saved() if writer is not None else None
+    if lost:
+        failures.append(lost)
+    if plot:
+        from ..plots import chart_path, plot_records
+
+        try:
+            echo(f"wrote {plot_records(records or [], plot)}")
+        except OSError as exc:
+            failures.append(f"chart NOT written to {chart_path(plot)} ({exc.strerror or exc})")
+        except (KeyError, TypeError) as exc:
+            what = f"field {exc.args[0]!r} missing" if isinstance(exc, KeyError) else str(exc)
+            failures.append(f"chart NOT drawn: a record does not hold what it needs ({what})")
+    for line in failures:
+        click.echo(f"ragbench: error: {line}", err=True)
+    if failures:
+        raise SystemExit(1)

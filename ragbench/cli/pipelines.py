@@ -9,16 +9,21 @@ import click
 
 from ..codecs import SHAPES
 from ..config import load_config, merge
+from ..orders import DESIGNS
+from ..reading import run_reading
 from ..records import RecordWriter
-from ..rendering import STATS, compare_table, fixed_line, setup_summary
+from ..rendering import STATS, compare_table, fixed_line, run_table, setup_summary
 from .configs import backend_options, configurations, otel_option, re_embed_option
 from .options import (
+    check_outputs,
     config_option,
     dataset_option,
     echo,
     executor_from,
     executor_options,
+    finish_outputs,
     out_option,
+    plot_option,
     progress,
     queries_option,
     repeat_option,
@@ -30,7 +35,11 @@ __all__ = ["compare", "run"]
 
 
 @click.command()
-@config_option(required=True, help="Pipeline config (TOML), e.g. bench/configs/default.toml.")
+@config_option(
+    required=True,
+    help="Pipeline config: a TOML file, or the name of a shipped one "
+    "(default, hashing, stub-llm, transformers).",
+)
 @out_option("Append the run's JSON record to this file.")
 @queries_option(help="Measured requests (overrides [run] queries).")
 @click.option(
@@ -54,6 +63,7 @@ __all__ = ["compare", "run"]
     help="Payload shape the codec writes (overrides [serialize] shape; default row).",
 )
 @set_option()
+@plot_option("Write a PNG chart of the run's stages.")
 def run(
     config: str,
     out: str | None,
@@ -66,11 +76,13 @@ def run(
     re_embed: bool | None,
     payload_shape: str | None,
     overrides: Sequence[str],
+    plot: str | None,
 ) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
     from .. import datasets
     from ..pipeline import Pipeline
 
+    check_outputs(out, plot)
     cfg = load_config(config)
     extra = set_pairs(overrides)
     if dataset is not None:
@@ -93,14 +105,17 @@ def run(
         n, reps = pipe.config["run"]["queries"], pipe.config["run"]["repeat"]
         with progress(n * reps, "requests") as advance:
             report = pipe.run(progress=advance)
-    echo(report.table())
-    if out is not None:
-        RecordWriter(out).write_all(report.to_records())
+    record = report.to_record()
+    echo(run_table(record))
+    echo("\n".join(run_reading([record])))
+    writer = RecordWriter(out)
+    writer.write_all([record])
+    finish_outputs(writer, [record], plot)
     if report.error:
         raise SystemExit(1)
 
 
-def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
+def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[Any]:
     """Set every pipeline up (sharing built parts), warm each, run them interleaved; their reports."""
     from ..pipeline import SharedParts, interleave
 
@@ -113,7 +128,15 @@ def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
     n, reps = run["queries"], run["repeat"]
     label = f"{len(pipelines)} runs × {n} requests × {reps} repetition(s), interleaved"
     with progress(n * reps, label) as advance:
-        interleave(pipelines, n, warmup=run["warmup"], repeat=reps, progress=advance)
+        interleave(
+            pipelines,
+            n,
+            warmup=run["warmup"],
+            repeat=reps,
+            progress=advance,
+            order=order,
+            seed=seed,
+        )
     return [p.report() for p in pipelines]
 
 
@@ -130,9 +153,31 @@ def _run_side_by_side(pipelines: Sequence[Any]) -> list[Any]:
     show_default=True,
     help="Statistic shown for each stage.",
 )
+@click.option(
+    "--order",
+    type=click.Choice(DESIGNS),
+    default="balanced",
+    show_default=True,
+    help="Order of the interleaved turns: balanced (each configuration in each position "
+    "equally often, a different query per configuration in a round) or same-query (a "
+    "rotation, every configuration on the same query in turn).",
+)
+@click.option(
+    "--order-seed",
+    "order_seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the balanced order (recorded in each record).",
+)
+@plot_option("Write a PNG chart of the configurations' stages.")
 @executor_options
 def compare(**opts: Any) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process.
+
+    The turns follow a balanced order (--order balanced): every configuration in every
+    position equally often, each on a different query within a round, the seed recorded;
+    the lines under the table read it (dominant stage, ranking with intervals, noise).
 
     With --executor ray each configuration runs as its own Ray task instead (set up, warmed
     and measured on its own, possibly at the same time as others): not interleaved.
@@ -141,6 +186,7 @@ def compare(**opts: Any) -> None:
 
     if opts["executor"] != "ray" and opts["ray_address"] is not None:
         raise click.UsageError("--ray-address needs --executor ray")
+    check_outputs(opts["out"], opts["plot"])
     run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     combos, varying = configurations(opts, run_over)
     # every combination is created (and so checked) before anything is set up
@@ -149,33 +195,35 @@ def compare(**opts: Any) -> None:
         labels = [p.label for p in pipelines]
         for p in pipelines:
             p.close()  # checked; each task makes its own
-        records = _run_as_tasks(combos, labels, opts)
+        writer = RecordWriter(opts["out"])
+        records = _run_as_tasks(combos, labels, opts, writer)
     else:
         try:
-            reports = _run_side_by_side(pipelines)
+            reports = _run_side_by_side(pipelines, opts["order"], opts["order_seed"])
         finally:
             for p in pipelines:
                 p.close()
         records = [rec for r in reports for rec in r.to_records()]
-        if opts["out"]:
-            RecordWriter(opts["out"]).write_all(records)
+        writer = RecordWriter(opts["out"])
+        writer.write_all(records)
     echo(fixed_line(records, varying))
     echo(compare_table(records, stat=opts["stat"]))
+    echo("\n".join(run_reading(records, stat=opts["stat"])))
     echo(setup_summary(records))
-    stopped = [r for r in records if r.get("error")]
-    for r in stopped:
-        echo(f"{r['label']}: STOPPED EARLY: {r['error']}")
-    if stopped:
+    finish_outputs(writer, records, opts["plot"])
+    if any(r.get("error") for r in records):  # compare_table names each and its error
         raise SystemExit(1)
 
 
 def _run_as_tasks(
-    combos: Sequence[tuple[dict[str, Any], str | None]], labels: list[str], opts: Any
+    combos: Sequence[tuple[dict[str, Any], str | None]],
+    labels: list[str],
+    opts: Any,
+    writer: RecordWriter,
 ) -> list[dict[str, Any]]:
     """Each configuration as its own task on the executor; records appended as each finishes."""
     from ..executors import run_configurations
 
-    writer = RecordWriter(opts["out"])
     with (
         executor_from(opts["executor"], opts["ray_address"]) as executor,
         progress(len(combos), "configurations, each its own Ray task") as advance,

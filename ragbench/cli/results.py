@@ -9,9 +9,17 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from ..records import read_records
-from ..rendering import FORMATS, STATS, datasets_table, render, stats_table
-from .options import echo, parse_count, plot_option, progress
+from ..reading import diff_reading, reading
+from ..records import iter_records, read_benchmark_json
+from ..rendering import (
+    FORMATS,
+    STATS,
+    benchmark_table,
+    datasets_table,
+    render_checked,
+    stats_table,
+)
+from .options import check_outputs, echo, finish_outputs, parse_count, plot_option, progress
 
 __all__ = ["datasets", "diff", "report"]
 
@@ -35,16 +43,35 @@ __all__ = ["datasets", "diff", "report"]
 )
 @plot_option("Write a PNG chart of the records (runs, sweeps, scale, load).")
 def report(files: Sequence[str], fmt: str, stat: str, plot: str | None) -> None:
-    """Render saved JSON-lines results side by side."""
-    records = [rec for f in files for rec in read_records(f)]
-    if not records:
+    """Render saved results side by side: ragbench JSON lines, or pytest-benchmark JSON files."""
+    check_outputs(plot=plot)
+    records: list[dict[str, Any]] = []
+    where: list[str] = []
+    tables = []
+    for f in files:
+        doc = read_benchmark_json(f)
+        if doc is not None:
+            if fmt != "table":
+                raise ConfigError(
+                    f"{f} is a pytest-benchmark file: it renders as --format table only"
+                )
+            tables.append(benchmark_table(doc, f))
+            continue
+        for n, rec in iter_records(f):
+            records.append(rec)
+            where.append(f"{f}:{n}")
+    if not records and not tables:
         raise ConfigError(f"no records in {', '.join(files)}")
-    echo(render(records, fmt, stat=stat))
-    if plot:
-        from ..plots import plot_records
-
-        plot_records(records, plot)
-        echo(f"wrote {plot}")
+    if records:
+        tables.append(render_checked(records, where, fmt, stat=stat))
+    echo("\n".join(tables))
+    if records and fmt == "table":
+        echo("\n".join(reading(records, stat=stat)))
+    if plot and not records:
+        raise ConfigError(
+            "--plot draws ragbench records; these files hold only pytest-benchmark runs"
+        )
+    finish_outputs(records=records, plot=plot)
 
 
 @click.command()
@@ -119,14 +146,21 @@ def datasets(
 
 
 def _threshold(text: str) -> float:
+    """``5%`` or ``0.05`` → 0.05; a bare number above 1 (``5``: 500 %?) is refused."""
     t = text.strip()
+    percent = t.endswith("%")
     try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        value = float(t[:-1]) / 100 if percent else float(t)
     except ValueError:
         value = float("nan")
     if not 0 <= value < 10:
         raise click.BadParameter(
             f"{text!r} is not a threshold like 5% or 0.05", param_hint="--threshold"
+        )
+    if value > 1 and not percent:
+        raise click.BadParameter(
+            f"{text!r} would mean {value:.0%}; write {t}% for {t} percent (or {value / 100:g})",
+            param_hint="--threshold",
         )
     return value
 
@@ -157,13 +191,13 @@ def diff(a: str, b: str, stat: str, threshold: str, allow_env_mismatch: bool) ->
     from .. import diff as diffing
 
     limit = _threshold(threshold)
+    side_a, side_b = diffing.read_comparables(a), diffing.read_comparables(b)
     rows, env, only = diffing.diff(
-        diffing.read_comparables(a),
-        diffing.read_comparables(b),
-        stat=stat,
-        threshold=limit,
-        allow_env_mismatch=allow_env_mismatch,
+        side_a, side_b, stat=stat, threshold=limit, allow_env_mismatch=allow_env_mismatch
     )
-    echo(diffing.diff_table(rows, env, only, stat=stat, threshold=limit))
+    warning = diffing.single_run_warning(side_a, side_b)
+    notes = [warning] if warning else []
+    echo(diffing.diff_table(rows, env, only, stat=stat, threshold=limit, notes=notes))
+    echo("\n".join(diff_reading(rows)))
     if any(r.verdict == diffing.SLOWER for r in rows):
         raise SystemExit(1)

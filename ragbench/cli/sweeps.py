@@ -9,15 +9,18 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
+from ..reading import reading
 from ..records import RecordWriter
 from ..rendering import render
 from .configs import re_embed_option
 from .options import (
+    check_outputs,
     counts,
     dataset_option,
     echo,
     executor_from,
     executor_options,
+    finish_outputs,
     grid,
     index_option,
     k_option,
@@ -47,11 +50,8 @@ def _index_names(value: str) -> list[str]:
 
 def _finish(writer: RecordWriter, plot: str | None) -> None:
     echo(render(writer.records))
-    if plot:
-        from ..plots import plot_records
-
-        plot_records(writer.records, plot)
-        echo(f"wrote {plot}")
+    echo("\n".join(reading(writer.records)))
+    finish_outputs(writer, writer.records, plot)
 
 
 @click.command()
@@ -111,6 +111,7 @@ def sweep(
     from .. import threads as th
     from ..sweeps import SweepData, check_grid, count_points, sweep_points
 
+    check_outputs(out, plot)
     names = _index_names(index)
     query_grid, build_grid = grid(params, "--param"), grid(builds, "--build")
     # parameter names are checked before the data is loaded or embedded
@@ -214,6 +215,7 @@ def scale(
 
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"--recall must be in (0, 1], got {target}")
+    check_outputs(out, plot)
     names = _index_names(index)
     sizes = counts(ns, "--n")
     build = _per_index_build(builds)

@@ -11,14 +11,16 @@ import click
 
 from .. import threads
 from ..errors import ConfigError
+from ..reading import reading
 from ..records import RecordWriter
 from ..rendering import render
 from .configs import backend_options, configurations
 from .options import (
-    Interrupted,
+    check_outputs,
     echo,
     executor_from,
     executor_options,
+    finish_outputs,
     numbers,
     out_option,
     plot_option,
@@ -42,10 +44,60 @@ def _levels(qps: str | None, concurrency: str | None) -> tuple[str, list[float]]
     return "closed", levels
 
 
+def _asyncio_options(opts: dict[str, Any]) -> tuple[str, list[float], int | None, list[str]]:
+    """(mode, levels, requests at once per event loop, offloads): asyncio options checked.
+
+    With ``--worker-kind asyncio``, ``--qps`` may come with ONE ``--concurrency``
+    (tasks per worker's loop, default :data:`DEFAULT_TASKS`); ``--concurrency``
+    alone is the closed loop, each level that many clients on every worker's loop.
+    """
+    kind, offload = opts["worker_kind"], opts["offload"]
+    if kind != "asyncio":
+        if offload is not None:
+            raise click.UsageError(f"--offload needs --worker-kind asyncio, not {kind}")
+        return (*_levels(opts["qps"], opts["concurrency"]), None, [])
+    if opts["executor"] == "ray":
+        raise click.UsageError("--executor ray runs thread or process workers, not asyncio")
+    offloads = _offloads(offload or "none")
+    if opts["qps"] is None or opts["concurrency"] is None:
+        mode, levels = _levels(opts["qps"], opts["concurrency"])
+        return mode, levels, int(max(levels)) if mode == "closed" else DEFAULT_TASKS, offloads
+    tasks = numbers(opts["concurrency"], "--concurrency")
+    if len(tasks) != 1 or tasks[0] != int(tasks[0]) or tasks[0] < 1:
+        raise click.BadParameter(
+            "with --qps, one whole number: requests at once per asyncio worker",
+            param_hint="--concurrency",
+        )
+    return "open", numbers(opts["qps"], "--qps"), int(tasks[0]), offloads
+
+
+def _offloads(value: str) -> list[str]:
+    from ..aioworkers import OFFLOADS
+
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in names if v not in OFFLOADS]
+    if bad or not names or len(set(names)) != len(names):
+        raise click.BadParameter(
+            f"{value!r}: give one or more of {', '.join(OFFLOADS)}, comma-separated, each once",
+            param_hint="--offload",
+        )
+    return names
+
+
+#: Requests at once per asyncio worker's event loop in the open loop, unless --concurrency says.
+DEFAULT_TASKS = 16
+
+
 def _pools(
-    stack: ExitStack, pipelines: list[Any], kind: str, workers: int, warmup: int
+    stack: ExitStack,
+    pipelines: list[Any],
+    kind: str,
+    workers: int,
+    warmup: int,
+    aio: tuple[int | None, list[str]] = (None, []),
 ) -> list[Any]:
     """One worker pool per configuration, warm, closed by ``stack``."""
+    from ..aioworkers import AsyncWorkers
     from ..traffic import warm
     from ..workers import ProcessWorkers, ThreadWorkers
 
@@ -53,12 +105,18 @@ def _pools(
     with progress(
         len(pipelines), f"starting {workers} {kind} workers per configuration"
     ) as advance:
-        for pipe in pipelines:
+        for j, pipe in enumerate(pipelines):
             pool: Any
             if kind == "thread":
                 pool = ThreadWorkers(pipe, workers)
                 stack.push(_closer(pool))
                 warm(pool, max(1, warmup // workers))
+            elif kind == "asyncio":
+                tasks, offloads = aio
+                pool = AsyncWorkers(
+                    pipe.config, workers, concurrency=tasks or 1, offload=offloads[j], warmup=warmup
+                )
+                stack.callback(pool.close)
             else:
                 pool = ProcessWorkers(pipe.config, workers, warmup=warmup)
                 stack.push(_closer(pool))
@@ -79,7 +137,12 @@ def _closer(pool: Any) -> Any:
 @click.command()
 @backend_options
 @click.option("--qps", help="Comma-separated offered rates, open loop (e.g. 50,100,200,400).")
-@click.option("--concurrency", help="Comma-separated client counts, closed loop (e.g. 1,2,4,8).")
+@click.option(
+    "--concurrency",
+    help="Comma-separated client counts, closed loop (e.g. 1,2,4,8); with --worker-kind "
+    "asyncio, clients per worker, or beside --qps one number: requests at once per worker "
+    "(default 16).",
+)
 @click.option(
     "--duration",
     type=click.FloatRange(min=0, min_open=True, max=86_400),
@@ -108,10 +171,17 @@ def _closer(pool: Any) -> Any:
 )
 @click.option(
     "--worker-kind",
-    type=click.Choice(["process", "thread"]),
+    type=click.Choice(["process", "thread", "asyncio"]),
     default="process",
     show_default=True,
-    help="Worker processes (each its own pipeline) or threads sharing one.",
+    help="Worker processes (each its own pipeline), threads sharing one, or asyncio "
+    "worker processes (each one event loop serving --concurrency requests at once).",
+)
+@click.option(
+    "--offload",
+    help="With --worker-kind asyncio: CPU stages inline on the event loop (none), in a "
+    "thread pool (thread), or in a process pool, each process its own pipeline (process); "
+    "several comma-separated: one pool each, taking turns at every level. [default: none]",
 )
 @click.option(
     "--timeout",
@@ -162,19 +232,12 @@ def load(**opts: Any) -> None:
     With --executor ray, load generators run as Ray actors (open loop only), each offering
     its share of every rate; their requests are merged into one curve per configuration.
     """
-    try:
-        _load(opts)
-    except KeyboardInterrupt:
-        # past click, which would print a blank line first: one line, exit 130 (see main)
-        raise Interrupted() from None
-
-
-def _load(opts: dict[str, Any]) -> None:
     from ..pipeline import Pipeline, SharedParts
     from ..traffic import LoadOptions, load_points
     from ..workers import WorkerFault
 
-    mode, levels = _levels(opts["qps"], opts["concurrency"])
+    check_outputs(opts["out"], opts["plot"])
+    mode, levels, tasks, offloads = _asyncio_options(opts)
     _check_executor(opts, mode)
     options = LoadOptions(
         duration_s=opts["duration"],
@@ -195,12 +258,19 @@ def _load(opts: dict[str, Any]) -> None:
     workers, kind = opts["workers"] or len(threads.usable_cores()), opts["worker_kind"]
     with ExitStack() as stack:
         index_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ragbench-index-"))
-        pipelines = []
+        pipelines, pipe_offloads = [], []
         for j, (cfg, label) in enumerate(combos):
-            if kind == "process" and cfg["retrieve"]["index_file"] is None:
+            if kind == "asyncio" and cfg["run"]["cpu_time"]:
+                raise click.UsageError("--cpu-time is not measured with --worker-kind asyncio")
+            if kind in ("process", "asyncio") and cfg["retrieve"]["index_file"] is None:
                 # built once here, loaded by every worker process
                 cfg["retrieve"]["index_file"] = os.path.join(index_dir, f"{j}.index")
-            pipelines.append(Pipeline(cfg, label=label))  # every config checked before set-up
+            for offload in offloads or [""]:
+                pipe = Pipeline(cfg, label=label)  # every config checked before set-up
+                if len(offloads) > 1:  # one pool per offload: each its own row
+                    pipe.label += f" offload={offload}"
+                pipelines.append(pipe)
+                pipe_offloads.append(offload)
         for pipe in pipelines:
             stack.callback(pipe.close)
         shared = SharedParts()
@@ -208,7 +278,8 @@ def _load(opts: dict[str, Any]) -> None:
             for pipe in pipelines:
                 pipe.setup(shared=shared)
                 advance(1)
-        pools = _pools(stack, pipelines, kind, workers, opts["warmup"])
+        aio = (tasks, pipe_offloads)
+        pools = _pools(stack, pipelines, kind, workers, opts["warmup"], aio)
         with progress(len(levels) * len(pipelines), "load levels") as advance:
             try:
                 load_points(
@@ -236,11 +307,8 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
     if not writer.records:
         raise ConfigError("no load level finished")
     echo(render(writer.records))
-    if plot:
-        from ..plots import plot_records
-
-        plot_records(writer.records, plot)
-        echo(f"wrote {plot}")
+    echo("\n".join(reading(writer.records)))
+    finish_outputs(writer, writer.records, plot)
 
 
 def _check_executor(opts: dict[str, Any], mode: str) -> None:

@@ -11,6 +11,11 @@ requests over that thread's own keep-alive connection, and their
 ``connect()`` opens the calling thread's connection ahead of time, outside
 any TTFT clock. ``close()`` closes every thread's connection.
 
+The ``stub`` and ``openai`` generators also have ``afirst_token`` (the same
+call awaited on an event loop with an async streaming client,
+:mod:`ragbench.generators.aio`), with ``aconnect``/``aclose`` for the running
+loop's client.
+
 A generator may also have ``caveat``: a string every report of it must carry
 (``transformers`` with random weights: "time real, text meaningless"), or
 ``None``; and ``describe()``: a dict of what records keep about it.

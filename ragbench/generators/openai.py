@@ -51,7 +51,9 @@ from ..errors import ConfigError, GeneratorError, NotBuiltError
 from ..threads import ThreadConnections
 from ..validate import positive_int, positive_number
 from . import FirstToken
+from .aio import AsyncSdkClient, AsyncStreamClient, make_async_client
 from .openai_sdk import SdkClient
+from .sse import sse_text
 
 __all__ = ["CLIENTS", "OpenAIGenerator", "StreamClient", "make_client"]
 
@@ -323,61 +325,13 @@ class StreamClient:
                 buf += data
                 continue
             line, buf = buf[:nl].rstrip(b"\r"), buf[nl + 1 :]
-            if not line or line.startswith(b":"):
-                continue  # event separator or SSE comment
-            field, _, value = line.partition(b":")
-            if field != b"data":
-                if field in (b"event", b"id", b"retry"):
-                    continue
+            try:
+                text = sse_text(line, chat, self.what, self.base_url)
+            except GeneratorError:
                 self._drop()
-                raise GeneratorError(
-                    f"{self.what}: malformed stream from {self.base_url}: not an SSE line: "
-                    f"{line[:120]!r}"
-                )
-            value = value[1:] if value.startswith(b" ") else value
-            if value.strip() == b"[DONE]":
-                self._drop()
-                raise GeneratorError(
-                    f"{self.what}: the stream from {self.base_url} ended ([DONE]) before any "
-                    "content token"
-                )
-            text = self._content(value, chat)
+                raise
             if text:
                 return text
-
-    def _content(self, value: bytes, chat: bool) -> str:
-        try:
-            event = json.loads(value)
-        except ValueError:
-            self._drop()
-            raise GeneratorError(
-                f"{self.what}: malformed stream from {self.base_url}: data is not JSON: "
-                f"{value[:120]!r}"
-            ) from None
-        if not isinstance(event, dict):
-            self._drop()
-            raise GeneratorError(f"{self.what}: malformed stream: event is not a JSON object")
-        if "error" in event:
-            self._drop()
-            error = event["error"]
-            message = error.get("message", error) if isinstance(error, dict) else error
-            raise GeneratorError(f"{self.what}: {self.base_url} reported an error: {message}")
-        choices = event.get("choices")
-        if not isinstance(choices, list) or not choices:
-            return ""  # e.g. a usage-only chunk
-        choice = choices[0]
-        if not isinstance(choice, dict):
-            self._drop()
-            raise GeneratorError(f"{self.what}: malformed stream: a choice is not an object")
-        if chat:
-            delta = choice.get("delta")
-            if not isinstance(delta, dict):
-                return ""
-            # Reasoning models stream their thoughts first; that is the first token too.
-            content = delta.get("content") or delta.get("reasoning_content")
-        else:
-            content = choice.get("text")
-        return content if isinstance(content, str) else ""
 
 
 class OpenAIGenerator:
@@ -457,6 +411,9 @@ class OpenAIGenerator:
         )
         self.client = str(client)
         self.base_url = self._client.base_url
+        self._api_key = api_key
+        # made on the first afirst_token (ragbench.generators.aio)
+        self._aclient: AsyncStreamClient | AsyncSdkClient | None = None
         self._started = False
 
     def start(self) -> int:
@@ -498,14 +455,57 @@ class OpenAIGenerator:
         """
         if not self._started:
             raise NotBuiltError("openai generator: call start() before first_token()")
+        body, path = self._body(prompt)
+        return self._client.first_token(path, body, chat=self.chat, drain=self.max_tokens <= 1)
+
+    def _body(self, prompt: str) -> tuple[dict[str, Any], str]:
         body: dict[str, Any] = {"model": self.model, "stream": True, "max_tokens": self.max_tokens}
         if self.chat:
             body["messages"] = [{"role": "user", "content": prompt}]
-            path = "/chat/completions"
-        else:
-            body["prompt"] = prompt
-            path = "/completions"
-        return self._client.first_token(path, body, chat=self.chat, drain=self.max_tokens <= 1)
+            return body, "/chat/completions"
+        body["prompt"] = prompt
+        return body, "/completions"
+
+    # -- async: the same request awaited on an event loop (ragbench.generators.aio)
+
+    def _async_client(self) -> AsyncStreamClient | AsyncSdkClient:
+        aclient = self._aclient
+        if aclient is None:
+            aclient = self._aclient = make_async_client(
+                self.client,
+                self.base_url,
+                api_key=self._api_key,
+                timeout=self.timeout,
+                what="openai generator",
+            )
+        return aclient
+
+    def async_client(self) -> str:
+        """What :meth:`afirst_token` streams with (recorded beside each asyncio load record)."""
+        return self._async_client().library
+
+    @property
+    def async_requests(self) -> int:
+        """Streams the async clients carried."""
+        return 0 if self._aclient is None else self._aclient.requests
+
+    async def aconnect(self) -> None:
+        """Open a connection of the running loop's async client, outside any TTFT clock."""
+        await self._async_client().aconnect()
+
+    async def afirst_token(self, prompt: str, prompt_tokens: int) -> FirstToken:
+        """:meth:`first_token` awaited on the running event loop, with the async client."""
+        if not self._started:
+            raise NotBuiltError("openai generator: call start() before afirst_token()")
+        body, path = self._body(prompt)
+        return await self._async_client().first_token(
+            path, body, chat=self.chat, drain=self.max_tokens <= 1
+        )
+
+    async def aclose(self) -> None:
+        """Close the running loop's async client (idempotent)."""
+        if self._aclient is not None:
+            await self._aclient.aclose()
 
     def close(self) -> None:
         """Close every thread's connection (idempotent)."""

@@ -45,7 +45,7 @@ from ..errors import GeneratorError, MissingDependencyError
 from ..threads import ThreadConnections
 from . import FirstToken
 
-__all__ = ["SdkClient", "require_openai"]
+__all__ = ["SdkClient", "chunk_content", "require_openai"]
 
 
 def require_openai() -> Any:
@@ -214,18 +214,24 @@ class SdkClient:
 def _first_content(chunks: Iterator[Any], chat: bool) -> str | None:
     """Advance the SDK's chunks to the first non-empty content; ``None`` if the stream ends first."""
     for chunk in chunks:
-        choices = chunk.choices
-        if not choices:
-            continue  # e.g. a usage-only chunk
-        choice = choices[0]
-        if chat:
-            delta = choice.delta
-            if delta is None:
-                continue
-            # Reasoning models stream their thoughts first; that is the first token too.
-            content = delta.content or getattr(delta, "reasoning_content", None)
-        else:
-            content = choice.text
-        if isinstance(content, str) and content:
+        content = chunk_content(chunk, chat)
+        if content:
             return content
     return None
+
+
+def chunk_content(chunk: Any, chat: bool) -> str:
+    """The content one of the SDK's parsed stream chunks carries ('' for none)."""
+    choices = chunk.choices
+    if not choices:
+        return ""  # e.g. a usage-only chunk
+    choice = choices[0]
+    if chat:
+        delta = choice.delta
+        if delta is None:
+            return ""
+        # Reasoning models stream their thoughts first; that is the first token too.
+        content = delta.content or getattr(delta, "reasoning_content", None)
+    else:
+        content = choice.text
+    return content if isinstance(content, str) else ""

@@ -22,6 +22,7 @@ from ..errors import ConfigError, GeneratorError, NotBuiltError
 from ..process import ChildProcess
 from ..validate import positive_int, positive_number
 from . import FirstToken
+from .aio import AsyncSdkClient, AsyncStreamClient, make_async_client
 from .openai import CLIENTS, StreamClient, client_library, make_client
 from .openai_sdk import SdkClient, require_openai
 from .stub_server import (
@@ -113,6 +114,7 @@ class StubGenerator:
         self.url: str | None = None
         self._child: ChildProcess | None = None
         self._client: StreamClient | SdkClient | None = None
+        self._aclient: AsyncStreamClient | AsyncSdkClient | None = None
 
     @property
     def pid(self) -> int | None:
@@ -208,6 +210,48 @@ class StubGenerator:
             if child is not None and not child.alive:
                 raise GeneratorError(f"{exc}; {child.death_note(0.0)}") from None
             raise
+
+    # -- async: the same request awaited on an event loop (ragbench.generators.aio)
+
+    def _async_client(self) -> AsyncStreamClient | AsyncSdkClient:
+        aclient = self._aclient
+        if aclient is None:
+            if self.url is None:
+                raise NotBuiltError("stub generator: call start() before afirst_token()")
+            aclient = self._aclient = make_async_client(
+                self.client, self.url, api_key=None, timeout=self.timeout, what="stub generator"
+            )
+        return aclient
+
+    def async_client(self) -> str:
+        """What :meth:`afirst_token` streams with (recorded beside each asyncio load record)."""
+        return self._async_client().library
+
+    @property
+    def async_requests(self) -> int:
+        """Streams the async clients carried."""
+        return 0 if self._aclient is None else self._aclient.requests
+
+    async def aconnect(self) -> None:
+        """Open a connection of the running loop's async client, outside any TTFT clock."""
+        await self._async_client().aconnect()
+
+    async def afirst_token(self, prompt: str, prompt_tokens: int) -> FirstToken:
+        """:meth:`first_token` awaited on the running event loop, with the async client."""
+        body = {
+            "model": MODEL_ID,
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": True,
+            "max_tokens": self.max_tokens,
+        }
+        return await self._async_client().first_token(
+            "/chat/completions", body, chat=True, drain=self.max_tokens <= 1
+        )
+
+    async def aclose(self) -> None:
+        """Close the running loop's async client (idempotent)."""
+        if self._aclient is not None:
+            await self._aclient.aclose()
 
     def close(self) -> None:
         """Close every thread's connection and stop the server process (idempotent)."""

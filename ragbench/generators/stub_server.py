@@ -24,6 +24,13 @@ Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions``
 ``data: [DONE]``; otherwise one JSON object), ``GET /v1/models``,
 ``GET /health``. Binds 127.0.0.1 unless told otherwise.
 
+Limits bound what clients can make it hold (options too, see
+:class:`StubServer`): a connection silent for ``read_timeout_s`` (30 s)
+while a request is awaited or read is closed, and a body must arrive within
+it (408 otherwise); a body above ``max_body_bytes`` (1 MiB) gets 413 before
+it is read; beyond ``max_connections`` (256) connections at once, a new one
+is answered 503 with ``Retry-After: 1`` and closed (refused, not queued).
+
 Run it with ``ragbench stub-llm [--host H] [--port P] [model options]``
 (:func:`run_forever`; the ``stub`` generator runs that command as its child
 process); it prints one line with its base URL.
@@ -42,16 +49,19 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..process import watch_stdin
-from ..validate import positive_int
+from ..validate import positive_int, positive_number
 
 __all__ = [
     "BASE_MS",
     "HOST",
     "INTER_TOKEN_MS",
+    "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
     "MAX_TOKENS",
     "MODEL_ID",
     "PORT",
     "PREFILL_MS_PER_1K_TOKENS",
+    "READ_TIMEOUT_S",
     "SERVER_OPTIONS",
     "ServerOption",
     "StubModel",
@@ -68,10 +78,16 @@ PREFILL_MS_PER_1K_TOKENS = 100.0
 BASE_MS = 5.0
 INTER_TOKEN_MS = 20.0
 MAX_TOKENS = 16
+# Limits that bound what clients can make the server hold: seconds a connection
+# may stay silent while a request is read (and the whole body's deadline),
+# bytes of one request body, connections served at once (more are refused 503).
+READ_TIMEOUT_S = 30.0
+MAX_BODY_BYTES = 1 << 20
+MAX_CONNECTIONS = 256
 
 MODEL_ID = "ragbench-stub (simulated)"
 STUB_HEADER = "X-Ragbench-Stub"
-_MAX_BODY = 16 * 1024 * 1024
+_BODY_BLOCK = 1 << 16  # bytes read per recv while a body arrives
 _MAX_TOKENS_CAP = 4096
 # The stub's "generated" text: deterministic words, one token each.
 _WORDS = (
@@ -142,6 +158,29 @@ SERVER_OPTIONS: tuple[ServerOption, ...] = (
         int,
         MAX_TOKENS,
         "Completion length when a request does not say (capped at 4096).",
+    ),
+    ServerOption(
+        "--read-timeout-s",
+        "read_timeout_s",
+        float,
+        READ_TIMEOUT_S,
+        "Close a connection that sends nothing for this long while a request is awaited or "
+        "read, or whose body takes longer than this in all (s).",
+    ),
+    ServerOption(
+        "--max-body-bytes",
+        "max_body_bytes",
+        int,
+        MAX_BODY_BYTES,
+        "Largest request body; a larger Content-Length gets 413 and the connection is closed "
+        "before the body is read.",
+    ),
+    ServerOption(
+        "--max-connections",
+        "max_connections",
+        int,
+        MAX_CONNECTIONS,
+        "Connections served at once; one more is answered 503 (Retry-After: 1) and closed.",
     ),
     ServerOption("--verbose", "verbose", bool, False, "Log every request to stderr."),
     ServerOption(
@@ -340,6 +379,13 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "ragbench-stub"
     server: StubServer
 
+    def setup(self) -> None:
+        # Every recv on this connection (request line, headers, body) waits at
+        # most this long; http.server then closes the connection.
+        # (the class's timeout stays None, so setup() leaves this one alone)
+        self.request.settimeout(self.server.read_timeout_s)
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
             super().log_message(format, *args)
@@ -405,7 +451,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_body()
             self._complete(body, chat=path == "/v1/chat/completions")
         except _BadRequest as exc:
-            self._send_error_json(exc.code, exc.message, close=exc.code in (411, 413))
+            self._send_error_json(exc.code, exc.message, close=exc.code in (408, 411, 413))
+        except TimeoutError:
+            self.close_connection = True  # a stalled client: drop it
         except (BrokenPipeError, ConnectionResetError):
             # The client had what it wanted (the first token) and hung up.
             self.close_connection = True
@@ -418,16 +466,37 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(raw)
         except ValueError:
             raise _BadRequest(400, f"bad Content-Length {raw!r}") from None
-        if length < 0 or length > _MAX_BODY:
-            raise _BadRequest(413, f"request body must be 0..{_MAX_BODY} bytes")
-        data = self.rfile.read(length)
+        limit = self.server.max_body_bytes
+        if length < 0 or length > limit:
+            # refused before a byte of the body is read; the connection is closed after
+            raise _BadRequest(413, f"request body must be 0..{limit} bytes, got {length}")
+        data = self._read_exactly(length)
         try:
             body = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _BadRequest(400, f"request body is not JSON: {exc}") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise _BadRequest(400, f"request body is not JSON: {type(exc).__name__}") from None
         if not isinstance(body, dict):
             raise _BadRequest(400, "request body must be a JSON object")
         return body
+
+    def _read_exactly(self, length: int) -> bytes:
+        """The body's ``length`` bytes, all within ``read_timeout_s`` (408 otherwise).
+
+        Each recv waits at most the timeout too (the socket's), so a client
+        trickling a byte at a time cannot hold the connection longer.
+        """
+        deadline = time.monotonic() + self.server.read_timeout_s
+        parts: list[bytes] = []
+        left = length
+        while left:
+            part = self.rfile.read1(min(left, _BODY_BLOCK))
+            if not part:
+                raise _BadRequest(400, f"request body ended {left} bytes short")
+            parts.append(part)
+            left -= len(part)
+            if left and time.monotonic() > deadline:
+                raise _BadRequest(408, "request body took longer than the read timeout")
+        return b"".join(parts)
 
     def _complete(self, body: dict[str, Any], chat: bool) -> None:
         model = self.server.model
@@ -472,9 +541,18 @@ class _Handler(BaseHTTPRequestHandler):
 class StubServer(ThreadingHTTPServer):
     """The stub's HTTP server, bound to ``(host, port)``; ``model`` holds its :class:`StubModel`.
 
+    Limits (see :data:`SERVER_OPTIONS`): ``read_timeout_s`` (a connection
+    silent that long while a request is awaited or read is closed; a body
+    must arrive within it), ``max_body_bytes`` (a larger request is answered
+    413 before its body is read), ``max_connections`` (connections served at
+    once, each on its own thread; one more is answered ``503`` with
+    ``Retry-After: 1`` and closed at once, not queued). Together they bound
+    what clients can make it hold: about ``max_connections x
+    max_body_bytes``.
+
     Raises :class:`ConfigError` for a host that is not a non-empty string, a
-    port outside ``[0, 65535]``, or an address it cannot listen on (a port in
-    use, a host that is not this machine's).
+    port outside ``[0, 65535]``, a limit that is not positive, or an address
+    it cannot listen on (a port in use, a host that is not this machine's).
     """
 
     daemon_threads = True
@@ -482,11 +560,27 @@ class StubServer(ThreadingHTTPServer):
     # would drop SYNs and add a 1 s retransmit to some of them.
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], model: StubModel, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        model: StubModel,
+        verbose: bool = False,
+        *,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         host, port = address
+        owner = "stub LLM server"
         if not isinstance(host, str) or not host:
-            raise ConfigError(f"stub LLM server: host must be a non-empty string, got {host!r}")
-        port = positive_int("stub LLM server", "port", port, lo=0, hi=65535)
+            raise ConfigError(f"{owner}: host must be a non-empty string, got {host!r}")
+        port = positive_int(owner, "port", port, lo=0, hi=65535)
+        self.read_timeout_s = positive_number(owner, "read_timeout_s", read_timeout_s)
+        self.max_body_bytes = positive_int(owner, "max_body_bytes", max_body_bytes, hi=1 << 31)
+        self.max_connections = positive_int(owner, "max_connections", max_connections, hi=65536)
+        self._active = 0
+        self._active_lock = threading.Lock()
+        self.refused = 0  # connections answered 503 because max_connections were busy
         self.model = model
         self.verbose = verbose
         self.counter = 0
@@ -505,6 +599,57 @@ class StubServer(ThreadingHTTPServer):
             self.counter += 1
             return self.counter
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection on a thread of its own, or refuse it when the cap is reached."""
+        with self._active_lock:
+            full = self._active >= self.max_connections
+            if full:
+                self.refused += 1
+            else:
+                self._active += 1
+        if full:
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._active_lock:
+            self._active -= 1
+
+    def _refuse(self, request: Any) -> None:
+        """Answer 503 on the accepting thread (a few bytes, never blocking) and close."""
+        body = json.dumps(
+            {
+                "error": {
+                    "message": f"the stub serves at most {self.max_connections} connections "
+                    "at once; retry later",
+                    "type": "server_error",
+                    "code": 503,
+                }
+            }
+        ).encode()
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n"
+            f"{STUB_HEADER}: simulated\r\n\r\n"
+        ).encode("latin-1")
+        try:
+            request.setblocking(False)
+            request.send(head + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client hanging up mid-stream is normal (it had its first token).
         if isinstance(sys.exc_info()[1], ConnectionError):
@@ -512,15 +657,30 @@ class StubServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def serve(host: str = HOST, port: int = PORT, **model_params: Any) -> tuple[StubServer, int]:
+def serve(
+    host: str = HOST,
+    port: int = PORT,
+    *,
+    read_timeout_s: float = READ_TIMEOUT_S,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = MAX_CONNECTIONS,
+    **model_params: Any,
+) -> tuple[StubServer, int]:
     """Start the stub server in a background thread; return ``(server, port)``.
 
-    ``model_params`` are :class:`StubModel`'s. Stop it with
-    ``server.shutdown(); server.server_close()``. Bad values and an address
-    it cannot listen on raise :class:`ConfigError`.
+    ``model_params`` are :class:`StubModel`'s; the limits are
+    :class:`StubServer`'s. Stop it with ``server.shutdown();
+    server.server_close()``. Bad values and an address it cannot listen on
+    raise :class:`ConfigError`.
     """
     model = StubModel(**model_params)
-    server = StubServer((host, port), model)
+    server = StubServer(
+        (host, port),
+        model,
+        read_timeout_s=read_timeout_s,
+        max_body_bytes=max_body_bytes,
+        max_connections=max_connections,
+    )
     thread = threading.Thread(
         target=server.serve_forever,
         kwargs={"poll_interval": 0.2},
@@ -542,6 +702,9 @@ def run_forever(
     *,
     exit_on_stdin_eof: bool = False,
     verbose: bool = False,
+    read_timeout_s: float = READ_TIMEOUT_S,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = MAX_CONNECTIONS,
     **model_params: Any,
 ) -> int:
     """Serve until Ctrl-C (or stdin EOF if asked); print one line with the base URL first.
@@ -553,7 +716,14 @@ def run_forever(
     is printed. Returns the process exit code (0).
     """
     model = StubModel(**model_params)
-    server = StubServer((host, port), model, verbose=verbose)
+    server = StubServer(
+        (host, port),
+        model,
+        verbose=verbose,
+        read_timeout_s=read_timeout_s,
+        max_body_bytes=max_body_bytes,
+        max_connections=max_connections,
+    )
     if exit_on_stdin_eof:
         watch_stdin(server.shutdown, exit_after=None)
     print(

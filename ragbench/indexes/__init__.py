@@ -8,6 +8,12 @@ texts when ``input_kind == "texts"``); ``search(queries, k, **query_params)``
 returns ``(ids int64 (nq, k), scores float32 (nq, k))`` padded with ``-1``.
 Scores are similarities (higher is better) for ``ip``/``cosine`` and
 negated squared distances for ``l2``, so every backend sorts the same way.
+
+Dense indexes also take ``search(queries, k, filter=mask_or_ids,
+strategy=...)`` (an allow-list; see :mod:`ragbench.indexes._writable`), and
+every index ``add(data, ids=None)`` and, where the library can remove rows,
+``delete(ids)`` (see :mod:`ragbench.indexes._live` for ids; each backend's
+docstring for thread-safety).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ __all__ = [
     "Index",
     "build_timed",
     "create",
+    "data_fingerprint",
     "load",
     "names",
     "register",
@@ -47,7 +54,9 @@ class Index(Protocol):
     def build(self, data: Any) -> None: ...
     def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]: ...
     def memory_bytes(self) -> int: ...
-    def save(self, path: str | PathLike[str]) -> None: ...
+    def save(
+        self, path: str | PathLike[str], *, data: Any = None, source: str | None = None
+    ) -> None: ...
     @property
     def ntotal(self) -> int: ...
 
@@ -91,3 +100,10 @@ def load(path: str | PathLike[str]) -> Index:
     from .persist import load_index
 
     return load_index(path)
+
+
+def data_fingerprint(data: Any) -> str:
+    """sha256 hex of an index's corpus (vectors or texts), as ``save(path, data=...)`` records it."""
+    from .persist import data_fingerprint as fingerprint
+
+    return fingerprint(data)

@@ -24,6 +24,7 @@ __all__ = [
     "BaseIndex",
     "F32",
     "I64",
+    "INT32_MAX",
     "VectorIndex",
     "batch_is_finite",
     "build_step",
@@ -33,6 +34,8 @@ __all__ = [
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
 INF = math.inf
+#: Largest value of an integer parameter handed to faiss or hnswlib as a C ``int``.
+INT32_MAX = 2**31 - 1
 
 _max_reduce = np.maximum.reduce
 _min_reduce = np.minimum.reduce
@@ -123,6 +126,8 @@ class BaseIndex:
         self.default_query_params = dict(self.query_defaults)
         self.build_seconds = None
         self.compile_ns = 0
+        # The header's "data" record once saved or loaded (see save()); None otherwise.
+        self.saved_data: dict[str, Any] | None = None
         self._n = 0
         # (last params dict, its compiled form): one tuple so a concurrent
         # caller never pairs one call's params with another's compiled value.
@@ -135,7 +140,9 @@ class BaseIndex:
         return params
 
     def _check_query_value(self, name: str, value: Any) -> Any:
-        return positive_int(f"index {self.name!r}", name, value)
+        # The libraries take these as C ints (faiss efSearch, hnswlib ef): above
+        # int32 the SWIG/pybind11 call would raise OverflowError mid-request.
+        return positive_int(f"index {self.name!r}", name, value, hi=INT32_MAX)
 
     def _compile_query(self, params: dict[str, Any]) -> Any:
         """Turn validated query params (defaults filled in) into what search needs."""
@@ -225,15 +232,23 @@ class BaseIndex:
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def save(self, path: Any) -> None:
+    def save(self, path: Any, *, data: Any = None, source: str | None = None) -> None:
         """Write the index as one file: ragbench header + the library's own format.
 
-        See :mod:`ragbench.indexes.persist` for the layout.
+        ``data``: the corpus the index was built on (the vectors or texts given
+        to ``build``); its :func:`~ragbench.indexes.persist.data_fingerprint`
+        goes into the header with ``source`` (a description of that data for
+        messages), so a later user can check the file is an index of *its*
+        data (:attr:`saved_data`; a pipeline refuses a mismatch). See
+        :mod:`ragbench.indexes.persist` for the layout.
         """
-        from .persist import write_index_file
+        from .persist import data_fingerprint, write_index_file
 
         if self._n == 0:
             raise self._not_built()
+        record = None
+        if data is not None:
+            record = {"fingerprint": data_fingerprint(data), "source": source}
         header = {
             "backend": self.name,
             "input_kind": self.input_kind,
@@ -245,8 +260,10 @@ class BaseIndex:
             "ragbench_version": _RAGBENCH_VERSION,
             "payload_format": self.payload_format,
             "extra": self._payload_extra(),
+            "data": record,
         }
         write_index_file(path, header, self._payload())
+        self.saved_data = record
 
     @classmethod
     def _restore(cls, header: dict[str, Any], payload: memoryview) -> BaseIndex:
@@ -264,6 +281,7 @@ class BaseIndex:
         except ConfigError as exc:
             raise IndexFileError(f"{cls.name}: header holds invalid parameters: {exc}") from None
         obj._attach(payload, header)
+        obj.saved_data = header.get("data")
         count = header.get("count")
         if obj._n != count:
             raise IndexFileError(
@@ -281,7 +299,7 @@ class VectorIndex(BaseIndex):
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         if dim is None:
             raise ConfigError(f"index {self.name!r}: pass dim=<vector width>, e.g. dim=384")
-        dim = positive_int(f"index {self.name!r}", "dim", dim)
+        dim = positive_int(f"index {self.name!r}", "dim", dim, hi=INT32_MAX)
         self._init_common(dim, metric, build_params)
         self._cosine = metric == "cosine"
 

@@ -16,6 +16,34 @@ the NaN/inf check. Query parameters go through the ``SearchParameters``
 object of each call, never through index fields, so concurrent searches with
 different ``ef``/``nprobe`` on one index are safe.
 
+Filtered search and live writes (see :mod:`ragbench.indexes._writable`):
+
+=============  ==========================  ========================================
+backend        filter strategies           add / delete
+=============  ==========================  ========================================
+``flat``       pre, post, in-graph*        ``add``; ``delete`` = ``remove_ids``
+                                           (the rows after shift down; ids kept)
+``faiss-hnsw`` pre, post, in-graph*        ``add``; no delete (faiss HNSW has no
+                                           ``remove_ids``): UnsupportedOperationError
+``ivf``        pre, post, in-graph*        ``add_with_ids``; ``delete`` =
+                                           ``remove_ids`` (the lists shrink)
+``lsh``        post*                       ``add``; ``delete`` = ``remove_ids``
+=============  ==========================  ========================================
+
+(* what ``auto`` takes above 5 % selectivity; ``pre`` below, where offered.)
+``in-graph`` passes an ``IDSelectorBitmap`` over the rows in the call's
+``SearchParameters`` (``SearchParametersHNSW`` / ``SearchParametersIVF``
+with the call's ``ef`` / ``nprobe``); ``IndexLSH::search`` takes no search
+parameters, hence ``post`` only, and it keeps no vectors, hence no ``pre``.
+
+Thread-safety: any number of threads may search one index at once (faiss
+searches are read-only). Writes are single-writer (a lock) and exclusive:
+``add`` and ``delete`` wait for the running searches to finish and hold new
+ones off until the library call returns (faiss reallocates its arrays on
+``add``); a search takes no lock (:class:`~ragbench.indexes._live.WriteGate`,
+~0.1 µs per call, measured with ``timeit`` against the same call without
+it). A search started after a ``delete`` returned never sees the deleted ids.
+
 Threads: batch searches (more than one query) and builds run with
 ``ragbench.threads.get_threads()`` OpenMP threads (applied when it changed);
 a single-query search runs on the caller's thread as faiss decides for
@@ -25,6 +53,7 @@ a single-query search runs on the caller's thread as faiss decides for
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, ClassVar
 
 import faiss
@@ -34,7 +63,10 @@ from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
 from ..validate import bool_param, check_k, positive_int
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step, fix_padding
+from ._common import F32, I64, INF, INT32_MAX, batch_is_finite, build_step, fix_padding
+from ._faiss_layout import check_faiss_payload
+from ._live import IdSpace
+from ._writable import LiveVectorIndex
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
 
@@ -63,7 +95,7 @@ _METRIC = {
 }
 
 
-class _FaissIndex(VectorIndex):
+class _FaissIndex(LiveVectorIndex):
     library: ClassVar[str] = "faiss"
     chunked_add: ClassVar[bool] = True  # whether add() in chunks builds the same index
     payload_format: ClassVar[str] = "faiss.serialize_index"
@@ -74,11 +106,14 @@ class _FaissIndex(VectorIndex):
         super().__init__(dim, metric, **build_params)
         self._negate = metric == "l2"
         self._index: Any = None
-        # (search_c, (1, dim), ntotal) once built: the fast path reads one attribute.
-        self._state: tuple[Any, tuple[int, int], int] | None = None
+        # (search_c, (1, dim), live count, labels_ext or None) once built: the fast
+        # path reads one attribute.
+        self._state: tuple[Any, tuple[int, int], int, Any] | None = None
         # (ef object, nprobe object, compiled) of the last call that passed one.
         self._last_call: tuple[Any, Any, Any] = (_UNSET, _UNSET, None)
         self._memory: int | None = None
+        self._tls = threading.local()
+        self._init_live()
         _sync_threads()
 
     # -- backend hooks ----------------------------------------------------------------
@@ -120,10 +155,14 @@ class _FaissIndex(VectorIndex):
 
     def _set_index(self, index: Any) -> None:
         self._index = index
-        self._n = int(index.ntotal)
-        self._state = (index.search_c, (1, self.dim), self._n)
         self._memory = None
+        self._tls = threading.local()  # cached SearchParameters follow the index (nlist)
         self._on_index_set()
+        self._publish_built(int(index.ntotal))
+
+    def _on_space(self, space: IdSpace) -> None:
+        self._state = (self._index.search_c, (1, self.dim), space.live, space.labels_ext())
+        self._memory = None
 
     def _on_index_set(self) -> None:
         pass
@@ -131,9 +170,16 @@ class _FaissIndex(VectorIndex):
     # -- search -----------------------------------------------------------------------
 
     def search(
-        self, queries: Any, k: int, ef: Any = _UNSET, nprobe: Any = _UNSET, **params: Any
+        self,
+        queries: Any,
+        k: int,
+        ef: Any = _UNSET,
+        nprobe: Any = _UNSET,
+        filter: Any = None,
+        strategy: Any = None,
+        **params: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query.
+        """Top-``k`` of each query, optionally restricted to an allow-list.
 
         Args:
             queries: float32 ``(nq, dim)`` (a 1-D vector is one query; other
@@ -143,13 +189,46 @@ class _FaissIndex(VectorIndex):
                 call. Named so a call passing one builds no dict; a backend
                 without that parameter raises ConfigError as for any unknown
                 name.
+            filter: allow-list, see :mod:`ragbench.indexes._writable`: a bool
+                mask ``(id_bound,)`` or int ids for the batch, a bool
+                ``(nq, id_bound)`` mask or a list of ``nq`` of them per query.
+            strategy: ``"auto"`` (default), ``"pre"``, ``"post"`` or
+                ``"in-graph"`` where the backend has it (:attr:`filter_strategies`).
             **params: further query parameters (see ``query_params``; none
                 exist today, so any name here raises ConfigError).
 
         Returns:
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+
+        Searches hold off while a write (``add``/``delete``) runs and a write
+        waits for running searches (:class:`~ragbench.indexes._live.WriteGate`:
+        no lock taken by a search unless a write is under way).
         """
+        gate = self._gate
+        active = gate.active
+        active.append(None)
+        if gate.writing:
+            active.pop()
+            gate.wait_enter()
+        try:
+            if filter is None and strategy is None:
+                return self._search(queries, k, ef, nprobe, params)
+            return self._search_filtered(
+                queries, k, self._call_params(ef, nprobe, params), filter, strategy
+            )
+        finally:
+            active.pop()
+
+    def _call_params(self, ef: Any, nprobe: Any, params: dict[str, Any]) -> Any:
+        if ef is _UNSET and nprobe is _UNSET and not params:
+            return self._default_compiled
+        return self._parse_call(ef, nprobe, params)
+
+    def _search(
+        self, queries: Any, k: Any, ef: Any, nprobe: Any, params: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` without a filter, inside the gate."""
         # Every object touched here is cold after a search through a large
         # index (~0.5-2 µs per numpy call then): one state tuple, one shape
         # comparison, one dot product before faiss and no numpy call after
@@ -166,7 +245,7 @@ class _FaissIndex(VectorIndex):
         state = self._state
         if state is None:
             raise self._not_built()
-        search_c, one_row, ntotal = state
+        search_c, one_row, ntotal, labels_ext = state
         q = queries
         if (
             type(q) is _ndarray
@@ -200,7 +279,81 @@ class _FaissIndex(VectorIndex):
         # one in the last column. item(): a Python int, no numpy scalar.
         if ids.item(-1) < 0 or (n > 1 and (ids[:, k - 1] < 0).any()):
             fix_padding(ids, scores)
+        if labels_ext is not None:
+            ids = labels_ext[ids]
         return ids, scores
+
+    # -- filtered search and writes (see ragbench.indexes._writable) -----------------
+
+    def _selector_params(self, compiled: Any, k: int, sel: Any) -> Any:
+        """``SearchParameters`` restricted by the selector ``sel`` for one call."""
+        return faiss.SearchParameters(sel=sel)  # type: ignore[call-arg]
+
+    def _prepare_queries(self, queries: Any) -> np.ndarray:
+        q = self._queries(queries)
+        return self._normalize_queries(q) if self._cosine and q.shape[0] else q
+
+    def _raw_search(
+        self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        n = q.shape[0]
+        q = np.ascontiguousarray(q, dtype=F32)
+        scores = _empty((n, k), F32)
+        ids = _empty((n, k), I64)
+        if allow is None:
+            params = self._params_for(self._default_compiled if compiled is None else compiled, k)
+            bits = sel = None
+        else:
+            bits = np.packbits(allow, bitorder="little")
+            sel = faiss.IDSelectorBitmap(allow.size, _swig_ptr(bits))
+            params = self._thread_params(compiled, k)
+            params.sel = sel
+        if n > 1:
+            _sync_threads()
+        # The cached params keep a pointer to this call's selector after it is
+        # freed; harmless, as sel is set again before every use (unsetting it
+        # through SWIG costs ~3 µs).
+        self._index.search_c(n, _swig_ptr(q), k, _swig_ptr(scores), _swig_ptr(ids), params)
+        del bits, sel
+        if self._negate:
+            _negative(scores, scores)
+        if ids.item(-1) < 0 or (n > 1 and (ids[:, k - 1] < 0).any()):
+            pads = ids < 0
+            # faiss puts its pads last in each row; only their scores (±FLT_MAX) change.
+            scores[pads] = -INF
+            if (pads[:, :-1] & ~pads[:, 1:]).any():
+                fix_padding(ids, scores)
+        return ids, scores
+
+    def _thread_params(self, compiled: Any, k: int) -> Any:
+        """This thread's ``SearchParameters`` for ``(compiled, k)``, to take a selector.
+
+        Building one costs ~5-7 µs in faiss's Python layer; kept per thread
+        because its ``sel`` field is set for each call.
+        """
+        cache = getattr(self._tls, "params", None)
+        if cache is None:
+            cache = self._tls.params = {}
+        key = (compiled, k)
+        params = cache.get(key)
+        if params is None:
+            if len(cache) > 64:
+                cache.clear()
+            params = cache[key] = self._selector_params(compiled, k, None)
+        return params
+
+    def _read_vectors(self, space: IdSpace) -> np.ndarray:
+        out: np.ndarray = self._index.reconstruct_n(0, space.n_pos)
+        return out
+
+    def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
+        _sync_threads()
+        self._index.add(vectors)
+
+    def _lib_delete(self, positions: np.ndarray) -> None:
+        removed = int(self._index.remove_ids(positions))
+        if removed != positions.size:
+            raise RuntimeError(f"faiss removed {removed} of {positions.size} rows")
 
     def _parse_call(self, ef: Any, nprobe: Any, params: dict[str, Any]) -> Any:
         """Validate this call's query params; remember a lone ef/nprobe object for the next call."""
@@ -248,6 +401,11 @@ class _FaissIndex(VectorIndex):
         return memoryview(blob)
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        count = header.get("count")
+        if not isinstance(count, int):
+            raise IndexFileError(f"{self.name}: header count is missing")
+        # Sizes, dimensions and stored floats checked before faiss allocates anything.
+        check_faiss_payload(payload, self.dim, count, self.name)
         try:
             index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
         except RuntimeError as exc:
@@ -277,9 +435,15 @@ class FlatIndex(_FaissIndex):
     """
 
     name: ClassVar[str] = "flat"
+    delete_mode: ClassVar[str | None] = "compact"
 
     def _new_index(self, vectors: np.ndarray) -> Any:
         return faiss.IndexFlatL2(self.dim) if self.metric == "l2" else faiss.IndexFlatIP(self.dim)
+
+    def _read_vectors(self, space: IdSpace) -> np.ndarray:
+        ntotal = int(self._index.ntotal)
+        flat = faiss.rev_swig_ptr(self._index.get_xb(), ntotal * self.dim)
+        return np.array(flat, dtype=F32).reshape(ntotal, self.dim)
 
     def memory_bytes(self) -> int:
         """Bytes of stored vectors: ``ntotal * dim * 4``."""
@@ -297,10 +461,14 @@ class FaissHnswIndex(_FaissIndex):
     Build parameters: ``M`` (graph degree, default 16), ``ef_construction``
     (default 200). Query parameter: ``ef`` (faiss ``efSearch``, default 64),
     passed per call through ``faiss.SearchParametersHNSW``; ``ef < k`` is
-    raised to ``k`` (a smaller beam cannot return ``k`` results).
+    raised to ``k`` (a smaller beam cannot return ``k`` results) and ``ef``
+    above ``ntotal`` lowered to it (same answer; faiss allocates by ``ef``).
     """
 
     name: ClassVar[str] = "faiss-hnsw"
+    no_delete_reason: ClassVar[str] = (
+        "faiss's IndexHNSWFlat has no remove_ids (its graph links cannot be undone)"
+    )
     chunked_add: ClassVar[bool] = False
     build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200}
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
@@ -309,7 +477,7 @@ class FaissHnswIndex(_FaissIndex):
         owner = f"index {self.name!r}"
         params["M"] = positive_int(owner, "M", params["M"], lo=2, hi=4096)
         params["ef_construction"] = positive_int(
-            owner, "ef_construction", params["ef_construction"]
+            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
         )
         return params
 
@@ -323,10 +491,18 @@ class FaissHnswIndex(_FaissIndex):
 
     def _params_for(self, compiled: Any, k: int) -> Any:
         ef = compiled if compiled >= k else k
+        # faiss sizes its search heaps by efSearch (2**31 - 1 takes GBs and
+        # ~30 s); a beam wider than the index keeps every node anyway, so the
+        # answer is the same with ef = ntotal.
+        if ef > self._n:
+            ef = max(k, self._n)
         sp = self._sp_cache.get(ef)
         if sp is None:
             sp = self._sp_cache[ef] = faiss.SearchParametersHNSW(efSearch=ef)  # type: ignore[attr-defined]
         return sp
+
+    def _selector_params(self, compiled: Any, k: int, sel: Any) -> Any:
+        return faiss.SearchParametersHNSW(efSearch=max(compiled, k), sel=sel)  # type: ignore[attr-defined]
 
     def _new_index(self, vectors: np.ndarray) -> Any:
         index = faiss.IndexHNSWFlat(self.dim, self.build_params["M"], _METRIC[self.metric])
@@ -355,6 +531,7 @@ class IvfIndex(_FaissIndex):
     """
 
     name: ClassVar[str] = "ivf"
+    delete_mode: ClassVar[str | None] = "mark"
     build_defaults: ClassVar[dict[str, Any]] = {"nlist": None, "seed": 1234}
     query_defaults: ClassVar[dict[str, Any]] = {"nprobe": 8}
 
@@ -366,7 +543,7 @@ class IvfIndex(_FaissIndex):
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
         if params["nlist"] is not None:
-            params["nlist"] = positive_int(owner, "nlist", params["nlist"])
+            params["nlist"] = positive_int(owner, "nlist", params["nlist"], hi=INT32_MAX)
         params["seed"] = positive_int(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
         return params
 
@@ -408,6 +585,27 @@ class IvfIndex(_FaissIndex):
             )
         return sp
 
+    def _selector_params(self, compiled: Any, k: int, sel: Any) -> Any:
+        return faiss.SearchParametersIVF(nprobe=min(compiled, self._nlist), sel=sel)  # type: ignore[call-arg]
+
+    def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
+        # Explicit ids: after remove_ids, ntotal no longer equals the next position.
+        _sync_threads()
+        self._index.add_with_ids(vectors, positions)
+
+    def _read_vectors(self, space: IdSpace) -> np.ndarray:
+        # IndexIVFFlat keeps each row's float32 values in its list, with its position.
+        out = np.zeros((space.n_pos, self.dim), dtype=F32)
+        invlists = self._index.invlists
+        for lst in range(self._nlist):
+            size = int(invlists.list_size(lst))
+            if not size:
+                continue
+            ids = faiss.rev_swig_ptr(invlists.get_ids(lst), size).astype(I64)
+            codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * self.dim * 4)
+            out[ids] = np.frombuffer(codes.tobytes(), dtype=F32).reshape(size, self.dim)
+        return out
+
     def extra_info(self) -> dict[str, Any]:
         if not self._nlist:
             return {}
@@ -434,6 +632,9 @@ class LshIndex(_FaissIndex):
     """
 
     name: ClassVar[str] = "lsh"
+    filter_strategies: ClassVar[tuple[str, ...]] = ("post",)
+    default_strategy: ClassVar[str] = "post"
+    delete_mode: ClassVar[str | None] = "compact"
     supported_metrics: ClassVar[tuple[str, ...]] = ("ip", "cosine")
     build_defaults: ClassVar[dict[str, Any]] = {
         "nbits": 512,

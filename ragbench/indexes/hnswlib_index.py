@@ -32,6 +32,26 @@ walk leaves cold, than a pass over the query); anything else gets the exact
 element check before the error. Batches and ``cosine`` queries (whose zero
 vector hnswlib answers with finite distances) are checked before the search.
 
+Filtered search (see :mod:`ragbench.indexes._writable`): ``pre``,
+``post`` and ``in-graph`` (hnswlib's ``filter`` callable: a C-level
+``bytes.__getitem__`` over the allowed rows, called by hnswlib for each
+candidate it would return; filtered searches run on one thread, since
+hnswlib's threads would queue on the GIL for each callback). ``auto`` takes
+``pre`` up to 20 % selectivity: hnswlib's filtered walk continues until it
+holds ``ef`` allowed rows, so it slows down as 1/selectivity.
+
+Live writes: ``add`` = ``add_items`` (with ``resize_index`` to twice the
+capacity when full), ``delete`` = ``mark_deleted`` (the rows stay in the
+graph as waypoints and are never returned; memory is not freed).
+
+Thread-safety: searches run concurrently with each other and with ``add``
+(hnswlib supports concurrent ``add_items`` and ``knn_query``); writes are
+serialised by a lock. Only a resize and ``delete`` are exclusive: they
+wait for the running searches and hold new ones off
+(:class:`~ragbench.indexes._live.WriteGate`; a search takes no lock,
+~0.1 µs per call). A search running beside an ``add`` may or may not see
+the new rows; one started after ``add``/``delete`` returned sees the result.
+
 Threads: builds and batch searches use ``ragbench.threads.get_threads()``;
 a single query runs on the calling thread (hnswlib does not spawn threads
 for so few rows).
@@ -54,7 +74,9 @@ from ..errors import IndexFileError
 from ..threads import get_threads
 from ..validate import check_k
 from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step
+from ._common import F32, I64, INF, INT32_MAX, batch_is_finite, build_step
+from ._live import IdSpace
+from ._writable import LiveVectorIndex
 
 __all__ = ["HnswIndex"]
 
@@ -96,6 +118,8 @@ _SPACE = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
 # size_data_per_element, label_offset, offsetData (size_t), maxlevel (int),
 # enterpoint_node (uint32), maxM, maxM0, M (size_t), mult (double), ef_construction.
 _HNSW_HEADER = struct.Struct("<6QiI3QdQ")
+# hnswlib marks a deleted element in the third byte of its level-0 link-list header.
+_DELETE_MARK = 0x01
 
 
 class _HnswHeader(NamedTuple):
@@ -165,6 +189,22 @@ def _check_level0(data: memoryview, count: int, header: _HnswHeader) -> int:
     level0 = np.frombuffer(data, dtype=np.uint8, count=count * per_el, offset=start)
     level0 = level0.reshape(count, per_el)
     counts = level0[:, 0:2].copy().view(np.uint16).ravel()
+    deleted = int(np.count_nonzero(level0[:, 2] & _DELETE_MARK))
+    if deleted:
+        raise IndexFileError(
+            f"hnsw: {deleted} of the {count} items are marked deleted; a ragbench index "
+            "deletes nothing and hnswlib never returns deleted items: rebuild the index"
+        )
+    dim = (label_off - header.offset_data) // 4
+    vectors = np.ndarray(
+        (count, dim), "<f4", buffer=data, offset=start + header.offset_data, strides=(per_el, 4)
+    )
+    if not batch_is_finite(vectors):
+        bad = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+        raise IndexFileError(
+            f"hnsw: stored vector {bad} holds NaN or inf; such an index cannot be searched: "
+            "rebuild it"
+        )
     if (counts > max_m0).any():
         raise IndexFileError("hnsw: a level-0 neighbour list is longer than maxM0")
     neighbours = level0[:, 4 : max_m0 * 4 + 4].copy().view(np.uint32)
@@ -210,7 +250,7 @@ def _check_upper_levels(data: memoryview, count: int, header: _HnswHeader, pos: 
         raise IndexFileError("hnsw: payload has bytes after the last link list")
 
 
-class HnswIndex(VectorIndex):
+class HnswIndex(LiveVectorIndex):
     """hnswlib HNSW graph; see the module docstring for ef, padding and threads."""
 
     name: ClassVar[str] = "hnsw"
@@ -218,6 +258,9 @@ class HnswIndex(VectorIndex):
     payload_format: ClassVar[str] = "hnswlib.save_index"
     build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200, "seed": 100}
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
+    delete_mode: ClassVar[str | None] = "mark"
+    exclusive_add: ClassVar[bool] = False
+    auto_pre_fraction: ClassVar[float] = 0.2
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
@@ -242,11 +285,16 @@ class HnswIndex(VectorIndex):
         # last single-query call that took the checked path successfully, for
         # the very same k and ef objects; None until then and whenever ef changes.
         self._fast: tuple[Any, tuple[int, int], Any, Any, Any] | None = None
+        # labels_ext of the id snapshot (None: ids are hnswlib's labels).
+        self._labels_ext: np.ndarray | None = None
+        self._init_live()
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
         params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
-        params["ef_construction"] = int_param(owner, "ef_construction", params["ef_construction"])
+        params["ef_construction"] = int_param(
+            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
+        )
         params["seed"] = int_param(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
         return params
 
@@ -299,13 +347,25 @@ class HnswIndex(VectorIndex):
         self._set_ef = index.set_ef
         self._ef = -1
         self._fast = None
-        self._n = int(index.get_current_count())
-        self._state = (index.knn_query, (1, self.dim), self._n, not self._cosine)
+        self._publish_built(int(index.get_current_count()))
+
+    def _on_space(self, space: IdSpace) -> None:
+        self._labels_ext = space.labels_ext()
+        if self._labels_ext is not None:
+            self._fast = None  # the repeat fast path returns hnswlib's labels as they are
+        knn = self._index.knn_query
+        self._state = (knn, (1, self.dim), space.live, not self._cosine)
 
     def search(
-        self, queries: Any, k: int, ef: Any = _UNSET, **params: Any
+        self,
+        queries: Any,
+        k: int,
+        ef: Any = _UNSET,
+        filter: Any = None,
+        strategy: Any = None,
+        **params: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query.
+        """Top-``k`` of each query, optionally restricted to an allow-list.
 
         Args:
             queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
@@ -313,13 +373,40 @@ class HnswIndex(VectorIndex):
             ef: beam width for this call (int >= 1, default 64; see the module
                 docstring). A named parameter rather than part of ``**params``
                 so a call with ``ef=`` builds no dict.
+            filter, strategy: the allow-list and how to apply it, see
+                :mod:`ragbench.indexes._writable` (``in-graph`` is hnswlib's
+                ``filter`` callable: the graph walk only returns allowed rows).
             **params: no other query parameters exist; any name here raises
                 :class:`~ragbench.errors.ConfigError`.
 
         Returns:
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+
+        Searches run beside ``add`` (hnswlib allows it); only a resize of the
+        graph's capacity and ``delete`` hold them off (see :class:`HnswIndex`).
         """
+        gate = self._gate
+        active = gate.active
+        active.append(None)
+        if gate.writing:
+            active.pop()
+            gate.wait_enter()
+        try:
+            if filter is None and strategy is None:
+                return self._search_fast(queries, k, ef, params)
+            if ef is _UNSET and not params:
+                compiled = self._default_compiled
+            else:
+                compiled = self._parse_ef(ef, params)
+            return self._search_filtered(queries, k, compiled, filter, strategy)
+        finally:
+            active.pop()
+
+    def _search_fast(
+        self, queries: Any, k: Any, ef: Any, params: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` without a filter, inside the gate: the repeat fast path first."""
         # The repeat fast path: one float32 (1, dim) ip/l2 query with the same
         # k and ef objects as the last checked single query (ints are
         # immutable: the same object is the same, already validated value,
@@ -332,6 +419,7 @@ class HnswIndex(VectorIndex):
         fast = self._fast
         if (
             fast is not None
+            and self._labels_ext is None
             and k is fast[2]
             and ef is fast[3]
             and not params
@@ -414,6 +502,7 @@ class HnswIndex(VectorIndex):
         if (
             check_after
             and self._to_scores is not None
+            and self._labels_ext is None
             and type(k_passed) is int
             and not params
             and dist.dtype is F32
@@ -427,8 +516,16 @@ class HnswIndex(VectorIndex):
         # place (the array is ours); ~2 µs cheaper cold than creating a view.
         if _RETYPE_IN_PLACE:
             labels.dtype = I64
-            return labels, dist
-        return labels.view(I64), dist
+            if self._labels_ext is None:
+                return labels, dist
+        return self._to_ids(labels), dist
+
+    def _to_ids(self, labels: np.ndarray) -> np.ndarray:
+        """hnswlib's labels (positions; int64, or uint64 to view) as the caller's ids."""
+        if labels.dtype != I64:
+            labels = labels.view(I64)
+        ext = self._labels_ext  # read after the search: it covers every row hnswlib holds
+        return labels if ext is None else ext[labels]
 
     def _change_ef(self, ef: int) -> None:
         """Set hnswlib's beam width (kept on the index, not per call); drops the fast path."""
@@ -486,8 +583,14 @@ class HnswIndex(VectorIndex):
             self._last_ef = (ef, compiled)
         return compiled
 
-    def _search_padded(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        knn = self._index.knn_query
+    def _search_padded(
+        self, q: np.ndarray, k: int, filt: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        index_knn = self._index.knn_query
+
+        def knn(one: np.ndarray, kk: int, num_threads: int) -> Any:
+            return index_knn(one, kk, num_threads=num_threads, filter=filt)
+
         labels = np.full((q.shape[0], k), np.iinfo(np.uint64).max, dtype=np.uint64)
         dist = np.full((q.shape[0], k), np.inf, dtype=np.float32)
         for row in range(q.shape[0]):
@@ -513,6 +616,77 @@ class HnswIndex(VectorIndex):
             dist[row, :width] = got_dist[0]
         # uint64 max viewed as int64 is -1; inf distance becomes -inf score.
         return labels, dist
+
+    # -- filtered search and writes (see ragbench.indexes._writable) -----------------
+
+    def _prepare_queries(self, queries: Any) -> np.ndarray:
+        return self._queries(queries)
+
+    def _unit_queries(self, q: np.ndarray) -> np.ndarray:
+        return self._normalize_queries(q) if self._cosine else q
+
+    def _filter_callable(self, allow: np.ndarray) -> Any:
+        """hnswlib's ``filter``: ``bytes.__getitem__`` over the allowed positions.
+
+        A C method (no Python frame per candidate). Padded with zeros to the
+        graph's capacity: rows added while this search runs are disallowed,
+        never an IndexError inside hnswlib's walk.
+        """
+        cap = max(int(self._index.get_max_elements()), allow.size)
+        buf = np.zeros(cap, dtype=np.uint8)
+        buf[: allow.size] = allow
+        return buf.tobytes().__getitem__
+
+    def _raw_search(
+        self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        n = q.shape[0]
+        kk = k
+        filt = None
+        if allow is not None:
+            kk = max(1, min(k, int(np.count_nonzero(allow))))
+            filt = self._filter_callable(allow)
+        ef = self._default_compiled if compiled is None else compiled
+        ef = max(ef, kk)
+        if ef != self._ef:
+            self._change_ef(ef)
+        # With a filter, one thread: hnswlib's threads would queue on the GIL for
+        # every callback (measured 2x slower on 2 cores than one thread).
+        threads = 1 if filt is not None else get_threads()
+        try:
+            labels, dist = self._index.knn_query(q, kk, num_threads=threads, filter=filt)
+        except RuntimeError:
+            labels, dist = self._search_padded(q, kk, filt)
+        ids = labels.astype(np.uint64).view(I64)
+        scores = (1.0 - dist if self._similarity else -dist).astype(F32)
+        if kk < k:
+            ids = np.concatenate([ids, np.full((n, k - kk), -1, dtype=I64)], axis=1)
+            scores = np.concatenate([scores, np.full((n, k - kk), -INF, dtype=F32)], axis=1)
+        pads = ids < 0
+        if pads.any():
+            scores[pads] = -INF
+        return ids, scores
+
+    def _read_vectors(self, space: IdSpace) -> np.ndarray:
+        out = np.zeros((space.n_pos, self.dim), dtype=F32)
+        live = np.flatnonzero(space.live_mask())
+        if live.size:
+            out[live] = self._index.get_items(live.tolist(), return_type="numpy")
+        return out
+
+    def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
+        index = self._index
+        need = int(positions[-1]) + 1
+        cap = int(index.get_max_elements())
+        if need > cap:
+            # hnswlib reallocates its arrays: no search may run meanwhile.
+            with self._gate.exclusive():
+                index.resize_index(max(need, 2 * cap))
+        index.add_items(vectors, positions, num_threads=get_threads())
+
+    def _lib_delete(self, positions: np.ndarray) -> None:
+        for pos in positions.tolist():
+            self._index.mark_deleted(pos)
 
     def memory_bytes(self) -> int:
         """Estimated bytes held by hnswlib.

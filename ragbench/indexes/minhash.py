@@ -18,6 +18,14 @@ A text with no words has an empty shingle set; it is stored but never
 inserted into the LSH (an empty MinHash would collide with every other
 empty one), so it is never returned, and an empty query returns only pads.
 
+Live writes: ``add(texts, ids=None)`` inserts into the LSH (datasketch
+``insert``), ``delete(ids)`` removes (``remove``; the stored hash values
+stay, unused). Ids work as for the dense indexes (see
+:mod:`ragbench.indexes._live`). datasketch is not thread-safe: a write waits
+for running searches and holds new ones off (a
+:class:`~ragbench.indexes._live.WriteGate`; a search takes no lock unless a
+write is under way). Filtered search is for the dense indexes only.
+
 Build parameters: ``num_perm`` (128), ``threshold`` (0.3), ``shingle_size``
 (3 words), ``seed`` (1). No query parameters. Build cost is dominated by
 SHA-1 hashing of every shingle in Python: roughly 3 s for 5 000 texts of
@@ -33,10 +41,11 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
-from ..errors import ConfigError, IndexFileError, InputError
+from ..errors import ConfigError, IndexFileError, InputError, UnsupportedOperationError
 from ..validate import METRICS, check_k, check_metric
 from ..validate import positive_int as int_param
 from ._common import F32, I64, BaseIndex
+from ._live import IdSpace, WriteGate, positions_to_delete, space_after_add, space_after_delete
 
 __all__ = ["MinHashLshIndex", "shingles"]
 
@@ -118,6 +127,9 @@ class MinHashLshIndex(BaseIndex):
         self._init_common(None, "jaccard", build_params)
         self._lsh: MinHashLSH | None = None
         self._hashvalues = np.empty((0, self.build_params["num_perm"]), dtype=np.uint32)
+        self._gate = WriteGate()
+        self._space: IdSpace | None = None
+        self._written = False
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
@@ -168,10 +180,82 @@ class MinHashLshIndex(BaseIndex):
             self._lsh = self._make_lsh(hashvalues)
             self._hashvalues = hashvalues
             self._n = len(texts)
+            self._space = IdSpace.identity(len(texts))
+            self._written = False
 
         self._timed_build(run)
 
+    def add(self, texts: Any, ids: Any = None) -> np.ndarray:
+        """Insert texts; returns their ids (int64 ``(m,)``), the next ids unless ``ids`` given."""
+        space, lsh = self._space, self._lsh
+        if space is None or lsh is None:
+            raise self._not_built()
+        new = _texts(texts, "texts")
+        hashvalues = self._minhashes(new)
+        p = self.build_params
+        with self._gate.lock:
+            space = self._space or space
+            new_space, new_ids = space_after_add(space, len(new), ids)
+            with self._gate.exclusive():
+                start = self._hashvalues.shape[0]
+                self._hashvalues = np.concatenate([self._hashvalues, hashvalues])
+                for j in np.flatnonzero((hashvalues != _EMPTY).any(axis=1)):
+                    mh = LeanMinHash(seed=p["seed"], hashvalues=hashvalues[j], scheme=_SCHEME)
+                    lsh.insert(start + int(j), mh, check_duplication=False)
+                self._publish(new_space)
+        return new_ids
+
+    def delete(self, ids: Any) -> None:
+        """Remove the texts with these ids (each must be in the index); never returned again."""
+        lsh = self._lsh
+        if self._space is None or lsh is None:
+            raise self._not_built()
+        with self._gate.lock:
+            space = self._space
+            if space is None:
+                raise self._not_built()
+            pos = positions_to_delete(space, ids)
+            with self._gate.exclusive():
+                for p in pos.tolist():
+                    if lsh.__contains__(p):
+                        lsh.remove(p)
+                self._publish(space_after_delete(space, pos, "mark"))
+
+    def _publish(self, space: IdSpace) -> None:
+        self._space = space
+        self._n = space.live
+        self._written = True
+
+    def save(self, path: Any, *, data: Any = None, source: str | None = None) -> None:
+        """As :meth:`BaseIndex.save`; an index changed by ``add``/``delete`` cannot be saved yet."""
+        if self._written:
+            raise UnsupportedOperationError(
+                f"index {self.name!r}: saving an index changed by add()/delete() is not "
+                "supported yet; build it again from the final texts and save that"
+            )
+        super().save(path, data=data, source=source)
+
     def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``k`` candidates per query text; see :meth:`_search`."""
+        if "filter" in params or "strategy" in params:
+            raise UnsupportedOperationError(
+                f"index {self.name!r}: filtered search is for the dense indexes only "
+                "(flat, hnsw, faiss-hnsw, ivf, lsh)"
+            )
+        gate = self._gate
+        active = gate.active
+        active.append(None)
+        if gate.writing:
+            active.pop()
+            gate.wait_enter()
+        try:
+            return self._search(queries, k, params)
+        finally:
+            active.pop()
+
+    def _search(
+        self, queries: Any, k: int, params: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Up to ``k`` candidates per query text, best estimated Jaccard first.
 
         Args:
@@ -207,7 +291,8 @@ class MinHashLshIndex(BaseIndex):
             order = np.lexsort((cand, -est))[:k]
             ids[row, : order.size] = cand[order]
             scores[row, : order.size] = est[order]
-        return ids, scores
+        space = self._space
+        return (ids if space is None else space.to_ids(ids)), scores
 
     def memory_bytes(self) -> int:
         """Estimated bytes: stored hash values (exact) plus the LSH tables.
@@ -245,7 +330,13 @@ class MinHashLshIndex(BaseIndex):
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
         count, num_perm = header.get("count"), self.build_params["num_perm"]
-        extra = header.get("extra") or {}
+        extra = header.get("extra")
+        if extra is None:
+            extra = {}
+        if not isinstance(extra, dict):
+            raise IndexFileError(
+                f"{self.name}: header field 'extra' is a {type(extra).__name__}, not a table"
+            )
         if extra.get("scheme") != _SCHEME or extra.get("dtype") != "<u4":
             raise IndexFileError(f"{self.name}: payload scheme/dtype is not {_SCHEME} uint32")
         if not isinstance(count, int) or extra.get("shape") != [count, num_perm]:
@@ -269,3 +360,4 @@ class MinHashLshIndex(BaseIndex):
         self._hashvalues = hashvalues
         self._n = count
         self.rescore_metric = rescore_metric
+        self._space = IdSpace.identity(count)

@@ -10,14 +10,19 @@ File layout (all integers little-endian)::
 
 The header holds ``magic`` ("ragbench-index"), ``format_version``,
 ``backend``, ``build_params``, ``dim``, ``metric``, ``count``, ``library``
-(name + version that wrote the payload), ``payload_format`` and
-``payload`` (``bytes`` and ``sha256``). The payload is the library's own
+(name + version that wrote the payload), ``payload_format``,
+``payload`` (``bytes`` and ``sha256``) and ``data``: which data the index
+was built on, ``{"fingerprint": data_fingerprint(corpus), "source": ...}``
+when ``Index.save(path, data=corpus)`` was given it, else null. A pipeline
+refuses an index file whose fingerprint is not that of its own corpus (and
+one without a fingerprint). The payload is the library's own
 serialization: ``faiss.serialize_index`` for the faiss backends,
 ``hnswlib.Index.save_index`` for ``hnsw``, raw MinHash hash values for
 ``minhash-lsh``. Nothing is pickled.
 
 Loading checks, in this order and before any native library sees a byte:
-magic, version, header length, JSON, total file size against the declared
+regular file (a FIFO or device is refused before it is read), magic,
+version, header length, JSON (nesting depth bounded), total file size against the declared
 payload size (truncation), the payload's SHA-256, the backend being
 registered, then the backend's own structural checks (dimension and count
 against the header; hnswlib's binary layout is walked in Python first
@@ -31,9 +36,13 @@ import hashlib
 import json
 import os
 import struct
+import tempfile
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IndexFileError, UnknownBackendError
+from ..files import open_regular
+from ..validate import json_loads
 
 if TYPE_CHECKING:
     from . import Index
@@ -41,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "data_fingerprint",
     "load_index",
     "read_index_file",
     "read_index_header",
@@ -68,16 +78,46 @@ def write_index_file(path: Any, header: dict[str, Any], payload: bytes | memoryv
     if len(blob) > _MAX_HEADER:
         raise IndexFileError(f"index header is {len(blob)} bytes, more than the 1 MiB limit")
     target = os.fspath(path)
-    tmp = f"{target}.tmp-{os.getpid()}"
+    # A temporary name of its own per call: two threads or processes saving to
+    # one path each write their own file and the last rename wins whole.
+    fd, tmp = tempfile.mkstemp(
+        dir=os.path.dirname(os.path.abspath(target)), prefix=f".{os.path.basename(target)}."
+    )
     try:
-        with open(tmp, "wb") as fh:
+        with os.fdopen(fd, "wb") as fh:
             fh.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(blob)))
             fh.write(blob)
             fh.write(view)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; an index file is worth sharing
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def data_fingerprint(data: Any) -> str:
+    """sha256 hex of what an index is built on: float32 vectors or a list of texts.
+
+    Vectors: the dtype, the shape and the bytes of the C-contiguous array (the
+    caller's array, before any normalisation an index makes). Texts: each
+    text's UTF-8 bytes with its length. 100 000 x 384 float32 (154 MB) took
+    0.09 s on an idle core of the dev machine and 0.2-0.3 s with the machine
+    loaded (sha256 uses the CPU's SHA instructions; blake2b took 0.15 s idle).
+    """
+    sha = hashlib.sha256()
+    if isinstance(data, Sequence) and not hasattr(data, "shape"):
+        sha.update(b"texts\0")
+        for text in data:
+            raw = str(text).encode("utf-8", "surrogatepass")
+            sha.update(len(raw).to_bytes(8, "little"))
+            sha.update(raw)
+        return sha.hexdigest()
+    import numpy as np
+
+    arr = np.ascontiguousarray(data)
+    sha.update(f"{arr.dtype.str}{list(arr.shape)}\0".encode())
+    sha.update(arr.data.cast("B") if arr.size else b"")
+    return sha.hexdigest()
 
 
 def _read_header(fh: Any, path: str, size: int) -> tuple[dict[str, Any], int]:
@@ -99,8 +139,8 @@ def _read_header(fh: Any, path: str, size: int) -> tuple[dict[str, Any], int]:
         )
     blob = fh.read(hlen)
     try:
-        header = json.loads(blob)
-    except (UnicodeDecodeError, ValueError):
+        header = json_loads(blob, f"{path}: the header", IndexFileError)
+    except UnicodeDecodeError:
         raise IndexFileError(f"{path}: the JSON header is corrupt") from None
     if not isinstance(header, dict) or header.get("magic") != MAGIC.decode():
         raise IndexFileError(f"{path}: the header does not carry the 'ragbench-index' magic")
@@ -121,6 +161,11 @@ def _read_header(fh: Any, path: str, size: int) -> tuple[dict[str, Any], int]:
         raise IndexFileError(f"{path}: header field 'dim' must be a positive integer or null")
     if header["count"] < 1:
         raise IndexFileError(f"{path}: header says the index holds {header['count']} items")
+    data = header.get("data")
+    if data is not None and not (
+        isinstance(data, dict) and isinstance(data.get("fingerprint"), str)
+    ):
+        raise IndexFileError(f"{path}: header field 'data' is not a table with a fingerprint")
     offset = _PREFIX.size + hlen
     expected = offset + payload["bytes"]
     if size != expected:
@@ -135,7 +180,9 @@ def read_index_header(path: Any) -> dict[str, Any]:
     """The verified JSON header of an index file, without reading the payload."""
     name = os.fspath(path)
     try:
-        with open(name, "rb") as fh:
+        with open_regular(
+            name, limit_bytes=None, what="index file", error=IndexFileError, os_errors=True
+        ) as fh:
             header, _ = _read_header(fh, name, os.fstat(fh.fileno()).st_size)
     except OSError as exc:
         raise IndexFileError(f"{name}: cannot read index file ({exc.strerror})") from None
@@ -146,7 +193,9 @@ def read_index_file(path: Any) -> tuple[dict[str, Any], memoryview]:
     """Header and payload of an index file, after size and SHA-256 checks."""
     name = os.fspath(path)
     try:
-        with open(name, "rb") as fh:
+        with open_regular(
+            name, limit_bytes=None, what="index file", error=IndexFileError, os_errors=True
+        ) as fh:
             header, _ = _read_header(fh, name, os.fstat(fh.fileno()).st_size)
             want = header["payload"]["bytes"]
             buf = bytearray(want)

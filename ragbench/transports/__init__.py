@@ -13,6 +13,11 @@ calling thread its own connection (see their classes). Their ``connect()``
 opens the calling thread's connection ahead of time, so a worker thread's
 first measured request does not include it (``inproc.connect()`` does
 nothing).
+
+The ``http``, ``asgi`` and ``grpc`` transports also have ``asend`` (the same
+request awaited on an event loop: :class:`httpx.AsyncClient` or ``grpc.aio``,
+one client per loop, see :mod:`ragbench.transports.aio`), with
+``aconnect``/``aclose`` for the running loop's client.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ from .._registry import check_params
 from ..errors import ConfigError, DecodeError, MissingDependencyError, TransportError
 from ..validate import bool_param, positive_int
 from . import FarSide
-from ._farside import ChildTransport, decode_reply
+from ._farside import decode_reply
+from .aio import AsyncPost
 
 __all__ = ["HTTP_IMPLEMENTATIONS", "LOOPS", "AsgiTransport"]
 
@@ -123,7 +124,7 @@ def _head_bytes(headers: Any) -> int:
     return sum(len(name) + len(value) + 4 for name, value in headers.raw) + 2
 
 
-class AsgiTransport(ChildTransport):
+class AsgiTransport(AsyncPost):
     """Payloads as httpx POSTs to ``/v1/process`` on a Starlette app under uvicorn.
 
     Thread-safe: each calling thread sends over its own ``httpx.Client``

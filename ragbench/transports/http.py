@@ -24,7 +24,8 @@ from typing import Any
 
 from ..errors import DecodeError, TransportError
 from . import FarSide
-from ._farside import ChildTransport, decode_reply
+from ._farside import decode_reply
+from .aio import AsyncPost
 
 __all__ = ["HttpTransport"]
 
@@ -42,7 +43,7 @@ class _Connection:
         self.buf = bytearray()
 
 
-class HttpTransport(ChildTransport):
+class HttpTransport(AsyncPost):
     """Payloads as HTTP/1.1 POST bodies to ``/v1/process``; ``Content-Type`` is the codec's.
 
     Thread-safe: each calling thread sends over its own keep-alive socket,

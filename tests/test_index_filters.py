@@ -1,0 +1,232 @@
+"""Filtered search contract, for every registered dense index backend and each of its strategies.
+
+Ground truth is the exact filtered top-k computed here with numpy on
+ragbench's synthetic dataset (clustered, unit vectors, metric ip).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ragbench as rb
+from ragbench.errors import (
+    ConfigError,
+    DimensionError,
+    IdOutOfRangeError,
+    InputError,
+    NonFiniteError,
+    UnsupportedOperationError,
+)
+
+N, DIM, NQ, K = 5000, 64, 50, 10
+DS = rb.datasets.synthetic(n=N, dim=DIM, n_queries=NQ, seed=0)
+X = DS.vectors
+Q = DS.query_vectors_precomputed
+assert X is not None and Q is not None
+
+
+def dense_backends() -> list[str]:
+    return [
+        name
+        for name in rb.indexes.names()
+        if rb.indexes.create(name, dim=rb.indexes.PROBE_DIM).input_kind == "vectors"
+    ]
+
+
+DENSE = dense_backends()
+_BUILT: dict[str, object] = {}
+
+
+def built(name: str):  # type: ignore[no-untyped-def]
+    """One index per backend for the whole module (read-only tests)."""
+    if name not in _BUILT:
+        idx = rb.indexes.create(name, dim=DIM, metric=DS.metric)
+        idx.build(X)
+        _BUILT[name] = idx
+    return _BUILT[name]
+
+
+def strategy_cases() -> list[tuple[str, str]]:
+    return [
+        (name, st)
+        for name in DENSE
+        for st in rb.indexes.create(name, dim=DIM).filter_strategies  # type: ignore[attr-defined]
+    ]
+
+
+def mask_of(selectivity: float, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random(N) < selectivity
+
+
+def exact(q: np.ndarray, mask: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    scores = q @ X.T
+    scores[:, ~mask] = -np.inf
+    ids = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return ids, np.take_along_axis(scores, ids, axis=1)
+
+
+def recall(got: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean([len(set(g) & set(t)) / len(t) for g, t in zip(got, truth, strict=True)]))
+
+
+# Recall floors vs the exact filtered top-10 with default query params (measured
+# recall in parentheses, see README "Filtered search and live writes"): flat is
+# exact; hnswlib's filter keeps walking until ef allowed rows are found; faiss
+# HNSW's selector only drops rows from the result heap (0.80 at 5 %); IVF scans
+# nprobe=8 of ~128 lists (0.81 unfiltered), fewer allowed rows at 5 % (0.47); LSH
+# ranks by Hamming distance (0.70 unfiltered).
+FLOORS = {
+    "flat": (0.99, 0.99),
+    "hnsw": (0.9, 0.9),
+    "faiss-hnsw": (0.9, 0.7),
+    "ivf": (0.7, 0.4),
+    "lsh": (0.6, 0.5),
+}
+
+
+def test_every_dense_backend_has_a_floor() -> None:
+    assert DENSE, "no dense backend registered"
+    assert set(DENSE) <= set(FLOORS), f"add a recall floor for {set(DENSE) - set(FLOORS)}"
+
+
+@pytest.mark.parametrize(("name", "strategy"), strategy_cases())
+@pytest.mark.parametrize("selectivity", [0.5, 0.05])
+def test_only_allowed_ids_and_recall(name: str, strategy: str, selectivity: float) -> None:
+    idx = built(name)
+    mask = mask_of(selectivity, seed=int(selectivity * 100))
+    ids, scores = idx.search(Q, K, filter=mask, strategy=strategy)
+    assert ids.shape == (NQ, K) and ids.dtype == np.int64 and scores.dtype == np.float32
+    real = ids[ids >= 0]
+    assert mask[real].all(), "a disallowed id was returned"
+    truth, _ = exact(Q, mask, K)
+    floor = FLOORS[name][0 if selectivity == 0.5 else 1]
+    if strategy == "pre":
+        floor = 1.0
+    assert recall(ids, truth) >= floor
+
+
+@pytest.mark.parametrize("name", [n for n, st in strategy_cases() if st == "pre"])
+def test_pre_is_exact_filtered_topk(name: str) -> None:
+    idx = built(name)
+    mask = mask_of(0.1, seed=7)
+    ids, scores = idx.search(Q, K, filter=mask, strategy="pre")
+    truth_ids, truth_scores = exact(Q, mask, K)
+    assert mask[ids].all()
+    np.testing.assert_allclose(scores, truth_scores, atol=1e-4)
+    # each returned score is that id's own exact score
+    own = np.take_along_axis(Q @ X.T, ids, axis=1)
+    np.testing.assert_allclose(scores, own, atol=1e-4)
+    assert recall(ids, truth_ids) >= 0.99  # only near-ties may swap
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_ids_filter_equals_mask_filter(name: str) -> None:
+    idx = built(name)
+    mask = mask_of(0.3, seed=3)
+    by_mask = idx.search(Q, K, filter=mask)
+    by_ids = idx.search(Q, K, filter=np.flatnonzero(mask))
+    np.testing.assert_array_equal(by_mask[0], by_ids[0])
+
+
+@pytest.mark.parametrize(("name", "strategy"), strategy_cases())
+def test_per_query_filters(name: str, strategy: str) -> None:
+    idx = built(name)
+    rng = np.random.default_rng(11)
+    q = Q[:6]
+    masks = rng.random((6, N)) < np.array([0.5, 0.05, 0.2, 0.01, 0.9, 0.3])[:, None]
+    as_list = [np.flatnonzero(m) for m in masks]
+    ids2d, _ = idx.search(q, K, filter=masks, strategy=strategy)
+    ids_list, _ = idx.search(q, K, filter=as_list, strategy=strategy)
+    for r in range(6):
+        assert masks[r][ids2d[r][ids2d[r] >= 0]].all()
+        one, _ = idx.search(q[r : r + 1], K, filter=masks[r], strategy=strategy)
+        np.testing.assert_array_equal(ids2d[r], one[0])
+    np.testing.assert_array_equal(ids2d, ids_list)
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_fewer_allowed_than_k_pads(name: str) -> None:
+    idx = built(name)
+    allowed = np.array([3, 17, 4000])
+    for strategy in idx.filter_strategies:
+        ids, scores = idx.search(Q[:4], K, filter=allowed, strategy=strategy)
+        assert set(ids[ids >= 0].tolist()) <= {3, 17, 4000}
+        assert (ids[:, 3:] == -1).all() and np.isneginf(scores[:, 3:]).all()
+        if strategy == "pre" or (name == "flat" and strategy == "in-graph"):
+            assert (np.sort(ids[:, :3], axis=1) == allowed).all()
+
+
+def test_post_reports_shortfall() -> None:
+    idx = rb.indexes.create("hnsw", dim=DIM, metric=DS.metric)
+    idx.build(X)
+    idx.post_max_candidates = 20
+    mask = mask_of(0.01, seed=5)
+    before = idx.filter_shortfalls
+    ids, _ = idx.search(Q, K, filter=mask, strategy="post")
+    missing = int((ids < 0).sum(axis=1).astype(bool).sum())
+    assert missing > 0, "k'=20 at 1 % selectivity should leave some queries short"
+    assert idx.filter_shortfalls - before == missing
+    assert mask[ids[ids >= 0]].all()
+    # pre never falls short
+    before = idx.filter_shortfalls
+    ids, _ = idx.search(Q, K, filter=mask, strategy="pre")
+    assert (ids >= 0).all() and idx.filter_shortfalls == before
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_bad_filters_raise(name: str) -> None:
+    idx = built(name)
+    with pytest.raises(DimensionError, match=r"shape \(5000,\)"):
+        idx.search(Q, K, filter=np.ones(N - 1, dtype=bool))
+    with pytest.raises(IdOutOfRangeError, match="5000"):
+        idx.search(Q, K, filter=np.array([1, N]))
+    with pytest.raises(IdOutOfRangeError):
+        idx.search(Q, K, filter=np.array([-1, 2]))
+    with pytest.raises(InputError, match="empty"):
+        idx.search(Q, K, filter=np.zeros(N, dtype=bool))
+    with pytest.raises(InputError, match="empty"):
+        idx.search(Q, K, filter=np.array([], dtype=np.int64))
+    with pytest.raises(InputError, match="boolean mask or a 1-D integer"):
+        idx.search(Q, K, filter=np.array([0.5, 1.5]))
+    with pytest.raises(DimensionError, match="per query"):
+        idx.search(Q, K, filter=[np.array([1]), np.array([2])])
+    with pytest.raises(DimensionError, match="one row per query"):
+        idx.search(Q, K, filter=np.ones((NQ - 1, N), dtype=bool))
+    bad = Q[:2].copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(NonFiniteError):
+        idx.search(bad, K, filter=mask_of(0.5, 1))
+    with pytest.raises(ConfigError, match="supported: auto"):
+        idx.search(Q, K, filter=mask_of(0.5, 1), strategy="sideways")
+    with pytest.raises(InputError, match="needs filter"):
+        idx.search(Q, K, strategy="post")
+
+
+def test_unsupported_strategy_names_the_supported_ones() -> None:
+    idx = built("lsh")
+    with pytest.raises(ConfigError, match=r"'pre' is not supported; supported: auto, post"):
+        idx.search(Q, K, filter=mask_of(0.5, 1), strategy="pre")
+    with pytest.raises(ConfigError, match="in-graph"):
+        idx.search(Q, K, filter=mask_of(0.5, 1), strategy="in-graph")
+
+
+def test_text_index_refuses_filters() -> None:
+    idx = rb.indexes.create("minhash-lsh")
+    idx.build(["alpha beta gamma", "delta epsilon zeta"])
+    with pytest.raises(UnsupportedOperationError, match="dense indexes only"):
+        idx.search(["alpha beta"], 1, filter=np.array([0]))
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_query_params_apply_with_filter(name: str) -> None:
+    idx = built(name)
+    mask = mask_of(0.5, seed=2)
+    param = {"hnsw": {"ef": 200}, "faiss-hnsw": {"ef": 200}, "ivf": {"nprobe": 64}}.get(name, {})
+    ids, _ = idx.search(Q, K, filter=mask, **param)
+    assert mask[ids[ids >= 0]].all()
+    if name == "ivf":
+        truth, _ = exact(Q, mask, K)
+        assert recall(ids, truth) >= 0.95  # nprobe=64 scans half the lists
+    with pytest.raises(ConfigError):
+        idx.search(Q, K, filter=mask, bogus=1)

@@ -1,0 +1,372 @@
+"""TimingMiddleware in a real Starlette service: Server-Timing, stored rows, Prometheus, OpenTelemetry.
+
+The app is served by uvicorn on 127.0.0.1 and called over a real socket with
+httpx; the README's own service example runs as a child ``uvicorn`` process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragbench.errors import ConfigError, MissingDependencyError
+from ragbench.timing import Background, StageTimer
+
+httpx = pytest.importorskip("httpx", reason="needs ragbench[serve]")
+uvicorn = pytest.importorskip("uvicorn", reason="needs ragbench[serve]")
+pytest.importorskip("starlette", reason="needs ragbench[serve]")
+prometheus_client = pytest.importorskip("prometheus_client", reason="needs ragbench[serve]")
+pytest.importorskip("opentelemetry.sdk.trace", reason="needs ragbench[otel]")
+
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+from starlette.applications import Starlette  # noqa: E402
+from starlette.concurrency import run_in_threadpool  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
+from starlette.requests import Request as HTTPRequest  # noqa: E402
+from starlette.responses import JSONResponse, StreamingResponse  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+from ragbench.middleware import StageHistogram, TimingMiddleware, server_timing  # noqa: E402
+from ragbench.otel import REQUEST_SPAN, TraceExporter  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGES = ["embed", "retrieve", "rerank", "generate"]
+SLEEPS = {"embed": 0.003, "retrieve": 0.001, "rerank": 0.002, "generate": 0.005}
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn (lifespan on) on a free 127.0.0.1 port in a thread; stop it after."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(20)
+        sock.close()
+        assert not thread.is_alive()
+
+
+HEADER_ITEM = re.compile(r"^([A-Za-z0-9_.\-]+);dur=(\d+)\.(\d{6})$")
+
+
+def parse_server_timing(value: str | None) -> dict[str, int]:
+    """A ``Server-Timing`` header back to nanoseconds per stage (the six decimals are exact)."""
+    if not value:
+        return {}
+    out = {}
+    for item in value.split(", "):
+        m = HEADER_ITEM.match(item)
+        assert m, value
+        out[m.group(1)] = int(m.group(2)) * 1_000_000 + int(m.group(3))
+    return out
+
+
+def test_server_timing_format_carries_the_nanoseconds() -> None:
+    assert server_timing({"embed": 12_345_678, "retrieve": 5}) == (
+        "embed;dur=12.345678, retrieve;dur=0.000005"
+    )
+    assert server_timing({}) == ""
+    assert parse_server_timing(server_timing({"a": 1_000_000_000_001})) == {"a": 1_000_000_000_001}
+
+
+class Service:
+    """A Starlette app with the middleware, every export sink, and endpoints of each shape."""
+
+    def __init__(self, *, sink_gate: threading.Event | None = None) -> None:
+        self.timer = StageTimer(STAGES)
+        self.registry = prometheus_client.CollectorRegistry()
+        self.histogram = StageHistogram(registry=self.registry)
+        self.spans = InMemorySpanExporter()
+        self.otel = TraceExporter(self.spans, batch=False, first_token_stage=None)
+        self.exported: dict[str, tuple[list[str], list[int], dict[str, Any], str]] = {}
+        self.gate = sink_gate
+        self.export = Background(self.otel.on_request, self.histogram.on_request, self.record)
+        self.started = False
+        self.app = Starlette(
+            routes=[
+                Route("/async", self.awaiting),
+                Route("/pool", self.pooled),
+                Route("/plain", self.plain),
+                Route("/stream", self.stream),
+                Route("/boom", self.boom),
+                Route("/nothing", self.nothing),
+            ],
+            middleware=[Middleware(TimingMiddleware, timer=self.timer, export=self.export)],
+            lifespan=self.lifespan,
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        self.started = True  # lifespan messages pass through the middleware
+        yield
+
+    def record(self, names: list[str], stamps: Any, attributes: Any) -> None:
+        if self.gate is not None:
+            assert self.gate.wait(20)
+        thread = threading.current_thread().name
+        self.exported[attributes["rid"]] = (list(names), list(stamps), dict(attributes), thread)
+
+    def work(self, name: str) -> None:  # a CPU-ish stage in a worker thread, marked there
+        time.sleep(SLEEPS[name])
+        self.timer.mark(name)
+
+    async def awaiting(self, request: HTTPRequest) -> JSONResponse:
+        r = self.timer.current()
+        assert r is not None
+        r.annotate({"rid": request.query_params["rid"]})
+        await asyncio.to_thread(self.work, "embed")
+        for name in STAGES[1:]:
+            await asyncio.sleep(SLEEPS[name])
+            r.mark(name)
+        return JSONResponse({"ok": True})
+
+    async def pooled(self, request: HTTPRequest) -> JSONResponse:
+        self.timer.annotate({"rid": request.query_params["rid"]})
+        for name in STAGES:
+            await run_in_threadpool(self.work, name)
+        return JSONResponse({"ok": True})
+
+    def plain(self, request: HTTPRequest) -> JSONResponse:
+        self.timer.annotate({"rid": request.query_params["rid"]})
+        for name in STAGES:
+            self.work(name)
+        return JSONResponse({"ok": True})
+
+    async def stream(self, request: HTTPRequest) -> StreamingResponse:
+        self.timer.annotate({"rid": request.query_params["rid"]})
+        await asyncio.to_thread(self.work, "embed")
+        timer = self.timer
+
+        async def body() -> AsyncIterator[bytes]:
+            yield b"first "
+            await asyncio.sleep(SLEEPS["generate"])
+            timer.mark("generate")  # after the headers went out
+            yield b"last"
+
+        return StreamingResponse(body())
+
+    async def boom(self, request: HTTPRequest) -> JSONResponse:
+        self.timer.mark("embed")
+        raise RuntimeError("stage failed")
+
+    async def nothing(self, request: HTTPRequest) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+
+async def fire(base: str, paths: list[str], concurrency: int = 50) -> list[Any]:
+    gate = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
+
+        async def one(i: int, path: str) -> Any:
+            async with gate:
+                if "?" in path:  # a query of its own (httpx would replace it with params)
+                    return await client.get(path)
+                return await client.get(path, params={"rid": f"{path}-{i}"})
+
+        return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(paths))))
+
+
+def stored_row_of(timer: StageTimer, start: int) -> dict[str, int]:
+    (at,) = np.flatnonzero(timer.starts() == start)
+    return {
+        name: int(v)
+        for name, v, ran in zip(STAGES, timer.samples()[at], timer.ran()[at], strict=True)
+        if ran
+    }
+
+
+@pytest.mark.integration
+def test_middleware_times_each_request_and_sends_server_timing() -> None:
+    service = Service()
+    paths = [p for _ in range(50) for p in ("/async", "/pool", "/plain")] + ["/stream"] * 10
+    with serving(service.app) as base:
+        responses = asyncio.run(fire(base, paths))
+        with httpx.Client(base_url=base) as client:
+            nothing = client.get("/nothing")
+            boom = client.get("/boom")
+    assert service.started
+    assert [r.status_code for r in responses] == [200] * len(paths)
+    assert nothing.status_code == 200 and "server-timing" not in nothing.headers
+    assert boom.status_code == 500
+    assert service.export.flush(20)
+    service.export.close()
+    timer = service.timer
+    assert len(timer) == len(paths) and timer.failed == 1  # /nothing and /boom are not stored
+    assert len(service.exported) == len(paths)
+    for response, path in zip(responses, paths, strict=True):
+        rid = str(response.request.url.params["rid"])
+        names, stamps, attributes, thread = service.exported[rid]
+        header = parse_server_timing(response.headers.get("server-timing"))
+        row = stored_row_of(timer, stamps[0])
+        assert dict(zip(names, np.diff(stamps).tolist(), strict=True)) == row
+        assert attributes["url.path"] == path and attributes["http.response.status_code"] == 200
+        assert thread == "ragbench-export"
+        if path == "/stream":  # the header went out before generate was marked
+            assert header == {"embed": row["embed"]} and set(row) == {"embed", "generate"}
+        else:
+            assert header == row and list(row) == STAGES
+        for name, ns in row.items():
+            assert ns >= SLEEPS[name] * 1e9 or (path == "/stream" and name == "embed")
+
+
+@pytest.mark.integration
+def test_prometheus_and_opentelemetry_get_every_stored_request() -> None:
+    service = Service()
+    paths = ["/async", "/pool", "/plain"] * 10 + ["/stream"] * 4
+    with serving(service.app) as base:
+        responses = asyncio.run(fire(base, paths, concurrency=10))
+    assert all(r.status_code == 200 for r in responses)
+    service.export.close()
+    timer, registry = service.timer, service.registry
+    samples, ran = timer.samples(), timer.ran()
+    for j, name in enumerate(STAGES):
+        labels = {"stage": name}
+        count = registry.get_sample_value("ragbench_stage_seconds_count", labels)
+        total = registry.get_sample_value("ragbench_stage_seconds_sum", labels)
+        assert count == ran[:, j].sum() == (34 if name in ("embed", "generate") else 30)
+        assert total == pytest.approx(samples[ran[:, j], j].sum() / 1e9, rel=1e-9)
+        below_10us = registry.get_sample_value(
+            "ragbench_stage_seconds_bucket", {**labels, "le": "1e-05"}
+        )
+        assert below_10us == 0  # every stage slept at least a millisecond
+    spans = service.spans.get_finished_spans()
+    roots = [s for s in spans if s.name == REQUEST_SPAN]
+    assert len(roots) == len(timer)
+    by_trace: dict[int, list[Any]] = {}
+    for s in spans:
+        by_trace.setdefault(s.context.trace_id, []).append(s)
+    for root in roots:
+        children = sorted(
+            (s for s in by_trace[root.context.trace_id] if s is not root),
+            key=lambda s: s.start_time,
+        )
+        row = stored_row_of(timer, root.start_time - service.otel.offset_ns)
+        assert [c.name for c in children] == list(row)
+        assert [c.end_time - c.start_time for c in children] == list(row.values())
+        assert root.attributes is not None and root.attributes["http.request.method"] == "GET"
+
+
+@pytest.mark.integration
+def test_export_runs_after_the_response_not_before_it() -> None:
+    gate = threading.Event()
+    service = Service(sink_gate=gate)  # every export waits until the test lets it go
+    with serving(service.app) as base, httpx.Client(base_url=base, timeout=20) as client:
+        for i in range(3):
+            response = client.get("/async", params={"rid": f"r{i}"})
+            assert response.status_code == 200 and "server-timing" in response.headers
+        assert len(service.timer) == 3 and not service.exported  # answered, not yet exported
+        gate.set()
+        assert service.export.flush(20)
+    service.export.close()
+    assert sorted(service.exported) == ["r0", "r1", "r2"]
+
+
+def test_middleware_options_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+    with pytest.raises(ConfigError, match="StageTimer"):
+        TimingMiddleware(app, timer="embed")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="Background"):
+        TimingMiddleware(app, timer=StageTimer(["a"]), export=print)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(MissingDependencyError, match=r"ragbench\[serve\]"):
+        StageHistogram()
+
+
+def test_server_timing_can_be_turned_off() -> None:
+    timer = StageTimer(["a"])
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        timer.mark("a")
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x", b"1")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def call(mw: TimingMiddleware) -> list[Any]:
+        sent: list[Any] = []
+
+        async def receive() -> Any:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        await mw({"type": "http", "method": "GET", "path": "/"}, receive, send)
+        return sent
+
+    on = asyncio.run(call(TimingMiddleware(app, timer=timer)))
+    off = asyncio.run(call(TimingMiddleware(app, timer=timer, server_timing=False)))
+    assert [k for k, _ in on[0]["headers"]] == [b"x", b"server-timing"]
+    assert off[0]["headers"] == [(b"x", b"1")]
+    assert len(timer) == 2
+
+
+# ---------------------------------------------------------------- the README's example
+
+
+def readme_block(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("\n```", 1)[0]
+
+
+@pytest.mark.integration
+def test_readme_service_example_runs(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(readme_block("Timing your own service"), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [sys.executable, "-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", "0"]
+    log = tmp_path / "uvicorn.log"
+    with log.open("w") as out:  # a file, not a pipe: a full pipe would block the server
+        child = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        port = None
+        deadline = time.monotonic() + 60
+        while port is None:
+            assert child.poll() is None and time.monotonic() < deadline, log.read_text()
+            m = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", log.read_text())
+            port = int(m.group(1)) if m else time.sleep(0.05)
+        base = f"http://127.0.0.1:{port}"
+        responses = asyncio.run(fire(base, ["/ask?q=what+is+a+list"] * 50))
+        with httpx.Client(base_url=base) as client:
+            stats = client.get("/stats").json()
+    finally:
+        child.terminate()
+        child.wait(20)
+    assert "Traceback" not in log.read_text(), log.read_text()
+    assert all(r.status_code == 200 for r in responses)
+    for r in responses:
+        assert list(parse_server_timing(r.headers["server-timing"])) == STAGES
+    assert stats["total"]["count"] == 50
+    assert {name: s["count"] for name, s in stats.items()} == dict.fromkeys([*STAGES, "total"], 50)
+    assert stats["generate"]["p50_ms"] >= 20  # the example's LLM call sleeps 20 ms
+    json.dumps(stats)
