@@ -19,7 +19,15 @@ from typing import Any
 from .errors import ConfigError, MissingDependencyError
 from .files import replace_bytes
 from .reading import dominant_stage
-from .records import caveats_of, growth_exponents, knees, load_level, pareto, records_of
+from .records import (
+    caveats_of,
+    generator_kept_up,
+    growth_exponents,
+    knees,
+    load_level,
+    pareto,
+    records_of,
+)
 
 __all__ = ["chart_path", "figure", "plot_records", "pyplot"]
 
@@ -254,6 +262,7 @@ def _loads(ax: Any, records: Records) -> None:
     closed = records[0].get("mode") == "closed"
     slo = next((r["slo_ms"] for r in records if r.get("slo_ms")), None)
     knee_at = knees(records, slo) if slo is not None else {}
+    invalid = 0
     for name, pts in _by(records, "label").items():
         pts = sorted(pts, key=load_level)
         xs = [load_level(p) for p in pts]
@@ -262,6 +271,7 @@ def _loads(ax: Any, records: Records) -> None:
         )
         p99 = [p["response_all_p99_us"] / 1e3 for p in pts]
         ax.plot(xs, p99, marker="^", linestyle="--", color=line.get_color(), label=f"{name} p99")
+        invalid += _hollow(ax, pts, xs, p99, line.get_color())
         if all(p.get("loop_lag_p99_us") is not None for p in pts):  # asyncio workers
             lag = [max(p["loop_lag_p99_us"], 1.0) / 1e3 for p in pts]
             ax.plot(
@@ -287,6 +297,16 @@ def _loads(ax: Any, records: Records) -> None:
             )
     if slo is not None:
         ax.axhline(slo, color="black", linewidth=0.8, linestyle=":", label=f"SLO p99 {slo:g} ms")
+    if invalid:  # one legend entry saying what the hollow markers mean
+        ax.plot(
+            [],
+            [],
+            marker="o",
+            markerfacecolor="white",
+            color="gray",
+            linestyle="none",
+            label="hollow: load generator did not keep up (invalid)",
+        )
     sim = sorted({s for r in records for s in r.get("simulated") or []})
     r0 = records[0]
     how = "closed loop" if closed else "open loop"
@@ -298,6 +318,25 @@ def _loads(ax: Any, records: Records) -> None:
     ax.set_title(title + _caveat_text(records), fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
+
+
+def _hollow(ax: Any, pts: Records, xs: list[float], p99: list[float], color: Any) -> int:
+    """Hollow markers over the levels whose load generator did not keep up; how many."""
+    bad = [i for i, p in enumerate(pts) if not generator_kept_up(p)]
+    if bad:
+        p50 = [pts[i]["response_p50_us"] / 1e3 for i in bad]
+        for ys, marker in ((p50, "o"), ([p99[i] for i in bad], "^")):
+            ax.plot(
+                [xs[i] for i in bad],
+                ys,
+                marker=marker,
+                markersize=9,
+                linestyle="none",
+                markerfacecolor="white",
+                markeredgecolor=color,
+                label="_invalid",
+            )
+    return len(bad)
 
 
 def _load_shares(ax: Any, records: Records) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "caveats_of",
     "cliff_key",
     "filter_cliffs",
+    "generator_kept_up",
     "growth_exponents",
     "knees",
     "load_level",
@@ -429,6 +430,12 @@ def load_level(rec: Mapping[str, Any]) -> float:
     """The load a load record was measured at: offered QPS (open loop) or clients (closed)."""
     level = rec.get("offered_qps")
     return float(level if level is not None else rec.get("concurrency") or 0)
+
+
+def generator_kept_up(rec: Mapping[str, Any]) -> bool:
+    """Whether a load record's load generator kept up (``generator_ok``; older records: not lagged)."""
+    ok = rec.get("generator_ok")
+    return bool(ok) if ok is not None else not rec.get("generator_lagged")
 
 
 def knees(records: Sequence[Mapping[str, Any]], slo_ms: float) -> dict[str, float | None]:

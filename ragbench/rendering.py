@@ -17,7 +17,15 @@ from typing import Any
 
 from . import intervals
 from .errors import ConfigError, DatasetError
-from .records import caveats_of, growth_exponents, knees, load_level, pareto, records_of
+from .records import (
+    caveats_of,
+    generator_kept_up,
+    growth_exponents,
+    knees,
+    load_level,
+    pareto,
+    records_of,
+)
 
 __all__ = [
     "FORMATS",
@@ -850,7 +858,8 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
     rows = []
     for r in records:
         level = r.get("concurrency") if closed else r.get("offered_qps")
-        row = [r["label"], num(level), num(r["achieved_qps"]), str(r["completed"])]
+        mark = "" if generator_kept_up(r) else f" {INVALID_MARK}"
+        row = [r["label"], num(level) + mark, num(r["achieved_qps"]), str(r["completed"])]
         row += [str(r["timed_out"]), str(r["rejected"])] + (
             [str(r.get("failed", 0))] if failed else []
         )
@@ -901,13 +910,19 @@ def _load_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
             where = f"{num(knee)} {unit}" if knee is not None else "below the lowest level offered"
             notes.append(f"knee of {label} (p99 ≤ {num(slo)} ms, failures included): {where}{good}")
     for r in records:
-        if r.get("generator_lagged"):
+        if not generator_kept_up(r):
+            why = r.get("generator_note") or (
+                f"{num(r['idle_dispatch_delay_p99_us'])} µs dispatch delay p99 with a worker idle"
+            )
             notes.append(
-                f"WARNING: at {num(load_level(r))} the load generator fell behind "
-                f"({num(r['idle_dispatch_delay_p99_us'])} µs dispatch delay p99 with a worker idle): "
-                f"the {r['label']} row measures the client, not the system"
+                f"{INVALID_MARK} INVALID: at {num(load_level(r))} the load generator did not keep "
+                f"up ({why}): the {r['label']} row measures the client, not the system"
             )
     return notes
+
+
+#: Marks a load level whose load generator did not keep up (tables).
+INVALID_MARK = "✗"
 
 
 def _stage_table(records: Sequence[Mapping[str, Any]], width: int) -> str:

@@ -27,11 +27,21 @@ scheduled request ends as exactly one of completed, timed out, rejected or
 failed.
 Per request it keeps the scheduled, dispatch (a worker started it) and
 finish times and the pipeline's per-stage stamps.
+
+Each level also says whether the load generator itself kept up
+(``generator_ok``, with ``generator_note`` saying why not): its own CPU
+(the calling thread's, and the workers' time spent taking and admitting
+requests), the dispatch delay of requests that found a worker idle against
+the inter-arrival time, the level's wall time against ``duration + timeout
++ 1 s``, and any worker that died or hung (``dead_workers``,
+``stuck_workers``: its requests count as failed). A level where it did not
+measures the client, not the system.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +56,7 @@ from .pipeline import Pipeline, RequestRecord
 from .records import Collector, new_record
 from .timing import Stats
 from .validate import positive_int, positive_number
-from .workers import COMPLETED, FAILED, PENDING, REJECTED, TIMED_OUT, OpenRun
+from .workers import COMPLETED, FAILED, PENDING, REJECTED, TIMED_OUT, OpenRun, WorkerFault
 
 __all__ = [
     "ARRIVALS",
@@ -158,6 +168,12 @@ class Traffic:
     idle: np.ndarray
     records: list[RequestRecord | None]
     errors: list[str] = field(default_factory=list)
+    #: CPU time of the thread that offered the load (its own work, not the workers')
+    generator_cpu_ns: int = 0
+    #: time the workers spent taking and admitting requests (open loop)
+    admission_ns: int = 0
+    #: workers that died or hung: ``{"worker", "pid", "what": "died"|"stuck", "detail"}``
+    faults: list[dict[str, Any]] = field(default_factory=list)
     #: event-loop lag samples (ns) of asyncio workers over the run, else None
     loop_lag_ns: np.ndarray | None = None
 
@@ -180,6 +196,7 @@ def open_loop(
     run = OpenRun(
         int(timeout_s * 1e9), positive_int("load", "queue_size", queue_size, lo=0), first_request
     )
+    cpu0 = time.thread_time_ns()
     board, records, errors = pool.run_open(due, run)
     return Traffic(
         start_ns=start,
@@ -193,6 +210,9 @@ def open_loop(
             r if o == COMPLETED else None for r, o in zip(records, board.outcome, strict=True)
         ],
         errors=errors,
+        generator_cpu_ns=time.thread_time_ns() - cpu0,
+        admission_ns=int(getattr(board, "admission_ns", 0)),
+        faults=list(getattr(board, "faults", [])),
         loop_lag_ns=getattr(pool, "loop_lag_ns", None),  # asyncio workers: this run's
     )
 
@@ -268,16 +288,50 @@ def closed_loop(
     timeout_s: float = 10.0,
     first_request: int = 0,
 ) -> Traffic:
-    """``concurrency`` clients, each sending its next request when its last one ended, for ``duration_s``."""
+    """``concurrency`` clients, each sending its next request when its last one ended, for ``duration_s``.
+
+    A pool with ``serve_closed`` (threads, processes) runs each worker's
+    share of the clients inside the worker, records sent once at the end, so
+    this process does no work per request; a worker's clients wait for that
+    worker only. A pool with ``run_closed`` (asyncio) runs the whole level
+    itself; other pools are driven from here, request by request.
+    """
     concurrency = positive_int("closed loop", "concurrency", concurrency)
-    run_closed = getattr(pool, "run_closed", None)
-    if run_closed is not None:  # the clients live in the workers (asyncio: per event loop)
-        return run_closed(  # type: ignore[no-any-return]
-            concurrency, duration_s, timeout_s=timeout_s, first_request=first_request
-        )
+    duration_ns = int(positive_number("closed loop", "duration_s", duration_s) * 1e9)
+    timeout_ns = int(timeout_s * 1e9)
+    if not hasattr(pool, "serve_closed"):
+        run_closed = getattr(pool, "run_closed", None)
+        if run_closed is not None:  # the clients live in the workers (asyncio: per event loop)
+            return run_closed(  # type: ignore[no-any-return]
+                concurrency, duration_s, timeout_s=timeout_s, first_request=first_request
+            )
+        return _closed_from_here(pool, concurrency, duration_ns, timeout_ns, first_request)
+    cpu0 = time.thread_time_ns()
     start = perf_counter_ns()
-    end = start + int(positive_number("closed loop", "duration_s", duration_s) * 1e9)
-    c = _Clients(pool, int(timeout_s * 1e9), first_request)
+    res = pool.serve_closed(concurrency, duration_ns, timeout_ns, first_request)
+    return Traffic(
+        start_ns=start,
+        end_ns=perf_counter_ns(),
+        scheduled_ns=res.scheduled,
+        dispatch_ns=res.dispatch,
+        finish_ns=res.finish,
+        outcome=res.outcome,
+        idle=np.zeros(res.outcome.size, dtype=bool),
+        records=res.records,
+        errors=res.errors,
+        generator_cpu_ns=time.thread_time_ns() - cpu0,
+        faults=list(res.faults),
+    )
+
+
+def _closed_from_here(
+    pool: Any, concurrency: int, duration_ns: int, timeout_ns: int, first_request: int
+) -> Traffic:
+    """The closed loop driven from this process (``dispatch`` / ``poll``), for pools without either."""
+    cpu0 = time.thread_time_ns()
+    start = perf_counter_ns()
+    end = start + duration_ns
+    c = _Clients(pool, timeout_ns, first_request)
     for _ in range(concurrency):
         c.send(start)
     while True:
@@ -300,6 +354,7 @@ def closed_loop(
         idle=np.zeros(n, dtype=bool),
         records=c.records,
         errors=c.errors,
+        generator_cpu_ns=time.thread_time_ns() - cpu0,
     )
 
 
@@ -328,6 +383,9 @@ def merge_concurrent(runs: Sequence[Traffic]) -> Traffic:
         idle=np.concatenate([r.idle for r in runs]),
         records=[rec for r in runs for rec in r.records],
         errors=[e for r in runs for e in r.errors],
+        generator_cpu_ns=sum(r.generator_cpu_ns for r in runs),
+        admission_ns=sum(r.admission_ns for r in runs),
+        faults=[f for r in runs for f in r.faults],
     )
 
 
@@ -359,12 +417,17 @@ def summarize(
     timeout_s: float,
     slo_ms: float | None = None,
     lag_warn_us: float = 1000.0,
+    workers: int = 1,
+    offered_qps: float | None = None,
+    duration_s: float | None = None,
 ) -> dict[str, Any]:
     """The fields of a load record: counts, rates, percentiles, recall and per-stage times under load.
 
     Several runs are repetitions of one level: counts and rates add up over
     them, percentiles pool their requests, and the p50/p99 intervals resample
-    repetitions, then requests within each.
+    repetitions, then requests within each. ``workers``, ``offered_qps`` and
+    ``duration_s`` judge whether the load generator kept up (see the module
+    docstring).
     """
     runs = [run] if isinstance(run, Traffic) else list(run)
     outcome, sched, disp, fin, idle_all = (
@@ -404,6 +467,10 @@ def summarize(
         "errors": sorted({e for r in runs for e in r.errors})[:5],
         "repeats": len(runs),
     }
+    lag_us = lag.p99_ns / 1e3 if lag.count else 0.0
+    fields.update(
+        _generator_fields(runs, lag_us, workers, offered_qps, duration_s, timeout_s, lag_warn_us)
+    )
     groups = reps[ok] if len(runs) > 1 else None
     for stat in ("p50", "p99"):
         iv = intervals.bootstrap(response, stat, groups=groups)
@@ -414,6 +481,60 @@ def summarize(
         fields["slo_ms"] = slo_ms
         fields["goodput_qps"] = float((response <= slo_ms * 1e6).sum()) / window_s
     return fields
+
+
+#: The thread offering load may use this share of one core before a level is invalid.
+GENERATOR_MAX_CORES = 0.25
+#: Workers may spend this share of their time taking and admitting requests.
+ADMISSION_MAX_SHARE = 0.1
+#: A level's wall time may exceed duration + timeout by this much.
+OVERRUN_S = 1.0
+
+
+def _generator_fields(
+    runs: Sequence[Traffic],
+    lag_us: float,
+    workers: int,
+    offered_qps: float | None,
+    duration_s: float | None,
+    timeout_s: float,
+    lag_warn_us: float,
+) -> dict[str, Any]:
+    """Whether the load generator kept up at this level: the figures and, if not, why."""
+    wall_s = max(sum(r.end_ns - r.start_ns for r in runs) / 1e9, 1e-9)
+    own_s = sum(r.generator_cpu_ns for r in runs) / 1e9
+    admission_s = sum(r.admission_ns for r in runs) / 1e9
+    faults = [f for r in runs for f in r.faults]
+    notes = [f"worker {f['worker']} (pid {f['pid']}) {f['detail']}" for f in faults]
+    if faults:
+        notes[-1] += "; its requests count as failed"
+    gap_us = 1e6 / offered_qps if offered_qps else 0.0
+    if lag_us > max(lag_warn_us, gap_us):
+        notes.append(
+            f"dispatch delay p99 {lag_us:.0f} µs with a worker idle, over "
+            f"{max(lag_warn_us, gap_us):.0f} µs (the larger of {lag_warn_us:.0f} µs and the "
+            f"mean inter-arrival time)"
+        )
+    if own_s / wall_s > GENERATOR_MAX_CORES:
+        notes.append(f"the load generator's thread used {own_s / wall_s:.2f} cores")
+    share = admission_s / (wall_s * workers)
+    if share > ADMISSION_MAX_SHARE:
+        notes.append(f"the workers spent {share:.0%} of their time taking and admitting requests")
+    if duration_s is not None:
+        longest = max(r.end_ns - r.start_ns for r in runs) / 1e9
+        if longest > duration_s + timeout_s + OVERRUN_S:
+            notes.append(
+                f"the level took {longest:.1f} s, over duration + timeout + {OVERRUN_S:.0f} s"
+            )
+    return {
+        "generator_ok": not notes,
+        "generator_note": "; ".join(notes) or None,
+        "generator_cpu_cores": own_s / wall_s,
+        "admission_share": share,
+        "admission_us_per_request": admission_s * 1e6 / max(sum(r.outcome.size for r in runs), 1),
+        "dead_workers": sorted({f["worker"] for f in faults if f["what"] == "died"}),
+        "stuck_workers": sorted({f["worker"] for f in faults if f["what"] == "stuck"}),
+    }
 
 
 def _loop_lag_fields(runs: Sequence[Traffic]) -> dict[str, Any]:
@@ -537,6 +658,9 @@ def load_points(
                     timeout_s=opts.timeout_s,
                     slo_ms=opts.slo_ms,
                     lag_warn_us=opts.lag_warn_us,
+                    workers=pool.size,
+                    offered_qps=float(level) if mode == "open" else None,
+                    duration_s=opts.duration_s,
                 ),
                 "simulated": list(pipe.simulated),
                 "caveats": list(pipe.caveats),
@@ -546,4 +670,13 @@ def load_points(
                 # a request waiting for its loop is the service's own delay, not the client's
                 fields["generator_lagged"] = False
             emit(new_record("load", fields))
+        _stop_on_faults(runs)
     return emit.records
+
+
+def _stop_on_faults(runs: list[list[Traffic]]) -> None:
+    """After a level's records are out: a worker that died or hung ends the whole run."""
+    faults = [f for rs in runs for r in rs for f in r.faults]
+    if faults:
+        named = "; ".join(f"worker {f['worker']} (pid {f['pid']}) {f['detail']}" for f in faults)
+        raise WorkerFault(f"load stopped after a worker fault: {named}")

@@ -18,6 +18,7 @@ from ragbench.records import knees
 from ragbench.traffic import (
     COMPLETED,
     REJECTED,
+    TIMED_OUT,
     LoadOptions,
     arrivals,
     closed_loop,
@@ -274,3 +275,123 @@ def test_an_index_file_of_another_config_is_refused(tmp_path: Path) -> None:
         pytest.raises(rb.errors.IndexFileError, match="index_file"),
     ):
         p.setup()
+
+
+# ---------------------------------------------------------------- admission on the board
+
+
+def _queue_model(due: list[int], service: int, timeout: int, size: int) -> dict[int, int]:
+    """One worker and a bounded FIFO queue, simulated one arrival at a time (the reference)."""
+    from collections import deque
+
+    out: dict[int, int] = {}
+    waiting: deque[int] = deque()
+    free, i = 0, 0
+    while i < len(due) or waiting:
+        while i < len(due) and due[i] <= free:  # arrivals while the worker is busy
+            if sum(due[q] >= due[i] - timeout for q in waiting) >= size:
+                out[i] = REJECTED
+            else:
+                waiting.append(i)
+            i += 1
+        while waiting and due[waiting[0]] < free - timeout:
+            out[waiting.popleft()] = TIMED_OUT
+        if waiting:
+            out[waiting.popleft()] = COMPLETED
+            free += service
+        elif i < len(due):
+            out[i] = COMPLETED
+            free = due[i] + service
+            i += 1
+    return out
+
+
+def _board_run(
+    monkeypatch: pytest.MonkeyPatch, due: np.ndarray, service: int, run: Any, legacy: bool
+) -> dict[int, int]:
+    """The same on a Board with a fake clock: take_next, or take() then admit() per request."""
+    import threading
+
+    import ragbench.workers as w
+
+    clock = [0]
+    monkeypatch.setattr(w, "perf_counter_ns", lambda: clock[0])
+    board = w.Board(bytearray(w.Board.size(len(due))), len(due), threading.Lock())
+    board.reset(due)
+    while True:
+        j = board.take() if legacy else board.take_next(run)
+        if j < 0:
+            break
+        if legacy and due[j] <= clock[0] and w.admit(board, j, run, clock[0]) != w.PENDING:
+            continue
+        board.outcome[j] = COMPLETED
+        clock[0] = max(clock[0], int(due[j])) + service
+    return dict(enumerate(board.outcome.tolist()))
+
+
+def test_the_board_decides_arrivals_as_a_bounded_queue_does(monkeypatch) -> None:
+    from ragbench.workers import OpenRun
+
+    rng = np.random.default_rng(0)
+    for _ in range(120):
+        n = int(rng.integers(1, 300))
+        due = np.cumsum(rng.exponential(int(rng.integers(1, 100)), n)).astype(np.int64) + 1
+        service, timeout, size = (int(rng.integers(1, x)) for x in (2000, 5000, 30))
+        size -= 1  # 0 too: every late arrival rejected
+        want = _queue_model(due.tolist(), service, timeout, size)
+        run = OpenRun(timeout, size, 0)
+        assert _board_run(monkeypatch, due, service, run, legacy=False) == want
+        # take() + admit(), as a worker taking one request at a time does, agree
+        assert _board_run(monkeypatch, due, service, run, legacy=True) == want
+
+
+def test_overload_costs_the_workers_a_small_time_per_arrival(pipe: rb.Pipeline) -> None:
+    pool = ThreadWorkers(pipe, 1)
+    try:
+        run = open_loop(pool, arrivals(100_000.0, 50_000), timeout_s=0.05, queue_size=32)
+    finally:
+        pool.close()
+    counts = np.bincount(run.outcome, minlength=5)
+    assert counts.sum() == 50_000 and counts[0] == 0  # nothing left pending
+    assert counts[REJECTED] > 30_000
+    # taking and admitting cost a fraction of serving: per arrival, well under a request
+    served = run.finish_ns[run.outcome == COMPLETED] - run.dispatch_ns[run.outcome == COMPLETED]
+    assert run.admission_ns / 50_000 < 0.2 * np.median(served)
+
+
+@pytest.mark.integration
+def test_closed_loop_runs_inside_process_workers(tmp_path: Path) -> None:
+    cfg = config(retrieve={"backend": "flat", "index_file": str(tmp_path / "flat.index")})
+    with rb.Pipeline.from_config(cfg) as p:
+        p.setup()
+        pool = ProcessWorkers(p.config, 2, warmup=2)
+        try:
+            run = closed_loop(pool, 3, 0.4, timeout_s=5)
+        finally:
+            pool.close()
+        fields = summarize(run, p, timeout_s=5, workers=2)
+    ok = run.outcome == COMPLETED
+    assert ok.all() and ok.sum() > 20
+    assert all(r is not None for r in run.records)
+    assert (run.dispatch_ns >= run.scheduled_ns).all() and (run.finish_ns > run.dispatch_ns).all()
+    # 3 clients on 2 workers: at most 3 requests in flight at any time (a client sends its
+    # next request at the very ns its last one finished: finishes sort first)
+    events = np.concatenate([-np.ones(ok.sum()), np.ones(ok.sum())])
+    order = np.argsort(np.concatenate([run.finish_ns, run.scheduled_ns]), kind="stable")
+    assert np.cumsum(events[order]).max() <= 3
+    assert fields["recall_at_k"] > 0.9 and fields["dead_workers"] == []
+
+
+def test_a_pool_without_run_closed_is_driven_from_the_caller(pipe: rb.Pipeline) -> None:
+    class Handed:
+        """Only dispatch / poll, as a pool of another kind may offer."""
+
+        def __init__(self, inner: ThreadWorkers) -> None:
+            self.size, self.dispatch, self.poll = inner.size, inner.dispatch, inner.poll
+
+    inner = ThreadWorkers(pipe, 2)
+    try:
+        run = closed_loop(Handed(inner), 2, 0.3, timeout_s=5)
+    finally:
+        inner.close()
+    assert (run.outcome == COMPLETED).all() and run.outcome.size > 10

@@ -109,7 +109,7 @@ def _pools(
             pool: Any
             if kind == "thread":
                 pool = ThreadWorkers(pipe, workers)
-                stack.callback(pool.close)
+                stack.push(_closer(pool))
                 warm(pool, max(1, warmup // workers))
             elif kind == "asyncio":
                 tasks, offloads = aio
@@ -119,10 +119,19 @@ def _pools(
                 stack.callback(pool.close)
             else:
                 pool = ProcessWorkers(pipe.config, workers, warmup=warmup)
-                stack.callback(pool.close)
+                stack.push(_closer(pool))
             pools.append(pool)
             advance(1)
     return pools
+
+
+def _closer(pool: Any) -> Any:
+    """An exit callback closing ``pool``: at once (workers killed) when leaving on an exception."""
+
+    def close(exc_type: Any, exc: Any, tb: Any) -> None:
+        pool.close(now=exc_type is not None)
+
+    return close
 
 
 @click.command()
@@ -217,11 +226,15 @@ def _pools(
 def load(**opts: Any) -> None:
     """Offer increasing load to each configuration and report response time, throughput and stages.
 
+    A level where the load generator did not keep up is marked invalid. A worker that dies or
+    hangs ends the run after that level's record: exit 1. Ctrl-C stops the workers: exit 130.
+
     With --executor ray, load generators run as Ray actors (open loop only), each offering
     its share of every rate; their requests are merged into one curve per configuration.
     """
     from ..pipeline import Pipeline, SharedParts
     from ..traffic import LoadOptions, load_points
+    from ..workers import WorkerFault
 
     check_outputs(opts["out"], opts["plot"])
     mode, levels, tasks, offloads = _asyncio_options(opts)
@@ -282,6 +295,11 @@ def load(**opts: Any) -> None:
                 if writer.records:
                     echo(render(writer.records))
                 raise
+            except WorkerFault as exc:
+                # the level's record is kept and shown; the pool is short of a worker
+                _finish(writer, opts["plot"])
+                click.echo(f"ragbench: {exc}", err=True)
+                raise SystemExit(1) from None
     _finish(writer, opts["plot"])
 
 

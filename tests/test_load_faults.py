@@ -1,0 +1,316 @@
+"""``ragbench load`` as a user runs it, when things go wrong: dead, stopped and interrupted workers.
+
+Each test starts the console script in a child process (from a temporary
+directory), waits for the first level's record in ``--out`` so the next
+level is running, then kills (SIGKILL), stops (SIGSTOP) or interrupts
+(SIGINT) it or one of its worker processes, and checks what a user sees: the
+exit code, the table, stderr, the records kept, and that no process is left.
+The time bounds checked are the ones ``load`` promises (a level ends by
+duration + timeout + grace; Ctrl-C within 2 s), far below the hangs they
+replace (indefinitely; 125 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SMALL = [
+    "--dataset",
+    "synthetic",
+    "--set",
+    "dataset.n=2000",
+    "--set",
+    "dataset.dim=16",
+    "--set",
+    'retrieve.backend="flat"',
+    "--set",
+    'serialize.backend="json"',
+    "--warmup",
+    "3",
+]
+DURATION_S = 1.5
+TIMEOUT_S = 1.0
+
+
+def _children(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if fields[0] != b"Z":
+            parent[int(name)] = int(fields[1])
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    if not out.exists():
+        return []
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+class Load:
+    """``ragbench load`` running in a child process, its output in files."""
+
+    def __init__(self, tmp: Path, *args: str) -> None:
+        self.out = tmp / "load.jsonl"
+        self._stdout, self._stderr = tmp / "stdout.txt", tmp / "stderr.txt"
+        exe = Path(sys.executable).with_name("ragbench")
+        argv = [str(exe), "load", *SMALL, *args, "--out", str(self.out)]
+        with open(self._stdout, "wb") as so, open(self._stderr, "wb") as se:
+            self.proc = subprocess.Popen(argv, cwd=tmp, stdout=so, stderr=se)
+        self.seen: set[int] = set()
+
+    def first_level_done(self) -> None:
+        """Wait until the first level's record is written: the second level is running."""
+        _wait_for(
+            lambda: len(_records(self.out)) >= 1 or self.proc.poll() is not None,
+            240,
+            "the first load level",
+        )
+        assert self.proc.poll() is None, self.stderr
+        self.seen = set(_children(self.proc.pid))
+
+    def workers(self) -> list[int]:
+        """Pids of the worker processes (spawned by multiprocessing, not its resource tracker)."""
+        return sorted(
+            p
+            for p in _children(self.proc.pid)
+            if "multiprocessing" in _cmdline(p) and "resource_tracker" not in _cmdline(p)
+        )
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    @property
+    def stdout(self) -> str:
+        return self._stdout.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self._stderr.read_text()
+
+    def no_process_left(self) -> None:
+        """Every process the run started has ended (the resource tracker may take a moment)."""
+        _wait_for(lambda: not any(_alive(p) for p in self.seen), 5, f"{self.seen} to end")
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Callable[..., Load]]:
+    runs: list[Load] = []
+
+    def start(*args: str) -> Load:
+        runs.append(Load(tmp_path, *args))
+        return runs[-1]
+
+    yield start
+    for run in runs:  # never leave one behind, whatever failed
+        for pid in [run.proc.pid, *_children(run.proc.pid), *run.seen]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        run.proc.wait(timeout=10)
+
+
+def _levels(*args: str) -> list[str]:
+    return [
+        "--duration",
+        str(DURATION_S),
+        "--timeout",
+        str(TIMEOUT_S),
+        *args,
+    ]
+
+
+def _counts_add_up(rec: dict[str, Any]) -> None:
+    total = rec["completed"] + rec["timed_out"] + rec["rejected"] + rec["failed"]
+    assert total == rec["scheduled"], rec
+
+
+@pytest.mark.integration
+def test_a_worker_killed_mid_level_fails_its_requests_and_exits_1(started) -> None:
+    run = started(*_levels("--qps", "100,100,100", "--worker-kind", "process", "--workers", "2"))
+    run.first_level_done()
+    victim = run.workers()[1]
+    time.sleep(0.3)
+    os.kill(victim, signal.SIGKILL)
+    code = run.wait(timeout=60)
+    assert code == 1, run.stderr
+    recs = _records(run.out)
+    assert len(recs) == 2  # the first level, and the one the worker died in; no third
+    first, hit = recs
+    assert first["dead_workers"] == [] and first["failed"] == 0
+    _counts_add_up(hit)
+    # the dead worker always held a request (serving it or waiting for its arrival)
+    assert hit["failed"] >= 1 and hit["completed"] > 0
+    assert len(hit["dead_workers"]) == 1
+    assert not hit["generator_ok"] and f"pid {victim}" in hit["generator_note"]
+    assert "SIGKILL" in hit["generator_note"]
+    # the table of both levels is printed, the level marked invalid; one line on stderr
+    assert "offered QPS" in run.stdout and "INVALID" in run.stdout
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+    assert f"pid {victim}" in run.stderr
+    run.no_process_left()
+
+
+@pytest.mark.integration
+def test_a_stopped_worker_ends_the_level_at_its_deadline_and_is_killed(started) -> None:
+    run = started(*_levels("--qps", "100,100,100", "--worker-kind", "process", "--workers", "2"))
+    run.first_level_done()
+    level_start = time.monotonic()  # the second level started at most ~20 ms ago
+    victim = run.workers()[0]
+    time.sleep(0.3)
+    os.kill(victim, signal.SIGSTOP)
+    code = run.wait(timeout=60)
+    took = time.monotonic() - level_start
+    assert code == 1, run.stderr
+    # the watchdog: the level's end + timeout + grace, then the stopped worker is killed
+    assert took < DURATION_S + TIMEOUT_S + 1.0 + 1.0  # + 1 s for the process to exit
+    recs = _records(run.out)
+    assert len(recs) == 2
+    hit = recs[1]
+    _counts_add_up(hit)
+    assert len(hit["stuck_workers"]) == 1 and hit["failed"] >= 1
+    assert not hit["generator_ok"] and f"pid {victim}" in hit["generator_note"]
+    assert "SIGSTOP" in hit["generator_note"]
+    assert "INVALID" in run.stdout and "Traceback" not in run.stderr
+    assert not _alive(victim)
+    run.no_process_left()
+
+
+@pytest.mark.integration
+def test_a_worker_stopped_for_a_moment_marks_its_level_invalid(started, tmp_path: Path) -> None:
+    from ragbench.plots import figure
+
+    # levels of 30 and 50 requests: one request started late is over their p99
+    run = started(
+        *["--duration", "1", "--timeout", "1", "--qps", "30,50", "--workers", "2"],
+        "--plot",
+        str(tmp_path / "load.png"),
+    )
+    run.first_level_done()
+    victims = run.workers()
+    time.sleep(0.3)
+    for victim in victims:  # each was waiting for the arrival it had taken
+        os.kill(victim, signal.SIGSTOP)
+    time.sleep(0.3)
+    for victim in victims:
+        os.kill(victim, signal.SIGCONT)
+    code = run.wait(timeout=60)
+    assert code == 0, run.stderr
+    ok, late = _records(run.out)
+    _counts_add_up(late)
+    # the requests they were waiting for started ~300 ms late with a worker idle (the first
+    # level may be invalid too on a busy machine: its own dispatch delays are then late)
+    assert ok["generator_ok"] == (ok["generator_note"] is None)
+    assert not late["generator_ok"] and "dispatch delay" in late["generator_note"]
+    assert late["dead_workers"] == [] and late["stuck_workers"] == []
+    (row,) = [line for line in run.stdout.splitlines() if "│" in line and " 50.0 ✗ " in line]
+    assert "INVALID: at 50.0 " in run.stdout
+    # the plot: hollow markers at the invalid levels only, a legend entry saying what they mean
+    ax = figure([ok, late]).axes[0]
+    hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
+    invalid = {r["offered_qps"] for r in (ok, late) if not r["generator_ok"]}
+    assert {float(x) for ln in hollow for x in ln.get_xdata()} == invalid
+    assert any("did not keep up" in t.get_text() for t in ax.get_legend().get_texts())
+    assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
+    run.no_process_left()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_ctrl_c_ends_load_at_once_with_130_and_keeps_the_records(started, kind: str) -> None:
+    run = started(
+        "--duration",
+        "1",
+        "--qps",
+        "50,50,50,50,50,50,50,50",
+        "--worker-kind",
+        kind,
+        "--workers",
+        "2",
+    )
+    run.first_level_done()
+    time.sleep(0.4)
+    sent = time.monotonic()
+    run.proc.send_signal(signal.SIGINT)
+    code = run.wait(timeout=30)
+    took = time.monotonic() - sent
+    assert code == 130, run.stderr
+    assert took < 2.0
+    assert run.stderr.splitlines() == ["ragbench: interrupted; records already written are kept"]
+    recs = _records(run.out)
+    assert 1 <= len(recs) < 8 and all(r["completed"] == r["scheduled"] for r in recs)
+    assert "offered QPS" in run.stdout  # the finished levels' table
+    run.no_process_left()
+
+
+@pytest.mark.integration
+def test_overload_ends_in_time_and_every_request_is_counted_once(started) -> None:
+    # flat over 2 000 x 16 serves ~5-10k requests a second on one worker: 100k is 10-20x
+    run = started(
+        "--duration",
+        "1",
+        "--timeout",
+        "1",
+        "--qps",
+        "100000",
+        "--worker-kind",
+        "process",
+        "--workers",
+        "1",
+    )
+    code = run.wait(timeout=300)
+    assert code == 0, run.stderr
+    (rec,) = _records(run.out)
+    assert rec["scheduled"] == 100_000
+    _counts_add_up(rec)
+    assert rec["rejected"] > 50_000 and rec["completed"] > 1_000 and rec["failed"] == 0
+    # the level ends by duration + timeout + 1 s, however many arrivals were turned away
+    assert rec["window_s"] < 1.0 + 1.0 + 1.0
+    assert rec["achieved_qps"] == pytest.approx(rec["completed"] / rec["window_s"])
