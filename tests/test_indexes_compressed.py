@@ -296,3 +296,37 @@ def test_compressed_payload_layout_is_walked(built, name, tmp_path) -> None:
     write_index_file(tmp_path / "huge.rbi", header, bytes(data))
     with pytest.raises(IndexFileError, match="claims"):
         rb.indexes.load(tmp_path / "huge.rbi")
+
+
+def test_fastscan_remove_ids_breaks_later_adds() -> None:
+    """Why ``ivfpq-fs`` refuses ``delete``: in faiss's own IndexIVFPQFastScan, rows added
+    after a ``remove_ids`` stop being found by their own vectors (all are found without
+    the removes). If this starts failing, faiss fixed it: offer ``delete`` again."""
+    import faiss
+
+    from ragbench.errors import UnsupportedOperationError
+
+    x = np.random.default_rng(0).standard_normal((3000, 32)).astype(np.float32)
+
+    def self_found(remove: bool) -> float:
+        index = faiss.IndexIVFPQFastScan(faiss.IndexFlatL2(32), 32, 8, 16, 4)
+        index.train(x)
+        index.add_with_ids(x[:2000], np.arange(2000))
+        index.nprobe = 8
+        kept = []
+        for b in range(10):
+            ids = np.arange(2000 + 40 * b, 2040 + 40 * b)
+            index.add_with_ids(x[ids], ids)
+            if remove:
+                index.remove_ids(np.concatenate([ids[:15], np.arange(b * 20, b * 20 + 5)]))
+            kept.append(ids[15:])
+        rows = np.concatenate(kept)
+        _, found = index.search(x[rows], 1)
+        return float((found[:, 0] == rows).mean())
+
+    assert self_found(remove=False) == 1.0
+    assert self_found(remove=True) < 0.9
+    index = rb.indexes.create("ivfpq-fs", dim=DIM, nlist=8)
+    index.build(VECTORS)
+    with pytest.raises(UnsupportedOperationError, match="remove_ids breaks later adds"):
+        index.delete([0])

@@ -286,9 +286,9 @@ class IvfPqFastScanIndex(_PqMixin):
     name: ClassVar[str] = "ivfpq-fs"
     delete_mode: ClassVar[str | None] = None
     no_delete_reason: ClassVar[str] = (
-        "faiss's IndexIVFPQFastScan remove_ids breaks later adds (measured with faiss "
-        "1.15.1: after interleaved add_with_ids/remove_ids, a quarter of the rows added "
-        "are no longer found by their own vectors)"
+        "faiss's IndexIVFPQFastScan remove_ids breaks later adds (faiss 1.15.1: after "
+        "interleaved add_with_ids/remove_ids, about a quarter of the rows added are no "
+        "longer their own vector's nearest neighbour)"
     )
     build_defaults: ClassVar[dict[str, Any]] = {**_IvfCompressed.build_defaults, "m": None}
     faiss_class: ClassVar[Any] = faiss.IndexIVFPQFastScan
