@@ -76,12 +76,30 @@ def recall(got: np.ndarray, truth: np.ndarray) -> float:
 # HNSW's selector only drops rows from the result heap (0.80 at 5 %); IVF scans
 # nprobe=8 of ~128 lists (0.81 unfiltered), fewer allowed rows at 5 % (0.47); LSH
 # ranks by Hamming distance (0.70 unfiltered).
+#
+# The compressed backends rank by their codes' approximate scores and are meant to
+# be re-scored exactly afterwards (the rerank stage); these floors are for their
+# raw ranking, before any re-scoring, so they sit below their float32 siblings'
+# where the code loses information (measured post / in-graph recall at 50 % and
+# 5 %: recall(search(Q, K, filter=mask_of(s, ...), strategy=st)) on this module's
+# data, as test_only_allowed_ids_and_recall computes it): ivfpq (m=8 x 8 bits: 8 bytes
+# for 64 floats) 0.64 / 0.47; ivfpq-fs (4-bit codes, 8-bit look-up tables)
+# 0.42 / 0.43; ivf-sq8 as ivf (0.78 / 0.48); hnsw-sq and hnsw-fp16 as faiss-hnsw
+# (0.98 / 0.79); binary-flat and binary-hnsw keep 64 sign bits only, 0.34 / 0.37
+# (0.32 unfiltered). They offer no 'pre' (no float32 vectors kept).
 FLOORS = {
     "flat": (0.99, 0.99),
     "hnsw": (0.9, 0.9),
     "faiss-hnsw": (0.9, 0.7),
     "ivf": (0.7, 0.4),
     "lsh": (0.6, 0.5),
+    "ivfpq": (0.5, 0.35),
+    "ivfpq-fs": (0.3, 0.3),
+    "ivf-sq8": (0.7, 0.4),
+    "hnsw-sq": (0.9, 0.7),
+    "hnsw-fp16": (0.9, 0.7),
+    "binary-flat": (0.25, 0.25),
+    "binary-hnsw": (0.25, 0.25),
 }
 
 
@@ -201,6 +219,41 @@ def test_bad_filters_raise(name: str) -> None:
         idx.search(Q, K, filter=mask_of(0.5, 1), strategy="sideways")
     with pytest.raises(InputError, match="needs filter"):
         idx.search(Q, K, strategy="post")
+
+
+COMPRESSED = ("ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "hnsw-fp16", "binary-flat", "binary-hnsw")
+
+
+def test_pre_only_where_the_float32_vectors_are() -> None:
+    with_pre = {n for n in DENSE if "pre" in rb.indexes.create(n, dim=DIM).filter_strategies}  # type: ignore[attr-defined]
+    assert with_pre == {"flat", "hnsw", "faiss-hnsw", "ivf"}
+    for name in COMPRESSED:
+        idx = built(name)
+        assert idx.filter_strategies == ("post", "in-graph")
+        with pytest.raises(ConfigError, match=r"'pre' is not supported; supported: auto, post"):
+            idx.search(Q, K, filter=mask_of(0.5, 1), strategy="pre")
+        # auto never needs the vectors, even for a tiny allow-list
+        ids, _ = idx.search(Q[:2], K, filter=np.array([3, 17]))
+        assert set(ids[ids >= 0].tolist()) <= {3, 17}
+
+
+def _hamming_topk(mask: np.ndarray, k: int) -> np.ndarray:
+    """Negated Hamming distances of the k nearest allowed sign codes, numpy only."""
+    xb = X > 0
+    qb = Q > 0
+    dist = (qb[:, None, :] != xb[None, :, :]).sum(axis=2).astype(np.float32)
+    dist[:, ~mask] = np.inf
+    return -np.sort(dist, axis=1)[:, :k]
+
+
+@pytest.mark.parametrize("strategy", ["in-graph", "post"])
+def test_binary_flat_filtered_is_exact_hamming(strategy: str) -> None:
+    idx = built("binary-flat")
+    mask = mask_of(0.05, seed=9)
+    ids, scores = idx.search(Q, K, filter=mask, strategy=strategy)
+    assert mask[ids].all()
+    # Hamming ties make the ids ambiguous; the distances are not.
+    np.testing.assert_array_equal(scores, _hamming_topk(mask, K))
 
 
 def test_unsupported_strategy_names_the_supported_ones() -> None:

@@ -268,3 +268,65 @@ def test_scale_tunes_compressed_with_rescoring_and_automatic_nlist() -> None:
     assert by["ivfpq"]["recall"] > by["ivfpq"]["recall_before_rescore"]
     assert by["ivfpq"]["rescore_bytes_per_vector"] == 32 * 4
     assert by["ivfpq"]["code_bytes_per_vector"] == 4  # m = 32 // 8, 8 bits
+
+
+@pytest.mark.parametrize("name", ["ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "hnsw-fp16"])
+def test_compressed_payload_layout_is_walked(built, name, tmp_path) -> None:
+    """Saved compressed faiss indexes load back, and their payload is walked before faiss
+    reads it: a length field claiming more bytes than exist, or bytes after the index,
+    are refused even under a valid checksum (faiss itself would allocate / ignore them)."""
+    from ragbench.errors import IndexFileError
+    from ragbench.indexes.persist import read_index_file, write_index_file
+
+    path = tmp_path / "index.rbi"
+    built[name].save(path)
+    loaded = rb.indexes.load(path)
+    np.testing.assert_array_equal(loaded.search(QUERIES, K)[0], built[name].search(QUERIES, K)[0])
+    header, payload = read_index_file(path)
+    for key in ("magic", "format_version", "payload"):
+        header.pop(key)
+    write_index_file(tmp_path / "extra.rbi", header, bytes(payload) + b"\0" * 8)
+    with pytest.raises(IndexFileError, match="bytes after the index"):
+        rb.indexes.load(tmp_path / "extra.rbi")
+    data = bytearray(payload)
+    # the quantizer's vector count sits after the IVF header; HNSW's assign_probas count
+    # right after the index header: both 8-byte counts claiming 10**12 items
+    at = 4 + 33 + 16 + 4 + 33 if name.startswith("ivf") else 4 + 33
+    data[at : at + 8] = (10**12).to_bytes(8, "little")
+    write_index_file(tmp_path / "huge.rbi", header, bytes(data))
+    with pytest.raises(IndexFileError, match="claims"):
+        rb.indexes.load(tmp_path / "huge.rbi")
+
+
+def test_fastscan_remove_ids_breaks_later_adds() -> None:
+    """Why ``ivfpq-fs`` refuses ``delete``: in faiss's own IndexIVFPQFastScan, rows added
+    after a ``remove_ids`` stop being found by their own vectors (all are found without
+    the removes). If this starts failing, faiss fixed it: offer ``delete`` again."""
+    import faiss
+
+    from ragbench.errors import UnsupportedOperationError
+
+    x = np.random.default_rng(0).standard_normal((3000, 32)).astype(np.float32)
+
+    def self_found(remove: bool) -> float:
+        index = faiss.IndexIVFPQFastScan(faiss.IndexFlatL2(32), 32, 8, 16, 4)
+        index.train(x)
+        index.add_with_ids(x[:2000], np.arange(2000))
+        index.nprobe = 8
+        kept = []
+        for b in range(10):
+            ids = np.arange(2000 + 40 * b, 2040 + 40 * b)
+            index.add_with_ids(x[ids], ids)
+            if remove:
+                index.remove_ids(np.concatenate([ids[:15], np.arange(b * 20, b * 20 + 5)]))
+            kept.append(ids[15:])
+        rows = np.concatenate(kept)
+        _, found = index.search(x[rows], 1)
+        return float((found[:, 0] == rows).mean())
+
+    assert self_found(remove=False) == 1.0
+    assert self_found(remove=True) < 0.9
+    index = rb.indexes.create("ivfpq-fs", dim=DIM, nlist=8)
+    index.build(VECTORS)
+    with pytest.raises(UnsupportedOperationError, match="remove_ids breaks later adds"):
+        index.delete([0])

@@ -2,9 +2,11 @@
 
 faiss trusts the sizes in its own format: a vector length field claiming
 3 GB makes it allocate and zero 3 GB before it notices the file is 5 MB. This
-module reads the layout of the four index types ragbench writes
-(``IndexFlat``, ``IndexHNSWFlat``, ``IndexIVFFlat``, ``IndexLSH``; format of
-faiss ``impl/index_write.cpp``) and checks, before faiss sees a byte:
+module reads the layout of the index types ragbench writes (``IndexFlat``,
+``IndexHNSWFlat``, ``IndexIVFFlat``, ``IndexLSH`` and the compressed
+``IndexIVFPQ``, ``IndexIVFPQFastScan``, ``IndexIVFScalarQuantizer``,
+``IndexHNSWSQ``; format of faiss ``impl/index_write.cpp``) and checks,
+before faiss sees a byte:
 
 * every length field fits in the bytes that are left, and the walk ends
   exactly at the end of the payload;
@@ -102,7 +104,7 @@ def _flat(r: _Reader, dim: int, count: int) -> None:
     _finite(r, codes, "vectors")
 
 
-def _hnsw(r: _Reader, dim: int, count: int) -> None:
+def _hnsw_graph(r: _Reader, dim: int, count: int) -> None:
     _index_header(r, dim, count)
     r.vector(8)  # assign_probas (double)
     r.vector(4)  # cum_nneighbor_per_level (int)
@@ -112,10 +114,25 @@ def _hnsw(r: _Reader, dim: int, count: int) -> None:
         raise r.fail("holds neighbour offsets that are not one per item")
     r.vector(4)  # neighbors (int)
     r.unpack("<5i")  # entry_point, max_level, efConstruction, efSearch, upper_beam
+
+
+def _hnsw(r: _Reader, dim: int, count: int) -> None:
+    _hnsw_graph(r, dim, count)
     _flat(r, dim, count)
 
 
-def _ivf(r: _Reader, dim: int, count: int) -> None:
+def _hnsw_sq(r: _Reader, dim: int, count: int) -> None:
+    _hnsw_graph(r, dim, count)
+    if r.fourcc() != b"IxSQ":
+        raise r.fail("does not hold the expected IndexScalarQuantizer")
+    _index_header(r, dim, count)
+    code_size = _sq(r, dim)
+    if len(r.vector(1)) != count * code_size:
+        raise r.fail(f"holds codes that are not {count} x {code_size} bytes")
+
+
+def _ivf_header(r: _Reader, dim: int, count: int) -> int:
+    """The IVF header (index header, nlist, flat quantizer, direct map); returns nlist."""
     _index_header(r, dim, count)
     nlist, _ = r.unpack("<QQ")  # nlist, nprobe
     if not 1 <= nlist <= max(1, count):
@@ -129,15 +146,82 @@ def _ivf(r: _Reader, dim: int, count: int) -> None:
     r.vector(8)
     if kind == 2:
         r.vector(16)
-    _inverted_lists(r, dim, count, nlist)
+    return int(nlist)
 
 
-def _inverted_lists(r: _Reader, dim: int, count: int, nlist: int) -> None:
+def _ivf(r: _Reader, dim: int, count: int) -> None:
+    nlist = _ivf_header(r, dim, count)
+    _inverted_lists(r, count, nlist, dim * 4, floats=True)
+
+
+def _pq(r: _Reader, dim: int) -> int:
+    """A ProductQuantizer (d, M, nbits, centroids); returns its code size in bytes."""
+    d, m, nbits = r.unpack("<QQQ")
+    if d != dim or not 1 <= m <= dim or dim % m or not 1 <= nbits <= 16:
+        raise r.fail(f"holds a product quantizer with d={d}, M={m}, nbits={nbits}")
+    centroids = r.vector(4)
+    if len(centroids) != 4 * dim * 2**nbits:
+        raise r.fail(f"holds {len(centroids)} bytes of PQ centroids")
+    _finite(r, centroids, "PQ centroids")
+    return int((m * nbits + 7) // 8)
+
+
+def _sq(r: _Reader, dim: int) -> int:
+    """A ScalarQuantizer (qtype, range stat, d, code size, ranges); returns the code size."""
+    r.unpack("<iif")  # qtype, rangestat, rangestat_arg
+    d, code_size = r.unpack("<QQ")
+    if d != dim or not 1 <= code_size <= 4 * dim:
+        raise r.fail(f"holds a scalar quantizer with d={d}, code_size={code_size}")
+    _finite(r, r.vector(4), "scalar quantizer ranges")
+    return int(code_size)
+
+
+def _ivf_pq(r: _Reader, dim: int, count: int) -> None:
+    nlist = _ivf_header(r, dim, count)
+    r.one("<?")  # by_residual
+    code_size = r.one("<Q")
+    if _pq(r, dim) != code_size:
+        raise r.fail(f"says code_size={code_size}, which its product quantizer does not give")
+    _inverted_lists(r, count, nlist, code_size, floats=False)
+
+
+def _ivf_sq(r: _Reader, dim: int, count: int) -> None:
+    nlist = _ivf_header(r, dim, count)
+    code_size = _sq(r, dim)
+    if r.one("<Q") != code_size:
+        raise r.fail("has a code size that disagrees with its scalar quantizer")
+    r.one("<?")  # by_residual
+    _inverted_lists(r, count, nlist, code_size, floats=False)
+
+
+def _ivf_pq_fastscan(r: _Reader, dim: int, count: int) -> None:
+    nlist = _ivf_header(r, dim, count)
+    r.one("<?")  # by_residual
+    r.one("<Q")  # code_size
+    bbs, _ = r.unpack("<iQ")  # bbs, M2
+    r.unpack("<iQ")  # implem, qbs2
+    _pq(r, dim)
+    if r.fourcc() != b"ilbl":
+        raise r.fail("does not hold block inverted lists")
+    got_nlist, _, n_per_block, block_size = r.unpack("<QQQQ")
+    if got_nlist != nlist or n_per_block != bbs or not 1 <= block_size <= 1 << 20:
+        raise r.fail(f"block inverted lists say nlist={got_nlist}, n_per_block={n_per_block}")
+    total = 0
+    for _ in range(nlist):
+        n = len(r.vector(8)) // 8  # ids
+        total += n
+        if len(r.vector(1)) != -(-n // n_per_block) * block_size:
+            raise r.fail("holds a code block list that does not match its ids")
+    if total != count:
+        raise r.fail(f"block inverted lists hold {total} items, {count} expected")
+
+
+def _inverted_lists(r: _Reader, count: int, nlist: int, code_size: int, floats: bool) -> None:
     if r.fourcc() != b"ilar":
         raise r.fail("does not hold array inverted lists")
-    got_nlist, code_size = r.unpack("<QQ")
-    if got_nlist != nlist or code_size != dim * 4:
-        raise r.fail(f"inverted lists say nlist={got_nlist}, code_size={code_size}")
+    got_nlist, got_code_size = r.unpack("<QQ")
+    if got_nlist != nlist or got_code_size != code_size:
+        raise r.fail(f"inverted lists say nlist={got_nlist}, code_size={got_code_size}")
     layout = r.fourcc()
     sizes = np.frombuffer(r.vector(8), dtype="<u8")
     if layout == b"full":
@@ -154,7 +238,9 @@ def _inverted_lists(r: _Reader, dim: int, count: int, nlist: int) -> None:
         raise r.fail(f"inverted lists hold {int(lengths.sum())} items, {count} expected")
     for n in lengths.tolist():
         if n:
-            _finite(r, r.take(n * code_size), "vectors")
+            codes = r.take(n * code_size)
+            if floats:
+                _finite(r, codes, "vectors")
             r.take(n * 8)  # ids
 
 
@@ -175,7 +261,15 @@ def _lsh(r: _Reader, dim: int, count: int) -> None:
         raise r.fail(f"holds codes that are not {count} x {code_size} bytes")
 
 
-_WALKERS = {b"IHNf": _hnsw, b"IwFl": _ivf, b"IxHe": _lsh}
+_WALKERS = {
+    b"IHNf": _hnsw,
+    b"IwFl": _ivf,
+    b"IxHe": _lsh,
+    b"IwPQ": _ivf_pq,
+    b"IwSq": _ivf_sq,
+    b"IwPf": _ivf_pq_fastscan,
+    b"IHNs": _hnsw_sq,
+}
 
 
 def check_faiss_payload(payload: memoryview, dim: int, count: int, what: str) -> bytes:

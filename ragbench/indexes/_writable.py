@@ -62,8 +62,31 @@ from ._live import (
 __all__ = ["DELETE_BACKENDS", "LiveVectorIndex", "WRITE_BACKENDS"]
 
 #: Backends whose ``add`` / ``delete`` work (named in the errors of those that cannot).
-WRITE_BACKENDS = ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh", "minhash-lsh")
-DELETE_BACKENDS = ("flat", "hnsw", "ivf", "lsh", "minhash-lsh")
+WRITE_BACKENDS = (
+    "flat",
+    "hnsw",
+    "faiss-hnsw",
+    "ivf",
+    "lsh",
+    "minhash-lsh",
+    "ivfpq",
+    "ivfpq-fs",
+    "ivf-sq8",
+    "hnsw-sq",
+    "hnsw-fp16",
+    "binary-flat",
+    "binary-hnsw",
+)
+DELETE_BACKENDS = (
+    "flat",
+    "hnsw",
+    "ivf",
+    "lsh",
+    "minhash-lsh",
+    "ivfpq",
+    "ivf-sq8",
+    "binary-flat",
+)
 
 
 class LiveVectorIndex(VectorIndex):

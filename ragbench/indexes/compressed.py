@@ -32,6 +32,20 @@ cosine's normalisation does not change a sign), ``dim`` bits padded with zero
 bits to whole bytes; they support ``ip`` and ``cosine`` and score by the
 **negated Hamming distance**, like ``lsh``: a candidate generator whose
 results the rerank stage re-scores.
+
+Filtered search and live writes (see :mod:`ragbench.indexes._writable`):
+every compressed backend offers the ``post`` and ``in-graph`` strategies
+(``auto`` = ``in-graph``; faiss's ``IDSelectorBitmap`` in the call's
+``SearchParametersIVF`` / ``SearchParametersHNSW`` / ``SearchParameters``),
+never ``pre``: that is exact over the allowed rows' float32 vectors, which
+these indexes do not keep. ``add`` works on all seven (codes are encoded with
+the trained quantizers; the IVF lists take ``add_with_ids``). ``delete``:
+``ivfpq`` and ``ivf-sq8`` mark the rows and call ``remove_ids`` (as ``ivf``),
+``binary-flat`` calls ``remove_ids`` (rows after it shift down, as ``flat``);
+``hnsw-sq``, ``hnsw-fp16`` and ``binary-hnsw`` raise
+UnsupportedOperationError (faiss's HNSW graphs have no ``remove_ids``), and so
+does ``ivfpq-fs``: faiss's fast-scan ``remove_ids`` repacks the 32-row code
+blocks, and rows added after it are then missed by their own vectors.
 """
 
 from __future__ import annotations
@@ -42,10 +56,12 @@ import faiss
 import numpy as np
 
 from .. import progress
-from ..errors import ConfigError, IndexFileError
+from ..errors import ConfigError, IndexFileError, UnsupportedOperationError
 from ..threads import get_threads
 from ..validate import check_k, positive_int
-from ._common import F32, I64, INF, VectorIndex, batch_is_finite, build_step, fix_padding
+from ._common import F32, I64, INF, batch_is_finite, build_step, fix_padding
+from ._live import IdSpace
+from ._writable import LiveVectorIndex
 from .faiss_indexes import FaissHnswIndex, IvfIndex
 
 __all__ = [
@@ -95,12 +111,26 @@ def _check_train_params(owner: str, params: dict[str, Any]) -> None:
 
 
 class _Sampled:
-    """Shared by the trained backends: the sample, its facts in ``info()``, the code size."""
+    """Shared by the compressed backends: the sample, its facts in ``info()``, the code size.
+
+    Also their filter strategies: ``post`` and ``in-graph`` only. ``pre`` is
+    exact over the allowed rows' float32 vectors, which these indexes do not
+    keep (only their codes), so it is refused (ConfigError naming the
+    strategies offered); ``auto`` takes ``in-graph``.
+    """
 
     name: ClassVar[str]
     build_params: dict[str, Any]
     _index: Any
     _train_rows: int = 0
+    filter_strategies: ClassVar[tuple[str, ...]] = ("post", "in-graph")
+    default_strategy: ClassVar[str] = "in-graph"
+
+    def _read_vectors(self, space: IdSpace) -> np.ndarray:
+        raise UnsupportedOperationError(
+            f"index {self.name!r}: the 'pre' filter strategy needs the float32 vectors, "
+            "which a compressed index does not keep (only their codes)"
+        )
 
     def _sample(self, vectors: np.ndarray) -> np.ndarray:
         p = self.build_params
@@ -249,9 +279,17 @@ class IvfPqFastScanIndex(_PqMixin):
     Parameters as ``ivfpq`` without ``nbits`` (always 4). The look-up tables
     are quantized to 8 bits, so scores are coarser than ``ivfpq``'s: re-score.
     Code: ``ceil(m / 2)`` bytes per vector (lists are padded to blocks of 32).
+    ``add`` works; ``delete`` raises UnsupportedOperationError (see the module
+    docstring: faiss's fast-scan ``remove_ids`` breaks later adds).
     """
 
     name: ClassVar[str] = "ivfpq-fs"
+    delete_mode: ClassVar[str | None] = None
+    no_delete_reason: ClassVar[str] = (
+        "faiss's IndexIVFPQFastScan remove_ids breaks later adds (faiss 1.15.1: after "
+        "interleaved add_with_ids/remove_ids, about a quarter of the rows added are no "
+        "longer their own vector's nearest neighbour)"
+    )
     build_defaults: ClassVar[dict[str, Any]] = {**_IvfCompressed.build_defaults, "m": None}
     faiss_class: ClassVar[Any] = faiss.IndexIVFPQFastScan
 
@@ -298,6 +336,9 @@ class HnswSqIndex(_Sampled, FaissHnswIndex):
     """
 
     name: ClassVar[str] = "hnsw-sq"
+    no_delete_reason: ClassVar[str] = (
+        "faiss's IndexHNSWSQ has no remove_ids (its graph links cannot be undone)"
+    )
     build_defaults: ClassVar[dict[str, Any]] = {
         "M": 16,
         "ef_construction": 200,
@@ -350,12 +391,18 @@ class HnswFp16Index(HnswSqIndex):
 # -------------------------------------------------------------------- binary codes
 
 
-class BinaryFlatIndex(_Sampled, VectorIndex):
+class BinaryFlatIndex(_Sampled, LiveVectorIndex):
     """faiss ``IndexBinaryFlat``: exhaustive Hamming search over sign bits.
 
     No build or query parameters and no training. Metrics ``ip`` and
     ``cosine``; scores are negated Hamming distances (``0`` to ``-bits``).
     Code: ``ceil(dim / 8)`` bytes per vector.
+
+    Filters: ``post`` and ``in-graph`` (an ``IDSelectorBitmap`` in
+    ``SearchParameters``: the scan skips disallowed rows, so it is the exact
+    Hamming top-k of the allowed rows); no ``pre`` (no float32 vectors kept).
+    ``add`` appends sign codes; ``delete`` is ``remove_ids`` (the rows after
+    shift down; ids kept). Writes hold searches off as in ``flat``.
     """
 
     name: ClassVar[str] = "binary-flat"
@@ -363,6 +410,7 @@ class BinaryFlatIndex(_Sampled, VectorIndex):
     supported_metrics: ClassVar[tuple[str, ...]] = ("ip", "cosine")
     payload_format: ClassVar[str] = "faiss.serialize_index_binary"
     faiss_class: ClassVar[Any] = faiss.IndexBinaryFlat
+    delete_mode: ClassVar[str | None] = "compact"
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
@@ -370,12 +418,19 @@ class BinaryFlatIndex(_Sampled, VectorIndex):
         self._bits = -(-self.dim // 8) * 8
         self._memory: int | None = None
         self._last_call: tuple[Any, Any] = (_UNSET, None)
+        # (live count, labels_ext or None) of the published id snapshot.
+        self._state: tuple[int, np.ndarray | None] = (0, None)
+        self._init_live()
 
     def _new_index(self) -> Any:
         return faiss.IndexBinaryFlat(self._bits)
 
     def _params_for(self, compiled: Any, k: int) -> Any:
         return None
+
+    def _selector_params(self, compiled: Any, k: int, sel: Any) -> Any:
+        """``SearchParameters`` restricted by ``sel`` (faiss's binary indexes honour it)."""
+        return faiss.SearchParameters(sel=sel)  # type: ignore[call-arg]
 
     @staticmethod
     def codes(vectors: np.ndarray) -> np.ndarray:
@@ -401,7 +456,11 @@ class BinaryFlatIndex(_Sampled, VectorIndex):
 
     def _set_index(self, index: Any) -> None:
         self._index = index
-        self._n = int(index.ntotal)
+        self._memory = None
+        self._publish_built(int(index.ntotal))
+
+    def _on_space(self, space: IdSpace) -> None:
+        self._state = (space.live, space.labels_ext())
         self._memory = None
 
     def _compiled_for(self, ef: Any, params: dict[str, Any]) -> Any:
@@ -415,23 +474,47 @@ class BinaryFlatIndex(_Sampled, VectorIndex):
         return compiled
 
     def search(
-        self, queries: Any, k: int, ef: Any = _UNSET, **params: Any
+        self,
+        queries: Any,
+        k: int,
+        ef: Any = _UNSET,
+        filter: Any = None,
+        strategy: Any = None,
+        **params: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` by Hamming distance of the queries' sign bits.
+        """Top-``k`` by Hamming distance of the queries' sign bits, optionally filtered.
 
         Args:
             queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
             k: results per query, ``1 <= k <= ntotal``.
             ef: ``binary-hnsw``'s beam width (raised to ``k``); others raise ConfigError.
+            filter, strategy: the allow-list and how to apply it (``post`` or
+                ``in-graph``), see :mod:`ragbench.indexes._writable`.
 
         Returns:
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)`` (negated
             Hamming distances), best first; ``-1`` / ``-inf`` where fewer were found.
         """
-        compiled = self._compiled_for(ef, params)
+        gate = self._gate
+        active = gate.active
+        active.append(None)
+        if gate.writing:
+            active.pop()
+            gate.wait_enter()
+        try:
+            compiled = self._compiled_for(ef, params)
+            if filter is None and strategy is None:
+                return self._search(queries, k, compiled)
+            return self._search_filtered(queries, k, compiled, filter, strategy)
+        finally:
+            active.pop()
+
+    def _search(self, queries: Any, k: Any, compiled: Any) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` without a filter, inside the gate."""
         index = self._index
         if index is None:
             raise self._not_built()
+        live, labels_ext = self._state
         q = queries
         if not (
             type(q) is _ndarray
@@ -442,21 +525,56 @@ class BinaryFlatIndex(_Sampled, VectorIndex):
         ):
             q = self._checked(q)
         n = q.shape[0]
-        if type(k) is not int or k < 1 or k > self._n:
-            k = check_k(k, self._n)
+        if type(k) is not int or k < 1 or k > live:
+            k = check_k(k, live)
         if n == 0:
             return np.empty((0, k), I64), np.empty((0, k), F32)
+        ids, scores = self._lib_search(q, k, self._params_for(compiled, k))
+        if labels_ext is not None:
+            ids = labels_ext[ids]
+        return ids, scores
+
+    def _lib_search(self, q: np.ndarray, k: int, params: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Positions and negated Hamming distances of the top ``k``, ``-1``/``-inf`` padded."""
+        n = q.shape[0]
         if n > 1:
             _sync_threads()
         codes = self.codes(q)
         dist = np.empty((n, k), np.int32)
         ids = np.empty((n, k), I64)
         sw = faiss.swig_ptr
-        index.search_c(n, sw(codes), k, sw(dist), sw(ids), self._params_for(compiled, k))
+        self._index.search_c(n, sw(codes), k, sw(dist), sw(ids), params)
         scores = np.negative(dist, dtype=F32)
         if ids.item(-1) < 0 or (n > 1 and (ids[:, k - 1] < 0).any()):
             fix_padding(ids, scores)
         return ids, scores
+
+    # -- filtered search and writes (see ragbench.indexes._writable) -----------------
+
+    def _prepare_queries(self, queries: Any) -> np.ndarray:
+        return self._checked(queries)
+
+    def _raw_search(
+        self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if compiled is None:
+            compiled = self._default_compiled
+        if allow is None:
+            return self._lib_search(q, k, self._params_for(compiled, k))
+        bits = np.packbits(allow, bitorder="little")
+        sel = faiss.IDSelectorBitmap(allow.size, faiss.swig_ptr(bits))
+        out = self._lib_search(q, k, self._selector_params(compiled, k, sel))
+        del bits, sel  # alive until faiss returned
+        return out
+
+    def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
+        _sync_threads()
+        self._index.add(self.codes(vectors))
+
+    def _lib_delete(self, positions: np.ndarray) -> None:
+        removed = int(self._index.remove_ids(positions))
+        if removed != positions.size:
+            raise RuntimeError(f"faiss removed {removed} of {positions.size} rows")
 
     def _checked(self, q: Any) -> np.ndarray:
         if (
@@ -516,9 +634,17 @@ class BinaryHnswIndex(BinaryFlatIndex):
 
     Build parameters ``M`` (default 16) and ``ef_construction`` (200); query
     parameter ``ef`` (default 64, raised to ``k``). Scores as ``binary-flat``.
+
+    Filters: ``post`` and ``in-graph`` (the selector in ``SearchParametersHNSW``
+    with the call's ``ef``). ``add`` inserts into the graph; no ``delete``
+    (UnsupportedOperationError: faiss has no ``remove_ids`` for it).
     """
 
     name: ClassVar[str] = "binary-hnsw"
+    delete_mode: ClassVar[str | None] = None
+    no_delete_reason: ClassVar[str] = (
+        "faiss's IndexBinaryHNSW has no remove_ids (its graph links cannot be undone)"
+    )
     build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200}
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
     faiss_class: ClassVar[Any] = faiss.IndexBinaryHNSW
@@ -549,3 +675,6 @@ class BinaryHnswIndex(BinaryFlatIndex):
         if sp is None:
             sp = self._sp_cache[ef] = faiss.SearchParametersHNSW(efSearch=ef)  # type: ignore[attr-defined]
         return sp
+
+    def _selector_params(self, compiled: Any, k: int, sel: Any) -> Any:
+        return faiss.SearchParametersHNSW(efSearch=max(compiled, k), sel=sel)  # type: ignore[attr-defined]
