@@ -853,7 +853,7 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
     ]
     # the LLM call's own TTFT, and beside it how late the asyncio workers' loops ran
     extra = [k for k in _LOAD_EXTRA if any(r.get(f"{k}_us") is not None for r in records)]
-    heads += [_LOAD_EXTRA[k] for k in extra] + ["recall@k"]
+    heads += [_LOAD_EXTRA[k] for k in extra] + ["recall@k", "recall p10"]
     cols = [("configuration", "left")] + [(h, "right") for h in heads]
     rows = []
     for r in records:
@@ -866,6 +866,7 @@ def load_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str
         row += [_ms_ci(r, "response_p50"), _ms_ci(r, "response_p99"), _ms(r["response_all_p99_us"])]
         row += [_ms(r["service_p50_us"]), num(r["dispatch_delay_p99_us"])]
         row += [_ms(r.get(f"{k}_us")) for k in extra] + [num(r["recall_at_k"])]
+        row.append(num(r.get("recall_p10")))
         rows.append(row)
     lines = [text_table(_load_title(records), cols, rows, width=width)]
     reps = max(int(r.get("repeats") or 1) for r in records)

@@ -250,6 +250,11 @@ def test_process_workers_load_the_saved_index_and_serve(tmp_path: Path) -> None:
     assert index_file.stat().st_mtime_ns == built  # the workers loaded it, none rebuilt it
     assert fields["completed"] == 40
     assert fields["recall_at_k"] > 0.9
+    # recall as a distribution: one value per completed request, each from its own hits
+    per_query = fields["recall_per_query"]
+    assert len(per_query) == 40 and all(0.0 <= v <= 1.0 for v in per_query)
+    assert fields["recall_p10"] == pytest.approx(float(np.percentile(per_query, 10)))
+    assert min(per_query) <= fields["recall_p10"] <= fields["recall_at_k"]
     # a set-up pipeline over the file loads it rather than building
     with rb.Pipeline.from_config(cfg) as again:
         again.setup()
