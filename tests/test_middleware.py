@@ -370,3 +370,58 @@ def test_readme_service_example_runs(tmp_path: Path) -> None:
     assert {name: s["count"] for name, s in stats.items()} == dict.fromkeys([*STAGES, "total"], 50)
     assert stats["generate"]["p50_ms"] >= 20  # the example's LLM call sleeps 20 ms
     json.dumps(stats)
+
+
+@pytest.mark.integration
+def test_the_middleware_in_a_fastapi_app() -> None:
+    """The same middleware added the FastAPI way: async and plain ``def`` endpoints, 50 at a time."""
+    fastapi = pytest.importorskip("fastapi", reason="needs ragbench[dev]")
+    timer = StageTimer(STAGES)
+    app = fastapi.FastAPI()
+    app.add_middleware(TimingMiddleware, timer=timer)
+    truth: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def stage(rid: str, name: str) -> None:  # ground truth: the stage's own clock around it
+        t0 = time.perf_counter_ns()
+        time.sleep(SLEEPS[name])
+        timer.mark(name)
+        truth.setdefault(rid, {})[name] = (t0, time.perf_counter_ns())
+
+    @app.get("/async")
+    async def awaiting(rid: str) -> dict[str, bool]:
+        timer.annotate({"rid": rid})
+        await asyncio.to_thread(stage, rid, "embed")
+        for name in STAGES[1:]:
+            t0 = time.perf_counter_ns()
+            await asyncio.sleep(SLEEPS[name])
+            timer.mark(name)
+            truth.setdefault(rid, {})[name] = (t0, time.perf_counter_ns())
+        return {"ok": True}
+
+    @app.get("/plain")  # FastAPI runs a plain def endpoint in its thread pool
+    def plain(rid: str) -> dict[str, bool]:
+        timer.annotate({"rid": rid})
+        for name in STAGES:
+            stage(rid, name)
+        return {"ok": True}
+
+    paths = ["/async", "/plain"] * 50
+    with serving(app) as base:
+        responses = asyncio.run(fire(base, paths))
+    assert [r.status_code for r in responses] == [200] * len(paths)
+    assert len(timer) == len(paths)
+    for response in responses:
+        rid = str(response.request.url.params["rid"])
+        header = parse_server_timing(response.headers.get("server-timing"))
+        assert list(header) == STAGES
+        for j, name in enumerate(STAGES):
+            lo, hi = truth[rid][name]
+            assert header[name] >= SLEEPS[name] * 1e9 and hi - lo >= SLEEPS[name] * 1e9
+            if j:  # from the previous mark (after that stage's own start) to this one
+                assert header[name] <= hi - truth[rid][STAGES[j - 1]][0]
+    rows = timer.samples()
+    stored = sorted(tuple(int(v) for v in row) for row in rows)
+    sent = sorted(
+        tuple(parse_server_timing(r.headers["server-timing"])[n] for n in STAGES) for r in responses
+    )
+    assert stored == sent  # every stored row is exactly what its response's header said
