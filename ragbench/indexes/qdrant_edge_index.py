@@ -57,6 +57,7 @@ __all__ = ["QdrantEdgeIndex"]
 _BATCH = 1000
 _ndarray = np.ndarray
 _vdot = getattr(np.vdot, "_implementation", np.vdot)
+_fromiter = np.fromiter
 
 
 def _qdrant() -> Any:
@@ -97,9 +98,14 @@ class QdrantEdgeIndex(LiveVectorIndex):
         super().__init__(dim, metric, **build_params)
         self._shard: Any = None
         self._folder: str | None = None
+        # (shard.search, SearchRequest, Query.Nearest) of the open shard
+        self._api: tuple[Any, Any, Any] = (None, None, None)
         self._finalizer: Any = None
         self._labels_ext: np.ndarray | None = None
         self._l2 = metric == "l2"
+        self._one_row = (1, self.dim)
+        # ip/l2: a single query's NaN/inf check is made on Qdrant's answer (see _search_one)
+        self._check_after = metric != "cosine"
         self._init_live()
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -166,6 +172,8 @@ class QdrantEdgeIndex(LiveVectorIndex):
     def _set_shard(self, shard: Any, folder: str) -> None:
         self.close()
         self._shard, self._folder = shard, folder
+        qe = _qdrant()
+        self._api = (shard.search, qe.SearchRequest, qe.Query.Nearest)
         self._finalizer = weakref.finalize(self, _close, shard, folder)
 
     def close(self) -> None:
@@ -208,13 +216,49 @@ class QdrantEdgeIndex(LiveVectorIndex):
             space = self._space
             if space is None:
                 raise self._not_built()
-            q = self._queries(queries)
             if type(k) is not int or k < 1 or k > space.live:
                 k = check_k(k, space.live)
+            q = queries
+            if (
+                type(q) is _ndarray
+                and q.dtype is F32
+                and q.shape == self._one_row
+                and self._check_after
+                and self._labels_ext is None
+            ):
+                found = self._search_one(q, k, compiled)
+                if found is not None:
+                    return found
+            q = self._queries(q)
             pos, scores = self._raw_search(q, k, compiled, None)
             return (pos if self._labels_ext is None else space.to_ids(pos)), scores
         finally:
             active.pop()
+
+    def _search_one(
+        self, q: np.ndarray, k: int, compiled: Any
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """One float32 ``(1, dim)`` ip/l2 query, checked on Qdrant's answer; None: take the checked path.
+
+        A NaN or inf component makes every Dot/Euclid score NaN or inf
+        (measured: Qdrant answers such a query with NaN/inf scores), so a
+        finite best score proves the query finite without a numpy pass over
+        it (each numpy call costs microseconds on the caches a graph walk
+        leaves cold). A non-finite best score, or fewer than ``k`` hits, goes
+        to the checked path, which raises for NaN/inf.
+        """
+        search, request, nearest = self._api
+        hits = search(request(query=nearest(q[0].tolist()), limit=k, params=compiled))
+        if len(hits) != k or not -INF < hits[0].score < INF:
+            return None
+        # fromiter + an in-place shape: cheaper than np.array on a nested list
+        ids = _fromiter([h.id for h in hits], I64, k)
+        scores = _fromiter([h.score for h in hits], F32, k)
+        ids.shape = scores.shape = (1, k)
+        if self._l2:
+            np.square(scores, out=scores)
+            np.negative(scores, out=scores)
+        return ids, scores
 
     def _params(self, params: dict[str, Any]) -> Any:
         last_params, last = self._last_query
@@ -236,16 +280,34 @@ class QdrantEdgeIndex(LiveVectorIndex):
     def _raw_search(
         self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
+        search, request, nearest = self._api
+        rows = q.tolist()
+        if allow is None and len(rows) == 1:
+            # One unfiltered query (the common case): as few calls as Qdrant's own client code.
+            hits = search(request(query=nearest(rows[0]), limit=k, params=compiled))
+            if len(hits) == k:
+                ids = np.array([[h.id for h in hits]], dtype=I64)
+                scores = np.array([[h.score for h in hits]], dtype=F32)
+                if self._l2:
+                    np.square(scores, out=scores)
+                    np.negative(scores, out=scores)
+                return ids, scores
+        return self._search_rows(rows, k, compiled, allow)
+
+    def _search_rows(
+        self, rows: list[list[float]], k: int, compiled: Any, allow: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One Qdrant search per query row; ``-1``/``-inf`` past what each found."""
         qe = _qdrant()
-        n = q.shape[0]
+        search, request, nearest = self._api
+        n = len(rows)
         ids = np.full((n, k), -1, dtype=I64)
         scores = np.full((n, k), -INF, dtype=F32)
         filt = None
         if allow is not None:
             allowed = set(np.flatnonzero(allow).tolist())
             filt = qe.Filter(must=[qe.HasIdCondition(point_ids=allowed)])
-        search, request, nearest = self._shard.search, qe.SearchRequest, qe.Query.Nearest
-        for r, row in enumerate(q.tolist()):
+        for r, row in enumerate(rows):
             hits = search(request(query=nearest(row), limit=k, filter=filt, params=compiled))
             m = len(hits)
             if m:

@@ -48,6 +48,9 @@ _METRIC = {"ip": "ip", "cosine": "cos", "l2": "l2sq"}
 DTYPES = ("f32", "f16", "i8")
 _ndarray = np.ndarray
 _vdot = getattr(np.vdot, "_implementation", np.vdot)
+_subtract = np.subtract
+_negative = np.negative
+_ONE = np.ones((), dtype=np.float32)
 
 
 def _usearch() -> Any:
@@ -125,7 +128,7 @@ class UsearchIndex(LiveVectorIndex):
 
     def _set_index(self, index: Any) -> None:
         self._index = index
-        self._search_fn = index.search
+        self._search_fn = index._compiled.search_many
         self._ef = -1
         self._publish_built(len(index))
 
@@ -202,19 +205,18 @@ class UsearchIndex(LiveVectorIndex):
             self._index.expansion_search = ef
             self._ef = ef
         n = q.shape[0]
-        found = self._search_fn(q, k, threads=1 if n == 1 else get_threads())
-        keys = np.asarray(found.keys).reshape(n, -1)
-        dist = np.asarray(found.distances, dtype=F32).reshape(n, -1)
-        scores = np.subtract(1.0, dist, dtype=F32) if self._similarity else np.negative(dist)
-        ids = keys.astype(I64, copy=False) if keys.dtype == I64 else keys.view(I64)
-        if n == 1:  # usearch's Matches: keys cut to what was found
-            if keys.shape[1] < k:
-                ids, scores = _pad(ids, scores, np.array([keys.shape[1]]), k)
-            return ids, scores
-        counts = np.asarray(found.counts).reshape(n)
-        if (counts < k).any():
-            ids, scores = _pad(ids, scores, counts, k)
-        return ids, scores
+        # usearch's compiled search_many, positionally (what Index.search calls after
+        # its asserts; its Matches/BatchMatches wrappers are not needed here):
+        # keys uint64 (n, k), distances float32 (n, k), found counts int64 (n,).
+        keys, dist, counts = self._search_fn(q, k, False, 1 if n == 1 else get_threads())[:3]
+        if self._similarity:
+            _subtract(_ONE, dist, dist)
+        else:
+            _negative(dist, dist)
+        ids = keys.view(I64)
+        if counts.min() < k:
+            ids, dist = _pad(ids, dist, counts, k)
+        return ids, dist
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
         self._index.add(positions.astype(np.uint64), vectors, threads=get_threads())
