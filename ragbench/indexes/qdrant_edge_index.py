@@ -58,6 +58,8 @@ _BATCH = 1000
 _ndarray = np.ndarray
 _vdot = getattr(np.vdot, "_implementation", np.vdot)
 _fromiter = np.fromiter
+_square = np.square
+_negative = np.negative
 
 
 def _qdrant() -> Any:
@@ -103,6 +105,7 @@ class QdrantEdgeIndex(LiveVectorIndex):
         self._finalizer: Any = None
         self._labels_ext: np.ndarray | None = None
         self._l2 = metric == "l2"
+        self._fast: tuple[Any, ...] | None = None
         self._one_row = (1, self.dim)
         # ip/l2: a single query's NaN/inf check is made on Qdrant's answer (see _search_one)
         self._check_after = metric != "cosine"
@@ -180,13 +183,18 @@ class QdrantEdgeIndex(LiveVectorIndex):
         """Close the shard and remove its temporary folder (the index is unbuilt after)."""
         finalizer, self._finalizer = self._finalizer, None
         self._shard = self._folder = None
+        self._fast = None
         self._space = None
         self._n = 0
         if finalizer is not None:
             finalizer()
 
     def _on_space(self, space: IdSpace) -> None:
-        self._labels_ext = space.labels_ext()
+        self._labels_ext = ext = space.labels_ext()
+        search, request, nearest = self._api
+        # the single-query fast path: ip/l2, ids equal to Qdrant's point ids
+        usable = self._check_after and ext is None and search is not None
+        self._fast = (self._one_row, search, request, nearest, space.live) if usable else None
 
     def search(
         self, queries: Any, k: int, filter: Any = None, strategy: Any = None, **params: Any
@@ -211,54 +219,53 @@ class QdrantEdgeIndex(LiveVectorIndex):
             gate.wait_enter()
         try:
             compiled = self._default_compiled if not params else self._params(params)
-            if filter is not None or strategy is not None:
-                return self._search_filtered(queries, k, compiled, filter, strategy)
-            space = self._space
-            if space is None:
-                raise self._not_built()
-            if type(k) is not int or k < 1 or k > space.live:
-                k = check_k(k, space.live)
-            q = queries
+            fast = self._fast
             if (
-                type(q) is _ndarray
-                and q.dtype is F32
-                and q.shape == self._one_row
-                and self._check_after
-                and self._labels_ext is None
+                fast is not None
+                and filter is None
+                and strategy is None
+                and type(queries) is _ndarray
+                and queries.dtype is F32
+                and queries.shape == fast[0]
+                and type(k) is int
+                and 0 < k <= fast[4]
             ):
-                found = self._search_one(q, k, compiled)
-                if found is not None:
-                    return found
-            q = self._queries(q)
-            pos, scores = self._raw_search(q, k, compiled, None)
-            return (pos if self._labels_ext is None else space.to_ids(pos)), scores
+                # One float32 (1, dim) ip/l2 query, checked on Qdrant's answer: a NaN
+                # or inf component makes every Dot/Euclid score NaN or inf (measured),
+                # so a finite best score proves the query finite without a numpy pass
+                # over it (each numpy call costs microseconds on the caches a graph
+                # walk leaves cold). Anything else takes the checked path, which
+                # raises for NaN/inf.
+                hits = fast[1](
+                    fast[2](query=fast[3](queries.tolist()[0]), limit=k, params=compiled)
+                )
+                if len(hits) == k and -INF < hits[0].score < INF:
+                    # fromiter + an in-place shape: cheaper than np.array on a nested list
+                    ids = _fromiter([h.id for h in hits], I64, k)
+                    scores = _fromiter([h.score for h in hits], F32, k)
+                    ids.shape = scores.shape = (1, k)
+                    if self._l2:
+                        _square(scores, scores)
+                        _negative(scores, scores)
+                    return ids, scores
+            return self._search_checked(queries, k, compiled, filter, strategy)
         finally:
             active.pop()
 
-    def _search_one(
-        self, q: np.ndarray, k: int, compiled: Any
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """One float32 ``(1, dim)`` ip/l2 query, checked on Qdrant's answer; None: take the checked path.
-
-        A NaN or inf component makes every Dot/Euclid score NaN or inf
-        (measured: Qdrant answers such a query with NaN/inf scores), so a
-        finite best score proves the query finite without a numpy pass over
-        it (each numpy call costs microseconds on the caches a graph walk
-        leaves cold). A non-finite best score, or fewer than ``k`` hits, goes
-        to the checked path, which raises for NaN/inf.
-        """
-        search, request, nearest = self._api
-        hits = search(request(query=nearest(q[0].tolist()), limit=k, params=compiled))
-        if len(hits) != k or not -INF < hits[0].score < INF:
-            return None
-        # fromiter + an in-place shape: cheaper than np.array on a nested list
-        ids = _fromiter([h.id for h in hits], I64, k)
-        scores = _fromiter([h.score for h in hits], F32, k)
-        ids.shape = scores.shape = (1, k)
-        if self._l2:
-            np.square(scores, out=scores)
-            np.negative(scores, out=scores)
-        return ids, scores
+    def _search_checked(
+        self, queries: Any, k: Any, compiled: Any, filter: Any, strategy: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` with every check (batches, filters, other inputs)."""
+        if filter is not None or strategy is not None:
+            return self._search_filtered(queries, k, compiled, filter, strategy)
+        space = self._space
+        if space is None:
+            raise self._not_built()
+        q = self._queries(queries)
+        if type(k) is not int or k < 1 or k > space.live:
+            k = check_k(k, space.live)
+        pos, scores = self._raw_search(q, k, compiled, None)
+        return (pos if self._labels_ext is None else space.to_ids(pos)), scores
 
     def _params(self, params: dict[str, Any]) -> Any:
         last_params, last = self._last_query
