@@ -126,3 +126,16 @@ def test_environment_records_engine_versions() -> None:
     libs = environment()["libraries"]
     assert libs["usearch"] not in (None, "", "unknown")
     assert libs["qdrant-edge-py"] not in (None, "", "unknown")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "i8"])
+def test_usearch_quantized_save_load(dtype: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    index = rb.indexes.create("usearch", dim=DIM, metric="cosine", dtype=dtype)
+    index.build(X)
+    index.save(tmp_path / "u.rbi")
+    loaded = rb.indexes.load(tmp_path / "u.rbi")
+    assert loaded.build_params["dtype"] == dtype
+    ids, scores = index.search(Q, 5)
+    ids2, scores2 = loaded.search(Q, 5)
+    assert (ids == ids2).all()
+    np.testing.assert_array_equal(scores, scores2)
