@@ -27,7 +27,8 @@ Live writes: ``add`` upserts points, ``delete`` deletes them by id (Qdrant
 marks them deleted; its optimizer vacuums later). Both hold searches off.
 
 Threads: the shard's search and indexing pools get
-``ragbench.threads.get_threads()`` threads (set at build); queries are sent
+``ragbench.threads.get_threads()`` threads (set at build and again at load, which
+re-applies the configuration to the unpacked shard); queries are sent
 one per ``search`` call.
 """
 
@@ -377,7 +378,7 @@ class QdrantEdgeIndex(LiveVectorIndex):
         if size != self.dim:
             raise IndexFileError(f"qdrant-edge: the shard holds dim={size}, header dim={self.dim}")
         try:
-            shard = _qdrant().EdgeShard.load(path)
+            shard = _qdrant().EdgeShard.load(path, self._config())
         except Exception as exc:  # the Rust side raises plain exceptions
             raise IndexFileError(f"qdrant-edge: Qdrant cannot load the shard: {exc}") from None
         return shard
