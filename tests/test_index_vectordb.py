@@ -139,3 +139,34 @@ def test_usearch_quantized_save_load(dtype: str, tmp_path) -> None:  # type: ign
     ids2, scores2 = loaded.search(Q, 5)
     assert (ids == ids2).all()
     np.testing.assert_array_equal(scores, scores2)
+
+
+def test_usearch_payload_structure_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A payload with a valid checksum but an out-of-range neighbour never reaches usearch."""
+    import struct
+
+    from ragbench.errors import IndexFileError
+    from ragbench.indexes.persist import read_index_file, write_index_file
+
+    index = rb.indexes.create("usearch", dim=DIM)
+    index.build(X[:300])
+    index.save(tmp_path / "u.rbi")
+    header, payload = read_index_file(tmp_path / "u.rbi")
+    for key in ("magic", "format_version", "payload"):
+        header.pop(key)
+    # vectors (8 + 300 x 128 B), head (64 B), graph header (40 B), levels (300 x 2 B),
+    # then node 0: key (8 B), level (2 B), neighbour count (4 B), first slot
+    first_slot = 8 + 300 * DIM * 4 + 64 + 40 + 600 + 10 + 4
+    data = bytearray(payload)
+    data[first_slot : first_slot + 4] = struct.pack("<I", 10**9)
+    write_index_file(tmp_path / "evil.rbi", header, bytes(data))
+    with pytest.raises(IndexFileError, match="neighbour slot is out of range"):
+        rb.indexes.load(tmp_path / "evil.rbi")
+    data = bytearray(payload)
+    data[8 + 5 * 4 : 8 + 6 * 4] = struct.pack("<f", float("nan"))
+    write_index_file(tmp_path / "nan.rbi", header, bytes(data))
+    with pytest.raises(IndexFileError, match="NaN or inf"):
+        rb.indexes.load(tmp_path / "nan.rbi")
+    write_index_file(tmp_path / "short.rbi", header, bytes(payload[:-8]))
+    with pytest.raises(IndexFileError):
+        rb.indexes.load(tmp_path / "short.rbi")

@@ -23,12 +23,17 @@ Live writes: ``add`` = ``Index.add`` (usearch grows its capacity itself),
 ``delete`` = ``Index.remove`` (the node is marked removed and never returned;
 memory is not freed). Both hold searches off (usearch may reallocate on add).
 
+Files: ``save`` stores usearch's own serialization; ``load`` walks its layout
+(sizes, levels, keys, every neighbour slot, finite vectors) before usearch
+reads it (:func:`check_usearch_payload`): usearch trusts its bytes.
+
 Threads: builds and batch searches use ``ragbench.threads.get_threads()``; a
 single query runs on the calling thread (``threads=1``).
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any, ClassVar
 
 import numpy as np
@@ -250,6 +255,11 @@ class UsearchIndex(LiveVectorIndex):
         return blob
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        count = header.get("count")
+        if not isinstance(count, int) or count < 0:
+            raise IndexFileError("usearch: header count is missing")
+        p = self.build_params
+        check_usearch_payload(payload, self.dim, count, p["M"], p["dtype"])
         index = self._new_index()
         try:
             index.load(bytes(payload))
@@ -262,7 +272,6 @@ class UsearchIndex(LiveVectorIndex):
                 f"usearch: payload holds dim={index.ndim} dtype={index.dtype}, the header "
                 f"says dim={self.dim} dtype={self.build_params['dtype']}"
             )
-        count = header.get("count")
         keys = np.asarray(index.keys, dtype=np.uint64) if len(index) else np.empty(0, np.uint64)
         if not isinstance(count, int) or len(index) != count or not _identity_keys(keys):
             raise IndexFileError("usearch: payload keys are not the row ids 0..count-1")
@@ -286,3 +295,89 @@ def _pad(
         out_i[r, :c] = ids[r, :c]
         out_s[r, :c] = scores[r, :c]
     return out_i, out_s
+
+
+_MATRIX = struct.Struct("<II")
+# usearch 2.x dense head (64 bytes): magic, version (3 x u16), metric, scalar, key and
+# slot kinds (u8 each), count_present, count_deleted, dimensions (u64), multi (bool).
+_HEAD = struct.Struct("<7s3H4B3Q?")
+_HEAD_SIZE = 64
+# graph header: size, connectivity, connectivity_base, max_level, entry_slot (u64)
+_GRAPH = struct.Struct("<5Q")
+_BYTES_PER = {"f32": 4, "f16": 2, "i8": 1}
+
+
+def check_usearch_payload(data: memoryview, dim: int, count: int, m: int, dtype: str) -> None:
+    """Walk usearch's serialized layout; reject what it could mis-read.
+
+    usearch trusts its bytes: a neighbour slot or level past the graph makes
+    it read out of bounds (a crafted payload with a valid ragbench checksum
+    crashed it). Sizes, levels, keys and every neighbour slot are checked
+    against the headers before usearch sees the bytes.
+    """
+    size = len(data)
+    if size < _MATRIX.size:
+        raise IndexFileError("usearch: payload is shorter than its vectors header")
+    rows, cols = _MATRIX.unpack_from(data, 0)
+    if rows != count or cols != dim * _BYTES_PER[dtype]:
+        raise IndexFileError(
+            f"usearch: payload holds {rows} x {cols} bytes of vectors, expected "
+            f"{count} x {dim * _BYTES_PER[dtype]} ({dtype}, dim={dim})"
+        )
+    pos = _MATRIX.size + rows * cols
+    if size < pos + _HEAD_SIZE + _GRAPH.size:
+        raise IndexFileError("usearch: payload is truncated before its headers")
+    if dtype != "i8":
+        vectors = np.frombuffer(
+            data, dtype="<f4" if dtype == "f32" else "<f2", count=rows * dim, offset=8
+        )
+        if not np.isfinite(vectors).all():
+            raise IndexFileError("usearch: a stored vector holds NaN or inf: rebuild the index")
+    if size < pos + _HEAD_SIZE + _GRAPH.size:
+        raise IndexFileError("usearch: payload is truncated before its headers")
+    head = _HEAD.unpack_from(data, pos)
+    if head[0] != b"usearch" or head[8:11] != (count, 0, dim):
+        raise IndexFileError("usearch: payload head does not match the header (count, dim)")
+    graph = _GRAPH.unpack_from(data, pos + _HEAD_SIZE)
+    n, conn, base, max_level, entry = graph
+    if (n, conn, base) != (count, m, 2 * m) or max_level >= 64 or (n and entry >= n):
+        raise IndexFileError("usearch: payload graph header does not match M or count")
+    pos += _HEAD_SIZE + _GRAPH.size
+    _check_usearch_nodes(data, pos, n, m, max_level)
+
+
+def _check_usearch_nodes(data: memoryview, pos: int, n: int, m: int, max_level: int) -> None:
+    """Check the node levels, keys and neighbour lists that follow the graph header."""
+    if len(data) < pos + 2 * n:
+        raise IndexFileError("usearch: payload is truncated inside the node levels")
+    levels = np.frombuffer(data, dtype="<i2", count=n, offset=pos).astype(np.int64)
+    if n and (levels.min() < 0 or levels.max() > max_level):
+        raise IndexFileError("usearch: a node level is out of range")
+    pos += 2 * n
+    base_bytes, upper_bytes = 4 + 4 * 2 * m, 4 + 4 * m
+    sizes = 10 + base_bytes + levels * upper_bytes
+    starts = pos + np.concatenate([[0], np.cumsum(sizes)[:-1]]) if n else np.empty(0, np.int64)
+    if pos + int(sizes.sum()) != len(data):
+        raise IndexFileError("usearch: payload length does not match its node levels")
+    raw = np.frombuffer(data, dtype=np.uint8)
+    head = raw[starts[:, None] + np.arange(10 + base_bytes)]
+    keys = head[:, :8].copy().view("<u8").ravel()
+    if not np.array_equal(np.sort(keys), np.arange(n, dtype=np.uint64)):
+        raise IndexFileError("usearch: payload keys are not the row ids 0..count-1")
+    if not np.array_equal(head[:, 8:10].copy().view("<i2").ravel(), levels):
+        raise IndexFileError("usearch: a node's level differs from the level table")
+    _check_lists(head[:, 10:].copy().view("<u4"), 2 * m, n)
+    for i in np.flatnonzero(levels).tolist():
+        at = int(starts[i]) + 10 + base_bytes
+        upper = raw[at : at + int(levels[i]) * upper_bytes].copy().view("<u4")
+        _check_lists(upper.reshape(int(levels[i]), 1 + m), m, n)
+
+
+def _check_lists(lists: np.ndarray, cap: int, n: int) -> None:
+    """Rows of ``[count, slot...]``: count <= cap, the used slots < n."""
+    counts = lists[:, 0]
+    if (counts > cap).any():
+        raise IndexFileError("usearch: a neighbour list is longer than the graph allows")
+    used = np.arange(cap)[None, :] < counts[:, None]
+    if (lists[:, 1:][used] >= n).any():
+        raise IndexFileError("usearch: a neighbour slot is out of range")
