@@ -19,6 +19,8 @@ LIBRARIES = (
     "numpy",
     "faiss-cpu",
     "hnswlib",
+    "usearch",
+    "qdrant-edge-py",
     "numba",
     "llvmlite",
     "protobuf",

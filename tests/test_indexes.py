@@ -28,6 +28,8 @@ TEXT_BACKENDS = {"minhash-lsh"}
 # ragbench.indexes.compressed (binary codes: ip and cosine only, like lsh)
 COMPRESSED = ["ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "hnsw-fp16", "binary-flat", "binary-hnsw"]
 NO_L2 = {"lsh", "binary-flat", "binary-hnsw"}
+# vector database engines in process (ragbench.indexes.usearch_index, .qdrant_edge_index)
+VECTORDB = ["usearch", "qdrant-edge"]
 
 
 def clustered(n: int, dim: int, seed: int, n_clusters: int = 40) -> np.ndarray:
@@ -240,7 +242,9 @@ def test_slow_path_inputs_match_fast_path(built, name) -> None:
     assert zero_ids.shape == (1, 3)
 
 
-@pytest.mark.parametrize("name", ["flat", "hnsw", "faiss-hnsw", "ivf", "lsh", *COMPRESSED])
+@pytest.mark.parametrize(
+    "name", ["flat", "hnsw", "faiss-hnsw", "ivf", "lsh", *COMPRESSED, *VECTORDB]
+)
 def test_unsupported_metric_and_dim(name) -> None:
     with pytest.raises(ConfigError, match="use one of: ip, cosine"):
         rb.indexes.create(name, dim=DIM, metric="manhattan")
@@ -280,7 +284,7 @@ def test_minhash_is_created_like_a_vector_index(tmp_path) -> None:
     np.testing.assert_array_equal(scores, loaded_scores)
 
 
-@pytest.mark.parametrize("name", ["flat", "hnsw", "faiss-hnsw", "ivf", *COMPRESSED])
+@pytest.mark.parametrize("name", ["flat", "hnsw", "faiss-hnsw", "ivf", *COMPRESSED, *VECTORDB])
 def test_cosine_zero_rows_rejected(name) -> None:
     index = rb.indexes.create(name, dim=DIM, metric="cosine")  # 300: ivfpq trains 256 codes
     corpus = VECTORS[:300].copy()
@@ -372,12 +376,12 @@ def test_padding_hnsw_disconnected_graph(metric) -> None:
     assert (ids[:, 0] // 40 == np.arange(5)).all()
 
 
-@pytest.mark.parametrize("name", ["hnsw", "faiss-hnsw", "flat", "ivf"])
+@pytest.mark.parametrize("name", ["hnsw", "faiss-hnsw", "flat", "ivf", *VECTORDB])
 def test_single_query_fast_path_matches_batch_and_exact_scores(built, name) -> None:
     # One (1, dim) float32 row takes the wrappers' fast path, a batch the
     # checked one; alternating k exercises the per-k caches of both.
     index = built[name]
-    kw = {"ef": 200} if "hnsw" in name else {}
+    kw = {"ef": 200} if "ef" in index.query_params else {}
     for k in (10, 3, 10, 1):
         batch_ids, batch_scores = index.search(QUERIES[:6], k, **kw)
         for row in range(6):
@@ -390,7 +394,18 @@ def test_single_query_fast_path_matches_batch_and_exact_scores(built, name) -> N
 
 
 @pytest.mark.parametrize(
-    "name", ["hnsw", "faiss-hnsw", "ivf", "ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "binary-hnsw"]
+    "name",
+    [
+        "hnsw",
+        "faiss-hnsw",
+        "ivf",
+        "ivfpq",
+        "ivfpq-fs",
+        "ivf-sq8",
+        "hnsw-sq",
+        "binary-hnsw",
+        *VECTORDB,
+    ],
 )
 def test_query_param_cache_keeps_validating(built, name) -> None:
     index = built[name]
@@ -408,7 +423,7 @@ def test_query_param_cache_keeps_validating(built, name) -> None:
         index.search(q, 5, bogus=1, **{param: 40})
 
 
-@pytest.mark.parametrize("name", ["flat", "lsh", "ivf", "hnsw"])
+@pytest.mark.parametrize("name", ["flat", "lsh", "ivf", "hnsw", *VECTORDB])
 def test_query_params_of_other_backends_rejected(built, name) -> None:
     other = "ef" if name in ("flat", "lsh", "ivf") else "nprobe"
     with pytest.raises(ConfigError, match=other):
@@ -463,6 +478,8 @@ def test_flat_property_any_k(k, seed) -> None:
     [
         ("hnsw", {"ef": 128}, 0.95),
         ("faiss-hnsw", {"ef": 128}, 0.95),
+        ("usearch", {"ef": 128}, 0.95),
+        ("qdrant-edge", {"ef": 128}, 0.95),
     ],
 )
 def test_hnsw_recall(built, name, params, floor) -> None:
@@ -665,7 +682,7 @@ def test_batch_is_finite() -> None:
     ("name", "metric"),
     [
         (name, metric)
-        for name in ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh", *COMPRESSED)
+        for name in ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh", *COMPRESSED, *VECTORDB)
         for metric in ("ip", "cosine", "l2")
         if not (name in NO_L2 and metric == "l2")  # no l2 (their own tests)
     ],

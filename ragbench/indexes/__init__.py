@@ -78,6 +78,10 @@ registry: Registry[Index] = Registry(
         "hnsw-fp16": "ragbench.indexes.compressed:HnswFp16Index",
         "binary-flat": "ragbench.indexes.compressed:BinaryFlatIndex",
         "binary-hnsw": "ragbench.indexes.compressed:BinaryHnswIndex",
+        # vector database engines in process (ragbench[vectordb]); qdrant-edge is
+        # Qdrant's engine, embedded (qdrant-edge-py), not the Qdrant server
+        "usearch": "ragbench.indexes.usearch_index:UsearchIndex",
+        "qdrant-edge": "ragbench.indexes.qdrant_edge_index:QdrantEdgeIndex",
     },
 )
 create = registry.create

@@ -76,6 +76,8 @@ WRITE_BACKENDS = (
     "hnsw-fp16",
     "binary-flat",
     "binary-hnsw",
+    "usearch",
+    "qdrant-edge",
 )
 DELETE_BACKENDS = (
     "flat",
@@ -86,6 +88,8 @@ DELETE_BACKENDS = (
     "ivfpq",
     "ivf-sq8",
     "binary-flat",
+    "usearch",
+    "qdrant-edge",
 )
 
 

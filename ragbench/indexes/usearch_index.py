@@ -1,0 +1,383 @@
+"""``usearch`` backend: usearch's HNSW graph (``pip install ragbench[vectordb]``).
+
+Build parameters: ``M`` (usearch ``connectivity``, default 16),
+``ef_construction`` (``expansion_add``, default 128), ``dtype`` (how usearch
+stores the vectors: ``f32`` default, ``f16``, or ``i8`` quantization; the
+queries are converted by usearch to the same type).
+Query parameter: ``ef`` (``expansion_search``, default 64).
+
+Metrics: ``ip`` → usearch ``ip`` (distance ``1 - dot``), ``cosine`` → ``cos``
+(the corpus is normalized at build, usearch normalizes again), ``l2`` →
+``l2sq`` (squared distance). Scores: ``1 - distance`` for ``ip``/``cosine``,
+``-distance`` for ``l2``, as every ragbench backend.
+
+``ef`` semantics: usearch keeps ``expansion_search`` on the index object;
+``search`` sets it when it changes (to ``max(ef, k)``). Concurrent searches
+with different ``ef`` values on one index therefore race, as for ``hnsw``.
+
+Filtered search: ``post`` only. usearch's Python ``search`` takes no
+predicate (the C++ ``filtered_search`` is not exposed in 2.26), and ragbench
+keeps no float32 copy for ``pre`` (the stored vectors may be f16/i8).
+
+Live writes: ``add`` = ``Index.add`` (usearch grows its capacity itself),
+``delete`` = ``Index.remove`` (the node is marked removed and never returned;
+memory is not freed). Both hold searches off (usearch may reallocate on add).
+
+Files: ``save`` stores usearch's own serialization; ``load`` walks its layout
+(sizes, levels, keys, every neighbour slot, finite vectors) before usearch
+reads it (:func:`check_usearch_payload`): usearch trusts its bytes.
+
+Threads: builds and batch searches use ``ragbench.threads.get_threads()``; a
+single query runs on the calling thread (``threads=1``).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import progress
+from ..errors import ConfigError, IndexFileError
+from ..threads import get_threads
+from ..validate import check_k
+from ..validate import positive_int as int_param
+from ._common import F32, I64, INF, INT32_MAX, batch_is_finite, build_step
+from ._live import IdSpace
+from ._writable import LiveVectorIndex
+
+__all__ = ["UsearchIndex"]
+
+_METRIC = {"ip": "ip", "cosine": "cos", "l2": "l2sq"}
+DTYPES = ("f32", "f16", "i8")
+_ndarray = np.ndarray
+_vdot = getattr(np.vdot, "_implementation", np.vdot)
+_subtract = np.subtract
+_negative = np.negative
+_ONE = np.ones((), dtype=np.float32)
+
+
+def _usearch() -> Any:
+    try:
+        from usearch import index as usearch_index
+    except ImportError:  # pragma: no cover - the vectordb extra is missing
+        raise ConfigError(
+            "index 'usearch' needs the usearch package: pip install 'ragbench[vectordb]'"
+        ) from None
+    return usearch_index
+
+
+class UsearchIndex(LiveVectorIndex):
+    """usearch HNSW graph; see the module docstring for ef, dtype, filters and threads."""
+
+    name: ClassVar[str] = "usearch"
+    library: ClassVar[str] = "usearch"
+    payload_format: ClassVar[str] = "usearch.Index.save"
+    build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 128, "dtype": "f32"}
+    query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
+    filter_strategies: ClassVar[tuple[str, ...]] = ("post",)
+    default_strategy: ClassVar[str] = "post"
+    delete_mode: ClassVar[str | None] = "mark"
+
+    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
+        super().__init__(dim, metric, **build_params)
+        self._index: Any = None
+        self._ef = -1
+        self._similarity = metric != "l2"
+        self._search_fn: Any = None
+        self._labels_ext: np.ndarray | None = None
+        self._init_live()
+
+    def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        owner = f"index {self.name!r}"
+        params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
+        params["ef_construction"] = int_param(
+            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
+        )
+        if params["dtype"] not in DTYPES:
+            raise ConfigError(
+                f"{owner}: dtype={params['dtype']!r} is not one of {', '.join(DTYPES)}"
+            )
+        return params
+
+    def _compile_query(self, params: dict[str, Any]) -> Any:
+        return params["ef"]
+
+    def _new_index(self) -> Any:
+        p = self.build_params
+        return _usearch().Index(
+            ndim=self.dim,
+            metric=_METRIC[self.metric],
+            dtype=p["dtype"],
+            connectivity=p["M"],
+            expansion_add=p["ef_construction"],
+        )
+
+    def build(self, data: Any) -> None:
+        """Index ``data``: float32 ``(n, dim)``, finite, n >= 1; row ``i`` gets id ``i``."""
+        vectors = self._corpus(data)
+
+        def run() -> None:
+            index = self._new_index()
+            n, step = vectors.shape[0], build_step(vectors.shape[0])
+            with progress.task(f"building {self.name}", n, unit="vectors") as advance:
+                for start in range(0, n, step):
+                    stop = min(n, start + step)
+                    keys = np.arange(start, stop, dtype=np.uint64)
+                    index.add(keys, vectors[start:stop], threads=get_threads())
+                    advance(stop - start)
+            self._set_index(index)
+
+        self._timed_build(run)
+
+    def _set_index(self, index: Any) -> None:
+        self._index = index
+        self._search_fn = index._compiled.search_many
+        self._ef = -1
+        self._publish_built(len(index))
+
+    def _on_space(self, space: IdSpace) -> None:
+        self._labels_ext = space.labels_ext()
+
+    def search(
+        self, queries: Any, k: int, filter: Any = None, strategy: Any = None, **params: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` of each query.
+
+        Args:
+            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
+            k: results per query, ``1 <= k <= ntotal``.
+            filter, strategy: an allow-list (``post`` only, see the module docstring).
+            **params: ``ef`` (int >= 1).
+
+        Returns:
+            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
+            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+        """
+        gate = self._gate
+        active = gate.active
+        active.append(None)
+        if gate.writing:
+            active.pop()
+            gate.wait_enter()
+        try:
+            compiled = self._default_compiled if not params else self._params(params)
+            if filter is not None or strategy is not None:
+                return self._search_filtered(queries, k, compiled, filter, strategy)
+            space = self._space
+            if space is None:
+                raise self._not_built()
+            q = self._queries(queries)
+            if type(k) is not int or k < 1 or k > space.live:
+                k = check_k(k, space.live)
+            if not q.shape[0]:
+                return np.empty((0, k), I64), np.empty((0, k), F32)
+            pos, scores = self._raw_search(q, k, compiled, None)
+            ext = self._labels_ext
+            return (pos if ext is None else space.to_ids(pos)), scores
+        finally:
+            active.pop()
+
+    def _params(self, params: dict[str, Any]) -> Any:
+        last_params, last = self._last_query
+        return last if params == last_params else self._parse_query(params)
+
+    def _queries(self, q: Any) -> np.ndarray:
+        """Checked float32 ``(nq, dim)`` queries (NaN/inf, wrong width, cosine zero rows)."""
+        if (
+            type(q) is _ndarray
+            and q.dtype is F32
+            and q.ndim == 2
+            and q.shape[1] == self.dim
+            and q.flags.c_contiguous  # usearch reads rows as contiguous
+        ):
+            if q.shape[0] == 1:
+                if 0.0 < float(_vdot(q, q)) < INF:
+                    return q
+            elif not self._cosine and batch_is_finite(q):
+                return q
+        return np.ascontiguousarray(self._slow_queries(q))
+
+    def _prepare_queries(self, queries: Any) -> np.ndarray:
+        return self._queries(queries)
+
+    def _raw_search(
+        self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        ef = max(int(compiled), k)
+        if ef != self._ef:
+            self._index.expansion_search = ef
+            self._ef = ef
+        n = q.shape[0]
+        # usearch's compiled search_many, positionally (what Index.search calls after
+        # its asserts; its Matches/BatchMatches wrappers are not needed here):
+        # keys uint64 (n, k), distances float32 (n, k), found counts int64 (n,).
+        keys, dist, counts = self._search_fn(q, k, False, 1 if n == 1 else get_threads())[:3]
+        if self._similarity:
+            _subtract(_ONE, dist, dist)
+        else:
+            _negative(dist, dist)
+        ids = keys.view(I64)
+        if counts.min() < k:
+            ids, dist = _pad(ids, dist, counts, k)
+        return ids, dist
+
+    def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
+        self._index.add(positions.astype(np.uint64), vectors, threads=get_threads())
+
+    def _lib_delete(self, positions: np.ndarray) -> None:
+        self._index.remove(positions.astype(np.uint64))
+
+    def memory_bytes(self) -> int:
+        """Bytes of the graph and the stored vectors (usearch's ``serialized_length``).
+
+        usearch's allocator reserves arenas in large steps beyond that
+        (``Index.memory_usage``, in :meth:`info` as ``reserved_bytes``).
+        """
+        if self._index is None:
+            raise self._not_built()
+        return int(self._index.serialized_length)
+
+    def extra_info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "engine": "usearch (in process)",
+            "dtype": self.build_params["dtype"],
+        }
+        if self._index is not None:
+            out["reserved_bytes"] = int(self._index.memory_usage)
+        return out
+
+    def _payload(self) -> bytes:
+        if self._index is None:
+            raise self._not_built()
+        blob: bytes = self._index.save()
+        return blob
+
+    def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        count = header.get("count")
+        if not isinstance(count, int) or count < 0:
+            raise IndexFileError("usearch: header count is missing")
+        p = self.build_params
+        check_usearch_payload(payload, self.dim, count, p["M"], p["dtype"])
+        index = self._new_index()
+        try:
+            index.load(bytes(payload))
+        except Exception as exc:  # usearch raises RuntimeError/ValueError on bad bytes
+            raise IndexFileError(f"usearch: usearch cannot read the payload: {exc}") from None
+        if index.ndim != self.dim or str(index.dtype).lower().split(".")[-1] != str(
+            self.build_params["dtype"]
+        ):
+            raise IndexFileError(
+                f"usearch: payload holds dim={index.ndim} dtype={index.dtype}, the header "
+                f"says dim={self.dim} dtype={self.build_params['dtype']}"
+            )
+        keys = np.asarray(index.keys, dtype=np.uint64) if len(index) else np.empty(0, np.uint64)
+        if not isinstance(count, int) or len(index) != count or not _identity_keys(keys):
+            raise IndexFileError("usearch: payload keys are not the row ids 0..count-1")
+        self._set_index(index)
+
+
+def _identity_keys(keys: np.ndarray) -> bool:
+    return bool(np.array_equal(np.sort(keys), np.arange(keys.size, dtype=np.uint64)))
+
+
+def _pad(
+    ids: np.ndarray, scores: np.ndarray, counts: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``-1``/``-inf`` past each row's ``counts`` results, widened to ``k`` columns."""
+    n = ids.shape[0]
+    out_i = np.full((n, k), -1, dtype=I64)
+    out_s = np.full((n, k), -INF, dtype=F32)
+    width = min(k, ids.shape[1])
+    for r in range(n):
+        c = min(int(counts[r]), width)
+        out_i[r, :c] = ids[r, :c]
+        out_s[r, :c] = scores[r, :c]
+    return out_i, out_s
+
+
+_MATRIX = struct.Struct("<II")
+# usearch 2.x dense head (64 bytes): magic, version (3 x u16), metric, scalar, key and
+# slot kinds (u8 each), count_present, count_deleted, dimensions (u64), multi (bool).
+_HEAD = struct.Struct("<7s3H4B3Q?")
+_HEAD_SIZE = 64
+# graph header: size, connectivity, connectivity_base, max_level, entry_slot (u64)
+_GRAPH = struct.Struct("<5Q")
+_BYTES_PER = {"f32": 4, "f16": 2, "i8": 1}
+
+
+def check_usearch_payload(data: memoryview, dim: int, count: int, m: int, dtype: str) -> None:
+    """Walk usearch's serialized layout; reject what it could mis-read.
+
+    usearch trusts its bytes: a neighbour slot or level past the graph makes
+    it read out of bounds (a crafted payload with a valid ragbench checksum
+    crashed it). Sizes, levels, keys and every neighbour slot are checked
+    against the headers before usearch sees the bytes.
+    """
+    size = len(data)
+    if size < _MATRIX.size:
+        raise IndexFileError("usearch: payload is shorter than its vectors header")
+    rows, cols = _MATRIX.unpack_from(data, 0)
+    if rows != count or cols != dim * _BYTES_PER[dtype]:
+        raise IndexFileError(
+            f"usearch: payload holds {rows} x {cols} bytes of vectors, expected "
+            f"{count} x {dim * _BYTES_PER[dtype]} ({dtype}, dim={dim})"
+        )
+    pos = _MATRIX.size + rows * cols
+    if size < pos + _HEAD_SIZE + _GRAPH.size:
+        raise IndexFileError("usearch: payload is truncated before its headers")
+    if dtype != "i8":
+        vectors = np.frombuffer(
+            data, dtype="<f4" if dtype == "f32" else "<f2", count=rows * dim, offset=8
+        )
+        if not np.isfinite(vectors).all():
+            raise IndexFileError("usearch: a stored vector holds NaN or inf: rebuild the index")
+    if size < pos + _HEAD_SIZE + _GRAPH.size:
+        raise IndexFileError("usearch: payload is truncated before its headers")
+    head = _HEAD.unpack_from(data, pos)
+    if head[0] != b"usearch" or head[8:11] != (count, 0, dim):
+        raise IndexFileError("usearch: payload head does not match the header (count, dim)")
+    graph = _GRAPH.unpack_from(data, pos + _HEAD_SIZE)
+    n, conn, base, max_level, entry = graph
+    if (n, conn, base) != (count, m, 2 * m) or max_level >= 64 or (n and entry >= n):
+        raise IndexFileError("usearch: payload graph header does not match M or count")
+    pos += _HEAD_SIZE + _GRAPH.size
+    _check_usearch_nodes(data, pos, n, m, max_level)
+
+
+def _check_usearch_nodes(data: memoryview, pos: int, n: int, m: int, max_level: int) -> None:
+    """Check the node levels, keys and neighbour lists that follow the graph header."""
+    if len(data) < pos + 2 * n:
+        raise IndexFileError("usearch: payload is truncated inside the node levels")
+    levels = np.frombuffer(data, dtype="<i2", count=n, offset=pos).astype(np.int64)
+    if n and (levels.min() < 0 or levels.max() > max_level):
+        raise IndexFileError("usearch: a node level is out of range")
+    pos += 2 * n
+    base_bytes, upper_bytes = 4 + 4 * 2 * m, 4 + 4 * m
+    sizes = 10 + base_bytes + levels * upper_bytes
+    starts = pos + np.concatenate([[0], np.cumsum(sizes)[:-1]]) if n else np.empty(0, np.int64)
+    if pos + int(sizes.sum()) != len(data):
+        raise IndexFileError("usearch: payload length does not match its node levels")
+    raw = np.frombuffer(data, dtype=np.uint8)
+    head = raw[starts[:, None] + np.arange(10 + base_bytes)]
+    keys = head[:, :8].copy().view("<u8").ravel()
+    if not np.array_equal(np.sort(keys), np.arange(n, dtype=np.uint64)):
+        raise IndexFileError("usearch: payload keys are not the row ids 0..count-1")
+    if not np.array_equal(head[:, 8:10].copy().view("<i2").ravel(), levels):
+        raise IndexFileError("usearch: a node's level differs from the level table")
+    _check_lists(head[:, 10:].copy().view("<u4"), 2 * m, n)
+    for i in np.flatnonzero(levels).tolist():
+        at = int(starts[i]) + 10 + base_bytes
+        upper = raw[at : at + int(levels[i]) * upper_bytes].copy().view("<u4")
+        _check_lists(upper.reshape(int(levels[i]), 1 + m), m, n)
+
+
+def _check_lists(lists: np.ndarray, cap: int, n: int) -> None:
+    """Rows of ``[count, slot...]``: count <= cap, the used slots < n."""
+    counts = lists[:, 0]
+    if (counts > cap).any():
+        raise IndexFileError("usearch: a neighbour list is longer than the graph allows")
+    used = np.arange(cap)[None, :] < counts[:, None]
+    if (lists[:, 1:][used] >= n).any():
+        raise IndexFileError("usearch: a neighbour slot is out of range")
