@@ -131,12 +131,11 @@ def test_reversing_the_flag_order_moves_no_ratio_outside_the_others_interval(
                 (b, gb) = samples(got[f"{index}/protobuf"], stages)
                 ivs.append(intervals.ratio(a, b, "p50", base_groups=ga, other_groups=gb))
             one, other = ivs
-            assert one.low <= other.value <= one.high or other.low <= one.value <= other.high, (
-                index,
-                stages,
-                one,
-                other,
-            )
+            # two independent runs: their intervals must overlap. (Requiring one's point inside the
+            # other's interval fails by chance: run-to-run drift here is 3-4 %, the widths ~±2.5 %.
+            # The old same-query rotation gave hnsw retrieve json/protobuf 1.55 in one order and
+            # 0.63 in the other, intervals far apart.)
+            assert one.low <= other.high and other.low <= one.high, (index, stages, one, other)
     for got in (forward, backward):
         order = got["hnsw/json"]["info"]["order"]
         assert order["design"] == "balanced" and order["seed"] == 0
