@@ -278,7 +278,16 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_retrieve_filter(r: dict[str, Any]) -> None:
-    """``[retrieve] filter`` checked in place (defaults filled) and ``filter_strategy`` known."""
+    """``[retrieve] filter`` checked in place (defaults filled) and ``filter_strategy`` known.
+
+    A strategy without a filter would be ignored, so it is refused.
+    """
+    if r["filter"] is None and r["filter_strategy"] is not None:
+        raise ConfigError(
+            f"[retrieve] filter_strategy = {r['filter_strategy']!r} but there is no "
+            "[retrieve] filter: give one (e.g. filter = { selectivity = 0.05 }, or "
+            "--filter-selectivity), or drop the strategy"
+        )
     if r["filter"] is not None:
         r["filter"] = check_filter_table("[retrieve]", r["filter"])
     if r["filter_strategy"] is not None and r["filter_strategy"] not in FILTER_STRATEGIES:

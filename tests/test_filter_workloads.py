@@ -323,3 +323,15 @@ def test_compare_cli_varies_selectivity_and_strategy(tmp_path: Path) -> None:
     assert got == {(0.5, "pre"), (0.5, "post"), (0.01, "pre"), (0.01, "post")}
     assert all(r["recall_at_k"] == 1.0 for r in recs)
     assert "sel=0.01/post" in res.stdout and "recall p10" in res.stdout
+
+
+def test_a_filter_strategy_without_a_filter_is_refused() -> None:
+    from ragbench.config import normalize
+    from ragbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no \\[retrieve\\] filter"):
+        normalize({"retrieve": {"backend": "hnsw", "filter_strategy": "pre"}})
+    cfg = normalize(
+        {"retrieve": {"backend": "hnsw", "filter_strategy": "pre", "filter": {"selectivity": 0.1}}}
+    )
+    assert cfg["retrieve"]["filter_strategy"] == "pre"
