@@ -1,7 +1,7 @@
 """TimingMiddleware in a real Starlette service: Server-Timing, stored rows, Prometheus, OpenTelemetry.
 
 The app is served by uvicorn on 127.0.0.1 and called over a real socket with
-httpx; the README's own service example runs as a child ``uvicorn`` process.
+httpx; the docs' own service example (docs/timing.md) runs as a child ``uvicorn`` process.
 """
 
 from __future__ import annotations
@@ -331,13 +331,14 @@ def test_server_timing_can_be_turned_off() -> None:
     assert len(timer) == 2
 
 
-# ---------------------------------------------------------------- the README's example
+# ---------------------------------------------------------------- the docs' service example
 
 
 def readme_block(title: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-    return section.split("```python\n", 1)[1].split("\n```", 1)[0]
+    """The first Python block of the docs page whose title is ``title`` (docs/timing.md)."""
+    text = (ROOT / "docs" / "timing.md").read_text(encoding="utf-8")
+    assert text.startswith(f"# {title}\n")
+    return text.split("```python\n", 1)[1].split("\n```", 1)[0]
 
 
 @pytest.mark.integration
