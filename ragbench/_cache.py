@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .files import open_regular
+from .files import SIDECAR_LIMIT, open_regular
 from .validate import json_loads, load_npy
 
 __all__ = ["CacheEvent", "ArrayCache", "cache_dir"]
@@ -32,7 +32,6 @@ log = logging.getLogger("ragbench.cache")
 
 _SIDECAR_VERSION = 1
 _READ_BLOCK = 1 << 22
-_MAX_SIDECAR = 1 << 20  # a sidecar is a few hundred bytes; read no more than this
 
 
 def cache_dir() -> Path:
@@ -137,9 +136,9 @@ class ArrayCache:
             return None, ""
         try:
             with open_regular(
-                side, limit_bytes=None, what="sidecar", error=_Untrusted, os_errors=True
+                side, limit_bytes=SIDECAR_LIMIT, what="sidecar", error=_Untrusted, os_errors=True
             ) as fh:
-                meta = json_loads(fh.read(_MAX_SIDECAR), "sidecar", _Untrusted)
+                meta = json_loads(fh.read(), "sidecar", _Untrusted)
             if not isinstance(meta, dict) or meta.get("version") != _SIDECAR_VERSION:
                 return None, "sidecar has an unknown format"
             size = npy.stat().st_size

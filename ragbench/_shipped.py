@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError
-from .files import open_regular
+from .files import SIDECAR_LIMIT, open_regular
 from .metrics import unit_rows
 from .validate import json_loads, load_npy
 
@@ -43,7 +43,6 @@ __all__ = [
 
 PARTS = ("corpus", "queries")
 _VERSION = 1
-_MAX_SIDECAR = 1 << 20  # bytes of a sidecar read at most (they are ~600)
 
 
 def sidecar_path(folder: Path, embedder: str) -> Path:
@@ -122,12 +121,12 @@ def find_shipped(folder: Path | None, embedder: str) -> ShippedVectors | None:
     try:
         with open_regular(
             side,
-            limit_bytes=None,
+            limit_bytes=SIDECAR_LIMIT,
             what="shipped vectors sidecar",
             error=DatasetError,
             os_errors=True,
         ) as fh:
-            meta = json_loads(fh.read(_MAX_SIDECAR), "its text", _Unreadable)
+            meta = json_loads(fh.read(), "its text", _Unreadable)
         parts = meta["parts"]
         if meta.get("version") != _VERSION or set(parts) != set(PARTS):
             raise ValueError(f"version {meta.get('version')!r}, parts {sorted(parts)}")

@@ -73,7 +73,6 @@ log = logging.getLogger("ragbench.datasets")
 SYNTHETIC_DEFAULTS: dict[str, int] = {"n": 10_000, "dim": 384, "n_queries": 200, "seed": 0}
 _SYNTHETIC_VERSION = _synthetic.VERSION  # keys caches; bumped when the data changes
 _KNOWN_FILE = "known_datasets.json"
-_MAX_KNOWN = 16 << 20  # bytes of known_datasets.json read at most
 _NEIGHBORS_BLOCK_BYTES = 64 << 20  # score block size: bounded memory on 1M-row corpora
 
 
@@ -851,9 +850,9 @@ def _read_known() -> dict[str, dict[str, Any]]:
     fix = f"delete {path} (it only lists datasets loaded from paths before)"
     try:
         with open_regular(
-            path, limit_bytes=None, what="dataset list", error=DatasetError, os_errors=True
+            path, limit_bytes=SIDECAR_LIMIT, what="dataset list", error=DatasetError, os_errors=True
         ) as fh:
-            data = json_loads(fh.read(_MAX_KNOWN), str(path), DatasetError)
+            data = json_loads(fh.read(), str(path), DatasetError)
     except FileNotFoundError:
         return {}
     except OSError as exc:
