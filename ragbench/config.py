@@ -2,16 +2,18 @@
 
 A config is a TOML file, the name of a config shipped in the package
 (``"default"``, ``"hashing"``, ...: see :func:`shipped_names`), or the same
-nested dict. Each stage table names its
-``backend``; other keys are that backend's parameters and are checked by the
-backend itself (an unknown one raises :class:`ConfigError` naming it). Keys
-ragbench owns are checked here. Leaving a table out uses its defaults.
+nested dict. Each stage table names its ``backend``; other keys are that
+backend's parameters. The tables and every built-in backend's parameters are
+typed Structs (:mod:`ragbench.settings`): :func:`parse_config` converts a
+config once and refuses an unknown table or key, or a value of the wrong
+type, naming its path (``run.queries: expected int, got str``).
+:func:`load_config` gives the same config as the plain dict the drivers read.
+Leaving a table out uses its defaults.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .files import CONFIG_LIMIT, read_regular
-from .validate import bool_param, positive_int
+from .settings import MAX_COUNT, TABLES, Config, Filter, convert, parse
 
 __all__ = [
     "DEFAULTS",
@@ -29,9 +31,12 @@ __all__ = [
     "SHIPPED_DIR",
     "STAGE_TABLES",
     "config_path",
+    "MAX_COUNT",
     "load_config",
     "merge",
     "normalize",
+    "parse_config",
+    "read_config",
     "shipped_names",
     "shipped_path",
 ]
@@ -39,101 +44,27 @@ __all__ = [
 #: Where the example configs ship: ``ragbench/configs/<name>.toml`` (package data).
 SHIPPED_DIR = Path(__file__).resolve().parent / "configs"
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "dataset": {"name": "pydocs"},
-    "run": {
-        "queries": 200,
-        "warmup": 20,
-        "k": 10,
-        "k_candidates": 100,
-        "threads": 1,
-        "label": None,
-        "cpu_time": False,
-        "otel": False,
-        "repeat": 1,
-    },
-    # re_embed: compute the vectors even when shipped or cached ones apply (--re-embed)
-    "embed": {"backend": None, "re_embed": False},
-    "cache": {"backend": "none", "size": 1024, "ttl_s": 300.0},
-    "retrieve": {
-        "backend": "hnsw",
-        "metric": None,
-        "build": {},
-        "search": {},
-        "index_file": None,
-        # one filter per query (ragbench.attributes), and how the index applies it
-        "filter": None,
-        "filter_strategy": None,
-    },
-    "rerank": {"backend": "numba"},
-    "serialize": {"backend": "protobuf", "with_embeddings": False, "with_metadata": True},
-    "transport": {"backend": "inproc"},
-    "prompt": {"max_tokens": 2048, "template": None},
-    "generate": {"backend": "none"},
-}
+#: Every table with its defaults, as :func:`load_config` gives it for an empty config.
+DEFAULTS: dict[str, dict[str, Any]] = Config().to_dict()
 
-#: Keys ragbench owns in each table (closed tables reject anything else).
-OWN_KEYS: dict[str, set[str]] = {
-    "dataset": {"name", "path", "n", "dim", "n_queries", "seed", "drop_empty"},
-    "run": set(DEFAULTS["run"]),
-    "cache": set(DEFAULTS["cache"]),
-    "retrieve": set(DEFAULTS["retrieve"]),
-    "prompt": set(DEFAULTS["prompt"]),
-}
-
-STAGE_TABLES = tuple(DEFAULTS)
-
-_INT_KEYS = {
-    ("run", "queries"): 1,
-    ("run", "warmup"): 0,
-    ("run", "k"): 1,
-    ("run", "k_candidates"): 1,
-    ("run", "repeat"): 1,
-    ("cache", "size"): 1,
-    ("prompt", "max_tokens"): 1,
-}
-
-#: Most requests (measured or warm-up) one run may ask for: 10**9 one by one is
-#: already days of requests and ~TBs of records; anything more is a typo.
-MAX_COUNT = 10**9
-_COUNT_KEYS = frozenset({("run", "queries"), ("run", "warmup"), ("run", "repeat")})
-
+STAGE_TABLES = TABLES
 
 #: Keys of a ``[retrieve] filter`` table (see :mod:`ragbench.attributes`).
-FILTER_KEYS = frozenset({"attribute", "selectivity", "correlated", "kind", "seed", "from"})
+FILTER_KEYS = frozenset(Filter.__struct_encode_fields__)
 #: ``[retrieve] filter_strategy`` values (``None``: the index's own choice, ``auto``).
 FILTER_STRATEGIES = ("auto", "pre", "post", "in-graph")
 
 
 def check_filter_table(owner: str, table: Any) -> dict[str, Any]:
-    """A ``[retrieve] filter`` table checked and with defaults filled; ConfigError when bad."""
+    """A ``[retrieve] filter`` table checked and with defaults filled; ConfigError when bad.
+
+    ``owner`` (``"[retrieve]"``) names the table in the message:
+    ``retrieve.filter.selectivity: expected number <= 1, got 2``.
+    """
     if not isinstance(table, Mapping):
         raise ConfigError(f"{owner} filter must be a table, got {table!r}")
-    bad = sorted(set(table) - FILTER_KEYS)
-    if bad:
-        raise ConfigError(
-            f"unknown key {bad[0]!r} in {owner} filter; valid keys: {', '.join(sorted(FILTER_KEYS))}"
-        )
-    out = dict(table)
-    if out.get("from") is not None:
-        if out["from"] != "queries":
-            raise ConfigError(f"{owner} filter from must be 'queries', got {out['from']!r}")
-        return {"from": "queries"}
-    sel = out.get("selectivity")
-    if isinstance(sel, bool) or not isinstance(sel, (int, float)) or not 0 < sel <= 1:
-        raise ConfigError(f"{owner} filter selectivity must be a number in (0, 1], got {sel!r}")
-    out["selectivity"] = float(sel)
-    if not isinstance(out.setdefault("correlated", False), bool):
-        raise ConfigError(f"{owner} filter correlated must be true or false")
-    attr = out.setdefault("attribute", None)
-    if attr is not None and not isinstance(attr, str):
-        raise ConfigError(f"{owner} filter attribute must be a string, got {attr!r}")
-    if out.setdefault("kind", None) not in (None, "values", "range"):
-        raise ConfigError(f"{owner} filter kind must be 'values' or 'range', got {out['kind']!r}")
-    seed = out.setdefault("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"{owner} filter seed must be an integer >= 0, got {seed!r}")
-    return out
+    where = owner.strip("[]") + ".filter"
+    return convert(dict(table), Filter, where).to_dict()
 
 
 def shipped_names() -> list[str]:
@@ -169,10 +100,14 @@ def config_path(source: str | PathLike[str]) -> Path:
     )
 
 
-def load_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
-    """Read a TOML file or a shipped config by name (or take a mapping); return it normalized."""
+def read_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """The config ``source`` holds, as read (a TOML file, a shipped name, or a mapping), unchecked.
+
+    For callers that merge options into it before the one conversion
+    (:func:`parse_config`) that checks it.
+    """
     if isinstance(source, Mapping):
-        return normalize(source)
+        return copy.deepcopy(dict(source))
     path = config_path(source)
     raw = read_regular(path, limit_bytes=CONFIG_LIMIT, what="config", error=ConfigError)
     try:
@@ -180,10 +115,29 @@ def load_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, An
     except ImportError:  # pragma: no cover - Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return normalize(data)
+    return data
+
+
+def parse_config(source: str | PathLike[str] | Mapping[str, Any] | Config) -> Config:
+    """The typed :class:`~ragbench.settings.Config` of a TOML file, shipped name or mapping.
+
+    A :class:`~ragbench.settings.Config` is returned as it is (already checked).
+    """
+    if isinstance(source, Config):
+        return source
+    return parse(read_config(source))
+
+
+def load_config(source: str | PathLike[str] | Mapping[str, Any] | Config) -> dict[str, Any]:
+    """Read a TOML file or a shipped config by name (or take a mapping); return it normalized.
+
+    The plain-dict form of :func:`parse_config` (``Config.to_dict()``): every
+    table, every key ragbench owns with its default.
+    """
+    return parse_config(source).to_dict()
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -202,99 +156,8 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
 
 
 def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate table and key names, fill defaults, and check the values ragbench owns."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"a config must be a table/dict, got {type(data).__name__}")
-    unknown = [k for k in data if k not in DEFAULTS]
-    if unknown:
-        raise ConfigError(
-            f"unknown config table [{unknown[0]}]; valid tables: {', '.join(STAGE_TABLES)}"
-        )
-    cfg: dict[str, dict[str, Any]] = {}
-    for table, defaults in DEFAULTS.items():
-        given = data.get(table, {})
-        if not isinstance(given, Mapping):
-            raise ConfigError(f"[{table}] must be a table, got {type(given).__name__}")
-        own = OWN_KEYS.get(table)
-        if own is not None:
-            bad = [k for k in given if k not in own]
-            if bad:
-                raise ConfigError(
-                    f"unknown key {bad[0]!r} in [{table}]; valid keys: {', '.join(sorted(own))}"
-                )
-        merged = dict(defaults)
-        if table == "dataset" and "path" in given:
-            merged.pop("name", None)  # a path replaces the default dataset name
-        merged.update(copy.deepcopy(dict(given)))
-        cfg[table] = merged
-    for (table, key), low in _INT_KEYS.items():
-        hi = MAX_COUNT if (table, key) in _COUNT_KEYS else None
-        cfg[table][key] = positive_int(f"[{table}]", key, cfg[table][key], lo=low, hi=hi)
-    run = cfg["run"]
-    if run["queries"] * run["repeat"] > MAX_COUNT:
-        raise ConfigError(
-            f"[run] queries x repeat = {run['queries'] * run['repeat']} requests is more than "
-            f"the {MAX_COUNT} a run can hold; lower queries or repeat"
-        )
-    if run["k_candidates"] < run["k"]:
-        raise ConfigError(
-            f"[run] k_candidates ({run['k_candidates']}) must be >= k ({run['k']}); "
-            "raise k_candidates (--k-candidates)"
-        )
-    if run["threads"] is not None:
-        run["threads"] = positive_int("[run]", "threads", run["threads"])
-    run["cpu_time"] = bool_param("[run]", "cpu_time", run["cpu_time"])
-    run["otel"] = bool_param("[run]", "otel", run["otel"])
-    cfg["embed"]["re_embed"] = bool_param("[embed]", "re_embed", cfg["embed"]["re_embed"])
-    index_file = cfg["retrieve"]["index_file"]
-    if index_file is not None and (not isinstance(index_file, str) or not index_file):
-        raise ConfigError(f"[retrieve] index_file must be a path, got {index_file!r}")
-    for table in ("retrieve",):
-        for sub in ("build", "search"):
-            if not isinstance(cfg[table][sub], Mapping):
-                raise ConfigError(f"[{table}] {sub} must be a table of parameters")
-    ttl = cfg["cache"]["ttl_s"]
-    if (
-        isinstance(ttl, bool)
-        or not isinstance(ttl, (int, float))
-        or not math.isfinite(ttl)
-        or not 0 <= ttl <= 1e9
-    ):
-        raise ConfigError(f"[cache] ttl_s must be a number of seconds in [0, 1e9], got {ttl!r}")
-    _check_retrieve_filter(cfg["retrieve"])
-    if cfg["cache"]["backend"] not in ("none", "lru"):
-        raise ConfigError(
-            f"[cache] backend must be 'none' or 'lru', got {cfg['cache']['backend']!r}"
-        )
-    for table in STAGE_TABLES:
-        if "backend" in DEFAULTS[table]:
-            b = cfg[table]["backend"]
-            if b is not None and not isinstance(b, str):
-                raise ConfigError(f"[{table}] backend must be a string, got {b!r}")
-    ds = cfg["dataset"]
-    if "path" in ds and "name" in data.get("dataset", {}):
-        raise ConfigError("[dataset] give either name or path, not both")
-    return cfg
-
-
-def _check_retrieve_filter(r: dict[str, Any]) -> None:
-    """``[retrieve] filter`` checked in place (defaults filled) and ``filter_strategy`` known.
-
-    A strategy without a filter would be ignored, so it is refused.
-    """
-    if r["filter"] is None and r["filter_strategy"] is not None:
-        raise ConfigError(
-            f"[retrieve] filter_strategy = {r['filter_strategy']!r} but there is no "
-            "[retrieve] filter: give one (e.g. filter = { selectivity = 0.05 }, or "
-            "--filter-selectivity), or drop the strategy"
-        )
-    if r["filter"] is not None:
-        r["filter"] = check_filter_table("[retrieve]", r["filter"])
-    if r["filter_strategy"] is not None and r["filter_strategy"] not in FILTER_STRATEGIES:
-        raise ConfigError(
-            f"[retrieve] filter_strategy must be one of {', '.join(FILTER_STRATEGIES)}, "
-            f"got {r['filter_strategy']!r}"
-        )
+    """Validate table and key names, fill defaults, and check the values (see :func:`parse_config`)."""
+    return parse(data).to_dict()
 
 
 def backend_params(cfg: Mapping[str, Any], table: str) -> dict[str, Any]:

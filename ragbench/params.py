@@ -1,0 +1,230 @@
+"""The parameters of every built-in backend, typed: what a stage table may hold per backend.
+
+Index build and search parameters are Structs (``[retrieve] build`` and
+``search``); the other stages' parameters are field tables
+(:data:`STAGE_PARAMS`) from which :mod:`ragbench.settings` makes one Struct
+per backend. A parameter left out stays unset: the backend fills in its own
+default (documented here as the field's JSON-Schema ``default``), and checks
+ranges it owns (``M`` in [2, 4096], ...) when it is created. What this module
+adds is that a misspelt key or a value of the wrong type is refused when the
+config is read, with its path, before anything is built.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+__all__ = ["INDEXES", "STAGE_PARAMS", "Params", "documented_defaults"]
+
+
+def _d(value: Any) -> Meta:
+    """Field metadata: the backend's own default, for the JSON Schema."""
+    return Meta(extra_json_schema={"default": value})
+
+
+class Params(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Index build or search parameters; each one left unset takes the backend's default."""
+
+
+class NoParams(Params):
+    """A backend without parameters of this kind."""
+
+
+class EfSearch(Params):
+    """Search parameters of the graph indexes."""
+
+    ef: Annotated[int, _d(64)] | UnsetType = UNSET
+
+
+class NprobeSearch(Params):
+    """Search parameters of the inverted-file indexes."""
+
+    nprobe: Annotated[int, _d(8)] | UnsetType = UNSET
+
+
+class GraphBuild(Params):
+    """Build parameters of faiss's graph indexes (``faiss-hnsw``, ``hnsw-fp16``, ``binary-hnsw``)."""
+
+    M: Annotated[int, _d(16)] | UnsetType = UNSET
+    ef_construction: Annotated[int, _d(200)] | UnsetType = UNSET
+
+
+class HnswBuild(GraphBuild):
+    """Build parameters of ``hnsw`` (hnswlib)."""
+
+    seed: Annotated[int, _d(100)] | UnsetType = UNSET
+
+
+class HnswSqBuild(GraphBuild):
+    """Build parameters of ``hnsw-sq`` (faiss HNSW over 8-bit scalar codes)."""
+
+    train_size: Annotated[int, _d(50000)] | UnsetType = UNSET
+    seed: Annotated[int, _d(1234)] | UnsetType = UNSET
+
+
+class UsearchBuild(Params):
+    """Build parameters of ``usearch``."""
+
+    M: Annotated[int, _d(16)] | UnsetType = UNSET
+    ef_construction: Annotated[int, _d(128)] | UnsetType = UNSET
+    dtype: Annotated[str, _d("f32")] | UnsetType = UNSET
+
+
+class QdrantBuild(Params):
+    """Build parameters of ``qdrant-edge``."""
+
+    M: Annotated[int, _d(16)] | UnsetType = UNSET
+    ef_construction: Annotated[int, _d(100)] | UnsetType = UNSET
+    full_scan_threshold: Annotated[int, _d(10000)] | UnsetType = UNSET
+
+
+class IvfBuild(Params):
+    """Build parameters of ``ivf`` (``nlist`` None: about 4 sqrt(n))."""
+
+    nlist: Annotated[int | None, _d(None)] | UnsetType = UNSET
+    seed: Annotated[int, _d(1234)] | UnsetType = UNSET
+
+
+class IvfSq8Build(IvfBuild):
+    """Build parameters of ``ivf-sq8``."""
+
+    train_size: Annotated[int, _d(50000)] | UnsetType = UNSET
+
+
+class IvfPqFsBuild(IvfSq8Build):
+    """Build parameters of ``ivfpq-fs`` (``m`` None: chosen from the dimension)."""
+
+    m: Annotated[int | None, _d(None)] | UnsetType = UNSET
+
+
+class IvfPqBuild(IvfPqFsBuild):
+    """Build parameters of ``ivfpq``."""
+
+    nbits: Annotated[int, _d(8)] | UnsetType = UNSET
+
+
+class LshBuild(Params):
+    """Build parameters of ``lsh`` (faiss IndexLSH)."""
+
+    nbits: Annotated[int, _d(512)] | UnsetType = UNSET
+    rotate_data: Annotated[bool, _d(True)] | UnsetType = UNSET
+    train_thresholds: Annotated[bool, _d(False)] | UnsetType = UNSET
+
+
+class MinHashBuild(Params):
+    """Build parameters of ``minhash-lsh`` (datasketch)."""
+
+    num_perm: Annotated[int, _d(128)] | UnsetType = UNSET
+    threshold: Annotated[float, _d(0.3)] | UnsetType = UNSET
+    shingle_size: Annotated[int, _d(3)] | UnsetType = UNSET
+    seed: Annotated[int, _d(1)] | UnsetType = UNSET
+
+
+#: Index backend → (its build parameters, its search parameters).
+INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
+    "flat": (NoParams, NoParams),
+    "hnsw": (HnswBuild, EfSearch),
+    "faiss-hnsw": (GraphBuild, EfSearch),
+    "ivf": (IvfBuild, NprobeSearch),
+    "lsh": (LshBuild, NoParams),
+    "minhash-lsh": (MinHashBuild, NoParams),
+    "ivfpq": (IvfPqBuild, NprobeSearch),
+    "ivfpq-fs": (IvfPqFsBuild, NprobeSearch),
+    "ivf-sq8": (IvfSq8Build, NprobeSearch),
+    "hnsw-sq": (HnswSqBuild, EfSearch),
+    "hnsw-fp16": (GraphBuild, EfSearch),
+    "binary-flat": (NoParams, NoParams),
+    "binary-hnsw": (GraphBuild, EfSearch),
+    "usearch": (UsearchBuild, EfSearch),
+    "qdrant-edge": (QdrantBuild, EfSearch),
+}
+
+Seconds = Annotated[float, Meta(gt=0)]
+_CODEC = {
+    "shape": Annotated[Literal["row", "columnar"], _d("row")],
+    "max_payload_bytes": int,
+}
+_SERVER = {"host": Annotated[str, _d("127.0.0.1")], "timeout": Seconds, "startup_timeout": Seconds}
+
+#: Stage table → backend → parameter → type (``Annotated`` with its default when known).
+STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
+    "embed": {
+        "minilm": {"batch_size": Annotated[int, _d(64)], "device": str, "threads": int | None},
+        "hashing": {
+            "dim": Annotated[int, _d(384)],
+            "ngram": Annotated[tuple[int, int], _d([1, 2])],
+            "seed": Annotated[int, _d(0)],
+            "lowercase": Annotated[bool, _d(True)],
+        },
+        "precomputed": {},
+    },
+    "rerank": {
+        "numba": {"parallel": Annotated[bool, _d(False)], "parallel_threshold": int | None},
+        "numpy": {},
+        "python": {},
+        "none": {},
+    },
+    "serialize": {
+        name: dict(_CODEC) for name in ("json", "orjson", "msgspec-json", "msgpack", "protobuf")
+    },
+    "transport": {
+        "inproc": {},
+        "http": dict(_SERVER),
+        "grpc": dict(_SERVER),
+        "asgi": {
+            **_SERVER,
+            "http": Annotated[str, _d("auto")],
+            "loop": Annotated[str, _d("auto")],
+            "offload": Annotated[bool, _d(True)],
+            "keep_alive_s": Annotated[int, _d(3600)],
+        },
+    },
+    "generate": {
+        "none": {},
+        "stub": {
+            "prefill_ms_per_1k_tokens": float,
+            "base_ms": float,
+            "inter_token_ms": float,
+            "max_tokens": Annotated[int, _d(1)],
+            "host": str,
+            "timeout": Seconds,
+            "startup_timeout": Seconds,
+            "client": Annotated[str, _d("minimal")],
+        },
+        "openai": {
+            "base_url": str | None,
+            "model": str | None,
+            "api_key": str | None,
+            "timeout": Seconds,
+            "max_tokens": Annotated[int, _d(16)],
+            "chat": Annotated[bool, _d(True)],
+            "client": Annotated[str, _d("minimal")],
+        },
+        "transformers": {
+            "model": str | None,
+            "architecture": str | None,
+            "tokenizer": str | None,
+            "threads": int | None,
+            "device": Annotated[str, _d("cpu")],
+            "dtype": Annotated[str, _d("float32")],
+            "next_tokens": Annotated[int, _d(0)],
+            "seed": Annotated[int, _d(0)],
+        },
+    },
+}
+
+
+def documented_defaults(params: type[Params]) -> dict[str, Any]:
+    """The defaults a Params Struct documents for its backend (``{field: default}``)."""
+    import msgspec
+
+    out = {}
+    for f in msgspec.structs.fields(params):
+        for member in getattr(f.type, "__args__", ()):
+            for meta in getattr(member, "__metadata__", ()):
+                extra = getattr(meta, "extra_json_schema", None) or {}
+                if "default" in extra:
+                    out[f.name] = extra["default"]
+    return out
