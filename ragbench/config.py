@@ -24,6 +24,7 @@ from .files import CONFIG_LIMIT, read_regular
 from .settings import MAX_COUNT, TABLES, Config, Filter, convert, parse
 
 __all__ = [
+    "ConfigSource",
     "DEFAULTS",
     "FILTER_KEYS",
     "FILTER_STRATEGIES",
@@ -43,6 +44,9 @@ __all__ = [
 
 #: Where the example configs ship: ``ragbench/configs/<name>.toml`` (package data).
 SHIPPED_DIR = Path(__file__).resolve().parent / "configs"
+
+#: What a config may be given as: a TOML file, a shipped config's name, a mapping, or a Config.
+ConfigSource = str | PathLike[str] | Mapping[str, Any] | Config
 
 #: Every table with its defaults, as :func:`load_config` gives it for an empty config.
 DEFAULTS: dict[str, dict[str, Any]] = Config().to_dict()
@@ -121,7 +125,7 @@ def read_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, An
     return data
 
 
-def parse_config(source: str | PathLike[str] | Mapping[str, Any] | Config) -> Config:
+def parse_config(source: ConfigSource) -> Config:
     """The typed :class:`~ragbench.settings.Config` of a TOML file, shipped name or mapping.
 
     A :class:`~ragbench.settings.Config` is returned as it is (already checked).
@@ -131,7 +135,7 @@ def parse_config(source: str | PathLike[str] | Mapping[str, Any] | Config) -> Co
     return parse(read_config(source))
 
 
-def load_config(source: str | PathLike[str] | Mapping[str, Any] | Config) -> dict[str, Any]:
+def load_config(source: ConfigSource) -> dict[str, Any]:
     """Read a TOML file or a shipped config by name (or take a mapping); return it normalized.
 
     The plain-dict form of :func:`parse_config` (``Config.to_dict()``): every

@@ -28,43 +28,43 @@ class Params(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Index build or search parameters; each one left unset takes the backend's default."""
 
 
-class NoParams(Params):
+class NoParams(Params, frozen=True):
     """A backend without parameters of this kind."""
 
 
-class EfSearch(Params):
+class EfSearch(Params, frozen=True):
     """Search parameters of the graph indexes."""
 
     ef: Annotated[int, _d(64)] | UnsetType = UNSET
 
 
-class NprobeSearch(Params):
+class NprobeSearch(Params, frozen=True):
     """Search parameters of the inverted-file indexes."""
 
     nprobe: Annotated[int, _d(8)] | UnsetType = UNSET
 
 
-class GraphBuild(Params):
+class GraphBuild(Params, frozen=True):
     """Build parameters of faiss's graph indexes (``faiss-hnsw``, ``hnsw-fp16``, ``binary-hnsw``)."""
 
     M: Annotated[int, _d(16)] | UnsetType = UNSET
     ef_construction: Annotated[int, _d(200)] | UnsetType = UNSET
 
 
-class HnswBuild(GraphBuild):
+class HnswBuild(GraphBuild, frozen=True):
     """Build parameters of ``hnsw`` (hnswlib)."""
 
     seed: Annotated[int, _d(100)] | UnsetType = UNSET
 
 
-class HnswSqBuild(GraphBuild):
+class HnswSqBuild(GraphBuild, frozen=True):
     """Build parameters of ``hnsw-sq`` (faiss HNSW over 8-bit scalar codes)."""
 
     train_size: Annotated[int, _d(50000)] | UnsetType = UNSET
     seed: Annotated[int, _d(1234)] | UnsetType = UNSET
 
 
-class UsearchBuild(Params):
+class UsearchBuild(Params, frozen=True):
     """Build parameters of ``usearch``."""
 
     M: Annotated[int, _d(16)] | UnsetType = UNSET
@@ -72,7 +72,7 @@ class UsearchBuild(Params):
     dtype: Annotated[str, _d("f32")] | UnsetType = UNSET
 
 
-class QdrantBuild(Params):
+class QdrantBuild(Params, frozen=True):
     """Build parameters of ``qdrant-edge``."""
 
     M: Annotated[int, _d(16)] | UnsetType = UNSET
@@ -80,32 +80,32 @@ class QdrantBuild(Params):
     full_scan_threshold: Annotated[int, _d(10000)] | UnsetType = UNSET
 
 
-class IvfBuild(Params):
+class IvfBuild(Params, frozen=True):
     """Build parameters of ``ivf`` (``nlist`` None: about 4 sqrt(n))."""
 
     nlist: Annotated[int | None, _d(None)] | UnsetType = UNSET
     seed: Annotated[int, _d(1234)] | UnsetType = UNSET
 
 
-class IvfSq8Build(IvfBuild):
+class IvfSq8Build(IvfBuild, frozen=True):
     """Build parameters of ``ivf-sq8``."""
 
     train_size: Annotated[int, _d(50000)] | UnsetType = UNSET
 
 
-class IvfPqFsBuild(IvfSq8Build):
+class IvfPqFsBuild(IvfSq8Build, frozen=True):
     """Build parameters of ``ivfpq-fs`` (``m`` None: chosen from the dimension)."""
 
     m: Annotated[int | None, _d(None)] | UnsetType = UNSET
 
 
-class IvfPqBuild(IvfPqFsBuild):
+class IvfPqBuild(IvfPqFsBuild, frozen=True):
     """Build parameters of ``ivfpq``."""
 
     nbits: Annotated[int, _d(8)] | UnsetType = UNSET
 
 
-class LshBuild(Params):
+class LshBuild(Params, frozen=True):
     """Build parameters of ``lsh`` (faiss IndexLSH)."""
 
     nbits: Annotated[int, _d(512)] | UnsetType = UNSET
@@ -113,7 +113,7 @@ class LshBuild(Params):
     train_thresholds: Annotated[bool, _d(False)] | UnsetType = UNSET
 
 
-class MinHashBuild(Params):
+class MinHashBuild(Params, frozen=True):
     """Build parameters of ``minhash-lsh`` (datasketch)."""
 
     num_perm: Annotated[int, _d(128)] | UnsetType = UNSET

@@ -23,7 +23,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from os import PathLike
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, NamedTuple
@@ -34,7 +33,7 @@ from . import codecs, embedders, generators, indexes, orders, rerankers, threads
 from . import otel as tracing
 from ._registry import check_params
 from .attributes import QueryFilters
-from .config import backend_params, load_config
+from .config import ConfigSource, backend_params, load_config
 from .datasets import Dataset
 from .errors import (
     ConfigError,
@@ -514,7 +513,7 @@ class Pipeline:
 
     def __init__(
         self,
-        config: str | PathLike[str] | Mapping[str, Any],
+        config: ConfigSource,
         *,
         label: str | None = None,
         otel: tracing.TraceExporter | None = None,
@@ -568,7 +567,7 @@ class Pipeline:
             check_writable(path, "[retrieve] index_file")
 
     @classmethod
-    def from_config(cls, config: str | PathLike[str] | Mapping[str, Any], **kw: Any) -> Pipeline:
+    def from_config(cls, config: ConfigSource, **kw: Any) -> Pipeline:
         return cls(config, **kw)
 
     @property

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from os import PathLike, fspath
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, cast, get_args, get_origin
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType, field
@@ -35,6 +35,7 @@ from .errors import ConfigError
 from .params import INDEXES, STAGE_PARAMS, Params
 
 T = TypeVar("T")
+S = TypeVar("S", bound="Stage")
 
 __all__ = [
     "MAX_COUNT",
@@ -69,6 +70,7 @@ MAX_COUNT = 10**9
 PositiveInt = Annotated[int, Meta(ge=1)]
 Count = Annotated[int, Meta(ge=1, le=MAX_COUNT)]
 
+
 class Table(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of every configuration table: frozen, keyword-only, unknown keys refused."""
 
@@ -76,7 +78,7 @@ class Table(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
 # ------------------------------------------------------------------- ragbench's own tables
 
 
-class Dataset(Table):
+class Dataset(Table, frozen=True):
     """``[dataset]``: a bundled dataset by ``name`` (with its parameters) or a file by ``path``."""
 
     name: str | UnsetType = UNSET
@@ -94,7 +96,7 @@ class Dataset(Table):
             msgspec.structs.force_setattr(self, "name", "pydocs")
 
 
-class Run(Table):
+class Run(Table, frozen=True):
     """``[run]``: how many requests, which ``k``, and what is measured beside wall time."""
 
     queries: Count = 200
@@ -120,7 +122,7 @@ class Run(Table):
             )
 
 
-class Cache(Table):
+class Cache(Table, frozen=True):
     """``[cache]``: an LRU of query results with a time to live, or none."""
 
     backend: Literal["none", "lru"] = "none"
@@ -128,14 +130,14 @@ class Cache(Table):
     ttl_s: Annotated[float, Meta(ge=0, le=1e9)] = 300.0
 
 
-class Prompt(Table):
+class Prompt(Table, frozen=True):
     """``[prompt]``: the token budget and template of the prompt builder."""
 
     max_tokens: PositiveInt = 2048
     template: str | None = None
 
 
-class Filter(Table, rename={"from_": "from"}):
+class Filter(Table, frozen=True, rename={"from_": "from"}):
     """``[retrieve] filter``: one filter per query (see :mod:`ragbench.attributes`).
 
     ``from = "queries"`` takes each query's own filter and nothing else;
@@ -165,7 +167,7 @@ class Filter(Table, rename={"from_": "from"}):
 # ------------------------------------------------------------------------- stage tables
 
 
-class Stage(Table):
+class Stage(Table, frozen=True):
     """A stage table: its ``backend`` and that backend's parameters (:meth:`params`)."""
 
     #: keys of the table ragbench owns (never passed to the backend)
@@ -182,20 +184,20 @@ class Stage(Table):
         return out
 
 
-class Embed(Stage):
+class Embed(Stage, frozen=True):
     """``[embed]``: the embedder (``backend`` None: the dataset's default one)."""
 
     OWN = ("re_embed",)
     re_embed: bool = False
 
 
-class Rerank(Stage):
+class Rerank(Stage, frozen=True):
     """``[rerank]``: the candidate reranker."""
 
     backend: str | None = "numba"
 
 
-class Serialize(Stage):
+class Serialize(Stage, frozen=True):
     """``[serialize]``: the codec (the deserialize stage uses the same one)."""
 
     OWN = ("with_embeddings", "with_metadata")
@@ -204,19 +206,19 @@ class Serialize(Stage):
     with_metadata: bool = True
 
 
-class Transport(Stage):
+class Transport(Stage, frozen=True):
     """``[transport]``: how the payload crosses from the retriever's side to the LLM's."""
 
     backend: str | None = "inproc"
 
 
-class Generate(Stage):
+class Generate(Stage, frozen=True):
     """``[generate]``: the LLM generator, timed to its first token."""
 
     backend: str | None = "none"
 
 
-class Retrieve(Stage):
+class Retrieve(Stage, frozen=True):
     """``[retrieve]``: the index, its ``build`` and ``search`` parameters, a per-query filter."""
 
     OWN = ("metric", "build", "search", "index_file", "filter", "filter_strategy")
@@ -271,9 +273,9 @@ def _struct_name(base: type[Stage], backend: str) -> str:
 def _define(table: str, backend: str, fields: Mapping[str, Any]) -> type[Stage]:
     """The Struct of ``backend`` of stage ``table``: its parameters, each unset unless given."""
     base = STAGES[table]
-    specs: list[tuple[str, Any, Any]] = [("backend", Literal[backend], backend)]  # type: ignore[valid-type]
+    specs: list[tuple[str, Any, Any]] = [("backend", Literal[backend], backend)]
     specs += [(key, typ | UnsetType, UNSET) for key, typ in fields.items()]
-    cls: type[Stage] = msgspec.defstruct(
+    cls = msgspec.defstruct(
         _struct_name(base, backend),
         specs,
         bases=(base,),
@@ -282,16 +284,16 @@ def _define(table: str, backend: str, fields: Mapping[str, Any]) -> type[Stage]:
         kw_only=True,
         forbid_unknown_fields=True,
     )
-    return cls
+    return cast("type[Stage]", cls)
 
 
 def _define_index(backend: str, build: type[Params], search: type[Params]) -> type[Stage]:
     specs: list[tuple[str, Any, Any]] = [
-        ("backend", Literal[backend], backend),  # type: ignore[valid-type]
+        ("backend", Literal[backend], backend),
         ("build", build, field(default_factory=build)),
         ("search", search, field(default_factory=search)),
     ]
-    cls: type[Stage] = msgspec.defstruct(
+    cls = msgspec.defstruct(
         _struct_name(Retrieve, backend),
         specs,
         bases=(Retrieve,),
@@ -300,7 +302,7 @@ def _define_index(backend: str, build: type[Params], search: type[Params]) -> ty
         kw_only=True,
         forbid_unknown_fields=True,
     )
-    return cls
+    return cast("type[Stage]", cls)
 
 
 def _define_open(table: str) -> type[Stage]:
@@ -315,19 +317,27 @@ def _define_open(table: str) -> type[Stage]:
             ("build", dict[str, Any], field(default_factory=dict)),
             ("search", dict[str, Any], field(default_factory=dict)),
         ]
-    cls: type[Stage] = msgspec.defstruct(
+    cls = msgspec.defstruct(
         f"Open{base.__name__}", specs, bases=(base,), module=__name__, frozen=True, kw_only=True
     )
-    return cls
+    return cast("type[Stage]", cls)
 
 
-for _table, _backends in STAGE_PARAMS.items():
+for _stage, _backends in STAGE_PARAMS.items():
     for _name, _fields in _backends.items():
-        VARIANTS[_table][_name] = _define(_table, _name, _fields)
+        VARIANTS[_stage][_name] = _define(_stage, _name, _fields)
 for _name, (_build, _search) in INDEXES.items():
     VARIANTS["retrieve"][_name] = _define_index(_name, _build, _search)
-for _table in STAGES:
-    OPEN[_table] = _define_open(_table)
+for _stage in STAGES:
+    OPEN[_stage] = _define_open(_stage)
+
+
+def _default_stage(table: str, kind: type[S]) -> Callable[[], S]:
+    """The factory of stage ``table``'s default: its default backend's Struct, nothing given."""
+    base = STAGES[table]
+    backend = base.__struct_defaults__[base.__struct_fields__.index("backend")]
+    cls = VARIANTS[table].get(backend, OPEN[table])
+    return lambda: cast(S, cls())
 
 
 _TYPED = {cls for variants in VARIANTS.values() for cls in variants.values()}
@@ -341,19 +351,19 @@ def backend_names(table: str) -> list[str]:
 # ------------------------------------------------------------------------------ config
 
 
-class Config(Table):
+class Config(Table, frozen=True):
     """A whole pipeline configuration: one table per stage, each with its defaults."""
 
     dataset: Dataset = field(default_factory=Dataset)
     run: Run = field(default_factory=Run)
-    embed: Embed = field(default_factory=Embed)
+    embed: Embed = field(default_factory=_default_stage("embed", Embed))
     cache: Cache = field(default_factory=Cache)
-    retrieve: Retrieve = field(default_factory=lambda: VARIANTS["retrieve"]["hnsw"]())
-    rerank: Rerank = field(default_factory=lambda: VARIANTS["rerank"]["numba"]())
-    serialize: Serialize = field(default_factory=lambda: VARIANTS["serialize"]["protobuf"]())
-    transport: Transport = field(default_factory=lambda: VARIANTS["transport"]["inproc"]())
+    retrieve: Retrieve = field(default_factory=_default_stage("retrieve", Retrieve))
+    rerank: Rerank = field(default_factory=_default_stage("rerank", Rerank))
+    serialize: Serialize = field(default_factory=_default_stage("serialize", Serialize))
+    transport: Transport = field(default_factory=_default_stage("transport", Transport))
     prompt: Prompt = field(default_factory=Prompt)
-    generate: Generate = field(default_factory=lambda: VARIANTS["generate"]["none"]())
+    generate: Generate = field(default_factory=_default_stage("generate", Generate))
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The plain nested dict the drivers read (``cfg["retrieve"]["build"]``, ...).
@@ -392,9 +402,7 @@ def parse(data: Any) -> Config:
         raise ConfigError(f"a config must be a table/dict, got {type(data).__name__}")
     unknown = [k for k in data if k not in TABLES]
     if unknown:
-        raise ConfigError(
-            f"unknown config table [{unknown[0]}]; valid tables: {', '.join(TABLES)}"
-        )
+        raise ConfigError(f"unknown config table [{unknown[0]}]; valid tables: {', '.join(TABLES)}")
     tables: dict[str, Any] = {}
     for table in TABLES:
         given = data.get(table, {})
@@ -409,7 +417,9 @@ def _table(table: str, given: dict[str, Any]) -> Any:
     if table not in STAGES:
         return convert(given, _TABLE_TYPES[table], table)
     base = STAGES[table]
-    backend = given.get("backend", base.__struct_defaults__[base.__struct_fields__.index("backend")])
+    backend = given.get(
+        "backend", base.__struct_defaults__[base.__struct_fields__.index("backend")]
+    )
     if backend is not None and not isinstance(backend, str):
         raise ConfigError(f"{table}.backend: expected str, got {type(backend).__name__}")
     typed = VARIANTS[table].get(backend) if backend is not None else None
@@ -461,7 +471,9 @@ def convert(data: Any, cls: type[T], where: str) -> T:
         raise config_error(exc, data, cls, where) from None
 
 
-def config_error(exc: msgspec.ValidationError, data: Any, cls: type[Any], where: str) -> ConfigError:
+def config_error(
+    exc: msgspec.ValidationError, data: Any, cls: type[Any], where: str
+) -> ConfigError:
     """A msgspec error as one line naming the path: ``run.queries: expected int, got str``."""
     m = _AT.match(str(exc))
     assert m is not None  # the pattern matches any text
@@ -484,8 +496,10 @@ def config_error(exc: msgspec.ValidationError, data: Any, cls: type[Any], where:
     if msg.startswith("expected") and ", got" not in msg:
         found, value = _value_at(data, path)
         msg += f", got {value!r}" if found else ""
-    if msg.startswith("invalid enum value"):
-        msg = f"{msg}; valid: {', '.join(map(str, _choices(cls, path)))}"
+    enum = re.match(r"invalid enum value (?P<value>.*)$", msg)
+    if enum:  # "serialize.shape: unknown shape 'rows'; valid: row, columnar"
+        msg = f"unknown {path[-1] if path else 'value'} {enum['value']}; valid: "
+        msg += ", ".join(map(str, _choices(cls, path)))
     return ConfigError(f"{name}: {msg}")
 
 

@@ -428,7 +428,7 @@ def test_compare_applies_a_set_parameter_to_every_index() -> None:
         "compare", ["--index", "faiss-hnsw,hnsw", "--set", "retrieve.search.ef=32"]
     )
     combos, varying = configurations(ctx.params, {})
-    assert [(c["retrieve"]["backend"], c["retrieve"]["search"]) for c, _ in combos] == [
+    assert [(c.retrieve.backend, c.to_dict()["retrieve"]["search"]) for c, _ in combos] == [
         ("faiss-hnsw", {"ef": 32}),
         ("hnsw", {"ef": 32}),
     ]

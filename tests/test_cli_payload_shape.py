@@ -24,7 +24,8 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def _combos(*argv: str) -> tuple[list[tuple[dict, str | None]], set[str]]:
     ctx = compare.make_context("compare", list(argv))
-    return configurations(ctx.params, {})
+    combos, varying = configurations(ctx.params, {})
+    return [(cfg.to_dict(), label) for cfg, label in combos], varying
 
 
 def test_payload_shape_is_an_axis_next_to_the_codec() -> None:

@@ -478,7 +478,7 @@ def test_a_failing_collector_stops_the_export_and_is_said_once(
 def test_run_otel_is_a_checked_bool() -> None:
     assert normalize({})["run"]["otel"] is False
     assert normalize({"run": {"otel": True}})["run"]["otel"] is True
-    with pytest.raises(ConfigError, match=r"\[run\]: otel must be true or false"):
+    with pytest.raises(ConfigError, match=r"^run\.otel: expected bool, got str$"):
         normalize({"run": {"otel": "yes"}})
 
 

@@ -241,7 +241,7 @@ def test_pipeline_config_re_embed(bundled: Path) -> None:
     with Pipeline.from_config(forced) as pipe:
         pipe.setup()
         assert [(e["shipped"], e["hit"]) for e in pipe.cache_events] == [(False, False)] * 2
-    with pytest.raises(ConfigError, match=r"\[embed\]: re_embed must be true or false"):
+    with pytest.raises(ConfigError, match=r"^embed\.re_embed: expected bool, got str$"):
         normalize({"embed": {"re_embed": "yes"}})
 
 

@@ -3,7 +3,9 @@
 :func:`backend_options` declares the options both commands take (a base
 config, the dataset, one comma list per varied backend, the run settings,
 ``--set``); :func:`configurations` turns them into one (config, label) per
-combination of the comma lists, every config already checked.
+combination of the comma lists, every config checked: the options are merged
+into the config as read, and each combination is converted to its typed
+:class:`~ragbench.settings.Config` once.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..config import load_config, merge, normalize
+from ..config import DEFAULTS, merge, parse_config, read_config
+from ..settings import Config
 from .options import (
     config_option,
     counts,
@@ -132,10 +135,10 @@ def otel_option() -> Callable[[F], F]:
 
 
 def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any]:
-    """The config every combination starts from: file, then --set, then the named options."""
+    """The config every combination starts from, unchecked: file, then --set, then the named options."""
     from .. import datasets
 
-    base = load_config(opts["config"]) if opts["config"] else {}
+    base = read_config(opts["config"]) if opts["config"] else {}
     if any(opts[o] is not None for o in ("dataset", "n", "dim")):
         n = parse_count(opts["n"], "--n") if opts["n"] else None
         base["dataset"] = datasets.spec_table(opts["dataset"] or "synthetic", n=n, dim=opts["dim"])
@@ -156,7 +159,7 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
         given = {k: v for k, v in values.items() if v is not None}
         if given:
             extra[table] = {**extra.get(table, {}), **given}
-    return normalize(merge(base, extra))
+    return merge(base, extra)
 
 
 def _set_index_params(overrides: Any) -> dict[str, Any]:
@@ -185,8 +188,8 @@ def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
 
 def configurations(
     opts: Mapping[str, Any], run_over: Mapping[str, Any] | None = None
-) -> tuple[list[tuple[dict[str, Any], str | None]], set[str]]:
-    """One (config, label) per combination of the comma lists, and the axes that vary.
+) -> tuple[list[tuple[Config, str | None]], set[str]]:
+    """One (typed config, label) per combination of the comma lists, and the axes that vary.
 
     Labels name only what varies between rows. Index build/search parameters
     given with ``--set retrieve.build.X=...``/``retrieve.search.X=...`` apply
@@ -203,28 +206,41 @@ def configurations(
         cfg = merge(base, {})
         parts = []
         for (axis, values), value in zip(axes, combo, strict=True):
-            if axis == "k_candidates":
-                cfg["run"]["k_candidates"] = value
-                parts += [f"kc={value}"] if len(values) > 1 else []
-                continue
-            if axis == "payload_shape":
-                cfg["serialize"]["shape"] = value
-                parts += [str(value)] if len(values) > 1 else []
-                continue
-            if axis == "filter_selectivity":
-                cfg["retrieve"]["filter"] = {
-                    **(cfg["retrieve"]["filter"] or {}),
-                    "selectivity": value,
-                }
-                parts += [f"sel={value}"] if len(values) > 1 else []
-                continue
-            if axis == "filter_strategy":
-                cfg["retrieve"]["filter_strategy"] = value
-                parts += [str(value)] if len(values) > 1 else []
-                continue
-            if axis == "retrieve" and value != cfg["retrieve"]["backend"] and not opts["config"]:
-                cfg["retrieve"].update(merge({}, given))  # only what --set gave, for every index
-            cfg[axis]["backend"] = value
-            parts += [str(value)] if len(values) > 1 else []
-        out.append((normalize(cfg), "/".join(parts) if parts else None))
+            _apply(cfg, axis, value, given if not opts["config"] else None)
+            parts += [_part(axis, value)] if len(values) > 1 else []
+        out.append((parse_config(cfg), "/".join(parts) if parts else None))
     return out, {axis for axis, values in axes if len(values) > 1}
+
+
+def _part(axis: str, value: Any) -> str:
+    """The label part of one axis value (``kc=100``, ``sel=0.01``, ``hnsw``)."""
+    prefix = {"k_candidates": "kc=", "filter_selectivity": "sel="}.get(axis, "")
+    return f"{prefix}{value}"
+
+
+def _apply(cfg: dict[str, Any], axis: str, value: Any, given: dict[str, Any] | None) -> None:
+    """Set one axis value in a config as read (tables created as needed).
+
+    ``given``: the index parameters ``--set`` gave, which replace the config's
+    for an index other than the configured one (None: keep the config's).
+    """
+    table = {
+        "k_candidates": "run",
+        "payload_shape": "serialize",
+        "filter_selectivity": "retrieve",
+        "filter_strategy": "retrieve",
+    }.get(axis, axis)
+    t = cfg.setdefault(table, {})
+    if axis == "k_candidates":
+        t["k_candidates"] = value
+    elif axis == "payload_shape":
+        t["shape"] = value
+    elif axis == "filter_selectivity":
+        t["filter"] = {**(t.get("filter") or {}), "selectivity": value}
+    elif axis == "filter_strategy":
+        t["filter_strategy"] = value
+    else:
+        default = DEFAULTS[table]["backend"]
+        if axis == "retrieve" and given is not None and value != t.get("backend", default):
+            t.update(merge({}, given))  # only what --set gave, for every index
+        t["backend"] = value

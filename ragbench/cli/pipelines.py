@@ -8,11 +8,12 @@ from typing import Any
 import click
 
 from ..codecs import SHAPES
-from ..config import load_config, merge
+from ..config import merge, parse_config, read_config
 from ..orders import DESIGNS
 from ..reading import run_reading
 from ..records import RecordWriter
 from ..rendering import STATS, compare_table, fixed_line, run_table, setup_summary
+from ..settings import Config
 from .configs import backend_options, configurations, otel_option, re_embed_option
 from .options import (
     check_outputs,
@@ -83,7 +84,7 @@ def run(
     from ..pipeline import Pipeline
 
     check_outputs(out, plot)
-    cfg = load_config(config)
+    cfg = read_config(config)
     extra = set_pairs(overrides)
     if dataset is not None:
         cfg["dataset"] = datasets.spec_table(dataset)
@@ -100,7 +101,7 @@ def run(
         extra.setdefault("embed", {})["re_embed"] = True
     if payload_shape is not None:
         extra.setdefault("serialize", {})["shape"] = payload_shape
-    with Pipeline.from_config(merge(cfg, extra)) as pipe:
+    with Pipeline.from_config(parse_config(merge(cfg, extra))) as pipe:  # checked once, here
         pipe.setup()
         n, reps = pipe.config["run"]["queries"], pipe.config["run"]["repeat"]
         with progress(n * reps, "requests") as advance:
@@ -216,7 +217,7 @@ def compare(**opts: Any) -> None:
 
 
 def _run_as_tasks(
-    combos: Sequence[tuple[dict[str, Any], str | None]],
+    combos: Sequence[tuple[Config, str | None]],
     labels: list[str],
     opts: Any,
     writer: RecordWriter,
@@ -229,7 +230,8 @@ def _run_as_tasks(
         progress(len(combos), "configurations, each its own Ray task") as advance,
     ):
         try:
-            run_configurations(combos, executor, on_record=writer, progress=advance)
+            plain = [(cfg.to_dict(), label) for cfg, label in combos]
+            run_configurations(plain, executor, on_record=writer, progress=advance)
         except KeyboardInterrupt:
             if writer.records:
                 echo(compare_table(writer.records, stat=opts["stat"]))

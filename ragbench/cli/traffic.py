@@ -249,7 +249,8 @@ def load(**opts: Any) -> None:
         slo_ms=opts["slo_ms"],
         repeat=opts["repeat"] or 1,
     )
-    combos, _ = configurations(opts, {"warmup": opts["warmup"]})
+    typed, _ = configurations(opts, {"warmup": opts["warmup"]})
+    combos = [(cfg.to_dict(), label) for cfg, label in typed]  # index_file is set below
     writer = RecordWriter(opts["out"])
     if opts["executor"] == "ray":
         _load_on_ray(opts, combos, levels, options, writer)
