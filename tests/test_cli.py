@@ -400,9 +400,9 @@ def test_compare_on_a_users_own_jsonl_corpus(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     ("index", "setting", "named"),
     [
-        ("lsh", "retrieve.search.ef=128", "index 'lsh' search: unknown parameter 'ef'"),
-        ("hnsw,lsh", "retrieve.search.ef=128", "index 'lsh' search: unknown parameter 'ef'"),
-        ("hnsw,flat", "retrieve.build.M=8", "index 'flat': unknown parameter 'M'"),
+        ("lsh", "retrieve.search.ef=128", "retrieve.search: unknown key 'ef' for backend 'lsh'"),
+        ("hnsw,lsh", "retrieve.search.ef=128", "retrieve.search: unknown key 'ef' for backend 'lsh'"),
+        ("hnsw,flat", "retrieve.build.M=8", "retrieve.build: unknown key 'M' for backend 'flat'"),
     ],
 )
 def test_compare_refuses_a_set_parameter_a_combination_does_not_take(
