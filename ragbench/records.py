@@ -1,7 +1,8 @@
 """Result records: their kinds and schemas, the environment stamp, and JSON-lines files.
 
 Every result ragbench produces is a JSON-able dict with ``schema``, ``kind``,
-``time`` and ``env`` (the environment block of :func:`ragbench.env.environment`)::
+``time`` and ``env`` (each kind's fields are one versioned Struct of
+:mod:`ragbench.record_schema`, checked when written and read) (the environment block of :func:`ragbench.env.environment`)::
 
     kind    schema              written by                      one record per
     run     ragbench.run/1      ragbench.report.Report          pipeline run
@@ -34,6 +35,7 @@ from typing import Any
 from .env import environment
 from .errors import ConfigError, DatasetError
 from .files import RESULTS_LIMIT, append_bytes, open_regular
+from .record_schema import CURRENT, RecordError, check_record, schema_name, validate
 
 log = logging.getLogger("ragbench.records")
 
@@ -65,20 +67,14 @@ __all__ = [
     "records_of",
 ]
 
-RUN_SCHEMA = "ragbench.run/1"
-SWEEP_SCHEMA = "ragbench.sweep/1"
-SCALE_SCHEMA = "ragbench.scale/1"
-LOAD_SCHEMA = "ragbench.load/1"
-STREAM_SCHEMA = "ragbench.stream/1"
+RUN_SCHEMA = schema_name("run")
+SWEEP_SCHEMA = schema_name("sweep")
+SCALE_SCHEMA = schema_name("scale")
+LOAD_SCHEMA = schema_name("load")
+STREAM_SCHEMA = schema_name("stream")
 
-#: Record kind → schema it is written with.
-KINDS: dict[str, str] = {
-    "run": RUN_SCHEMA,
-    "sweep": SWEEP_SCHEMA,
-    "scale": SCALE_SCHEMA,
-    "load": LOAD_SCHEMA,
-    "stream": STREAM_SCHEMA,
-}
+#: Record kind → schema it is written with (one Struct each: :mod:`ragbench.record_schema`).
+KINDS: dict[str, str] = {kind: schema_name(kind) for kind in CURRENT}
 
 
 def now_iso() -> str:
@@ -149,7 +145,12 @@ def append_record(path: str | PathLike[str], record: Mapping[str, Any]) -> None:
     All or nothing: a write that fails (a full disk) leaves the file as it
     was and raises the ``OSError``.
     """
-    line = json.dumps(jsonable(record), separators=(",", ":"), allow_nan=True) + "\n"
+    plain = jsonable(record)
+    try:
+        validate(plain)  # written through its kind's schema
+    except RecordError as exc:
+        raise ConfigError(f"refusing to write a malformed record: {exc}") from None
+    line = json.dumps(plain, separators=(",", ":"), allow_nan=True) + "\n"
     append_bytes(path, line.encode("utf-8"))
 
 
@@ -170,12 +171,10 @@ def _parse(line: bytes, where: str) -> tuple[Any, str | None]:
 def _check_kind(rec: Any, where: str) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise DatasetError(f"{where}: a record must be a JSON object")
-    if rec.get("kind") not in KINDS or rec.get("schema") != KINDS[rec["kind"]]:
-        raise DatasetError(
-            f"{where}: not a ragbench record (kind={rec.get('kind')!r}, "
-            f"schema={rec.get('schema')!r}); known: {', '.join(KINDS.values())}"
-        )
-    return rec
+    try:
+        return check_record(rec)  # older versions read, newer ones refused
+    except RecordError as exc:
+        raise DatasetError(f"{where}: {exc}") from None
 
 
 def iter_records(path: str | PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:

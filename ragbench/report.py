@@ -16,6 +16,7 @@ import numpy as np
 
 from . import intervals
 from .errors import DatasetError
+from .record_schema import RecordError, check_record
 from .records import RUN_SCHEMA, jsonable, new_record
 from .rendering import run_table
 from .timing import Stats
@@ -229,7 +230,12 @@ class Report:
     def from_record(cls, rec: Mapping[str, Any]) -> Report:
         """Rebuild a report from a record written by :meth:`to_records`."""
         if rec.get("schema") != RUN_SCHEMA:
-            raise DatasetError(f"not a {RUN_SCHEMA} record (schema={rec.get('schema')!r})")
+            try:  # an older version is brought up to date; anything else is refused
+                rec = check_record(rec)
+            except RecordError as exc:
+                raise DatasetError(f"not a {RUN_SCHEMA} record: {exc}") from None
+            if rec.get("kind") != "run":
+                raise DatasetError(f"not a {RUN_SCHEMA} record (schema={rec.get('schema')!r})")
         try:
             names = list(rec["stages"])
             samples = _matrix(rec["samples_ns"], names)

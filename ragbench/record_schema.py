@@ -1,0 +1,321 @@
+"""One versioned schema per record kind, as ``msgspec`` Structs: what results files hold.
+
+Every record names its schema, ``ragbench.<kind>/<version>`` (``ragbench.run/1``).
+:data:`SCHEMAS` maps each (kind, version) to the Struct that version is
+written and read with; :data:`CURRENT` is the version this ragbench writes.
+A record is checked against its Struct when it is written
+(:func:`ragbench.records.append_record`) and when it is read
+(:func:`check_record`): a field of the wrong type is an error naming it; a
+record of a newer version than this ragbench knows is refused with a message
+saying so, and an older one is read with its own version's Struct (and
+brought up to date by :data:`UPGRADES`, when a version changes a field).
+
+Fields are optional (records written before a field existed, or partial
+records a driver stamps later) and a field a Struct does not name is kept:
+a minor addition does not change the version; renaming, removing or
+retyping a field does. The JSON Schema of every kind comes from these
+Structs (:func:`records_schema`, ``ragbench schema records``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct
+
+__all__ = [
+    "CURRENT",
+    "SCHEMAS",
+    "UPGRADES",
+    "RecordError",
+    "check_record",
+    "records_schema",
+    "schema_name",
+    "schema_version",
+]
+
+Num = float | None  # a statistic: NaN when nothing was measured, None when not applicable
+Obj = dict[str, Any]
+
+
+class Record(Struct, kw_only=True, frozen=True):
+    """What every record carries: its schema, kind, time, the node and environment it was measured on."""
+
+    schema: str
+    kind: str
+    time: str | None = None
+    node: str | None = None
+    env: Obj | None = None
+
+
+class RunRecord(Record, frozen=True):
+    """``ragbench.run/1``: one pipeline run, per-stage statistics and the raw per-request samples."""
+
+    kind: Literal["run"] = "run"
+    label: str | None = None
+    config: Obj | None = None
+    dataset: Obj | None = None
+    info: Obj | None = None
+    stages: list[str] | None = None
+    summary: dict[str, Obj] | None = None
+    total: Obj | None = None
+    repeats: int | None = None
+    intervals: str | None = None
+    requests: int | None = None
+    k: int | None = None
+    recall_at_k: Num = None
+    recall_p10: Num = None
+    payload_bytes_p50: Num = None
+    wire_bytes_p50: Num = None
+    cache_hit_rate: Num = None
+    setup_s: dict[str, float] | None = None
+    simulated: list[str] | None = None
+    cache_events: list[Obj] | None = None
+    error: str | None = None
+    samples_ns: dict[str, list[int]] | None = None
+    recall: list[float] | None = None
+    payload_bytes: list[int] | None = None
+    wire_bytes: list[int] | None = None
+    prompt_tokens: list[int] | None = None
+    cache: Obj | None = None
+    repetition: list[int] | None = None
+    caveats: list[str] | None = None
+    model_prompt_tokens: list[int] | None = None
+    model_prompt_tokens_p50: Num = None
+    next_tokens: int | None = None
+    inter_token: Obj | None = None
+    inter_token_ns: list[list[int]] | None = None
+    cpu_total: Obj | None = None
+    cpu_samples_ns: dict[str, list[int]] | None = None
+
+
+class IndexPoint(Record, frozen=True):
+    """The fields sweep and scale points share: the index, its data and its measured point."""
+
+    dataset: str | None = None
+    n: int | None = None
+    dim: int | None = None
+    metric: str | None = None
+    k: int | None = None
+    index: str | None = None
+    build: Obj | None = None
+    build_s: Num = None
+    memory_bytes: int | None = None
+    bytes_per_vector: Num = None
+    code_bytes_per_vector: Num = None
+    rescore_bytes_per_vector: Num = None
+    query: Obj | None = None
+    rescore: int | None = None
+    recall: Num = None
+    recall_p10: Num = None
+    recall_per_query: list[float] | None = None
+    p50_us: Num = None
+    p95_us: Num = None
+    p99_us: Num = None
+    mean_us: Num = None
+    qps_single: Num = None
+    qps_batch: Num = None
+    batch_threads: int | None = None
+    queries: int | None = None
+    search_p50_us: Num = None
+    latency_ns: list[int] | None = None
+    p50_us_ci: list[float] | None = None
+    p99_us_ci: list[float] | None = None
+    repeats: int | None = None
+    repetition: list[int] | None = None
+
+
+class SweepRecord(IndexPoint, frozen=True):
+    """``ragbench.sweep/1``: one (index, build, query parameters[, filter strategy, selectivity]) point."""
+
+    kind: Literal["sweep"] = "sweep"
+    strategy: str | None = None
+    selectivity: Num = None
+    filter: Obj | None = None
+    filter_violations: int | None = None
+    filter_cliff: Obj | None = None
+
+
+class ScaleRecord(IndexPoint, frozen=True):
+    """``ragbench.scale/1``: one (index, corpus size) point, tuned to a target recall."""
+
+    kind: Literal["scale"] = "scale"
+    target_recall: Num = None
+    reached: bool | None = None
+
+
+class LoadRecord(Record, frozen=True):
+    """``ragbench.load/1``: one (configuration, offered rate or concurrency) load level."""
+
+    kind: Literal["load"] = "load"
+    label: str | None = None
+    mode: str | None = None
+    worker_kind: str | None = None
+    workers: int | None = None
+    pinned: bool | None = None
+    arrivals: str | None = None
+    burstiness: Num = None
+    offered_qps: Num = None
+    concurrency: int | None = None
+    duration_s: Num = None
+    timeout_s: Num = None
+    queue_size: int | None = None
+    scheduled: int | None = None
+    completed: int | None = None
+    timed_out: int | None = None
+    rejected: int | None = None
+    failed: int | None = None
+    achieved_qps: Num = None
+    window_s: Num = None
+    response_p50_us: Num = None
+    response_p90_us: Num = None
+    response_p99_us: Num = None
+    response_max_us: Num = None
+    response_all_p50_us: Num = None
+    response_all_p90_us: Num = None
+    response_all_p99_us: Num = None
+    response_all_max_us: Num = None
+    service_p50_us: Num = None
+    service_p99_us: Num = None
+    generator_lagged: bool | None = None
+    generator_ok: bool | None = None
+    generator_note: str | None = None
+    errors: list[Any] | None = None
+    repeats: int | None = None
+    recall_at_k: Num = None
+    recall_p10: Num = None
+    k: int | None = None
+    stages: list[str] | None = None
+    stage_p50_us: dict[str, Num] | None = None
+    stage_share: dict[str, Num] | None = None
+    simulated: list[str] | None = None
+    caveats: list[str] | None = None
+    config: Obj | None = None
+
+
+class StreamRecord(Record, frozen=True):
+    """``ragbench.stream/1``: one checkpoint of a stream of inserts and deletes beside queries."""
+
+    kind: Literal["stream"] = "stream"
+    dataset: str | None = None
+    n: int | None = None
+    dim: int | None = None
+    metric: str | None = None
+    k: int | None = None
+    index: str | None = None
+    build: Obj | None = None
+    query: Obj | None = None
+    initial: int | None = None
+    build_s: Num = None
+    options: Obj | None = None
+    checkpoint: int | None = None
+    elapsed_s: Num = None
+    live: int | None = None
+    inserted_total: int | None = None
+    deleted_total: int | None = None
+    recall: Num = None
+    recall_p10: Num = None
+    recall_per_query: list[float] | None = None
+    search: Obj | None = None
+    insert: Obj | None = None
+    delete: Obj | None = None
+    freshness: Obj | None = None
+    deleted_returned: int | None = None
+
+
+#: (kind, version) → the Struct that version of the kind is written and read with.
+SCHEMAS: dict[tuple[str, int], type[Record]] = {
+    ("run", 1): RunRecord,
+    ("sweep", 1): SweepRecord,
+    ("scale", 1): ScaleRecord,
+    ("load", 1): LoadRecord,
+    ("stream", 1): StreamRecord,
+}
+
+#: Kind → the version this ragbench writes.
+CURRENT: dict[str, int] = {kind: v for kind, v in sorted(SCHEMAS)}
+
+#: (kind, version) → the function turning a record of that version into one of the next.
+UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+_SCHEMA = re.compile(r"^ragbench\.(?P<kind>[a-z]+)/(?P<version>[0-9]{1,6})$")
+
+
+class RecordError(ValueError):
+    """A record that does not follow its schema (the reader turns it into its own error type)."""
+
+
+def schema_name(kind: str, version: int | None = None) -> str:
+    """``ragbench.<kind>/<version>`` (the current version by default)."""
+    return f"ragbench.{kind}/{CURRENT[kind] if version is None else version}"
+
+
+def schema_version(schema: Any) -> tuple[str, int] | None:
+    """(kind, version) of a schema name such as ``ragbench.run/1``; None for anything else."""
+    m = _SCHEMA.match(schema) if isinstance(schema, str) else None
+    return (m["kind"], int(m["version"])) if m else None
+
+
+def check_record(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """``rec`` checked against the Struct of its schema and brought to the current version.
+
+    Raises :class:`RecordError` for a record that is not a ragbench record,
+    is of a newer version than this ragbench reads ("upgrade ragbench"), or
+    holds a field of the wrong type (named). Fields the Struct does not know
+    are kept; nothing is filled in, so a reader sees what was written.
+    """
+    parsed = schema_version(rec.get("schema"))
+    kind = rec.get("kind")
+    if parsed is None or parsed[0] != kind or kind not in CURRENT:
+        known = ", ".join(schema_name(k) for k in CURRENT)
+        raise RecordError(
+            f"not a ragbench record (kind={kind!r}, schema={rec.get('schema')!r}); known: {known}"
+        )
+    version = parsed[1]
+    if version > CURRENT[kind]:
+        raise RecordError(
+            f"record written by a newer ragbench ({rec['schema']}; this one reads "
+            f"{schema_name(kind)} and older): upgrade ragbench to read it"
+        )
+    cls = SCHEMAS.get((kind, version))
+    if cls is None:
+        raise RecordError(f"{rec['schema']} is not a version this ragbench reads")
+    validate(rec, cls)
+    out = dict(rec)
+    while version < CURRENT[kind]:
+        out = UPGRADES[(kind, version)](out)
+        version += 1
+    return out
+
+
+def validate(rec: Mapping[str, Any], cls: type[Record] | None = None) -> None:
+    """Raise :class:`RecordError` naming the field of ``rec`` that does not fit its Struct."""
+    if cls is None:
+        parsed = schema_version(rec.get("schema"))
+        cls = SCHEMAS.get(parsed) if parsed else None
+        if cls is None:
+            return
+    try:
+        msgspec.convert(rec, cls, str_keys=True)
+    except msgspec.ValidationError as exc:
+        text = str(exc).replace("`", "")
+        msg, _, where = text.partition(" - at $")
+        field = where.lstrip(".") or "record"
+        raise RecordError(f"{rec.get('schema')} {field}: {msg[:1].lower()}{msg[1:]}") from None
+
+
+def records_schema(kind: str | None = None) -> dict[str, Any]:
+    """The JSON Schema of the current version of one record kind, or of every kind (``oneOf``)."""
+    kinds = [kind] if kind is not None else list(CURRENT)
+    structs = [SCHEMAS[(k, CURRENT[k])] for k in kinds]
+    refs, components = msgspec.json.schema_components(structs, ref_template="#/$defs/{name}")
+    doc: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    doc.update(refs[0] if len(refs) == 1 else {"oneOf": list(refs)})
+    doc["$defs"] = components
+    for k, cls in zip(kinds, structs, strict=True):
+        props = components[cls.__name__]["properties"]
+        props["schema"] = {"const": schema_name(k)}
+    return doc
