@@ -25,6 +25,7 @@ from ..errors import RagbenchError
 from .bars import on_stderr
 from .pipelines import compare, run
 from .results import datasets, diff, report
+from .schema import schema
 from .stream import stream
 from .stub import stub_llm
 from .sweeps import scale, sweep
@@ -39,7 +40,7 @@ def cli() -> None:
     """Measure where the time goes between a question and the first token of a RAG service."""
 
 
-for command in (datasets, run, compare, sweep, scale, load, stream, report, diff, stub_llm):
+for command in (datasets, run, compare, sweep, scale, load, stream, report, diff, schema, stub_llm):
     cli.add_command(command)
 
 
