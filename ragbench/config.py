@@ -63,7 +63,7 @@ def check_filter_table(owner: str, table: Any) -> dict[str, Any]:
     """A ``[retrieve] filter`` table checked and with defaults filled; ConfigError when bad.
 
     ``owner`` (``"[retrieve]"``) names the table in the message:
-    ``retrieve.filter.selectivity: expected number <= 1, got 2``.
+    ``retrieve.filter.selectivity: expected float <= 1.0, got 2``.
     """
     if not isinstance(table, Mapping):
         raise ConfigError(f"{owner} filter must be a table, got {table!r}")
