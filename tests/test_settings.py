@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import tomllib
 
 import ragbench as rb
 from ragbench import settings
