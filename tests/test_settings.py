@@ -8,11 +8,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tomllib
 
 import ragbench as rb
 from ragbench import settings
-from ragbench.config import backend_params, load_config, parse_config, shipped_names, shipped_path
+from ragbench.config import (
+    backend_params,
+    load_config,
+    parse_config,
+    read_config,
+    shipped_names,
+    shipped_path,
+)
 from ragbench.errors import ConfigError
 from ragbench.params import INDEXES, STAGE_PARAMS, documented_defaults
 
@@ -154,7 +160,7 @@ def test_numpy_scalars_and_paths_are_taken_as_python_values(tmp_path: Path) -> N
 @pytest.mark.parametrize("name", shipped_names())
 def test_each_shipped_config_loads_to_what_its_file_says(name: str) -> None:
     path = shipped_path(name)
-    raw = tomllib.loads(path.read_text())
+    raw = read_config(path)
     cfg = load_config(path)
     for table, values in raw.items():
         for key, value in values.items():
@@ -166,7 +172,7 @@ def test_each_shipped_config_loads_to_what_its_file_says(name: str) -> None:
 
 @pytest.mark.parametrize(("name", "described"), [("hashing", "hnsw/numba/protobuf/inproc")])
 def test_a_shipped_config_describes_the_pipeline_its_file_names(name: str, described: str) -> None:
-    raw = tomllib.loads(shipped_path(name).read_text())
+    raw = read_config(shipped_path(name))
     with rb.Pipeline.from_config(parse_config(shipped_path(name))) as pipe:
         assert pipe.describe() == described
         assert pipe.backends() == {t: raw[t]["backend"] for t in pipe.backends()}
