@@ -21,7 +21,19 @@ from typing import Any
 
 from .errors import ConfigError
 from .files import CONFIG_LIMIT, read_regular
-from .settings import MAX_COUNT, TABLES, Config, Filter, convert, parse
+from .settings import (
+    MAX_COUNT,
+    TABLES,
+    Cache,
+    Config,
+    Dataset,
+    Filter,
+    Prompt,
+    Retrieve,
+    Run,
+    convert,
+    parse,
+)
 
 __all__ = [
     "ConfigSource",
@@ -33,6 +45,7 @@ __all__ = [
     "STAGE_TABLES",
     "config_path",
     "MAX_COUNT",
+    "OWN_KEYS",
     "load_config",
     "merge",
     "normalize",
@@ -52,6 +65,15 @@ ConfigSource = str | PathLike[str] | Mapping[str, Any] | Config
 DEFAULTS: dict[str, dict[str, Any]] = Config().to_dict()
 
 STAGE_TABLES = TABLES
+
+#: Keys ragbench owns in each closed table (anything else is refused; from the Structs).
+OWN_KEYS: dict[str, set[str]] = {
+    "dataset": set(Dataset.__struct_encode_fields__),
+    "run": set(Run.__struct_encode_fields__),
+    "cache": set(Cache.__struct_encode_fields__),
+    "retrieve": {"backend", *Retrieve.OWN},
+    "prompt": set(Prompt.__struct_encode_fields__),
+}
 
 #: Keys of a ``[retrieve] filter`` table (see :mod:`ragbench.attributes`).
 FILTER_KEYS = frozenset(Filter.__struct_encode_fields__)
