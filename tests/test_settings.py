@@ -266,3 +266,12 @@ def test_a_set_dataset_path_over_a_config_without_one_is_taken() -> None:
     combos, _ = configurations(ctx.params, {})
     ((cfg, _),) = combos
     assert cfg.to_dict()["dataset"] == {"path": "docs.jsonl"}
+
+
+@pytest.mark.parametrize("table", sorted(_KINDS) + ["retrieve"])
+def test_every_built_in_backend_has_typed_parameters(table: str) -> None:
+    kind = _KINDS.get(table, "indexes")
+    registered = set(getattr(rb, kind).names())
+    assert registered <= set(settings.backend_names(table)), registered - set(
+        settings.backend_names(table)
+    )
