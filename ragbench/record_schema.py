@@ -303,8 +303,11 @@ def validate(rec: Mapping[str, Any], cls: type[Record] | None = None) -> None:
     except msgspec.ValidationError as exc:
         text = str(exc).replace("`", "")
         msg, _, where = text.partition(" - at $")
-        field = where.lstrip(".") or "record"
-        raise RecordError(f"{rec.get('schema')} {field}: {msg[:1].lower()}{msg[1:]}") from None
+        field = where.lstrip(".")
+        what = f"field {field!r} has the wrong type" if field else "wrong shape"
+        raise RecordError(
+            f"{rec.get('kind')} record ({rec.get('schema')}): {what}: {msg[:1].lower()}{msg[1:]}"
+        ) from None
 
 
 def records_schema(kind: str | None = None) -> dict[str, Any]:

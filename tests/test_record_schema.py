@@ -103,7 +103,8 @@ def test_a_record_of_the_wrong_shape_is_named_when_read(
     bad = _write(tmp_path / "bad.jsonl", [run_record, {**run_record, "requests": "five"}])
     code, _, err = cli(capsys, "report", str(bad))
     assert code == 2
-    assert "bad.jsonl:2: ragbench.run/1 requests: expected int | null, got str" in err
+    want = "bad.jsonl:2: run record (ragbench.run/1): field 'requests' has the wrong type: "
+    assert want + "expected int | null, got str" in err
 
 
 def test_an_older_record_without_later_fields_reads(
@@ -142,7 +143,10 @@ def test_an_older_version_is_upgraded_on_read(
 def test_a_malformed_record_is_not_written(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     append_record(out, new_record("scale", {"index": "flat", "n": 100}))
-    with pytest.raises(ConfigError, match=r"ragbench\.scale/1 n: expected int \| null, got str"):
+    wrong = (
+        r"scale record \(ragbench\.scale/1\): field 'n' has the wrong type: expected int \| null"
+    )
+    with pytest.raises(ConfigError, match=wrong):
         append_record(out, new_record("scale", {"index": "flat", "n": "many"}))
     assert [r["n"] for r in read_records(out)] == [100]
 
