@@ -58,7 +58,12 @@ def serving(app: Any) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
+    # loop="asyncio": with uvloop installed (chromadb's uvicorn[standard] brings it) uvicorn would
+    # pick it, and libuv's millisecond loop clock lets an awaited sleep end up to 1 ms early by
+    # perf_counter, which the stage lower bounds below would misread
+    config = uvicorn.Config(
+        app, lifespan="on", log_level="warning", access_log=False, loop="asyncio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
