@@ -210,8 +210,8 @@ ENVIRONMENT = {
     "OTEL_EXPORTER_OTLP_PROTOCOL": "`http/protobuf` (default) or `grpc`",
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "the same, for traces only",
     "OTEL_SERVICE_NAME": "the service name of exported spans (default `ragbench`)",
-    "OPENAI_BASE_URL": "`generate = \"openai\"`: the endpoint when the config gives no `base_url`",
-    "OPENAI_API_KEY": "`generate = \"openai\"`: the API key when the config gives none",
+    "OPENAI_BASE_URL": '`generate = "openai"`: the endpoint when the config gives no `base_url`',
+    "OPENAI_API_KEY": '`generate = "openai"`: the API key when the config gives none',
     "HF_HUB_OFFLINE": "set to 1 by ragbench before a model loads (never downloads); "
     "also read by Hugging Face libraries",
     "TRANSFORMERS_OFFLINE": "set to 1 by ragbench before a model loads",
