@@ -427,6 +427,14 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str: 
     return expand(markdown, src.parent, site_page_dir)
 
 
+_SPHINX_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):(?=<code>)")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:  # noqa: ARG001
+    """Drop the Sphinx roles (``:class:``) the docstrings use: mkdocstrings leaves them as text."""
+    return _SPHINX_ROLE.sub("", html)
+
+
 def on_pre_build(config: Any) -> None:  # noqa: ARG001
     """Start every build with no charts pending (``mkdocs serve`` rebuilds in one process)."""
     PLOTS.clear()
