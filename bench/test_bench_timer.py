@@ -278,7 +278,7 @@ def test_cpu_stage_on_the_event_loop(benchmark: Any) -> None:
     pytest.importorskip("starlette")
     from ragbench.threads import set_threads
 
-    set_threads(1)  # one BLAS thread per call, as docs/getting-started/timing-your-service.md's service
+    set_threads(1)  # one BLAS thread per call, as the service of timing-your-service.md
 
     async def run(offload: bool) -> dict[str, float]:
         app, timer = _loop_service(offload)

@@ -336,7 +336,9 @@ def test_server_timing_can_be_turned_off() -> None:
 
 def readme_block(title: str) -> str:
     """The first Python block of the docs page whose title is ``title`` (docs/getting-started/timing-your-service.md)."""
-    text = (ROOT / "docs" / "getting-started" / "timing-your-service.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "getting-started" / "timing-your-service.md").read_text(
+        encoding="utf-8"
+    )
     assert text.startswith(f"# {title}\n")
     return text.split("```python\n", 1)[1].split("\n```", 1)[0]
 
