@@ -1,7 +1,7 @@
 """TimingMiddleware in a real Starlette service: Server-Timing, stored rows, Prometheus, OpenTelemetry.
 
 The app is served by uvicorn on 127.0.0.1 and called over a real socket with
-httpx; the docs' own service example (docs/timing.md) runs as a child ``uvicorn`` process.
+httpx; the docs' own service example (docs/getting-started/timing-your-service.md) runs as a child ``uvicorn`` process.
 """
 
 from __future__ import annotations
@@ -340,8 +340,10 @@ def test_server_timing_can_be_turned_off() -> None:
 
 
 def readme_block(title: str) -> str:
-    """The first Python block of the docs page whose title is ``title`` (docs/timing.md)."""
-    text = (ROOT / "docs" / "timing.md").read_text(encoding="utf-8")
+    """The first Python block of the docs page whose title is ``title`` (docs/getting-started/timing-your-service.md)."""
+    text = (ROOT / "docs" / "getting-started" / "timing-your-service.md").read_text(
+        encoding="utf-8"
+    )
     assert text.startswith(f"# {title}\n")
     return text.split("```python\n", 1)[1].split("\n```", 1)[0]
 
