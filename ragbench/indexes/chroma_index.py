@@ -331,7 +331,9 @@ class ChromaIndex(LiveVectorIndex):
             got = collection.get(ids=["0"], include=["embeddings"])["embeddings"]
         except Exception as exc:
             self.close()
-            raise IndexFileError(f"chroma: the folder holds no readable collection: {exc}") from None
+            raise IndexFileError(
+                f"chroma: the folder holds no readable collection: {exc}"
+            ) from None
         width = len(got[0]) if got is not None and len(got) else None
         if width != self.dim:
             self.close()
