@@ -293,3 +293,26 @@ def test_environment_records_engine_versions() -> None:
     libs = environment()["libraries"]
     for dist in ("lancedb", "chromadb", "pyarrow"):
         assert libs[dist] not in (None, "", "unknown"), dist
+
+
+def test_lancedb_beside_a_foreign_datasets_module(tmp_path: Path) -> None:
+    """A ``datasets`` namespace package (ragbench's own corpora folder, imported by
+    transformers from a checkout) made ``import lancedb`` fail; the index works beside it."""
+    (tmp_path / "datasets").mkdir()
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import datasets\n"
+        "import numpy as np, ragbench as rb\n"
+        "x = np.eye(8, dtype=np.float32)\n"
+        "idx = rb.indexes.create('lancedb', dim=8); idx.build(x); idx.add(x[:2])\n"
+        "print(idx.search(x[3:4], 1)[0][0, 0], 'Dataset' in dir(sys.modules['datasets']))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["3", "False"]

@@ -54,11 +54,14 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import sys
 import tarfile
 import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
@@ -83,9 +86,31 @@ _vdot = getattr(np.vdot, "_implementation", np.vdot)
 _perf = time.perf_counter_ns
 
 
+@contextmanager
+def _foreign_datasets_hidden() -> Iterator[None]:
+    """Hide a ``datasets`` module that is not Hugging Face's while LanceDB looks for it.
+
+    LanceDB registers a converter for Hugging Face ``datasets`` when a module of
+    that name is imported (at import and on every ``Table.add``) and then
+    imports ``datasets.Dataset`` from it. Run from a ragbench checkout, the
+    bundled-corpora folder ``datasets/`` is importable as a namespace package,
+    and transformers (the minilm embedder) imports it: LanceDB then fails.
+    """
+    found = sys.modules.get("datasets")
+    if found is None or hasattr(found, "Dataset"):
+        yield
+        return
+    del sys.modules["datasets"]
+    try:
+        yield
+    finally:
+        sys.modules.setdefault("datasets", found)
+
+
 def _lancedb() -> Any:
     try:
-        import lancedb
+        with _foreign_datasets_hidden():
+            import lancedb
     except ImportError:  # pragma: no cover - the vectordb extra is missing
         raise ConfigError(
             "index 'lancedb' needs the lancedb package: pip install 'ragbench[vectordb]'"
@@ -206,7 +231,8 @@ class LanceDbIndex(LiveVectorIndex):
             n = vectors.shape[0]
             with progress.task(f"building {self.name}", n, unit="vectors") as advance:
                 db = _lancedb().connect(os.path.join(folder, "db"))
-                table = db.create_table(_TABLE, _arrow_table(vectors, np.arange(n)))
+                with _foreign_datasets_hidden():
+                    table = db.create_table(_TABLE, _arrow_table(vectors, np.arange(n)))
                 advance(n)
             if self.build_params["index_type"] != "flat":
                 try:
@@ -364,7 +390,8 @@ class LanceDbIndex(LiveVectorIndex):
     # -- writes -----------------------------------------------------------------------
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
-        self._table.add(_arrow_table(vectors, positions))
+        with _foreign_datasets_hidden():
+            self._table.add(_arrow_table(vectors, positions))
 
     def _lib_delete(self, positions: np.ndarray) -> None:
         self._table.delete(_id_list(positions))
