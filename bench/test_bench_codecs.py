@@ -299,7 +299,7 @@ def test_protobuf_vs_best_json(tables, with_emb: bool) -> None:
 
     The time ratio is a finding, not a target (PERF.md): from Python objects, upb's per-field
     crossings cost more than msgspec building the whole tree in one C call; the per-shape lower
-    bound tests hold the codec to what Protobuf itself allows (docs/json-or-protobuf.md).
+    bound tests hold the codec to what Protobuf itself allows (docs/findings/2026-11-30-json-or-protobuf.md).
     """
     t = tables[(10, with_emb)]
     best = min(("json", "orjson", "msgspec-json"), key=lambda n: t[n]["e2e"])
@@ -535,7 +535,7 @@ def test_protobuf_columnar_lower_bound(benchmark, with_emb: bool) -> None:
     benchmark.pedantic(_columnar_steps(result)["parse+read"], rounds=200, iterations=1)
 
 
-# --- payload shapes: every codec x shape, for docs/json-or-protobuf.md ------------------
+# --- payload shapes: every codec x shape, for docs/findings/2026-11-30-json-or-protobuf.md ------------------
 
 SHAPE_CODECS = ["protobuf", "msgspec-json", "msgpack", "orjson", "json"]
 
@@ -603,7 +603,7 @@ def shape_tables(rounds: int = 200) -> dict[tuple[int, ...], dict[str, dict[str,
 
 
 def test_payload_shapes() -> None:
-    """Every codec x shape side by side (the tables of docs/json-or-protobuf.md), and the
+    """Every codec x shape side by side (the tables of docs/findings/2026-11-30-json-or-protobuf.md), and the
     claim the page makes from them: with 100 hits carrying 384-d embeddings, the columnar
     protobuf message is cheaper end to end than the row one."""
     tables = shape_tables()

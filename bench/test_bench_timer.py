@@ -236,7 +236,7 @@ def test_stage_histogram_cost(benchmark: Any) -> None:
 
 
 def _loop_service(offload: bool) -> Any:
-    """The shape of docs/timing.md's service: a CPU embed stage, then an awaited LLM call; and a health check."""
+    """The shape of docs/getting-started/timing-your-service.md's service: a CPU embed stage, then an awaited LLM call; and a health check."""
     import numpy as np
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
@@ -278,7 +278,7 @@ def test_cpu_stage_on_the_event_loop(benchmark: Any) -> None:
     pytest.importorskip("starlette")
     from ragbench.threads import set_threads
 
-    set_threads(1)  # one BLAS thread per call, as docs/timing.md's service
+    set_threads(1)  # one BLAS thread per call, as the service of timing-your-service.md
 
     async def run(offload: bool) -> dict[str, float]:
         app, timer = _loop_service(offload)

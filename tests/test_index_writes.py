@@ -49,9 +49,11 @@ def strategies(idx) -> list[str | None]:  # type: ignore[no-untyped-def]
 def test_delete_support_is_as_documented() -> None:
     # IVF-PQ/SQ lists and IndexBinaryFlat have remove_ids; faiss's HNSW graphs do not,
     # and IVF-PQ fast-scan's breaks later adds (see ragbench.indexes.compressed);
-    # usearch (Index.remove) and Qdrant's engine (delete_points) mark rows deleted
+    # usearch (Index.remove), Qdrant's engine (delete_points), LanceDB (Table.delete) and
+    # Chroma (Collection.delete) delete rows
     assert set(DELETING) == {
-        "flat", "hnsw", "ivf", "lsh", "ivfpq", "ivf-sq8", "binary-flat", "usearch", "qdrant-edge"
+        "flat", "hnsw", "ivf", "lsh", "ivfpq", "ivf-sq8", "binary-flat", "usearch", "qdrant-edge",
+        "lancedb", "chroma",
     } & set(DENSE)  # fmt: skip
     for name in ("faiss-hnsw", "hnsw-sq", "hnsw-fp16", "binary-hnsw", "ivfpq-fs"):
         idx = fresh(name)

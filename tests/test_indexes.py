@@ -28,8 +28,11 @@ TEXT_BACKENDS = {"minhash-lsh"}
 # ragbench.indexes.compressed (binary codes: ip and cosine only, like lsh)
 COMPRESSED = ["ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "hnsw-fp16", "binary-flat", "binary-hnsw"]
 NO_L2 = {"lsh", "binary-flat", "binary-hnsw"}
-# vector database engines in process (ragbench.indexes.usearch_index, .qdrant_edge_index)
-VECTORDB = ["usearch", "qdrant-edge"]
+# vector database engines in process (ragbench.indexes.usearch_index, .qdrant_edge_index,
+# .lancedb_index, .chroma_index)
+VECTORDB = ["usearch", "qdrant-edge", "lancedb", "chroma"]
+# chroma takes ef_search at creation only (a build parameter): no query parameters
+VECTORDB_QUERY_PARAMS = [name for name in VECTORDB if name != "chroma"]
 
 
 def clustered(n: int, dim: int, seed: int, n_clusters: int = 40) -> np.ndarray:
@@ -404,7 +407,7 @@ def test_single_query_fast_path_matches_batch_and_exact_scores(built, name) -> N
         "ivf-sq8",
         "hnsw-sq",
         "binary-hnsw",
-        *VECTORDB,
+        *VECTORDB_QUERY_PARAMS,
     ],
 )
 def test_query_param_cache_keeps_validating(built, name) -> None:
@@ -480,6 +483,7 @@ def test_flat_property_any_k(k, seed) -> None:
         ("faiss-hnsw", {"ef": 128}, 0.95),
         ("usearch", {"ef": 128}, 0.95),
         ("qdrant-edge", {"ef": 128}, 0.95),
+        ("lancedb", {}, 0.99),  # flat (the default index_type): exact
     ],
 )
 def test_hnsw_recall(built, name, params, floor) -> None:

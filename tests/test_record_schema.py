@@ -149,15 +149,3 @@ def test_a_malformed_record_is_not_written(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=wrong):
         append_record(out, new_record("scale", {"index": "flat", "n": "many"}))
     assert [r["n"] for r in read_records(out)] == [100]
-
-
-@pytest.mark.parametrize("what", ["config", "records"])
-def test_the_published_schemas_are_what_the_command_prints(
-    what: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    published = Path(__file__).resolve().parents[1] / "docs" / "reference" / f"{what}.schema.json"
-    code, out, _ = cli(capsys, "schema", what)
-    assert code == 0
-    assert json.loads(published.read_text()) == json.loads(out), (
-        f"regenerate: ragbench schema {what} > docs/reference/{what}.schema.json"
-    )

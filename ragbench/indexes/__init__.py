@@ -82,6 +82,9 @@ registry: Registry[Index] = Registry(
         # Qdrant's engine, embedded (qdrant-edge-py), not the Qdrant server
         "usearch": "ragbench.indexes.usearch_index:UsearchIndex",
         "qdrant-edge": "ragbench.indexes.qdrant_edge_index:QdrantEdgeIndex",
+        # LanceDB (a table in a temporary folder) and Chroma (a PersistentClient), embedded
+        "lancedb": "ragbench.indexes.lancedb_index:LanceDbIndex",
+        "chroma": "ragbench.indexes.chroma_index:ChromaIndex",
     },
 )
 create = registry.create

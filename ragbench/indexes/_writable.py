@@ -78,6 +78,8 @@ WRITE_BACKENDS = (
     "binary-hnsw",
     "usearch",
     "qdrant-edge",
+    "lancedb",
+    "chroma",
 )
 DELETE_BACKENDS = (
     "flat",
@@ -90,6 +92,8 @@ DELETE_BACKENDS = (
     "binary-flat",
     "usearch",
     "qdrant-edge",
+    "lancedb",
+    "chroma",
 )
 
 
