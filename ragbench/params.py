@@ -122,6 +122,38 @@ class MinHashBuild(Params, frozen=True):
     seed: Annotated[int, _d(1)] | UnsetType = UNSET
 
 
+class LanceDbBuild(Params, frozen=True):
+    """Build parameters of ``lancedb`` (``index_type`` flat: no ANN index, exact scan)."""
+
+    index_type: (
+        Annotated[
+            Literal["flat", "ivf_flat", "ivf_pq", "ivf_sq", "ivf_hnsw_sq", "ivf_hnsw_pq"],
+            _d("flat"),
+        ]
+        | UnsetType
+    ) = UNSET
+    num_partitions: Annotated[int, _d(0)] | UnsetType = UNSET
+    num_sub_vectors: Annotated[int, _d(0)] | UnsetType = UNSET
+    M: Annotated[int, _d(16)] | UnsetType = UNSET
+    ef_construction: Annotated[int, _d(100)] | UnsetType = UNSET
+
+
+class LanceDbSearch(Params, frozen=True):
+    """Search parameters of ``lancedb`` (``nprobes`` for IVF types, ``ef`` for the HNSW ones)."""
+
+    nprobes: Annotated[int, _d(20)] | UnsetType = UNSET
+    refine_factor: Annotated[int, _d(0)] | UnsetType = UNSET
+    ef: Annotated[int, _d(64)] | UnsetType = UNSET
+
+
+class ChromaBuild(Params, frozen=True):
+    """Build parameters of ``chroma`` (it takes ``ef_search`` when the collection is made)."""
+
+    M: Annotated[int, _d(16)] | UnsetType = UNSET
+    ef_construction: Annotated[int, _d(100)] | UnsetType = UNSET
+    ef_search: Annotated[int, _d(64)] | UnsetType = UNSET
+
+
 #: Index backend → (its build parameters, its search parameters).
 INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
     "flat": (NoParams, NoParams),
@@ -139,6 +171,8 @@ INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
     "binary-hnsw": (GraphBuild, EfSearch),
     "usearch": (UsearchBuild, EfSearch),
     "qdrant-edge": (QdrantBuild, EfSearch),
+    "lancedb": (LanceDbBuild, LanceDbSearch),
+    "chroma": (ChromaBuild, NoParams),
 }
 
 Seconds = Annotated[float, Meta(gt=0)]
