@@ -401,7 +401,11 @@ def test_compare_on_a_users_own_jsonl_corpus(tmp_path: Path, capsys) -> None:
     ("index", "setting", "named"),
     [
         ("lsh", "retrieve.search.ef=128", "retrieve.search: unknown key 'ef' for backend 'lsh'"),
-        ("hnsw,lsh", "retrieve.search.ef=128", "retrieve.search: unknown key 'ef' for backend 'lsh'"),
+        (
+            "hnsw,lsh",
+            "retrieve.search.ef=128",
+            "retrieve.search: unknown key 'ef' for backend 'lsh'",
+        ),
         ("hnsw,flat", "retrieve.build.M=8", "retrieve.build: unknown key 'M' for backend 'flat'"),
     ],
 )
