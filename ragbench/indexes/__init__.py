@@ -82,6 +82,8 @@ registry: Registry[Index] = Registry(
         # Qdrant's engine, embedded (qdrant-edge-py), not the Qdrant server
         "usearch": "ragbench.indexes.usearch_index:UsearchIndex",
         "qdrant-edge": "ragbench.indexes.qdrant_edge_index:QdrantEdgeIndex",
+        # PostgreSQL + pgvector, a real server (ragbench's own, or [retrieve] build dsn=)
+        "pgvector": "ragbench.indexes.pgvector_index:PgvectorIndex",
     },
 )
 create = registry.create

@@ -78,6 +78,7 @@ WRITE_BACKENDS = (
     "binary-hnsw",
     "usearch",
     "qdrant-edge",
+    "pgvector",
 )
 DELETE_BACKENDS = (
     "flat",
@@ -90,6 +91,7 @@ DELETE_BACKENDS = (
     "binary-flat",
     "usearch",
     "qdrant-edge",
+    "pgvector",
 )
 
 
