@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pgshared
 import ragbench as rb
 from ragbench import threads
 from ragbench.errors import (
@@ -28,8 +29,9 @@ TEXT_BACKENDS = {"minhash-lsh"}
 # ragbench.indexes.compressed (binary codes: ip and cosine only, like lsh)
 COMPRESSED = ["ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "hnsw-fp16", "binary-flat", "binary-hnsw"]
 NO_L2 = {"lsh", "binary-flat", "binary-hnsw"}
-# vector database engines in process (ragbench.indexes.usearch_index, .qdrant_edge_index)
-VECTORDB = ["usearch", "qdrant-edge"]
+# vector database engines (ragbench.indexes.usearch_index, .qdrant_edge_index: in process;
+# .pgvector_index: a PostgreSQL server ragbench starts)
+VECTORDB = ["usearch", "qdrant-edge", "pgvector"]
 
 
 def clustered(n: int, dim: int, seed: int, n_clusters: int = 40) -> np.ndarray:
@@ -93,8 +95,10 @@ def queries_for(name: str):
 
 
 def create(name: str, **params):
-    # One call for every backend: minhash-lsh ignores dim and records metric for reranking.
-    return rb.indexes.create(name, dim=DIM, metric="ip", **params)
+    # One call for every backend: minhash-lsh ignores dim and records metric for reranking;
+    # pgvector goes to the session's shared server (tests calling rb.indexes.create
+    # directly let it start and stop its own).
+    return rb.indexes.create(name, dim=DIM, metric="ip", **pgshared.params(name), **params)
 
 
 @pytest.fixture(scope="module")
@@ -480,6 +484,7 @@ def test_flat_property_any_k(k, seed) -> None:
         ("faiss-hnsw", {"ef": 128}, 0.95),
         ("usearch", {"ef": 128}, 0.95),
         ("qdrant-edge", {"ef": 128}, 0.95),
+        ("pgvector", {"ef": 128}, 0.95),
     ],
 )
 def test_hnsw_recall(built, name, params, floor) -> None:
