@@ -467,8 +467,9 @@ class Components:
         elif emb == "precomputed":
             embedders.registry.factory(emb)
         r = cfg["retrieve"]
+        build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
         probe = indexes.create(
-            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **r["build"]
+            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **build
         )
         check_search = getattr(probe, "check_query_params", None)
         if check_search is not None:
@@ -616,8 +617,11 @@ class Pipeline:
             return
         self._threads_before = threads.get_threads()
         threads.set_threads(self.build_threads)
+        parts = shared if shared is not None else SharedParts()
         try:
-            self._build(dataset, shared if shared is not None else SharedParts())
+            self._build(dataset, parts)
+            if shared is None:  # indexes of ours holding a server or files (pgvector) stop with us
+                self._closers.extend(i.close for i in parts.indexes.values() if hasattr(i, "close"))
         except BaseException:
             self.close()
             raise
@@ -718,7 +722,8 @@ class Pipeline:
         key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key)
         if key not in shared.indexes:
             dim = int(emb.corpus.shape[1])
-            index = indexes.create(r["backend"], dim=dim, metric=metric, **r["build"])
+            build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
+            index = indexes.create(r["backend"], dim=dim, metric=metric, **build)
             data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
             source = _data_source(ds, emb, index.input_kind)
             path = r["index_file"]

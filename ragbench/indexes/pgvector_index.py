@@ -147,7 +147,8 @@ class _State:
         except psycopg.Error as exc:
             where = _redact(self.dsn) if self.dsn is not None else "ragbench's own server"
             raise ConfigError(f"{_OWNER}: cannot connect to {where}: {exc}".strip()) from None
-        conn.prepare_threshold = None  # prepare only where execute(prepare=True) says so
+        # prepare only where execute(prepare=True) says so (None would disable that too)
+        conn.prepare_threshold = 2**31 - 1
         conn.execute("SET jit = off")  # JIT compiling a 1 ms query costs more than it saves
         with self.lock:
             self.conns.append(conn)
@@ -239,8 +240,15 @@ class PgvectorIndex(LiveVectorIndex):
                 f"{_OWNER}: storage={params['storage']!r} is not one of vector, halfvec, bit"
             )
         params["M"] = int_param(_OWNER, "M", params["M"], lo=2, hi=100)
-        params["ef_construction"] = int_param(_OWNER, "ef_construction", params["ef_construction"], lo=4, hi=1000)
+        params["ef_construction"] = int_param(
+            _OWNER, "ef_construction", params["ef_construction"], lo=4, hi=1000
+        )
         params["lists"] = int_param(_OWNER, "lists", params["lists"], hi=32768)
+        if params["index"] == "hnsw" and params["ef_construction"] < 2 * params["M"]:
+            raise ConfigError(
+                f"{_OWNER}: ef_construction={params['ef_construction']} must be at least "
+                f"2 * M = {2 * params['M']} (pgvector's rule)"
+            )
         if type(params["prepare"]) is not bool:
             raise ConfigError(f"{_OWNER}: prepare must be true or false, got {params['prepare']!r}")
         dsn, table = params["dsn"], params["table"]
