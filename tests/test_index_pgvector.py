@@ -465,3 +465,39 @@ def test_a_server_dying_mid_run_stops_the_run_with_a_record(
     assert report.error is not None and "IndexServerError" in report.error
     assert 0 < report.samples_ns.shape[0] < 200000
     assert "IndexServerError" in json.dumps(report.to_records())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a non-root user every test here takes this path")
+def test_the_non_root_path(folder_tmp: str) -> None:
+    """As a user that is not root, ragbench starts PostgreSQL as itself (no user switch).
+
+    Run in a user namespace (``unshare --user``), where this process is uid
+    65534 while keeping access to the interpreter under /root (0700 here, so
+    ``ragbench-pg`` itself cannot run it); postgres checks ``geteuid()`` and
+    the data folder's owner, both 65534 there.
+    """
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed to run the non-root path as root")
+    code = """
+        import os, numpy as np, ragbench as rb
+        from ragbench.indexes import _pg_server
+        assert os.geteuid() != 0 and _pg_server.server_user() is None
+        idx = rb.indexes.create("pgvector", dim=8)
+        idx.build(np.random.default_rng(0).random((300, 8), dtype=np.float32))
+        ids, _ = idx.search(np.ones((1, 8), np.float32), 3)
+        print(os.geteuid(), ids.shape, idx.info()["server_user"], flush=True)
+        idx.close()
+    """
+    env = dict(
+        os.environ, TMPDIR=folder_tmp, PYTHONPATH=str(ROOT),
+        RAGBENCH_CACHE_DIR=os.path.join(folder_tmp, "cache"),
+    )  # fmt: skip
+    done = subprocess.run(
+        ["unshare", "--user", sys.executable, "-c", textwrap.dedent(code)],
+        env=env, capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    euid, *shape, user = done.stdout.decode().split()
+    assert euid != "0" and shape == ["(1,", "3)"] and user == "self"
+    assert not _our_postgres(folder_tmp)
+    assert not [p for p in os.listdir(folder_tmp) if p.startswith("ragbench-pg-")]
