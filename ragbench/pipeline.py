@@ -115,6 +115,7 @@ class RequestContext:
         "first_token",
         "model_prompt_tokens",
         "decode_rest",
+        "retrieve_parts",
     )
 
     def __init__(self, index: int, query_id: str, query: str) -> None:
@@ -131,6 +132,7 @@ class RequestContext:
         self.prompt_tokens = 0
         self.model_prompt_tokens = -1  # the LLM's own count, when its generator reports one
         self.decode_rest: Callable[[], tuple[int, ...]] | None = None
+        self.retrieve_parts: tuple[int, int, int] | None = None  # (send, server, decode) ns
 
 
 # ---------------------------------------------------------------- stages
@@ -206,6 +208,8 @@ class RetrieveStage:
         self._texts = index.input_kind == "texts"
         self._k = k_candidates
         self._params = dict(search_params)
+        # an index behind a client (pgvector): its (send, server, decode) split of the search
+        self._parts = getattr(index, "last_parts", None)
 
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
@@ -214,6 +218,8 @@ class RetrieveStage:
         ids, scores = self._search(query, self._k, **self._params)
         ctx.candidate_ids = ids[0]
         ctx.candidate_scores = scores[0]
+        if self._parts is not None:
+            ctx.retrieve_parts = self._parts()
 
 
 class FilteredRetrieveStage:
@@ -241,6 +247,7 @@ class FilteredRetrieveStage:
         if strategy is not None:
             self._params["strategy"] = strategy
         self._masks = masks
+        self._parts = getattr(index, "last_parts", None)
 
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
@@ -248,6 +255,8 @@ class FilteredRetrieveStage:
         query = [ctx.query] if self._texts else ctx.query_vector
         allowed = self._masks[ctx.index]
         ids, scores = self._search(query, self._k, filter=allowed, **self._params)
+        if self._parts is not None:
+            ctx.retrieve_parts = self._parts()
         ids, scores = ids[0], scores[0]
         keep = ids >= 0
         keep[keep] = allowed[ids[keep]]
@@ -403,6 +412,7 @@ class RequestRecord(NamedTuple):
     query_row: int  # row of the query in the dataset
     model_prompt_tokens: int = -1  # the LLM's own prompt token count (-1: not reported)
     inter_token_ns: tuple[int, ...] = ()  # each next token's latency, decoded after the stamps
+    retrieve_parts: tuple[int, int, int] | None = None  # the index's (send, server, decode) ns
 
 
 def freeze(value: Any) -> Hashable:
@@ -948,6 +958,7 @@ class Pipeline:
             ctx.index,
             ctx.model_prompt_tokens,
             rest() if rest is not None else (),
+            ctx.retrieve_parts,
         )
 
     def serve(self, i: int) -> RequestRecord:
@@ -1127,7 +1138,7 @@ class Pipeline:
                 "n_queries": len(ds.queries.ids),
                 "content_hash": ds.content_hash,
             },
-            info=dict(self.info),
+            info=with_retrieve_parts(self.info, recs),
             cache_events=list(self.cache_events),
             error=self.error,
             repetition=self.repetitions(),
@@ -1274,6 +1285,19 @@ class Pipeline:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) -> dict[str, Any]:
+    """``info`` plus ``retrieve_parts`` (p50/mean ns of send, server, decode) when the index split them."""
+    out = dict(info)
+    parts = [r.retrieve_parts for r in recs if r.retrieve_parts is not None]
+    if parts:
+        a = np.asarray(parts, dtype=np.int64)
+        out["retrieve_parts"] = {
+            name: {"p50_ns": int(np.median(a[:, j])), "mean_ns": int(a[:, j].mean())}
+            for j, name in enumerate(("send", "server", "decode"))
+        }
+    return out
 
 
 def far_fields(far: Any) -> tuple[int, int, int, int, int, int]:
