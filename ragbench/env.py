@@ -23,6 +23,7 @@ def note_engine(name: str, version: str) -> None:
     """Record the version of an engine a backend uses (e.g. ``postgres``, ``pgvector``)."""
     _ENGINES[name] = version
 
+
 LIBRARIES = (
     "ragbench",
     "numpy",

@@ -331,9 +331,9 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     note = llm_note(rec)
     if note:
         lines.append(note)
-    note = retrieve_parts_note(rec)
-    if note:
-        lines.append(note)
+    split = retrieve_parts_note(rec)
+    if split:
+        lines.append(split)
     lines.append(
         "setup (not in request latency): "
         + ", ".join(f"{SETUP_LABELS.get(k, k)} {v:.3f}s" for k, v in rec["setup_s"].items())

@@ -7,9 +7,9 @@ ragbench's synthetic dataset (clustered, unit vectors, metric ip).
 from __future__ import annotations
 
 import numpy as np
+import pgshared
 import pytest
 
-import pgshared
 import ragbench as rb
 from ragbench.errors import (
     ConfigError,

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pgshared
 import psutil
 import psycopg
 import pytest
 
-import pgshared
 import ragbench as rb
 from ragbench.errors import ConfigError, DimensionError, IndexServerError, NotBuiltError
 from ragbench.indexes import _pg_server

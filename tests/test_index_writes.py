@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pgshared
 import pytest
 
-import pgshared
 import ragbench as rb
 from ragbench.errors import (
     DimensionError,

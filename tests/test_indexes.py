@@ -6,11 +6,11 @@ import json
 import struct
 
 import numpy as np
+import pgshared
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pgshared
 import ragbench as rb
 from ragbench import threads
 from ragbench.errors import (

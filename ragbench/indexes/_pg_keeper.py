@@ -13,6 +13,7 @@ and deletes the folder, so no ``postgres`` process outlives ragbench.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -43,10 +44,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except (subprocess.TimeoutExpired, OSError):
             continue
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
         proc.wait()
 
 

@@ -73,8 +73,15 @@ def server_user(euid: int | None = None) -> tuple[int, int] | None:
             if attempt == 0 and shutil.which("useradd"):
                 # A race with another process creating it is fine: look it up again.
                 subprocess.run(
-                    ["useradd", "--system", "--no-create-home", "--user-group",
-                     "--shell", "/usr/sbin/nologin", PG_USER],
+                    [
+                        "useradd",
+                        "--system",
+                        "--no-create-home",
+                        "--user-group",
+                        "--shell",
+                        "/usr/sbin/nologin",
+                        PG_USER,
+                    ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     check=False,

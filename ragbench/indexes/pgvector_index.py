@@ -64,6 +64,7 @@ transport (records already written are kept).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -164,10 +165,8 @@ class _State:
         ):
             self._drop(table)
         for conn in conns:
-            try:
+            with contextlib.suppress(Exception):  # closing a broken connection
                 conn.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection
-                pass
         server, self.server = self.server, None
         if server is not None:
             server.stop()
@@ -181,10 +180,8 @@ class _State:
                 if table is not None:
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
                 if self.created_extension:
-                    try:
-                        conn.execute("DROP EXTENSION IF EXISTS vector")  # RESTRICT: if unused
-                    except psycopg.Error:
-                        pass
+                    with contextlib.suppress(psycopg.Error):  # RESTRICT: only if unused
+                        conn.execute("DROP EXTENSION IF EXISTS vector")
         except (psycopg.Error, ConfigError):
             pass  # the server is gone: nothing of ours is left on it
 
@@ -260,7 +257,7 @@ class PgvectorIndex(LiveVectorIndex):
                 "digits and _, starting with a letter or _, at most 51 characters)"
             )
         # the query parameters follow the index type and storage
-        search = {"ef": 40} if params["index"] == "hnsw" else {"nprobe": 1}
+        search: dict[str, Any] = {"ef": 40} if params["index"] == "hnsw" else {"nprobe": 1}
         search["iterative_scan"] = "off"
         if params["storage"] != "vector":
             search["rescore"] = 4
@@ -491,7 +488,9 @@ class PgvectorIndex(LiveVectorIndex):
         for filtered in (False, True):
             where = " WHERE id = ANY(%b)" if filtered else ""
             if not rescored:
-                text = f"SELECT id, embedding {self._op} %b AS d FROM {t}{where} ORDER BY d LIMIT %b"
+                text = (
+                    f"SELECT id, embedding {self._op} %b AS d FROM {t}{where} ORDER BY d LIMIT %b"
+                )
             else:
                 text = (
                     f"SELECT id, embedding {self._op} %b AS d FROM (SELECT id, embedding FROM "
@@ -595,7 +594,9 @@ class PgvectorIndex(LiveVectorIndex):
         out_i = np.full((nq, k), -1, dtype=I64)
         out_s = np.full((nq, k), -INF, dtype=F32)
         send = server = decode = 0
-        sort = gucs.get("hnsw.iterative_scan", gucs.get("ivfflat.iterative_scan")) == "relaxed_order"
+        sort = (
+            gucs.get("hnsw.iterative_scan", gucs.get("ivfflat.iterative_scan")) == "relaxed_order"
+        )
         for r in range(nq):
             t1 = _perf()
             vec = _VectorParam(wire.vector_value(q[r]))
