@@ -115,13 +115,15 @@ def _redact(dsn: str) -> str:
 class _Conn:
     """One thread's connection: its cursor and the settings last sent on it."""
 
-    __slots__ = ("conn", "cur", "gucs", "pid")
+    __slots__ = ("conn", "cur", "gucs", "last", "pid", "plan")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.cur = conn.cursor(binary=True)
         self.gucs: dict[str, str] = {}
         self.pid = os.getpid()
+        self.last: tuple[Any, int] | None = None  # (compiled params, k) that plan is for
+        self.plan: tuple[Any, ...] = ()
 
 
 class _State:
@@ -578,25 +580,17 @@ class PgvectorIndex(LiveVectorIndex):
         self, c: _Conn, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
         t0 = _perf()
-        ef, gucs, rescore = compiled
-        if ef is not None:
-            gucs = {**gucs, "hnsw.ef_search": str(min(_EF_MAX, max(ef, k)))}
-        for name, value in gucs.items():
-            if c.gucs.get(name) != value:
-                c.cur.execute(f"SET {name} = {value}")  # validated ints and names
-                c.gucs[name] = value
+        last = c.last
+        if last is None or last[0] is not compiled or last[1] != k:
+            self._settle(c, compiled, k)  # SET what differs; the limits of this (params, k)
+        sort, limit, cand = c.plan
         cur, prepare = c.cur, self.build_params["prepare"]
         sql = self._sql[allow is not None]
         ids_param = None if allow is None else _IdsParam(wire.id_array(np.flatnonzero(allow)))
-        limit = _int8(k)
-        cand = _int8(k * rescore) if sql.count("LIMIT") == 2 else None
         nq = q.shape[0]
         out_i = np.full((nq, k), -1, dtype=I64)
         out_s = np.full((nq, k), -INF, dtype=F32)
         send = server = decode = 0
-        sort = (
-            gucs.get("hnsw.iterative_scan", gucs.get("ivfflat.iterative_scan")) == "relaxed_order"
-        )
         for r in range(nq):
             t1 = _perf()
             vec = _VectorParam(wire.vector_value(q[r]))
@@ -616,6 +610,20 @@ class PgvectorIndex(LiveVectorIndex):
             decode += t4 - t3
         self._local.parts = (send + (t1 - t0 if nq == 1 else 0), server, decode)
         return out_i, out_s
+
+    def _settle(self, c: _Conn, compiled: Any, k: int) -> None:
+        """``SET`` what differs on this connection; remember the plan for ``(compiled, k)``."""
+        ef, gucs, rescore = compiled
+        if ef is not None:
+            gucs = {**gucs, "hnsw.ef_search": str(min(_EF_MAX, max(ef, k)))}
+        for name, value in gucs.items():
+            if c.gucs.get(name) != value:
+                c.cur.execute(f"SET {name} = {value}")  # validated ints and names
+                c.gucs[name] = value
+        sort = "relaxed_order" in gucs.values()  # pgvector may return those slightly out of order
+        cand = _int8(k * rescore) if self.build_params["storage"] != "vector" else None
+        c.plan = (sort, _int8(k), cand)
+        c.last = (compiled, k)
 
     def _put_row(
         self, out_i: np.ndarray, out_s: np.ndarray, r: int, rows: list[Any], sort: bool
