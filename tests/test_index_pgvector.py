@@ -308,6 +308,18 @@ def test_pipeline_config_dsn_reaches_pgvector_only() -> None:
     with rb.Pipeline.from_config(cfg) as pipe:
         report = pipe.run()
         assert report.info["index"]["server"] == "dsn"
+        # each request's retrieve split into send/server/decode, inside its retrieve time
+        j = pipe.stage_names.index("retrieve")
+        wall, _ = pipe.stage_samples()
+        parts = np.array([r.retrieve_parts for r in pipe._records])
+        assert parts.shape == (5, 3) and (parts > 0).all()
+        assert (parts.sum(axis=1) <= wall[:, j]).all()
+        split = report.info["retrieve_parts"]
+        assert split["server"]["p50_ns"] == int(np.median(parts[:, 1]))
+        record = report.to_records()[0]
+        note = rb.rendering.retrieve_parts_note(record)
+        assert note is not None and "send" in note and "server" in note and "decode" in note
+        assert rb.rendering.retrieve_parts_note({"info": {}}) is None
     hnsw = dict(cfg, retrieve={"backend": "hnsw", "dsn": pgshared.dsn()})
     rb.Pipeline.from_config(hnsw).close()  # hnsw takes no dsn: not passed to it
     bad = dict(cfg, retrieve={"backend": "pgvector", "dsn": "postgresql://x@127.0.0.1:1/d"})
