@@ -1231,6 +1231,14 @@ class Pipeline:
                 ("prompt", far.prompt_ns, stages["prompt"]),
             ]
             inner = {"transport": tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)}
+        if rec.retrieve_parts is not None and "retrieve" in self._loop_names:
+            j = self._loop_names.index("retrieve")
+            split = [
+                (f"retrieve.{n}", ns, None)
+                for n, ns in zip(_PARTS, rec.retrieve_parts, strict=True)
+            ]
+            spans = tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], split)
+            inner = {**(inner or {}), "retrieve": spans}
         ds = self.dataset
         attributes = tracing.request_attributes(
             label=self.label,
@@ -1287,6 +1295,9 @@ class Pipeline:
         self.close()
 
 
+_PARTS = ("send", "server", "decode")  # an index's split of its search (last_parts)
+
+
 def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) -> dict[str, Any]:
     """``info`` plus ``retrieve_parts`` (p50/mean ns of send, server, decode) when the index split them."""
     out = dict(info)
@@ -1295,7 +1306,7 @@ def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) 
         a = np.asarray(parts, dtype=np.int64)
         out["retrieve_parts"] = {
             name: {"p50_ns": int(np.median(a[:, j])), "mean_ns": int(a[:, j].mean())}
-            for j, name in enumerate(("send", "server", "decode"))
+            for j, name in enumerate(_PARTS)
         }
     return out
 

@@ -320,6 +320,11 @@ def test_pipeline_config_dsn_reaches_pgvector_only() -> None:
         note = rb.rendering.retrieve_parts_note(record)
         assert note is not None and "send" in note and "server" in note and "decode" in note
         assert rb.rendering.retrieve_parts_note({"info": {}}) is None
+        # and, in OpenTelemetry traces, three spans nested in the retrieve span
+        trace = pipe._trace_of(pipe._records[0], wall[0], 1.0, False)
+        spans = trace["inner"]["retrieve"]
+        assert [s.name for s in spans] == ["retrieve.send", "retrieve.server", "retrieve.decode"]
+        assert [s.end_ns - s.start_ns for s in spans] == parts[0].tolist()
     hnsw = dict(cfg, retrieve={"backend": "hnsw", "dsn": pgshared.dsn()})
     rb.Pipeline.from_config(hnsw).close()  # hnsw takes no dsn: not passed to it
     bad = dict(cfg, retrieve={"backend": "pgvector", "dsn": "postgresql://x@127.0.0.1:1/d"})
