@@ -518,3 +518,14 @@ def test_the_non_root_path(folder_tmp: str) -> None:
     assert euid != "0" and shape == ["(1,", "3)"] and user == "self"
     assert not _our_postgres(folder_tmp)
     assert not [p for p in os.listdir(folder_tmp) if p.startswith("ragbench-pg-")]
+
+
+def test_the_split_travels_with_a_record_between_processes() -> None:
+    from ragbench.pipeline import RequestRecord
+    from ragbench.workers import pack_record, unpack_record
+
+    rec = RequestRecord([1, 5], None, None, np.arange(3), 10, 4, 2, retrieve_parts=(1, 2, 1))
+    back = unpack_record(pack_record(rec))
+    assert back is not None and back.retrieve_parts == (1, 2, 1)
+    plain = unpack_record(pack_record(rec._replace(retrieve_parts=None)))
+    assert plain is not None and plain.retrieve_parts is None
