@@ -61,6 +61,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "build": {},
         "search": {},
         "index_file": None,
+        # a database server for the backends that use one (pgvector): postgresql://...
+        "dsn": None,
         # one filter per query (ragbench.attributes), and how the index applies it
         "filter": None,
         "filter_strategy": None,
@@ -249,6 +251,9 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
     index_file = cfg["retrieve"]["index_file"]
     if index_file is not None and (not isinstance(index_file, str) or not index_file):
         raise ConfigError(f"[retrieve] index_file must be a path, got {index_file!r}")
+    dsn = cfg["retrieve"]["dsn"]
+    if dsn is not None and (not isinstance(dsn, str) or not dsn.strip()):
+        raise ConfigError(f"[retrieve] dsn must be a connection string, got {dsn!r}")
     for table in ("retrieve",):
         for sub in ("build", "search"):
             if not isinstance(cfg[table][sub], Mapping):
