@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-__all__ = ["INDEXES", "STAGE_PARAMS", "Params", "documented_defaults"]
+__all__ = ["BUILD_DEPENDENT", "INDEXES", "STAGE_PARAMS", "Params", "documented_defaults"]
 
 
 def _d(value: Any) -> Meta:
@@ -154,6 +154,31 @@ class ChromaBuild(Params, frozen=True):
     ef_search: Annotated[int, _d(64)] | UnsetType = UNSET
 
 
+class PgvectorBuild(Params, frozen=True):
+    """Build parameters of ``pgvector`` (``dsn`` None: ragbench's own PostgreSQL server)."""
+
+    index: Annotated[Literal["hnsw", "ivfflat"], _d("hnsw")] | UnsetType = UNSET
+    M: Annotated[int, _d(16)] | UnsetType = UNSET
+    ef_construction: Annotated[int, _d(64)] | UnsetType = UNSET
+    lists: Annotated[int, _d(100)] | UnsetType = UNSET
+    storage: Annotated[Literal["vector", "halfvec", "bit"], _d("vector")] | UnsetType = UNSET
+    prepare: Annotated[bool, _d(True)] | UnsetType = UNSET
+    dsn: Annotated[str | None, _d(None)] | UnsetType = UNSET
+    table: Annotated[str | None, _d(None)] | UnsetType = UNSET
+
+
+class PgvectorSearch(Params, frozen=True):
+    """Search parameters of ``pgvector``: ``ef`` (hnsw) or ``nprobe`` (ivfflat), ``rescore``
+    (halfvec and bit storage), ``iterative_scan``; the index refuses the ones its build lacks."""
+
+    ef: Annotated[int, _d(40)] | UnsetType = UNSET
+    nprobe: int | UnsetType = UNSET
+    rescore: int | UnsetType = UNSET
+    iterative_scan: (
+        Annotated[Literal["off", "relaxed_order", "strict_order"], _d("off")] | UnsetType
+    ) = UNSET
+
+
 #: Index backend → (its build parameters, its search parameters).
 INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
     "flat": (NoParams, NoParams),
@@ -173,7 +198,11 @@ INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
     "qdrant-edge": (QdrantBuild, EfSearch),
     "lancedb": (LanceDbBuild, LanceDbSearch),
     "chroma": (ChromaBuild, NoParams),
+    "pgvector": (PgvectorBuild, PgvectorSearch),
 }
+
+#: Search parameters an index takes only with some builds (pgvector: by index type, storage).
+BUILD_DEPENDENT: dict[str, frozenset[str]] = {"pgvector": frozenset({"nprobe", "rescore"})}
 
 Seconds = Annotated[float, Meta(gt=0)]
 _CODEC = {

@@ -114,6 +114,7 @@ class RequestContext:
         "first_token",
         "model_prompt_tokens",
         "decode_rest",
+        "retrieve_parts",
     )
 
     def __init__(self, index: int, query_id: str, query: str) -> None:
@@ -130,6 +131,7 @@ class RequestContext:
         self.prompt_tokens = 0
         self.model_prompt_tokens = -1  # the LLM's own count, when its generator reports one
         self.decode_rest: Callable[[], tuple[int, ...]] | None = None
+        self.retrieve_parts: tuple[int, int, int] | None = None  # (send, server, decode) ns
 
 
 # ---------------------------------------------------------------- stages
@@ -205,6 +207,8 @@ class RetrieveStage:
         self._texts = index.input_kind == "texts"
         self._k = k_candidates
         self._params = dict(search_params)
+        # an index behind a client (pgvector): its (send, server, decode) split of the search
+        self._parts = getattr(index, "last_parts", None)
 
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
@@ -213,6 +217,8 @@ class RetrieveStage:
         ids, scores = self._search(query, self._k, **self._params)
         ctx.candidate_ids = ids[0]
         ctx.candidate_scores = scores[0]
+        if self._parts is not None:
+            ctx.retrieve_parts = self._parts()
 
 
 class FilteredRetrieveStage:
@@ -240,6 +246,7 @@ class FilteredRetrieveStage:
         if strategy is not None:
             self._params["strategy"] = strategy
         self._masks = masks
+        self._parts = getattr(index, "last_parts", None)
 
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
@@ -247,6 +254,8 @@ class FilteredRetrieveStage:
         query = [ctx.query] if self._texts else ctx.query_vector
         allowed = self._masks[ctx.index]
         ids, scores = self._search(query, self._k, filter=allowed, **self._params)
+        if self._parts is not None:
+            ctx.retrieve_parts = self._parts()
         ids, scores = ids[0], scores[0]
         keep = ids >= 0
         keep[keep] = allowed[ids[keep]]
@@ -402,6 +411,7 @@ class RequestRecord(NamedTuple):
     query_row: int  # row of the query in the dataset
     model_prompt_tokens: int = -1  # the LLM's own prompt token count (-1: not reported)
     inter_token_ns: tuple[int, ...] = ()  # each next token's latency, decoded after the stamps
+    retrieve_parts: tuple[int, int, int] | None = None  # the index's (send, server, decode) ns
 
 
 def freeze(value: Any) -> Hashable:
@@ -466,8 +476,9 @@ class Components:
         elif emb == "precomputed":
             embedders.registry.factory(emb)
         r = cfg["retrieve"]
+        build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
         probe = indexes.create(
-            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **r["build"]
+            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **build
         )
         check_search = getattr(probe, "check_query_params", None)
         if check_search is not None:
@@ -615,8 +626,11 @@ class Pipeline:
             return
         self._threads_before = threads.get_threads()
         threads.set_threads(self.build_threads)
+        parts = shared if shared is not None else SharedParts()
         try:
-            self._build(dataset, shared if shared is not None else SharedParts())
+            self._build(dataset, parts)
+            if shared is None:  # indexes of ours holding a server or files (pgvector) stop with us
+                self._closers.extend(i.close for i in parts.indexes.values() if hasattr(i, "close"))
         except BaseException:
             self.close()
             raise
@@ -717,7 +731,8 @@ class Pipeline:
         key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key)
         if key not in shared.indexes:
             dim = int(emb.corpus.shape[1])
-            index = indexes.create(r["backend"], dim=dim, metric=metric, **r["build"])
+            build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
+            index = indexes.create(r["backend"], dim=dim, metric=metric, **build)
             data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
             source = _data_source(ds, emb, index.input_kind)
             path = r["index_file"]
@@ -942,6 +957,7 @@ class Pipeline:
             ctx.index,
             ctx.model_prompt_tokens,
             rest() if rest is not None else (),
+            ctx.retrieve_parts,
         )
 
     def serve(self, i: int) -> RequestRecord:
@@ -1121,7 +1137,7 @@ class Pipeline:
                 "n_queries": len(ds.queries.ids),
                 "content_hash": ds.content_hash,
             },
-            info=dict(self.info),
+            info=with_retrieve_parts(self.info, recs),
             cache_events=list(self.cache_events),
             error=self.error,
             repetition=self.repetitions(),
@@ -1214,6 +1230,14 @@ class Pipeline:
                 ("prompt", far.prompt_ns, stages["prompt"]),
             ]
             inner = {"transport": tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)}
+        if rec.retrieve_parts is not None and "retrieve" in self._loop_names:
+            j = self._loop_names.index("retrieve")
+            split = [
+                (f"retrieve.{n}", ns, None)
+                for n, ns in zip(_PARTS, rec.retrieve_parts, strict=True)
+            ]
+            spans = tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], split)
+            inner = {**(inner or {}), "retrieve": spans}
         ds = self.dataset
         attributes = tracing.request_attributes(
             label=self.label,
@@ -1268,6 +1292,22 @@ class Pipeline:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_PARTS = ("send", "server", "decode")  # an index's split of its search (last_parts)
+
+
+def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) -> dict[str, Any]:
+    """``info`` plus ``retrieve_parts`` (p50/mean ns of send, server, decode) when the index split them."""
+    out = dict(info)
+    parts = [r.retrieve_parts for r in recs if r.retrieve_parts is not None]
+    if parts:
+        a = np.asarray(parts, dtype=np.int64)
+        out["retrieve_parts"] = {
+            name: {"p50_ns": int(np.median(a[:, j])), "mean_ns": int(a[:, j].mean())}
+            for j, name in enumerate(_PARTS)
+        }
+    return out
 
 
 def far_fields(far: Any) -> tuple[int, int, int, int, int, int]:

@@ -221,16 +221,20 @@ class Generate(Stage, frozen=True):
 class Retrieve(Stage, frozen=True):
     """``[retrieve]``: the index, its ``build`` and ``search`` parameters, a per-query filter."""
 
-    OWN = ("metric", "build", "search", "index_file", "filter", "filter_strategy")
+    OWN = ("metric", "build", "search", "index_file", "dsn", "filter", "filter_strategy")
     backend: str | None = "hnsw"
     metric: str | None = None
     build: Any = field(default_factory=dict)
     search: Any = field(default_factory=dict)
     index_file: Annotated[str, Meta(min_length=1)] | None = None
+    #: a database server for the backends that use one (pgvector): ``postgresql://...``
+    dsn: str | None = None
     filter: Filter | None = None
     filter_strategy: Literal["auto", "pre", "post", "in-graph"] | None = None
 
     def __post_init__(self) -> None:
+        if self.dsn is not None and not self.dsn.strip():
+            raise ConfigError(f"dsn must be a connection string, got {self.dsn!r}")
         if self.filter is None and self.filter_strategy is not None:
             raise ConfigError(
                 f"filter_strategy = {self.filter_strategy!r} but there is no "
@@ -246,6 +250,7 @@ class Retrieve(Stage, frozen=True):
             "build": msgspec.to_builtins(self.build),
             "search": msgspec.to_builtins(self.search),
             "index_file": self.index_file,
+            "dsn": self.dsn,
             "filter": None if self.filter is None else self.filter.to_dict(),
             "filter_strategy": self.filter_strategy,
         }

@@ -80,6 +80,7 @@ WRITE_BACKENDS = (
     "qdrant-edge",
     "lancedb",
     "chroma",
+    "pgvector",
 )
 DELETE_BACKENDS = (
     "flat",
@@ -94,6 +95,7 @@ DELETE_BACKENDS = (
     "qdrant-edge",
     "lancedb",
     "chroma",
+    "pgvector",
 )
 
 
