@@ -308,3 +308,16 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     for png in ("compare-pydocs.png", "sweep-synthetic-20k.png"):
         assert (site / "findings" / png).stat().st_size > 10_000
     assert "fonts.googleapis.com" not in (site / "index.html").read_text(encoding="utf-8")
+
+
+def test_typed_parameters_reference_has_every_typed_backend() -> None:
+    from ragbench import settings
+
+    text = hooks.params_markdown()
+    assert "| `[retrieve]` | `hnsw` | `build.M` | integer | `16` |" in text
+    shape = '| `[serialize]` | `protobuf` | `shape` | `"columnar"` \\| `"row"` | `"row"` |'
+    assert shape in text
+    for table, variants in settings.VARIANTS.items():
+        for backend in variants:
+            assert f"| `[{table}]` | `{backend}` |" in text, (table, backend)
+    assert "<!-- gen: params -->" in (DOCS / "reference" / "configuration-typed.md").read_text()

@@ -8,6 +8,7 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
     <!-- gen: environment -->               every environment variable the package reads
     <!-- gen: otel-attributes -->           the span attribute table of ragbench.otel
     <!-- gen: schemas -->                   ``ragbench schema config|records``, if that command exists
+    <!-- gen: params -->                    every typed backend parameter (ragbench.params)
     <!-- gen: report data/x.jsonl [ARGS] --> ``ragbench report --format md`` of a committed results file
 
 The comment is replaced when the site is built (``make docs``), so nothing generated is
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 import re
 import shlex
@@ -144,6 +146,55 @@ def backends_markdown() -> str:
         names = registry.names() if hasattr(registry, "names") else []
         rows.append([f"`ragbench.{kind}`", ", ".join(f"`{n}`" for n in names)])
     return _table(["registry", "backends"], rows)
+
+
+def params_markdown() -> str:
+    """Every typed backend parameter (ragbench.settings / ragbench.params): type and default."""
+    from ragbench import settings
+
+    defs = settings.config_schema()["$defs"]
+    rows = []
+    for table, variants in settings.VARIANTS.items():
+        own = {"backend", *settings.STAGES[table].OWN}
+        for backend, cls in variants.items():
+            props = defs[cls.__name__]["properties"]
+            subs = [("", props)]
+            if table == "retrieve":
+                subs = [(f"{sub}.", _props(defs, props[sub])) for sub in ("build", "search")]
+            keys = [(pre, k, v) for pre, sp in subs for k, v in sp.items() if pre or k not in own]
+            for pre, key, spec in keys:
+                default = f"`{json.dumps(spec['default'])}`" if "default" in spec else ""
+                rows.append([f"`[{table}]`", f"`{backend}`", f"`{pre}{key}`", _type(spec), default])
+            if not keys:
+                rows.append([f"`[{table}]`", f"`{backend}`", "(none)", "", ""])
+    return "\n".join(
+        [
+            "Generated from the Structs of `ragbench.params` when the site is built; a default "
+            "is the backend's own (the key stays unset unless given).",
+            "",
+            _table(["table", "backend", "key", "type", "default"], rows),
+        ]
+    )
+
+
+def _props(defs: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    props: dict[str, Any] = defs[ref["$ref"].rsplit("/", 1)[1]]["properties"]
+    return props
+
+
+def _type(spec: dict[str, Any]) -> str:
+    """A JSON-Schema property as a short type: ``integer``, ``"row" | "columnar"``, ``string | null``."""
+    if "anyOf" in spec:
+        return " | ".join(_type(s) for s in spec["anyOf"])
+    if "enum" in spec:
+        return " | ".join(f"`{json.dumps(v)}`" for v in spec["enum"])
+    if spec.get("type") == "array":
+        return "array"
+    kind = str(spec.get("type", "any"))
+    bounds = [
+        f"{op} {spec[k]}" for k, op in (("minimum", ">="), ("exclusiveMinimum", ">")) if k in spec
+    ]
+    return " ".join([kind, *bounds])
 
 
 # ---------------------------------------------------------------- errors
@@ -384,6 +435,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "environment": environment_markdown,
     "otel-attributes": otel_markdown,
     "schemas": schemas_markdown,
+    "params": params_markdown,
 }
 
 
