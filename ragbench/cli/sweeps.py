@@ -20,6 +20,7 @@ from .options import (
     echo,
     executor_from,
     executor_options,
+    fast_build_option,
     finish_outputs,
     grid,
     index_option,
@@ -30,6 +31,7 @@ from .options import (
     plot_option,
     progress,
     queries_option,
+    rebuilds_option,
     repeat_option,
     split_list,
     threads_option,
@@ -113,6 +115,8 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
     show_default=True,
     help="Recall under which a filtered line has fallen off its cliff.",
 )
+@fast_build_option()
+@rebuilds_option()
 @executor_options
 def sweep(
     dataset: str,
@@ -135,6 +139,8 @@ def sweep(
     filter_attribute: str | None,
     filter_correlated: bool,
     recall_target: float,
+    fast_build: bool | None,
+    rebuilds: int,
     executor: str,
     ray_address: str | None,
 ) -> None:
@@ -187,6 +193,8 @@ def sweep(
                     executor=ex,
                     strategies=strategies,
                     recall_target=recall_target,
+                    rebuilds=rebuilds,
+                    fast_build=bool(fast_build),
                 )
         except KeyboardInterrupt:
             if writer.records:
@@ -255,6 +263,8 @@ def _per_index_build(builds: Sequence[str]) -> dict[str, dict[str, Any]]:
 @threads_option("Threads for builds and batch QPS.")
 @out_option("Append one JSON record per (index, n).")
 @plot_option("Write a log-log plot of p50 vs n.")
+@fast_build_option()
+@rebuilds_option()
 @executor_options
 def scale(
     index: str,
@@ -268,6 +278,8 @@ def scale(
     threads: int | None,
     out: str | None,
     plot: str | None,
+    fast_build: bool | None,
+    rebuilds: int,
     executor: str,
     ray_address: str | None,
 ) -> None:
@@ -309,5 +321,7 @@ def scale(
             on_point=writer,
             progress=advance,
             executor=ex,
+            rebuilds=rebuilds,
+            fast_build=bool(fast_build),
         )
     _finish(writer, plot)
