@@ -460,8 +460,8 @@ def _built(
     index = indexes.create(name, dim=dim, metric=metric, **params)
     corpus = data.texts if index.input_kind == "texts" else data.vectors
     done = builds.build(index, corpus, fast=fast_build, source=f"sweep data {data.name!r}")
-    seconds = getattr(done.index, "build_seconds", None)
-    return done.index, float(seconds) if seconds is not None else done.build_ns / 1e9
+    record = getattr(done.index, "build_record", None) or {}
+    return done.index, float(record.get("seconds") or done.build_ns / 1e9)
 
 
 def _exact_reranker(data: SweepData) -> Any:
