@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import io
 import json
@@ -12,9 +11,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -536,90 +534,14 @@ def test_run_forever_serves_until_stdin_ends(
 # ----------------------------------------------------------------- one generator, many threads
 
 
-def in_threads(
-    n: int, work: Callable[[int], Any], while_parked: Callable[[], Any] | None = None
-) -> tuple[list[Any], Any]:
-    """Run ``work(t)`` in ``n`` threads at once; return their results and ``while_parked()``.
-
-    ``while_parked`` runs once every thread has finished its work but before
-    any of them ends. The first error of a thread is raised here.
-    """
-    out: list[Any] = [None] * n
-    errors: list[BaseException] = []
-    done = threading.Barrier(n + 1)
-    release = threading.Event()
-
-    def run(t: int) -> None:
-        try:
-            out[t] = work(t)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            with contextlib.suppress(threading.BrokenBarrierError):
-                done.wait(120)
-            release.wait(120)
-
-    threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(n)]
-    for thread in threads:
-        thread.start()
-    try:
-        done.wait(600)
-        parked = while_parked() if while_parked is not None else None
-    finally:
-        release.set()
-        for thread in threads:
-            thread.join(60)
-    if errors:
-        raise errors[0]
-    return out, parked
-
-
-def no_new_sockets(before: set[str]) -> bool:
-    """True once every socket opened since ``before`` is closed (the in-process stub server
-    closes its end of a connection a moment after the client does)."""
-    deadline = time.monotonic() + 10
-    while socket_fds() - before and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not socket_fds() - before
-
-
-def socket_fds() -> set[str]:
-    """This process's open sockets, as ``socket:[inode]``."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:"):
-            found.add(target)
-    return found
-
-
-def server_connections(port: int) -> int:
-    """Established TCP connections whose server end is ``port`` (from /proc/net)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                lines = f.readlines()[1:]
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                count += 1
-    return count
-
-
 def url_port(url: str) -> int:
     return int(url.split("/")[2].rsplit(":", 1)[1])
 
 
 @pytest.mark.integration
-def test_stub_generator_serves_threads_side_by_side() -> None:
+def test_stub_generator_serves_threads_side_by_side(sockets) -> None:
     n_threads, n_requests = 4, 50
-    before = socket_fds()
+    before = sockets.now()
     gen = StubGenerator(prefill_ms_per_1k_tokens=40, base_ms=0, inter_token_ms=0, max_tokens=1)
     try:
         gen.start()
@@ -640,9 +562,9 @@ def test_stub_generator_serves_threads_side_by_side() -> None:
             return ttfts
 
         def look() -> tuple[int, int]:
-            return gen.connections, server_connections(url_port(gen.url))
+            return gen.connections, sockets.server_connections(url_port(gen.url))
 
-        out, (connections, at_server) = in_threads(n_threads, work, look)
+        out, (connections, at_server) = sockets.in_threads(n_threads, work, look)
         assert [len(ttfts) for ttfts in out] == [n_requests] * n_threads
         # A keep-alive connection per thread plus the starting thread's, open at once.
         assert connections == n_threads + 1
@@ -650,12 +572,12 @@ def test_stub_generator_serves_threads_side_by_side() -> None:
     finally:
         gen.close()
     assert gen.connections == 0
-    assert no_new_sockets(before)
+    assert not sockets.leaked(before)
 
 
 @pytest.mark.integration
-def test_openai_generator_gives_each_thread_its_connection(stub_url: str) -> None:
-    before = socket_fds()
+def test_openai_generator_gives_each_thread_its_connection(stub_url: str, sockets) -> None:
+    before = sockets.now()
     gen = OpenAIGenerator(base_url=stub_url, model=MODEL_ID, max_tokens=1)
     with pytest.raises(NotBuiltError):
         gen.connect()
@@ -667,15 +589,15 @@ def test_openai_generator_gives_each_thread_its_connection(stub_url: str) -> Non
             texts = {gen.first_token(f"thread {t} asks {i}", 4).text for i in range(5)}
             return texts.pop()
 
-        out, connections = in_threads(3, work, lambda: gen.connections)
+        out, connections = sockets.in_threads(3, work, lambda: gen.connections)
         assert out == ["Based"] * 3
         assert connections == 4
-        assert server_connections(url_port(stub_url)) >= 4
+        assert sockets.server_connections(url_port(stub_url)) >= 4
         # A thread that has ended leaves its connection open until another
         # thread opens one, which closes it.
-        in_threads(1, lambda t: gen.first_token("one more", 2))
+        sockets.in_threads(1, lambda t: gen.first_token("one more", 2))
         assert gen.connections == 2
     finally:
         gen.close()
     assert gen.connections == 0
-    assert no_new_sockets(before)
+    assert not sockets.leaked(before)
