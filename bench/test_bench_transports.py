@@ -15,13 +15,14 @@ import statistics
 from time import perf_counter_ns
 
 import pytest
+from _quick import pick
 
 import ragbench as rb
 from ragbench.testing import sample_result
 
 TRANSPORTS = ("inproc", "http", "grpc", "asgi")
 CODECS = ("orjson", "msgpack", "protobuf")
-ROUNDS = 400
+ROUNDS = pick(400, 100)
 
 
 @pytest.fixture(scope="module")

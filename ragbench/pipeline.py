@@ -46,6 +46,7 @@ from .errors import (
     TransportError,
 )
 from .files import check_writable
+from .indexes import builds
 from .metrics import recall_at_k, rerank_metric
 from .report import Report
 from .timing import SetupTimes, run_stages, run_stages_cpu
@@ -729,7 +730,7 @@ class Pipeline:
 
     def _index(self, ds: Dataset, emb: Embedding, metric: str, shared: SharedParts) -> Any:
         r = self.config["retrieve"]
-        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key)
+        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key, r["fast_build"])
         if key not in shared.indexes:
             dim = int(emb.corpus.shape[1])
             build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
@@ -742,9 +743,12 @@ class Pipeline:
                     "index_load", self._load_index, path, index, data, source
                 )
             else:
-                build_ns, compile_ns = indexes.build_timed(index, data)
-                self.setup_times.add("index_build", build_ns)
-                self.setup_times.add("jit_compile", compile_ns)
+                # deterministic unless [retrieve] fast_build; slow builds cached
+                built = builds.build(index, data, fast=r["fast_build"], source=source)
+                index = built.index
+                step = "index_load" if built.load_ns else "index_build"
+                self.setup_times.add(step, built.load_ns or built.build_ns)
+                self.setup_times.add("jit_compile", built.compile_ns)
                 if path is not None:
                     self.setup_times.time("index_save", index.save, path, data=data, source=source)
             shared.indexes[key] = index

@@ -519,7 +519,8 @@ def setup_summary(records: Sequence[Mapping[str, Any]]) -> str:
             f"recall measured against exact search at k={records[0]['k']}; "
             "per-stage p50s do not add up to the total p50"
         )
-    return "\n".join(lines)
+    built = build_note(records)
+    return "\n".join(lines + ([built] if built else []))
 
 
 def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -575,6 +576,49 @@ def _bytes_cell(rec: Mapping[str, Any]) -> str:
     return num(own) + (f" + {extra:,}" if extra else "")
 
 
+def _build_of(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """How a record's index was built: ``build_info`` (sweep, scale) or ``info.index.build`` (run)."""
+    got = rec.get("build_info")
+    if got is None:
+        got = (((rec.get("info") or {}).get("index")) or {}).get("build")
+    return got if isinstance(got, Mapping) else None
+
+
+def _recall_ci_cell(rec: Mapping[str, Any]) -> str:
+    """``0.9805 ±0.0040``: mean recall and half its interval's width (absolute)."""
+    text = f"{rec['recall']:.4f}"
+    ci = rec.get("recall_ci")
+    if not ci or ci[0] is None or ci[1] is None or ci[0] != ci[0] or ci[1] != ci[1]:
+        return text
+    return f"{text} ±{(float(ci[1]) - float(ci[0])) / 2:.4f}"
+
+
+def build_note(records: Sequence[Mapping[str, Any]]) -> str:
+    """One line on how the indexes were built: deterministic or not, cached, rebuilt ("" if unknown)."""
+    known = [b for b in (_build_of(r) for r in records) if b is not None]
+    if not known:
+        return ""
+    fast = sum(1 for b in known if not b.get("deterministic"))
+    if not fast:
+        text = "builds: deterministic (one build thread, seeded: the same index every run)"
+    elif fast == len(known):
+        text = "builds: NOT deterministic (--fast-build: every core; recall varies build to build)"
+    else:
+        text = f"builds: {fast} of {len(known)} NOT deterministic (--fast-build), the rest deterministic"
+    cached = sum(1 for b in known if b.get("cached"))
+    if cached:
+        text += f"; {cached} loaded from the index cache (build s: the original build's)"
+    reps = max(int(r.get("rebuilds") or 1) for r in records)
+    if reps > 1:
+        text += (
+            f"; {reps} builds per point (seed + i): recall = their mean, recall ± = the envelope "
+            "of the builds' 95 % intervals over queries"
+        )
+    elif any(r.get("recall_ci") for r in records):
+        text += "; recall ±: 95 % bootstrap interval over queries"
+    return text
+
+
 def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
     """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS).
 
@@ -621,7 +665,7 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             "★" if star else "",
             rec["index"],
             params_text(rec, varying[rec["index"]]) or "(defaults)",
-            f"{rec['recall']:.4f}",
+            _recall_ci_cell(rec),
             _recall_cell(rec, "recall_p10"),
             _recall_cell(rec, "recall_before_rescore"),
             with_ci(rec["p50_us"], rec.get("p50_us_ci")),
@@ -647,6 +691,8 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "
             "graph, centroids) + the float bytes re-scoring reads per candidate"
         )
+    built = build_note(records)
+    table += "\n" + built if built else ""
     hardware = hardware_note(records)
     return table + ("\n" + hardware if hardware else "")
 
@@ -766,7 +812,7 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
                 rec["index"],
                 f"{rec['n']:,}",
                 used,
-                f"{rec['recall']:.4f}",
+                _recall_ci_cell(rec),
                 _recall_cell(rec, "recall_p10"),
                 with_ci(rec["p50_us"], rec.get("p50_us_ci")),
                 with_ci(rec["p99_us"], rec.get("p99_us_ci")),
@@ -782,6 +828,8 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             "growth of p50 latency with n (log-log slope; 1.0 = linear scan): "
             + ", ".join(f"{k} {v:.2f}" for k, v in exps.items())
         )
+    built = build_note(records)
+    lines += [built] if built else []
     hardware = hardware_note(records)
     return "\n".join(lines + ([hardware] if hardware else []))
 
