@@ -331,6 +331,8 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     note = llm_note(rec)
     if note:
         lines.append(note)
+    if rec.get("connection"):
+        lines.append(connection_note(rec["connection"]))
     lines.append(
         "setup (not in request latency): "
         + ", ".join(f"{SETUP_LABELS.get(k, k)} {v:.3f}s" for k, v in rec["setup_s"].items())
@@ -339,6 +341,12 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     if rec.get("error"):
         lines.append(f"STOPPED EARLY: {rec['error']}")
     return "\n".join(lines)
+
+
+def connection_note(parts: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line on a transport's per-request connection set-up (``keep_alive = false``)."""
+    cells = ", ".join(f"{name} {num(s.get('p50_us'))} µs" for name, s in parts.items())
+    return f"transport, new connection per request (p50, inside the transport stage): {cells}"
 
 
 def filter_note(filt: Mapping[str, Any]) -> str:

@@ -71,6 +71,15 @@ class HttpTransport(AsyncPost):
 
     _ssl: ssl.SSLContext | None = None
 
+    def describe(self) -> dict[str, Any]:
+        """What serves and what calls (in every run record's ``info.transport_info``)."""
+        return {
+            "server": "http.server.ThreadingHTTPServer",
+            "client": "raw socket",
+            "tls": self.tls,
+            "keep_alive": self.keep_alive,
+        }
+
     def _open(self) -> _Connection:
         return self._connect()[0]
 
