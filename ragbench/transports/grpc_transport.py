@@ -347,7 +347,10 @@ class GrpcTransport(ChildTransport):
                 if self.max_message_bytes
                 else "the codec's payload limit"
             )
-            return DecodeError(self.codec_name, f"{details} (grpc transport, {limit})")
+            where = (
+                "reported by the far side over grpc" if "SERVER" in details else "grpc transport"
+            )
+            return DecodeError(self.codec_name, f"{details} ({where}; {limit})")
         return self._failed(f"call failed with {name}: {details}", query)
 
     def _answer(
