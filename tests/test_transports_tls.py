@@ -95,9 +95,9 @@ def in_thread(fn: Any) -> Any:
 def tls_version(port: int, cert_pem: bytes, alpn: tuple[str, ...] = ()) -> tuple[str, str | None]:
     """Shake hands with 127.0.0.1:``port`` trusting ``cert_pem``: (TLS version, ALPN protocol)."""
     ctx = tls.client_context(cert_pem, alpn)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
-            return str(sock.version()), sock.selected_alpn_protocol()
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        return str(sock.version()), sock.selected_alpn_protocol()
 
 
 # ----------------------------------------------------------------- TLS
@@ -122,9 +122,11 @@ def test_tls_transports_speak_tls13_with_the_certificate_made_at_start(
         old = tls.client_context(cert.cert_pem)
         old.minimum_version = ssl.TLSVersion.TLSv1_2
         old.maximum_version = ssl.TLSVersion.TLSv1_2
-        with socket.create_connection(("127.0.0.1", transport.port), timeout=10) as raw:
-            with pytest.raises(ssl.SSLError):
-                old.wrap_socket(raw, server_hostname="127.0.0.1")
+        with (
+            socket.create_connection(("127.0.0.1", transport.port), timeout=10) as raw,
+            pytest.raises(ssl.SSLError),
+        ):
+            old.wrap_socket(raw, server_hostname="127.0.0.1")
     # plaintext to a TLS server is not answered as if it were fine
     with socket.create_connection(("127.0.0.1", transport.port), timeout=10) as raw:
         raw.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -174,9 +176,11 @@ def test_wrong_hostname_fails_verification() -> None:
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-            with pytest.raises(ssl.SSLCertVerificationError):
-                tls.client_context(cert.cert_pem).wrap_socket(raw, server_hostname="127.0.0.1")
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
+            tls.client_context(cert.cert_pem).wrap_socket(raw, server_hostname="127.0.0.1")
         thread.join(10)
         listener.close()
     finally:

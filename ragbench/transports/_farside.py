@@ -558,6 +558,44 @@ def _read_config() -> dict[str, Any]:
     return config
 
 
+def _content_length(raw: str) -> int:
+    """A ``Content-Length`` value as an int; -1 when it is not a non-negative integer."""
+    try:
+        return max(int(raw), -1)
+    except ValueError:
+        return -1
+
+
+def _drain(rfile: Any, length: int) -> bool:
+    """Read and drop ``length`` bytes; False if the connection ended first."""
+    left = length
+    while left > 0:
+        got = len(rfile.read(min(left, 1 << 20)))
+        if not got:
+            return False
+        left -= got
+    return True
+
+
+def _tls_listener(sock: Any, tls: dict[str, str]) -> Any:
+    """``sock`` wrapped for TLS 1.3 with the certificate at ``tls``; handshakes left to
+    :func:`_handshake` in each connection's thread."""
+    from .tls import server_context
+
+    ctx = server_context(tls["cert"], tls["key"])
+    return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+
+def _handshake(conn: Any) -> None:
+    """Complete a TLS connection's handshake (in its own thread, not the accept loop)."""
+    if hasattr(conn, "do_handshake"):
+        try:
+            conn.do_handshake()
+        except (OSError, ValueError):
+            conn.close()
+            raise
+
+
 def _serve_http(
     processor: FarSideProcessor, host: str, max_body: int, tls: dict[str, str] | None = None
 ) -> None:
@@ -570,13 +608,7 @@ def _serve_http(
         server_version = "ragbench-farside"
 
         def setup(self) -> None:
-            if tls is not None:
-                # The handshake runs here, in the connection's thread, not in the accept loop.
-                try:
-                    self.request.do_handshake()
-                except (OSError, ValueError):
-                    self.request.close()
-                    raise
+            _handshake(self.request)
             super().setup()
 
         def _reply(self, code: int, body: bytes, content_type: str, close: bool = False) -> None:
@@ -602,11 +634,7 @@ def _serve_http(
             if raw_length is None:
                 self._error(411, "Content-Length is required")
                 return
-            try:
-                length = int(raw_length)
-            except ValueError:
-                self._error(400, f"bad Content-Length {raw_length!r}")
-                return
+            length = _content_length(raw_length)
             if length < 0:
                 self._error(400, f"bad Content-Length {raw_length!r}")
                 return
@@ -617,13 +645,9 @@ def _serve_http(
                     return
                 # Read and drop the body so the reply reaches the client
                 # (closing on unread data would reset the connection first).
-                left = length
-                while left > 0:
-                    got = len(self.rfile.read(min(left, 1 << 20)))
-                    if not got:
-                        self.close_connection = True
-                        return
-                    left -= got
+                if not _drain(self.rfile, length):
+                    self.close_connection = True
+                    return
                 self._reply(413, message.encode(), "text/plain; charset=utf-8")
                 return
             body = self.rfile.read(length)
@@ -647,12 +671,7 @@ def _serve_http(
 
     server = Server((host, 0), Handler)
     if tls is not None:
-        from .tls import server_context
-
-        ctx = server_context(tls["cert"], tls["key"])
-        server.socket = ctx.wrap_socket(
-            server.socket, server_side=True, do_handshake_on_connect=False
-        )
+        server.socket = _tls_listener(server.socket, tls)
     watch_stdin(server.shutdown)
     print(f"READY {server.server_address[1]}", flush=True)
     server.serve_forever(poll_interval=0.2)

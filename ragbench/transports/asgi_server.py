@@ -207,9 +207,13 @@ def _serve_hypercorn(app: Any, host: str, settings: dict[str, Any]) -> None:
     async def main() -> None:
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
-        watch_stdin(lambda: loop.call_soon_threadsafe(stopped.set))
+
+        def stop() -> None:
+            loop.call_soon_threadsafe(stopped.set)
+
+        watch_stdin(stop)
         print(f"READY {port}", flush=True)  # the socket listens; connections wait in its backlog
-        await serve(app, config, shutdown_trigger=stopped.wait)  # type: ignore[arg-type]
+        await serve(app, config, shutdown_trigger=stopped.wait)
 
     try:
         asyncio.run(main())
