@@ -2,7 +2,9 @@
 
 :func:`figure` draws the panels of each record kind present — run bars,
 sweep frontiers, scale growth, load curves (SLO line, knees) beside each
-stage's share of CPU time per load level — and returns the matplotlib figure;
+stage's share of CPU time per load level, and for runs that vary the payload
+(``compare --payload-k``) the transport's time against payload bytes per
+transport setting — and returns the matplotlib figure;
 :func:`plot_records` writes it as a PNG. Like :mod:`ragbench.rendering`, it
 reads records only.
 """
@@ -29,7 +31,14 @@ from .records import (
     records_of,
 )
 
-__all__ = ["chart_path", "figure", "plot_records", "pyplot"]
+__all__ = [
+    "chart_path",
+    "figure",
+    "plot_records",
+    "pyplot",
+    "transport_setting",
+    "varies_payload",
+]
 
 Records = Sequence[Mapping[str, Any]]
 
@@ -380,6 +389,47 @@ PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
 }
 
 
+def transport_setting(rec: Mapping[str, Any]) -> str:
+    """A run's transport with the settings its config gives: ``grpc compression=gzip``."""
+    table = dict((rec.get("config") or {}).get("transport") or {})
+    name = str(table.pop("backend", "?"))
+    return " ".join([name, *(f"{k}={v}" for k, v in sorted(table.items()))])
+
+
+def varies_payload(records: Records) -> bool:
+    """True when runs differ in the hits or embeddings their payloads carry (``--payload-k``)."""
+    shapes = {
+        (
+            (r.get("config") or {}).get("run", {}).get("k"),
+            (r.get("config") or {}).get("serialize", {}).get("with_embeddings"),
+        )
+        for r in records
+    }
+    return len(shapes) > 1 and all("transport" in r.get("summary", {}) for r in records)
+
+
+def _payload_transport(ax: Any, records: Records) -> None:
+    """Transport p50 µs against payload bytes (log-log), one line per transport setting."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        if r.get("payload_bytes_p50") and r["summary"]["transport"].get("p50_us"):
+            point = (float(r["payload_bytes_p50"]), float(r["summary"]["transport"]["p50_us"]))
+            groups.setdefault(transport_setting(r), []).append(point)
+    markers = "osD^v<>ph*"
+    for i, (name, points) in enumerate(sorted(groups.items())):
+        points.sort()
+        ax.plot(*zip(*points, strict=True), marker=markers[i % len(markers)], label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.axvline(65536, color="grey", linestyle=":", linewidth=1)
+    ax.text(65536, ax.get_ylim()[1], " 64 KiB", va="top", fontsize="small", color="grey")
+    ax.set_xlabel("payload bytes (p50)")
+    ax.set_ylabel("transport p50 µs (round trip minus the far side's decode and prompt)")
+    ax.set_title("transport time as the payload grows, per setting", fontsize="medium")
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def _without_dominant(stage: str) -> Callable[[Any, Records], None]:
     def draw(ax: Any, records: Records) -> None:
         _runs(ax, records, skip=stage)
@@ -407,6 +457,8 @@ def figure(records: Records) -> Any:
     if dominant is not None:
         at = [k for k, _ in panels].index("run") + 1
         panels.insert(at, ("run", _without_dominant(dominant)))
+    if runs and varies_payload(runs):
+        panels.insert([k for k, _ in panels].index("run") + 1, ("run", _payload_transport))
     if not panels:
         raise ConfigError("nothing to plot: no run, sweep, scale, load or stream records")
     plt = pyplot()

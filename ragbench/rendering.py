@@ -472,7 +472,19 @@ def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> 
     """What every row of a comparison shares, so row labels can name only what differs."""
     if not records:
         return ""
-    cfg, info = records[0]["config"], records[0].get("info") or {}
+    fixed = _shared_settings(records[0])
+    # and whatever differs between the records although no axis named it (--payload-k sets k)
+    skip = set(varying) | {
+        key for r in records[1:] for key, v in _shared_settings(r).items() if fixed.get(key) != v
+    }
+    return "same in every row: " + ", ".join(
+        f"{key}={value}" for key, value in fixed.items() if key not in skip
+    )
+
+
+def _shared_settings(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings :func:`fixed_line` names, of one record."""
+    cfg, info = rec["config"], rec.get("info") or {}
     fixed = {
         "embed": info.get("embedder", cfg["embed"]["backend"]),
         "retrieve": cfg["retrieve"]["backend"],
@@ -488,10 +500,7 @@ def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> 
         fixed["with_embeddings"] = True
     if cfg["serialize"].get("shape") is not None:  # the codecs' payload shape, when chosen
         fixed["payload_shape"] = cfg["serialize"]["shape"]
-    skip = set(varying)
-    return "same in every row: " + ", ".join(
-        f"{key}={value}" for key, value in fixed.items() if key not in skip
-    )
+    return fixed
 
 
 def setup_summary(records: Sequence[Mapping[str, Any]]) -> str:

@@ -554,3 +554,44 @@ def test_compare_payload_axis_and_transport_settings(
         runs["http/k=10/with embeddings"]["payload_bytes_p50"]
         > runs["http/k=10/without embeddings"]["payload_bytes_p50"]
     )
+
+
+def test_payload_plot_panel_draws_one_line_per_transport_setting() -> None:
+    from ragbench.plots import figure, pyplot, transport_setting, varies_payload
+
+    def run(transport: dict[str, Any], k: int, emb: bool, nbytes: int, us: float) -> dict[str, Any]:
+        return {
+            "schema": "ragbench.run/1",
+            "kind": "run",
+            "label": f"{transport['backend']}/k={k}",
+            "config": {
+                "run": {"k": k},
+                "serialize": {"with_embeddings": emb},
+                "transport": transport,
+            },
+            "stages": ["serialize", "transport"],
+            "summary": {"serialize": {"p50_us": 5.0}, "transport": {"p50_us": us}},
+            "requests": 3,
+            "payload_bytes_p50": nbytes,
+        }
+
+    plain, gzip = {"backend": "grpc"}, {"backend": "grpc", "compression": "gzip"}
+    recs = [
+        run(plain, 10, False, 2_000, 300.0),
+        run(plain, 100, True, 200_000, 900.0),
+        run(gzip, 10, False, 2_000, 350.0),
+        run(gzip, 100, True, 200_000, 1500.0),
+    ]
+    assert transport_setting(recs[2]) == "grpc compression=gzip"
+    assert varies_payload(recs) and not varies_payload(recs[:1])
+    fig = figure(recs)
+    try:
+        panels = [ax for ax in fig.axes if ax.get_title().startswith("transport time as")]
+        assert len(panels) == 1
+        lines = {
+            ln.get_label(): ln for ln in panels[0].get_lines() if not ln.get_label().startswith("_")
+        }
+        assert set(lines) == {"grpc", "grpc compression=gzip"}
+        assert list(lines["grpc compression=gzip"].get_ydata()) == [350.0, 1500.0]
+    finally:
+        pyplot().close(fig)
