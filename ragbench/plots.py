@@ -34,6 +34,7 @@ from .records import (
 __all__ = [
     "chart_path",
     "figure",
+    "payload_figure",
     "plot_records",
     "pyplot",
     "transport_setting",
@@ -409,16 +410,31 @@ def varies_payload(records: Records) -> bool:
 
 
 def _payload_transport(ax: Any, records: Records) -> None:
-    """Transport p50 µs against payload bytes (log-log), one line per transport setting."""
-    groups: dict[str, list[tuple[float, float]]] = {}
+    """Transport p50 µs against payload bytes (log-log), one colour per transport setting.
+
+    Solid lines join the payloads without embeddings, dashed ones those with them.
+    """
+    groups: dict[tuple[str, bool], list[tuple[float, float]]] = {}
     for r in records:
         if r.get("payload_bytes_p50") and r["summary"]["transport"].get("p50_us"):
             point = (float(r["payload_bytes_p50"]), float(r["summary"]["transport"]["p50_us"]))
-            groups.setdefault(transport_setting(r), []).append(point)
+            emb = bool((r.get("config") or {}).get("serialize", {}).get("with_embeddings"))
+            groups.setdefault((transport_setting(r), emb), []).append(point)
     markers = "osD^v<>ph*"
-    for i, (name, points) in enumerate(sorted(groups.items())):
+    settings = sorted({name for name, _ in groups})
+    cmap = pyplot().get_cmap("tab10")
+    for (name, emb), points in sorted(groups.items()):
+        i = settings.index(name)
         points.sort()
-        ax.plot(*zip(*points, strict=True), marker=markers[i % len(markers)], label=name)
+        ax.plot(
+            *zip(*points, strict=True),
+            marker=markers[i % len(markers)],
+            color=cmap(i % 10),
+            linestyle="--" if emb else "-",
+            label=None if emb else name,
+        )
+    if any(emb for _, emb in groups):
+        ax.plot([], [], color="grey", linestyle="--", label="(dashed: with embeddings)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.axvline(65536, color="grey", linestyle=":", linewidth=1)
@@ -428,6 +444,17 @@ def _payload_transport(ax: Any, records: Records) -> None:
     ax.set_title("transport time as the payload grows, per setting", fontsize="medium")
     ax.legend(fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
+
+
+def payload_figure(records: Records) -> Any:
+    """Only the transport-vs-payload panel of the run records (``compare --payload-k``)."""
+    runs = [r for r in records_of(records, "run") if r.get("requests")]
+    if not runs or not varies_payload(runs):
+        raise ConfigError("nothing to plot: no runs varying the payload (compare --payload-k)")
+    fig, ax = pyplot().subplots(figsize=(9, 6))
+    _payload_transport(ax, runs)
+    fig.tight_layout()
+    return fig
 
 
 def _without_dominant(stage: str) -> Callable[[Any, Records], None]:

@@ -64,6 +64,7 @@ And ``host``, ``timeout``, ``startup_timeout`` as every child transport
 from __future__ import annotations
 
 import asyncio
+import threading
 from time import perf_counter_ns
 from typing import Any
 
@@ -81,6 +82,7 @@ COMPRESSIONS = ("none", "gzip", "deflate")
 #: Values of ``reply``.
 REPLIES = ("unary", "stream")
 _COMMON = frozenset({"host", "timeout", "startup_timeout", "tls", "keep_alive"})
+_CLOSER_LOCK = threading.Lock()
 
 
 def _one_of(name: str, value: object, valid: tuple[str, ...]) -> str:
@@ -320,13 +322,17 @@ class GrpcTransport(ChildTransport):
         )
 
     def _closer(self) -> Any:
+        """The pool closing per-call channels off the clock (made on first use, once)."""
         closer = self.__dict__.get("_closer_pool")
         if closer is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            closer = self.__dict__["_closer_pool"] = ThreadPoolExecutor(
-                2, thread_name_prefix="grpc-close"
-            )
+            with _CLOSER_LOCK:
+                closer = self.__dict__.get("_closer_pool")
+                if closer is None:
+                    closer = self.__dict__["_closer_pool"] = ThreadPoolExecutor(
+                        2, thread_name_prefix="grpc-close"
+                    )
         return closer
 
     def close(self) -> None:
