@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -595,3 +596,18 @@ def test_payload_plot_panel_draws_one_line_per_transport_setting() -> None:
         assert list(lines["grpc compression=gzip"].get_ydata()) == [350.0, 1500.0]
     finally:
         pyplot().close(fig)
+
+
+def test_missing_tls_and_http2_libraries_name_their_extras(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragbench.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    with pytest.raises(MissingDependencyError, match=r"ragbench\[tls\]"):
+        tls.make_certificate()
+    transport = rb.transports.create("http", tls=True)
+    with pytest.raises(MissingDependencyError, match=r"ragbench\[tls\]"):
+        transport.start("msgpack", {}, dict(PROMPT_PARAMS))
+    assert transport.pid is None  # nothing was started
+    monkeypatch.setitem(sys.modules, "hypercorn", None)
+    with pytest.raises(MissingDependencyError, match=r"ragbench\[serve\]"):
+        rb.transports.create("asgi", http2=True)
