@@ -589,11 +589,15 @@ def test_payload_plot_panel_draws_one_line_per_transport_setting() -> None:
     try:
         panels = [ax for ax in fig.axes if ax.get_title().startswith("transport time as")]
         assert len(panels) == 1
-        lines = {
-            ln.get_label(): ln for ln in panels[0].get_lines() if not ln.get_label().startswith("_")
-        }
-        assert set(lines) == {"grpc", "grpc compression=gzip"}
-        assert list(lines["grpc compression=gzip"].get_ydata()) == [350.0, 1500.0]
+        lines = panels[0].get_lines()
+        named = {ln.get_label(): ln for ln in lines if not ln.get_label().startswith("_")}
+        assert set(named) == {"grpc", "grpc compression=gzip", "(dashed: with embeddings)"}
+        # solid: without embeddings; dashed: with them, in the same colour as its setting
+        assert list(named["grpc compression=gzip"].get_ydata()) == [350.0]
+        dashed = [ln for ln in lines if ln.get_linestyle() == "--" and len(ln.get_ydata())]
+        assert sorted(float(ln.get_ydata()[0]) for ln in dashed) == [900.0, 1500.0]
+        gzip_dashed = next(ln for ln in dashed if float(ln.get_ydata()[0]) == 1500.0)
+        assert gzip_dashed.get_color() == named["grpc compression=gzip"].get_color()
     finally:
         pyplot().close(fig)
 
