@@ -1135,6 +1135,7 @@ class Pipeline:
             caveats=list(self.caveats),
             model_prompt_tokens=_model_prompt_tokens(recs),
             inter_token_ns=_inter_token_ns(recs),
+            connection_ns=_connection_ns(recs),
             dataset={
                 "name": ds.name,
                 "n": len(ds.corpus.ids),
@@ -1234,7 +1235,10 @@ class Pipeline:
                 ("deserialize", far.decode_ns, stages["deserialize"]),
                 ("prompt", far.prompt_ns, stages["prompt"]),
             ]
-            inner = {"transport": tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)}
+            spans = tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)
+            # keep_alive = false: the connection's set-up, from the transport's start
+            setup = [(f"transport.{n}", ns, None) for n, ns in getattr(far, "connection_ns", ())]
+            inner = {"transport": tracing.leading_spans(rec.stamps[j], setup) + spans}
         if rec.retrieve_parts is not None and "retrieve" in self._loop_names:
             j = self._loop_names.index("retrieve")
             split = [
@@ -1334,6 +1338,12 @@ def _far_columns(records: Sequence[RequestRecord]) -> np.ndarray:
     """int64 (requests, 6): :func:`far_fields` of each record."""
     rows = [far_fields(r.far) for r in records]
     return np.asarray(rows, dtype=np.int64).reshape(-1, 6)
+
+
+def _connection_ns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray] | None:
+    """:func:`transports.connection_columns` of the records, as int64 arrays."""
+    columns = transports.connection_columns([r.far for r in records])
+    return None if columns is None else {k: np.asarray(v, np.int64) for k, v in columns.items()}
 
 
 def _described(key: str, component: Any) -> dict[str, Any]:

@@ -334,6 +334,8 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     split = retrieve_parts_note(rec)
     if split:
         lines.append(split)
+    if rec.get("connection"):
+        lines.append(connection_note(rec["connection"]))
     lines.append(
         "setup (not in request latency): "
         + ", ".join(f"{SETUP_LABELS.get(k, k)} {v:.3f}s" for k, v in rec["setup_s"].items())
@@ -342,6 +344,12 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     if rec.get("error"):
         lines.append(f"STOPPED EARLY: {rec['error']}")
     return "\n".join(lines)
+
+
+def connection_note(parts: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line on a transport's per-request connection set-up (``keep_alive = false``)."""
+    cells = ", ".join(f"{name} {num(s.get('p50_us'))} µs" for name, s in parts.items())
+    return f"transport, new connection per request (p50, inside the transport stage): {cells}"
 
 
 def filter_note(filt: Mapping[str, Any]) -> str:
@@ -467,7 +475,19 @@ def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> 
     """What every row of a comparison shares, so row labels can name only what differs."""
     if not records:
         return ""
-    cfg, info = records[0]["config"], records[0].get("info") or {}
+    fixed = _shared_settings(records[0])
+    # and whatever differs between the records although no axis named it (--payload-k sets k)
+    skip = set(varying) | {
+        key for r in records[1:] for key, v in _shared_settings(r).items() if fixed.get(key) != v
+    }
+    return "same in every row: " + ", ".join(
+        f"{key}={value}" for key, value in fixed.items() if key not in skip
+    )
+
+
+def _shared_settings(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings :func:`fixed_line` names, of one record."""
+    cfg, info = rec["config"], rec.get("info") or {}
     fixed = {
         "embed": info.get("embedder", cfg["embed"]["backend"]),
         "retrieve": cfg["retrieve"]["backend"],
@@ -483,10 +503,7 @@ def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> 
         fixed["with_embeddings"] = True
     if cfg["serialize"].get("shape") is not None:  # the codecs' payload shape, when chosen
         fixed["payload_shape"] = cfg["serialize"]["shape"]
-    skip = set(varying)
-    return "same in every row: " + ", ".join(
-        f"{key}={value}" for key, value in fixed.items() if key not in skip
-    )
+    return fixed
 
 
 def retrieve_parts_note(rec: Mapping[str, Any]) -> str | None:
