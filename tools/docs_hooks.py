@@ -547,7 +547,9 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
                 raise ValueError("plot markers need the site folder of the page")
             return plot_markdown(page_dir, site_page_dir, args)
         if what not in GENERATORS:
-            known = ", ".join(["report", "reading", "plot", "reproduce", "bench", "stats", *GENERATORS])
+            known = ", ".join(
+                ["report", "reading", "plot", "reproduce", "bench", "stats", *GENERATORS]
+            )
             raise ValueError(f"unknown generated section {what!r}; known: {known}")
         return GENERATORS[what]()
 

@@ -15,9 +15,13 @@ import shlex
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the package's own dependency on Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "docs" / "findings" / "commands.toml"
@@ -32,9 +36,9 @@ class Finding:
     commands: tuple[str, ...]
     stdout: bool = False
 
-    @property
-    def path(self) -> Path:
-        return DATA / self.name
+    def path(self, root: Path = ROOT) -> Path:
+        """Where the commands, run from ``root``, write the results file."""
+        return root / DATA.relative_to(ROOT) / self.name
 
 
 def load(manifest: Path = MANIFEST) -> dict[str, Finding]:
@@ -69,9 +73,10 @@ def argv(command: str) -> list[str]:
     return [sys.executable, "-m", first, *rest]
 
 
-def run(finding: Finding) -> float:
-    """Run one finding's commands from the repository root; seconds taken. Fails loudly."""
-    finding.path.unlink(missing_ok=True)
+def run(finding: Finding, root: Path = ROOT) -> float:
+    """Run one finding's commands from ``root`` (the repository); seconds taken. Fails loudly."""
+    target = finding.path(root)
+    target.unlink(missing_ok=True)
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -80,19 +85,19 @@ def run(finding: Finding) -> float:
         print(f"$ {cmd}", flush=True)
         out = subprocess.run(
             argv(cmd),
-            cwd=ROOT,
+            cwd=root,
             env=env,
             check=False,
             stdout=subprocess.PIPE if finding.stdout else None,
             text=True,
         )
-        if out.returncode == 1 and first_word(cmd) == "pytest" and finding.path.is_file():
+        if out.returncode == 1 and first_word(cmd) == "pytest" and target.is_file():
             # a bench that missed its target still wrote its measurements: keep them, say so
             print(f"findings: {finding.name}: a bench missed its target (kept)", flush=True)
         elif out.returncode != 0:
             raise SystemExit(f"findings: {finding.name}: exit {out.returncode} from: {cmd}")
         if finding.stdout:
-            finding.path.write_text(out.stdout, encoding="utf-8")
+            target.write_text(out.stdout, encoding="utf-8")
     return time.perf_counter() - t0
 
 
@@ -111,7 +116,7 @@ def main(args: list[str] | None = None) -> int:
             print("\n".join(f.commands))
             continue
         took = run(f)
-        size = f.path.stat().st_size
+        size = f.path().stat().st_size
         print(f"findings: {f.name}: {size:,} B in {took:.0f} s", flush=True)
     return 0
 
