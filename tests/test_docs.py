@@ -455,3 +455,23 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     for png in ("compare-pydocs.png", "sweep-synthetic-20k.png"):
         assert (site / "findings" / png).stat().st_size > 10_000
     assert "fonts.googleapis.com" not in (site / "index.html").read_text(encoding="utf-8")
+
+
+def test_benchmark_json_loses_raw_rounds_keeps_statistics(tmp_path: Path) -> None:
+    doc = {
+        "benchmarks": [
+            {
+                "fullname": "b.py::t",
+                "stats": {"median": 2e-6, "rounds": 3, "data": [1e-6, 2e-6, 3e-6]},
+                "extra_info": {"a_over_b": 2.5, "a_ns": 500},
+            }
+        ],
+        "machine_info": {"cpu": {"brand_raw": "cpu"}},
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _manifest().strip_benchmark_samples(path)
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    assert kept["benchmarks"][0]["stats"] == {"median": 2e-6, "rounds": 3}
+    table = hooks.bench_markdown(tmp_path, "bench.json")
+    assert "| `b.py::t` | 2.00 | 3 | a_over_b 2.50 | a_ns 500 |" in table

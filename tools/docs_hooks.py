@@ -453,6 +453,12 @@ def _extra(info: dict[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
+def _is_ratio(item: str) -> bool:
+    """An ``extra_info`` item that is a ratio measured side by side (``numba_over_floor``, ``a/b``)."""
+    key = item.rsplit(" ", 1)[0]
+    return "_over_" in key or "/" in key
+
+
 def bench_markdown(page_dir: Path, args: str) -> str:
     """A pytest-benchmark JSON file (``--benchmark-json``): each benchmark's median and what it measured.
 
@@ -465,12 +471,14 @@ def bench_markdown(page_dir: Path, args: str) -> str:
     rows = []
     for entry in doc.get("benchmarks") or []:
         stats = entry.get("stats") or {}
+        measured = _extra(entry.get("extra_info") or {})
         rows.append(
             [
                 f"`{entry.get('fullname', entry.get('name'))}`",
                 _num(float(stats.get("median", float("nan"))) * 1e6),
                 str(stats.get("rounds", "")),
-                "; ".join(_extra(entry.get("extra_info") or {})),
+                "; ".join(i for i in measured if _is_ratio(i)) or "—",
+                "; ".join(i for i in measured if not _is_ratio(i)),
             ]
         )
     if not rows:
@@ -478,7 +486,9 @@ def bench_markdown(page_dir: Path, args: str) -> str:
     when = doc.get("datetime", "?")
     return "\n".join(
         [
-            _table(["benchmark", "median µs", "rounds", "measured (extra_info)"], rows),
+            _table(
+                ["benchmark", "median µs", "rounds", "ratios", "other figures (extra_info)"], rows
+            ),
             "",
             f"From `{name}`: pytest-benchmark {doc.get('version', '?')}, {when}, {cpu}.",
         ]

@@ -10,6 +10,7 @@ its tables, so every command is written in one place.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -98,7 +99,21 @@ def run(finding: Finding, root: Path = ROOT) -> float:
             raise SystemExit(f"findings: {finding.name}: exit {out.returncode} from: {cmd}")
         if finding.stdout:
             target.write_text(out.stdout, encoding="utf-8")
+    if target.suffix == ".json" and first_word(finding.commands[-1]) == "pytest":
+        strip_benchmark_samples(target)
     return time.perf_counter() - t0
+
+
+def strip_benchmark_samples(path: Path) -> None:
+    """Drop each benchmark's raw timings (``stats.data``) from a ``--benchmark-json`` file.
+
+    pytest-benchmark writes every round's time into the JSON (megabytes); the statistics it
+    computed from them, the machine info and the benches' ``extra_info`` stay.
+    """
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for entry in doc.get("benchmarks") or []:
+        (entry.get("stats") or {}).pop("data", None)
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 def main(args: list[str] | None = None) -> int:
