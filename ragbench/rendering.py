@@ -1126,6 +1126,25 @@ def _flat_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = _run_rows(records_of(records, "run"))
     rows += _point_rows([r for r in records if r.get("kind") in ("sweep", "scale")])
     rows += _load_rows(records_of(records, "load"))
+    rows += _stream_rows(records_of(records, "stream"))
+    return rows
+
+
+def _stream_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per stream checkpoint: the columns of :func:`stream_table`, unrounded."""
+    rows = []
+    for r in records:
+        row: dict[str, Any] = {
+            k: r[k]
+            for k in ("kind", "dataset", "index", "n", "k", "initial", "checkpoint", "elapsed_s")
+        }
+        row.update(live=r["live"], recall=r["recall"], recall_p10=r["recall_p10"])
+        for op in ("search", "insert", "delete"):
+            row.update({f"{op}_{q}": r[op][q] for q in ("p50_us", "p99_us")})
+            row[f"{op}_completed"], row[f"{op}_failed"] = r[op]["completed"], r[op]["failed"]
+        row["fresh_p50_s"], row["fresh_p99_s"] = r["freshness"]["p50_s"], r["freshness"]["p99_s"]
+        row["deleted_returned"] = r["deleted_returned"]
+        rows.append(row)
     return rows
 
 
