@@ -48,11 +48,12 @@ import msgspec
 import numpy as np
 import orjson
 import pytest
+from _quick import pick
 
 import ragbench as rb
 from ragbench.codecs._common import WireHit, WireResult
 
-ROUNDS = 300
+ROUNDS = pick(300, 60)
 CODECS = ["json", "orjson", "msgspec-json", "msgpack", "protobuf"]
 
 
@@ -588,7 +589,7 @@ def render_shapes(title: str, table: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def shape_tables(rounds: int = 200) -> dict[tuple[int, ...], dict[str, dict[str, float]]]:
+def shape_tables(rounds: int = pick(200, 40)) -> dict[tuple[int, ...], dict[str, dict[str, float]]]:
     out = {}
     for n_hits in (10, 100):
         for with_emb in (False, True):

@@ -43,11 +43,12 @@ from time import perf_counter_ns
 
 import numpy as np
 import pytest
+from _quick import env_n
 
 import ragbench as rb
 from ragbench import threads
 
-N = int(os.environ.get("RAGBENCH_BENCH_N", "20000"))
+N = env_n("RAGBENCH_BENCH_N", 20_000, 10_000)
 DIM, N_QUERIES, K, EF = 384, 300, 10, 40
 SEED = 20240601
 BUILD = {"M": 16, "ef_construction": 64}

@@ -51,6 +51,12 @@ class GraphBuild(Params, frozen=True):
     ef_construction: Annotated[int, _d(200)] | UnsetType = UNSET
 
 
+class FaissHnswBuild(GraphBuild, frozen=True):
+    """Build parameters of ``faiss-hnsw`` (its seed fixes the level of each inserted point)."""
+
+    seed: Annotated[int, _d(12345)] | UnsetType = UNSET
+
+
 class HnswBuild(GraphBuild, frozen=True):
     """Build parameters of ``hnsw`` (hnswlib)."""
 
@@ -183,7 +189,7 @@ class PgvectorSearch(Params, frozen=True):
 INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
     "flat": (NoParams, NoParams),
     "hnsw": (HnswBuild, EfSearch),
-    "faiss-hnsw": (GraphBuild, EfSearch),
+    "faiss-hnsw": (FaissHnswBuild, EfSearch),
     "ivf": (IvfBuild, NprobeSearch),
     "lsh": (LshBuild, NoParams),
     "minhash-lsh": (MinHashBuild, NoParams),
@@ -209,7 +215,13 @@ _CODEC = {
     "shape": Annotated[Literal["row", "columnar"], _d("row")],
     "max_payload_bytes": int,
 }
-_SERVER = {"host": Annotated[str, _d("127.0.0.1")], "timeout": Seconds, "startup_timeout": Seconds}
+_SERVER = {
+    "host": Annotated[str, _d("127.0.0.1")],
+    "timeout": Seconds,
+    "startup_timeout": Seconds,
+    "tls": Annotated[bool, _d(False)],
+    "keep_alive": Annotated[bool, _d(True)],
+}
 
 #: Stage table → backend → parameter → type (``Annotated`` with its default when known).
 STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
@@ -235,13 +247,23 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "transport": {
         "inproc": {},
         "http": dict(_SERVER),
-        "grpc": dict(_SERVER),
+        "grpc": {
+            **_SERVER,
+            "max_message_bytes": int | None,
+            "initial_window_bytes": int | None,
+            "bdp_probe": bool | None,
+            "compression": Annotated[Literal["none", "gzip", "deflate"], _d("none")],
+            "keepalive_ms": int | None,
+            "reply": Annotated[Literal["unary", "stream"], _d("unary")],
+            "stream_chunk_bytes": Annotated[int, _d(16384)],
+        },
         "asgi": {
             **_SERVER,
             "http": Annotated[str, _d("auto")],
             "loop": Annotated[str, _d("auto")],
             "offload": Annotated[bool, _d(True)],
             "keep_alive_s": Annotated[int, _d(3600)],
+            "http2": Annotated[bool, _d(False)],
         },
     },
     "generate": {

@@ -45,6 +45,7 @@ from .errors import (
     TransportError,
 )
 from .files import check_writable
+from .indexes import builds
 from .metrics import recall_at_k, rerank_metric
 from .report import Report
 from .timing import SetupTimes, run_stages, run_stages_cpu
@@ -728,7 +729,7 @@ class Pipeline:
 
     def _index(self, ds: Dataset, emb: Embedding, metric: str, shared: SharedParts) -> Any:
         r = self.config["retrieve"]
-        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key)
+        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key, r["fast_build"])
         if key not in shared.indexes:
             dim = int(emb.corpus.shape[1])
             build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
@@ -741,9 +742,12 @@ class Pipeline:
                     "index_load", self._load_index, path, index, data, source
                 )
             else:
-                build_ns, compile_ns = indexes.build_timed(index, data)
-                self.setup_times.add("index_build", build_ns)
-                self.setup_times.add("jit_compile", compile_ns)
+                # deterministic unless [retrieve] fast_build; slow builds cached
+                built = builds.build(index, data, fast=r["fast_build"], source=source)
+                index = built.index
+                step = "index_load" if built.load_ns else "index_build"
+                self.setup_times.add(step, built.load_ns or built.build_ns)
+                self.setup_times.add("jit_compile", built.compile_ns)
                 if path is not None:
                     self.setup_times.time("index_save", index.save, path, data=data, source=source)
             shared.indexes[key] = index
@@ -1130,6 +1134,7 @@ class Pipeline:
             caveats=list(self.caveats),
             model_prompt_tokens=_model_prompt_tokens(recs),
             inter_token_ns=_inter_token_ns(recs),
+            connection_ns=_connection_ns(recs),
             dataset={
                 "name": ds.name,
                 "n": len(ds.corpus.ids),
@@ -1229,7 +1234,10 @@ class Pipeline:
                 ("deserialize", far.decode_ns, stages["deserialize"]),
                 ("prompt", far.prompt_ns, stages["prompt"]),
             ]
-            inner = {"transport": tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)}
+            spans = tracing.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)
+            # keep_alive = false: the connection's set-up, from the transport's start
+            setup = [(f"transport.{n}", ns, None) for n, ns in getattr(far, "connection_ns", ())]
+            inner = {"transport": tracing.leading_spans(rec.stamps[j], setup) + spans}
         if rec.retrieve_parts is not None and "retrieve" in self._loop_names:
             j = self._loop_names.index("retrieve")
             split = [
@@ -1329,6 +1337,12 @@ def _far_columns(records: Sequence[RequestRecord]) -> np.ndarray:
     """int64 (requests, 6): :func:`far_fields` of each record."""
     rows = [far_fields(r.far) for r in records]
     return np.asarray(rows, dtype=np.int64).reshape(-1, 6)
+
+
+def _connection_ns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray] | None:
+    """:func:`transports.connection_columns` of the records, as int64 arrays."""
+    columns = transports.connection_columns([r.far for r in records])
+    return None if columns is None else {k: np.asarray(v, np.int64) for k, v in columns.items()}
 
 
 def _described(key: str, component: Any) -> dict[str, Any]:

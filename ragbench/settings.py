@@ -221,7 +221,16 @@ class Generate(Stage, frozen=True):
 class Retrieve(Stage, frozen=True):
     """``[retrieve]``: the index, its ``build`` and ``search`` parameters, a per-query filter."""
 
-    OWN = ("metric", "build", "search", "index_file", "dsn", "filter", "filter_strategy")
+    OWN = (
+        "metric",
+        "build",
+        "search",
+        "index_file",
+        "dsn",
+        "filter",
+        "filter_strategy",
+        "fast_build",
+    )
     backend: str | None = "hnsw"
     metric: str | None = None
     build: Any = field(default_factory=dict)
@@ -231,6 +240,8 @@ class Retrieve(Stage, frozen=True):
     dsn: str | None = None
     filter: Filter | None = None
     filter_strategy: Literal["auto", "pre", "post", "in-graph"] | None = None
+    #: build on every core (not deterministic; ragbench.indexes.builds) instead of one
+    fast_build: bool = False
 
     def __post_init__(self) -> None:
         if self.dsn is not None and not self.dsn.strip():
@@ -253,6 +264,7 @@ class Retrieve(Stage, frozen=True):
             "dsn": self.dsn,
             "filter": None if self.filter is None else self.filter.to_dict(),
             "filter_strategy": self.filter_strategy,
+            "fast_build": self.fast_build,
         }
 
 

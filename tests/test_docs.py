@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import os
 import re
 import shutil
@@ -201,7 +202,7 @@ def test_findings_are_dated_and_listed() -> None:
 
 
 def test_findings_data_is_small_and_committed() -> None:
-    files = sorted((FINDINGS / "data").glob("*.jsonl"))
+    files = sorted((FINDINGS / "data").glob("*.json*"))
     assert files
     for f in files:
         assert f.stat().st_size < 100_000, f"{f.name} is over 100 KB"
@@ -212,35 +213,181 @@ def test_findings_data_is_small_and_committed() -> None:
         assert {Path(p).name for p in tracked.stdout.split()} >= {f.name for f in files}
 
 
+#: Markers whose content is generated from a committed results file in docs/findings/data/.
+DATA_MARKERS = ("report", "reading", "plot", "bench", "stats")
+
+
+def _page_markers(page: Path) -> list[tuple[str, list[str]]]:
+    text = page.read_text(encoding="utf-8")
+    return [(m.group("what"), m.group("args").split()) for m in hooks.markers(text)]
+
+
+def _data_files(page: Path) -> set[str]:
+    """The results files a page's markers read (``data/x.jsonl`` → ``x.jsonl``)."""
+    return {
+        Path(a).name
+        for what, args in _page_markers(page)
+        if what in DATA_MARKERS
+        for a in args
+        if a.startswith("data/")
+    }
+
+
 @pytest.mark.integration  # child processes: ragbench report
-def test_findings_tables_are_ragbench_report_output() -> None:
-    """Every generated table is exactly what `ragbench report --format md FILE` prints."""
-    checked = 0
+def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
+    """Every findings page is generated from its data: each report table is exactly what
+    `ragbench report --format md FILE` prints, each bench/stats table holds every figure of
+    its JSON file, and a page has no table that is not generated."""
+    pages = _finding_pages()
+    assert len(pages) >= 8
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        found = _page_markers(page)
+        assert {w for w, _ in found} & {"report", "bench", "stats"}, f"{page.name}: no data"
+        expanded = hooks.expand(text, page.parent, Path("/nonexistent"))
+        hooks.PLOTS.clear()
+        assert "<!-- gen:" not in expanded
+        for what, args in found:
+            if what == "report":
+                done = subprocess.run(
+                    [sys.executable, "-m", "ragbench", "report", "--format", "md", *args],
+                    cwd=page.parent,
+                    capture_output=True,
+                    text=True,
+                    env=_env(),
+                    timeout=300,
+                )
+                assert done.returncode == 0, done.stderr
+                table = done.stdout.rstrip()
+                assert table.startswith("| kind |") and table.count("\n") >= 2  # a row
+                assert table in expanded, f"{page.name}: {args} is not ragbench's table"
+            elif what == "bench":
+                doc = json.loads((page.parent / args[0]).read_text(encoding="utf-8"))
+                assert doc["benchmarks"], args
+                for entry in doc["benchmarks"]:
+                    row = next(ln for ln in expanded.splitlines() if f"`{entry['fullname']}`" in ln)
+                    assert f"| {entry['stats']['rounds']} |" in row
+                    median_us = entry["stats"]["median"] * 1e6
+                    shown = float(row.split(" | ")[1].replace(",", ""))
+                    assert shown == pytest.approx(median_us, rel=0.01, abs=0.01)
+            elif what == "stats":
+                described = json.loads((page.parent / args[0]).read_text(encoding="utf-8"))
+                for key in ("lid@10", "contrast", "hubness"):
+                    row = next(ln for ln in expanded.splitlines() if ln.startswith(f"| `{key}` |"))
+                    cells = [float(c.replace(",", "")) for c in row.strip("| ").split(" | ")[1:]]
+                    assert cells == pytest.approx([d[key] for d in described], rel=0.01)
+        # what is left once the generated sections are gone holds no table
+        assert not _typed_tables(text), f"{page.name}: typed table {_typed_tables(text)[:1]}"
+
+
+def _typed_tables(text: str) -> list[str]:
+    """Markdown table rows of a page's source outside fenced code (generated ones are markers)."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return [ln for ln in prose.splitlines() if re.match(r"^\s*\|.*\|\s*$", ln)]
+
+
+#: A measured figure in prose: a number (``2 000``, ``12.5``) with a unit or a ratio sign.
+_FIGURE = re.compile(r"(?<![\w.,])\d+(?:[ ,.]\d+)*\s?(?:µs|ms|ns|s|×|%|QPS|B)(?![\w-])")
+#: What is not a measured figure: a target (``≤ 200 ns``) and the intervals' confidence.
+_NOT_FIGURES = re.compile(r"[≤≥<>]\s?\d[\d ,.]*\s?[^\s,;)]*|95 % (?:bootstrap )?intervals?")
+
+
+def _typed_figures(text: str) -> list[str]:
+    """Measured figures typed into a page's prose (outside code, code spans and markers)."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    return _FIGURE.findall(_NOT_FIGURES.sub("", prose))
+
+
+def test_findings_pages_hold_no_typed_tables_or_figures() -> None:
     for page in _finding_pages():
         text = page.read_text(encoding="utf-8")
-        reports = [
-            m.group("args").strip() for m in hooks.markers(text) if m.group("what") == "report"
-        ]
-        if not reports:
-            continue
-        expanded = hooks.expand(text, page.parent, Path("/nonexistent"))
-        assert "<!-- gen:" not in expanded
-        hooks.PLOTS.clear()
-        for args in reports:
-            done = subprocess.run(
-                [sys.executable, "-m", "ragbench", "report", "--format", "md", *args.split()],
-                cwd=page.parent,
-                capture_output=True,
-                text=True,
-                env=_env(),
-                timeout=300,
-            )
-            assert done.returncode == 0, done.stderr
-            table = done.stdout.rstrip()
-            assert table.startswith("| kind |") and table.count("\n") >= 3
-            assert table in expanded
-            checked += 1
-    assert checked >= 2
+        assert not _typed_tables(text), f"{page.name}: {_typed_tables(text)[:2]}"
+        assert not _typed_figures(text), f"{page.name}: typed figures {_typed_figures(text)}"
+    # the checks find what they are for
+    typed = "# x\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n```\n| in | code |\n```\n"
+    assert len(_typed_tables(typed)) == 3
+    figures = (
+        "p50 was 12.5 µs, 3.6× faster, 0.4 % of it, 2 000 QPS; target ≤ 200 ns, 95 % intervals"
+    )
+    assert _typed_figures(figures) == ["12.5 µs", "3.6×", "0.4 %", "2 000 QPS"]
+
+
+def _manifest():
+    return hooks._findings_manifest()
+
+
+def test_every_findings_file_has_one_command_entry_and_a_page() -> None:
+    findings = _manifest().load()
+    on_disk = {p.name for p in (FINDINGS / "data").iterdir()}
+    assert on_disk == set(findings), "docs/findings/data/ and commands.toml disagree"
+    used: dict[str, str] = {}
+    for page in _finding_pages():
+        files = _data_files(page)
+        reproduced = {a for what, args in _page_markers(page) if what == "reproduce" for a in args}
+        assert files == reproduced, f"{page.name}: reproduce markers {reproduced} vs data {files}"
+        for f in files:
+            assert f not in used, f"{f} is used by {used[f]} and {page.name}"
+            used[f] = page.name
+    assert set(used) == set(findings)
+    commands = [c for f in findings.values() for c in f.commands]
+    assert len(commands) == len(set(commands))
+
+
+def test_reproduce_marker_prints_the_manifest_commands() -> None:
+    findings = _manifest().load()
+    text = hooks.reproduce_markdown("indexes-frontier-20k.jsonl")
+    assert text.startswith("Reproduce with")
+    flat = re.sub(r" \\\n\s+", " ", text)
+    for cmd in findings["indexes-frontier-20k.jsonl"].commands:
+        assert cmd in flat
+    with pytest.raises(ValueError, match="not in docs/findings/commands.toml"):
+        hooks.reproduce_markdown("nope.jsonl")
+
+
+def test_findings_manifest_refuses_malformed_entries(tmp_path: Path) -> None:
+    load = _manifest().load
+    bad = {
+        "no commands": '[[finding]]\nname = "a.jsonl"\ncommands = []\n',
+        "does not write": '[[finding]]\nname = "a.jsonl"\ncommands = ["ragbench sweep --out x"]\n',
+        "start with ragbench": '[[finding]]\nname = "a.json"\nstdout = true\ncommands = ["rm -rf x"]\n',
+        "plain file name": '[[finding]]\nname = "../a.jsonl"\ncommands = ["ragbench x"]\n',
+    }
+    for message, text in bad.items():
+        (tmp_path / "m.toml").write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=message):
+            load(tmp_path / "m.toml")
+    ok = '[[finding]]\nname = "a.json"\nstdout = true\ncommands = ["ragbench --version"]\n'
+    twice = ok + ok
+    (tmp_path / "m.toml").write_text(twice, encoding="utf-8")
+    with pytest.raises(ValueError, match="listed twice"):
+        load(tmp_path / "m.toml")
+
+
+@pytest.mark.integration  # child processes: the runner and a small sweep
+def test_findings_runner_rewrites_the_results_file(tmp_path: Path) -> None:
+    """`tools/findings.py` runs a finding's commands from the root, replacing its file."""
+    mod = _manifest()
+    out = "docs/findings/data/probe.jsonl"
+    cmd = f"ragbench sweep --dataset synthetic --n 500 --dim 8 --index flat --queries 5 --out {out}"
+    finding = mod.Finding("probe.jsonl", (cmd,))
+    target = finding.path(tmp_path)
+    target.parent.mkdir(parents=True)
+    target.write_text("stale\n", encoding="utf-8")
+    mod.run(finding, root=tmp_path)
+    records = [json.loads(ln) for ln in target.read_text(encoding="utf-8").splitlines()]
+    assert [r["kind"] for r in records] == ["sweep"] and records[0]["n"] == 500
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "findings.py"), "--list"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [c for f in mod.load().values() for c in f.commands]
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^findings: .*\n\t\$\(PY\) tools/findings.py$", makefile, re.M)
 
 
 # ---------------------------------------------------------------- navigation and links
@@ -308,6 +455,26 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     for png in ("compare-pydocs.png", "sweep-synthetic-20k.png"):
         assert (site / "findings" / png).stat().st_size > 10_000
     assert "fonts.googleapis.com" not in (site / "index.html").read_text(encoding="utf-8")
+
+
+def test_benchmark_json_loses_raw_rounds_keeps_statistics(tmp_path: Path) -> None:
+    doc = {
+        "benchmarks": [
+            {
+                "fullname": "b.py::t",
+                "stats": {"median": 2e-6, "rounds": 3, "data": [1e-6, 2e-6, 3e-6]},
+                "extra_info": {"a_over_b": 2.5, "a_ns": 500},
+            }
+        ],
+        "machine_info": {"cpu": {"brand_raw": "cpu"}},
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _manifest().strip_benchmark_samples(path)
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    assert kept["benchmarks"][0]["stats"] == {"median": 2e-6, "rounds": 3}
+    table = hooks.bench_markdown(tmp_path, "bench.json")
+    assert "| `b.py::t` | 2.00 | 3 | a_over_b 2.50 | a_ns 500 |" in table
 
 
 def test_typed_parameters_reference_has_every_typed_backend() -> None:

@@ -10,6 +10,11 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
     <!-- gen: schemas -->                   ``ragbench schema config|records``, if that command exists
     <!-- gen: params -->                    every typed backend parameter (ragbench.params)
     <!-- gen: report data/x.jsonl [ARGS] --> ``ragbench report --format md`` of a committed results file
+    <!-- gen: reading data/x.jsonl -->      the reading ``ragbench report`` prints under its table
+    <!-- gen: plot data/x.jsonl x.png -->   ``ragbench report --plot`` drawn into the site
+    <!-- gen: bench data/x.json -->         a committed pytest-benchmark JSON: medians and extra_info
+    <!-- gen: stats data/x.json -->         ``ragbench datasets --stats ... --format json`` side by side
+    <!-- gen: reproduce NAME... -->         the commands.toml commands that wrote data/NAME
 
 The comment is replaced when the site is built (``make docs``), so nothing generated is
 typed into a page. ``report`` paths are relative to the page's folder and runs
@@ -20,8 +25,10 @@ Every function here is also imported by ``tests/test_docs.py``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
+import math
 import os
 import re
 import shlex
@@ -428,6 +435,143 @@ def draw_plots(plots: list[tuple[list[Path], Path]]) -> None:
             raise RuntimeError(f"ragbench report --plot {target} failed: {done.stderr.strip()}")
 
 
+def _findings_manifest() -> Any:
+    """``tools/findings.py`` (the runner of ``make findings``), which reads the manifest."""
+    name = "ragbench_docs_findings"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "findings.py")
+        if spec is None or spec.loader is None:
+            raise ImportError("tools/findings.py is missing")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def reproduce_markdown(args: str) -> str:
+    """The commands of ``docs/findings/commands.toml`` that wrote the named results files."""
+    names = shlex.split(args)
+    if not names:
+        raise ValueError("<!-- gen: reproduce NAME... --> names no results file")
+    findings = _findings_manifest().load()
+    missing = [n for n in names if n not in findings]
+    if missing:
+        raise ValueError(f"reproduce: {missing} not in docs/findings/commands.toml")
+    commands = [c for n in names for c in findings[n].commands]
+    wrapped = [" \\\n    ".join(_wrap(c)) for c in commands]
+    return "\n".join(
+        [
+            f"Reproduce with (`make findings` re-measures every page; "
+            f"`python tools/findings.py {' '.join(names)}` only this):",
+            "",
+            "```sh",
+            *wrapped,
+            "```",
+        ]
+    )
+
+
+def _wrap(command: str, width: int = 92) -> list[str]:
+    """A long command as lines of at most ``width`` characters, broken between options."""
+    lines: list[str] = []
+    for word in re.split(r" (?=--?[a-zA-Z])", command):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def _num(value: float) -> str:
+    """Three significant digits, thousands separated (``12,300``, ``0.0123``)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{digits}f}"
+
+
+def _extra(info: dict[str, Any], prefix: str = "") -> list[str]:
+    """The numeric ``extra_info`` of a benchmark as ``key value`` items (nested keys dotted)."""
+    out = []
+    for key, value in info.items():
+        if isinstance(value, dict):
+            out += _extra(value, f"{prefix}{key}.")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        else:
+            out.append(f"{prefix}{key} {_num(float(value))}")
+    return out
+
+
+def _is_ratio(item: str) -> bool:
+    """An ``extra_info`` item that is a ratio measured side by side (``numba_over_floor``, ``a/b``)."""
+    key = item.rsplit(" ", 1)[0]
+    return "_over_" in key or "/" in key
+
+
+def bench_markdown(page_dir: Path, args: str) -> str:
+    """A pytest-benchmark JSON file (``--benchmark-json``): each benchmark's median and what it measured.
+
+    The ``measured`` column is the benchmark's ``extra_info``: the ratios and side-by-side
+    figures the bench suites record (and assert on) besides pytest-benchmark's own timing.
+    """
+    (name,) = shlex.split(args)
+    doc = json.loads((page_dir / name).read_text(encoding="utf-8"))
+    cpu = ((doc.get("machine_info") or {}).get("cpu") or {}).get("brand_raw", "?")
+    rows = []
+    for entry in doc.get("benchmarks") or []:
+        stats = entry.get("stats") or {}
+        measured = _extra(entry.get("extra_info") or {})
+        rows.append(
+            [
+                f"`{entry.get('fullname', entry.get('name'))}`",
+                _num(float(stats.get("median", float("nan"))) * 1e6),
+                str(stats.get("rounds", "")),
+                "; ".join(i for i in measured if _is_ratio(i)) or "—",
+                "; ".join(i for i in measured if not _is_ratio(i)),
+            ]
+        )
+    if not rows:
+        raise ValueError(f"bench: {name} holds no benchmarks")
+    when = doc.get("datetime", "?")
+    return "\n".join(
+        [
+            _table(
+                ["benchmark", "median µs", "rounds", "ratios", "other figures (extra_info)"], rows
+            ),
+            "",
+            f"From `{name}`: pytest-benchmark {doc.get('version', '?')}, {when}, {cpu}.",
+        ]
+    )
+
+
+def stats_markdown(page_dir: Path, args: str) -> str:
+    """``ragbench datasets --stats A --stats B --format json`` side by side, and how far B is from A."""
+    (name,) = shlex.split(args)
+    found = json.loads((page_dir / name).read_text(encoding="utf-8"))
+    if len(found) < 2:
+        raise ValueError(f"stats: {name} describes fewer than two datasets")
+    head = {"name", "embedder", "n", "dim", "sample", "hub points"}
+    keys = [k for k in found[0] if k not in head and isinstance(found[0][k], int | float)]
+    cols = [f"{d['name']} ({d['embedder']}, n={d['n']})" for d in found]
+    rows = [[f"`{k}`", *(_num(float(d[k])) for d in found)] for k in keys]
+    a, b = found[0], found[1]
+    gaps = sorted(
+        ((float(b[k]) - float(a[k])) / abs(float(a[k])), k) for k in keys if float(a[k]) != 0
+    )
+    worst = sorted(gaps, key=lambda g: -abs(g[0]))[:4]
+    return "\n".join(
+        [
+            _table(["statistic", *cols], rows),
+            "",
+            f"{b['name']} against {a['name']}: every statistic within "
+            f"{max(abs(g) for g, _ in gaps):.0%}; the largest gaps "
+            + ", ".join(f"`{k}` {g:+.0%}" for g, k in worst)
+            + ".",
+        ]
+    )
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "cli": cli_markdown,
     "config": lambda: config_markdown() + "\n\n" + backends_markdown(),
@@ -453,12 +597,20 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return report_markdown(page_dir, args)
         if what == "reading":
             return reading_markdown(page_dir, args)
+        if what == "reproduce":
+            return reproduce_markdown(args)
+        if what == "bench":
+            return bench_markdown(page_dir, args)
+        if what == "stats":
+            return stats_markdown(page_dir, args)
         if what == "plot":
             if site_page_dir is None:
                 raise ValueError("plot markers need the site folder of the page")
             return plot_markdown(page_dir, site_page_dir, args)
         if what not in GENERATORS:
-            known = ", ".join(["report", "reading", "plot", *GENERATORS])
+            known = ", ".join(
+                ["report", "reading", "plot", "reproduce", "bench", "stats", *GENERATORS]
+            )
             raise ValueError(f"unknown generated section {what!r}; known: {known}")
         return GENERATORS[what]()
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
+import msgspec
 
 from ..codecs import SHAPES
 from ..config import merge, parse_config, read_config
@@ -22,6 +23,7 @@ from .options import (
     echo,
     executor_from,
     executor_options,
+    fast_build_option,
     finish_outputs,
     out_option,
     plot_option,
@@ -64,6 +66,7 @@ __all__ = ["compare", "run"]
     help="Payload shape the codec writes (overrides [serialize] shape; default row).",
 )
 @set_option()
+@fast_build_option()
 @plot_option("Write a PNG chart of the run's stages.")
 def run(
     config: str,
@@ -77,6 +80,7 @@ def run(
     re_embed: bool | None,
     payload_shape: str | None,
     overrides: Sequence[str],
+    fast_build: bool | None,
     plot: str | None,
 ) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
@@ -99,6 +103,8 @@ def run(
             extra.setdefault("run", {})[key] = value
     if re_embed:
         extra.setdefault("embed", {})["re_embed"] = True
+    if fast_build:
+        extra.setdefault("retrieve", {})["fast_build"] = True
     if payload_shape is not None:
         extra.setdefault("serialize", {})["shape"] = payload_shape
     with Pipeline.from_config(parse_config(merge(cfg, extra))) as pipe:  # checked once, here
@@ -172,6 +178,7 @@ def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[A
     help="Seed of the balanced order (recorded in each record).",
 )
 @plot_option("Write a PNG chart of the configurations' stages.")
+@fast_build_option()
 @executor_options
 def compare(**opts: Any) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process.
@@ -190,6 +197,8 @@ def compare(**opts: Any) -> None:
     check_outputs(opts["out"], opts["plot"])
     run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     combos, varying = configurations(opts, run_over)
+    if opts["fast_build"]:
+        combos = [(_fast_build(cfg), label) for cfg, label in combos]
     # every combination is created (and so checked) before anything is set up
     pipelines = [Pipeline(cfg, label=label) for cfg, label in combos]
     if opts["executor"] == "ray":
@@ -214,6 +223,13 @@ def compare(**opts: Any) -> None:
     finish_outputs(writer, records, opts["plot"])
     if any(r.get("error") for r in records):  # compare_table names each and its error
         raise SystemExit(1)
+
+
+def _fast_build(cfg: Config) -> Config:
+    """``cfg`` with ``[retrieve] fast_build = true``."""
+    return msgspec.structs.replace(
+        cfg, retrieve=msgspec.structs.replace(cfg.retrieve, fast_build=True)
+    )
 
 
 def _run_as_tasks(

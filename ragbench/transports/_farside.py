@@ -47,7 +47,6 @@ import json
 import signal
 import struct
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -56,9 +55,12 @@ from ..errors import ConfigError, DecodeError, NotBuiltError, RagbenchError, Tra
 from ..process import ChildProcess, watch_stdin
 from ..threads import ThreadConnections
 from ..validate import positive_number
+from .grpc_server import GRPC_MAX_WORKERS, GRPC_PATH, GRPC_STREAM_PATH, serve_grpc
 
 __all__ = [
     "GRPC_MAX_WORKERS",
+    "GRPC_PATH",
+    "GRPC_STREAM_PATH",
     "REPLY_VERSION",
     "ChildTransport",
     "FarSideProcessor",
@@ -77,9 +79,6 @@ REPLY_CONFIG_ERROR = 3
 # version, status, prompt_tokens, decode_ns, prompt_ns, decode_cpu_ns, prompt_cpu_ns
 _HEAD = struct.Struct("<BBIQQQQ")
 HEAD_SIZE = _HEAD.size
-#: Most calls the ``grpc`` far side runs at once (threads are made as needed);
-#: the ``http`` far side has no limit (one thread per connection).
-GRPC_MAX_WORKERS = 64
 
 #: Content type of the far side's reply (the ``http`` transport sends it back).
 REPLY_CONTENT_TYPE = "application/x-ragbench-farside"
@@ -326,17 +325,29 @@ class ChildTransport:
         host: str = "127.0.0.1",
         timeout: float = 30.0,
         startup_timeout: float = 30.0,
+        tls: bool = False,
+        keep_alive: bool = True,
         **unknown: Any,
     ) -> None:
         from .._registry import check_params
+        from ..validate import bool_param
 
-        check_params(f"{self.name} transport", unknown, {"host", "timeout", "startup_timeout"})
+        check_params(
+            f"{self.name} transport",
+            unknown,
+            {"host", "timeout", "startup_timeout", "tls", "keep_alive"},
+        )
         if not isinstance(host, str) or not host:
             raise ConfigError(f"{self.name} transport: host must be a non-empty string")
         owner = f"{self.name} transport"
         self.host = host
         self.timeout = positive_number(owner, "timeout", timeout)
         self.startup_timeout = positive_number(owner, "startup_timeout", startup_timeout)
+        #: TLS 1.3 with a certificate made at start (:mod:`ragbench.transports.tls`)
+        self.tls = bool_param(owner, "tls", tls)
+        #: False: a new connection (and TLS handshake) inside every request
+        self.keep_alive = bool_param(owner, "keep_alive", keep_alive)
+        self.certificate: Any = None  # tls.Certificate while started with tls
         self.port = 0
         self.content_type = "application/octet-stream"
         self.codec_name = ""
@@ -408,6 +419,11 @@ class ChildTransport:
             "cpu_time": cpu_time,
             **self._child_config(),
         }
+        if self.tls:
+            from .tls import make_certificate
+
+            cert = self.certificate = make_certificate()
+            config["tls"] = {"cert": cert.cert_path, "key": cert.key_path}
         child = ChildProcess(
             [sys.executable, "-m", "ragbench.transports._farside", self.kind],
             f"{self.name} transport",
@@ -427,8 +443,14 @@ class ChildTransport:
             self._child = None
             self._disconnect_all()
             child.stop(grace=0.0)
+            self._remove_certificate()
             raise
         return time.perf_counter_ns() - t0
+
+    def _remove_certificate(self) -> None:
+        cert, self.certificate = self.certificate, None
+        if cert is not None:
+            cert.remove()
 
     def connect(self) -> None:
         """Open the calling thread's connection now if it has none (outside any clock).
@@ -514,6 +536,7 @@ class ChildTransport:
         self._disconnect_all()
         if child is not None:
             child.stop()
+        self._remove_certificate()
 
     def __enter__(self) -> ChildTransport:
         return self
@@ -535,7 +558,47 @@ def _read_config() -> dict[str, Any]:
     return config
 
 
-def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
+def _content_length(raw: str) -> int:
+    """A ``Content-Length`` value as an int; -1 when it is not a non-negative integer."""
+    try:
+        return max(int(raw), -1)
+    except ValueError:
+        return -1
+
+
+def _drain(rfile: Any, length: int) -> bool:
+    """Read and drop ``length`` bytes; False if the connection ended first."""
+    left = length
+    while left > 0:
+        got = len(rfile.read(min(left, 1 << 20)))
+        if not got:
+            return False
+        left -= got
+    return True
+
+
+def _tls_listener(sock: Any, tls: dict[str, str]) -> Any:
+    """``sock`` wrapped for TLS 1.3 with the certificate at ``tls``; handshakes left to
+    :func:`_handshake` in each connection's thread."""
+    from .tls import server_context
+
+    ctx = server_context(tls["cert"], tls["key"])
+    return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+
+def _handshake(conn: Any) -> None:
+    """Complete a TLS connection's handshake (in its own thread, not the accept loop)."""
+    if hasattr(conn, "do_handshake"):
+        try:
+            conn.do_handshake()
+        except (OSError, ValueError):
+            conn.close()
+            raise
+
+
+def _serve_http(
+    processor: FarSideProcessor, host: str, max_body: int, tls: dict[str, str] | None = None
+) -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
@@ -543,6 +606,10 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
         # Replies are one write each; no Nagle delay on a keep-alive socket.
         disable_nagle_algorithm = True
         server_version = "ragbench-farside"
+
+        def setup(self) -> None:
+            _handshake(self.request)
+            super().setup()
 
         def _reply(self, code: int, body: bytes, content_type: str, close: bool = False) -> None:
             head = (
@@ -567,11 +634,7 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
             if raw_length is None:
                 self._error(411, "Content-Length is required")
                 return
-            try:
-                length = int(raw_length)
-            except ValueError:
-                self._error(400, f"bad Content-Length {raw_length!r}")
-                return
+            length = _content_length(raw_length)
             if length < 0:
                 self._error(400, f"bad Content-Length {raw_length!r}")
                 return
@@ -582,13 +645,9 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
                     return
                 # Read and drop the body so the reply reaches the client
                 # (closing on unread data would reset the connection first).
-                left = length
-                while left > 0:
-                    got = len(self.rfile.read(min(left, 1 << 20)))
-                    if not got:
-                        self.close_connection = True
-                        return
-                    left -= got
+                if not _drain(self.rfile, length):
+                    self.close_connection = True
+                    return
                 self._reply(413, message.encode(), "text/plain; charset=utf-8")
                 return
             body = self.rfile.read(length)
@@ -611,53 +670,12 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
         request_queue_size = 128  # threads connecting at once; a backlog of 5 drops SYNs
 
     server = Server((host, 0), Handler)
+    if tls is not None:
+        server.socket = _tls_listener(server.socket, tls)
     watch_stdin(server.shutdown)
     print(f"READY {server.server_address[1]}", flush=True)
     server.serve_forever(poll_interval=0.2)
     server.server_close()
-
-
-def _serve_grpc(processor: FarSideProcessor, host: str, max_body: int) -> None:
-    from concurrent import futures
-
-    import grpc
-
-    def process(request: bytes, context: Any) -> bytes:
-        return processor.reply(request)
-
-    handler = grpc.method_handlers_generic_handler(
-        GRPC_SERVICE, {GRPC_METHOD: grpc.unary_unary_rpc_method_handler(process)}
-    )
-    server = grpc.server(
-        # Enough workers that concurrent near-side threads are served side by
-        # side, as the http server does, rather than queued here.
-        futures.ThreadPoolExecutor(max_workers=GRPC_MAX_WORKERS),
-        handlers=(handler,),
-        options=[
-            ("grpc.max_receive_message_length", max_body),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    bind_host = f"[{host}]" if ":" in host else host
-    port = server.add_insecure_port(f"{bind_host}:0")
-    if port == 0:
-        raise SystemExit(f"far side: grpc could not bind {host}")
-    server.start()
-    done = threading.Event()
-
-    def stop() -> None:
-        server.stop(grace=0.5).wait(2.0)
-        done.set()
-
-    watch_stdin(stop)
-    print(f"READY {port}", flush=True)
-    done.wait()
-
-
-GRPC_SERVICE = "ragbench.v1.FarSide"
-GRPC_METHOD = "Process"
-GRPC_PATH = f"/{GRPC_SERVICE}/{GRPC_METHOD}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -682,14 +700,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     host = str(config.get("host", "127.0.0.1"))
     max_body = int(config.get("max_body", DEFAULT_MAX_BODY))
+    tls = config.get("tls")
     if args[0] == "http":
-        _serve_http(processor, host, max_body)
+        _serve_http(processor, host, max_body, tls)
     elif args[0] == "asgi":
         from .asgi_server import serve_asgi
 
-        serve_asgi(processor.reply, REPLY_CONTENT_TYPE, host, max_body, config.get("asgi", {}))
+        settings = {**config.get("asgi", {}), "tls": tls}
+        serve_asgi(processor.reply, REPLY_CONTENT_TYPE, host, max_body, settings)
     else:
-        _serve_grpc(processor, host, max_body)
+        serve_grpc(processor.reply, host, max_body, {**config.get("grpc", {}), "tls": tls})
     return 0
 
 

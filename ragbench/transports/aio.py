@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import DecodeError, MissingDependencyError, TransportError
 from . import FarSide
 from ._farside import ChildTransport, decode_reply
+from .tls import client_context
 
 __all__ = ["AsyncPost", "head_bytes", "require_httpx"]
 
@@ -56,6 +57,16 @@ class AsyncPost(ChildTransport):
         """What ``asend`` sends with (recorded beside each asyncio load record)."""
         return f"httpx.AsyncClient {require_httpx().__version__}"
 
+    def client_settings(self) -> dict[str, Any]:
+        """httpx client arguments for this transport's scheme and TLS (``base_url``, ``verify``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        out: dict[str, Any] = {
+            "base_url": f"{'https' if self.tls else 'http'}://{host}:{self.port}",
+        }
+        if self.tls:
+            out["verify"] = client_context(self.certificate.cert_pem)
+        return out
+
     def _loop_clients(self) -> dict[asyncio.AbstractEventLoop, Any]:
         clients: dict[asyncio.AbstractEventLoop, Any] | None = self.__dict__.get("_aclients")
         if clients is None:
@@ -68,9 +79,8 @@ class AsyncPost(ChildTransport):
         client = clients.get(loop)
         if client is None:
             httpx = require_httpx()
-            host = f"[{self.host}]" if ":" in self.host else self.host
             client = httpx.AsyncClient(
-                base_url=f"http://{host}:{self.port}",
+                **self.client_settings(),
                 headers={"Content-Type": self.content_type},
                 timeout=self.timeout,
                 # a connection per request in flight, kept however long it idles
