@@ -40,6 +40,7 @@ registry: Registry[Reranker] = Registry(
     "rerankers",
     {
         "numba": "ragbench.rerankers.numba_reranker:NumbaReranker",
+        "cross-encoder": "ragbench.rerankers.cross_encoder:CrossEncoderReranker",
         "numpy": "ragbench.rerankers.numpy_reranker:NumpyReranker",
         "python": "ragbench.rerankers.python_reranker:PythonReranker",
     },
