@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -54,16 +55,15 @@ from .. import threads as rb_threads
 from .._cache import cache_dir
 from .._registry import check_params
 from ..errors import ConfigError, InputError, MissingDependencyError, NotBuiltError
-from ..metrics import exact_scores
 from ..validate import check_ids, check_k, check_metric, positive_int
-from ._common import K_LIMIT, PAD_SCORE, padded
+from . import CAVEAT_PREFIX
+from ._common import K_LIMIT, padded
 
 __all__ = [
     "ARCHITECTURE",
     "RANDOM_WEIGHTS",
     "RUNTIMES",
     "CrossEncoderReranker",
-    "exact_hit_scores",
 ]
 
 #: What every report of a random-weight cross-encoder says after its name.
@@ -163,15 +163,6 @@ def _folder_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def exact_hit_scores(query: np.ndarray, ids: np.ndarray, vectors: np.ndarray, metric: str) -> np.ndarray:
-    """The exact score (``metric``'s rule) of each id: float32 ``(len(ids),)``, ``-inf`` for ``-1``."""
-    out = np.full(ids.shape[0], PAD_SCORE, dtype=np.float32)
-    real = ids >= 0
-    if real.any():
-        out[real] = exact_scores(query, vectors[ids[real]], metric)
-    return out
-
-
 class CrossEncoderReranker:
     """Reranks candidates by a cross-encoder's score of each (query, passage) pair.
 
@@ -204,7 +195,7 @@ class CrossEncoderReranker:
         Seed of the random weights (default 0).
     ``metric``
         The corpus metric, kept for the exact scores a pipeline reports beside
-        the cross-encoder's order (see :func:`exact_hit_scores`).
+        the cross-encoder's order (see :mod:`ragbench.rerankers.texts`).
 
     Thread-safe once started: the model's weights are only read.
     """
@@ -241,7 +232,9 @@ class CrossEncoderReranker:
         self.threads = None if threads is None else positive_int(_OWNER, "threads", threads)
         inference_mode = params.get("inference_mode", True)
         if not isinstance(inference_mode, bool):
-            raise ConfigError(f"{_OWNER}: inference_mode must be true or false, got {inference_mode!r}")
+            raise ConfigError(
+                f"{_OWNER}: inference_mode must be true or false, got {inference_mode!r}"
+            )
         self.inference_mode = inference_mode
         self.seed = positive_int(_OWNER, "seed", params.get("seed", 0), lo=0)
         self.tokenizer_source: str | None = None
@@ -249,7 +242,8 @@ class CrossEncoderReranker:
         self.exported = False  # whether the last start() exported (False: a cached graph)
         self._model: Any = None
         self._tokenizer: Any = None
-        self._session: Any = None
+        self._sessions: dict[int, Any] = {}  # ONNX Runtime session per intra-op thread count
+        self._lock = threading.Lock()
         self._torch: Any = None
 
     def _check_max_length(self, value: Any) -> int:
@@ -275,7 +269,7 @@ class CrossEncoderReranker:
         """What every report of this reranker must say (random weights), or ``None``."""
         if self.model_path is not None:
             return None
-        return f"RANDOM WEIGHTS (rerank=cross-encoder, {ARCHITECTURE['name']}): {RANDOM_WEIGHTS}"
+        return f"{CAVEAT_PREFIX}cross-encoder, {ARCHITECTURE['name']}): {RANDOM_WEIGHTS}"
 
     def describe(self) -> dict[str, Any]:
         """What a record keeps about the model: source, runtime, batch, length, threads."""
@@ -319,7 +313,7 @@ class CrossEncoderReranker:
                 t1 = time.perf_counter_ns()
                 self.onnx_path = self._onnx_file(torch, model, tokenizer)
                 steps["rerank_onnx_export"] = time.perf_counter_ns() - t1
-                self._session = self._ort_session(self.onnx_path)
+                self._session_for(self._call_threads())
             self._model, self._tokenizer = model, tokenizer
             t2 = time.perf_counter_ns()
             self.score("warm up", ["a passage to warm the model up"] * min(self.batch_size, 8))
@@ -412,10 +406,31 @@ class CrossEncoderReranker:
             self.exported = True
         return int8
 
-    def _ort_session(self, path: Path) -> Any:
+    def _call_threads(self) -> int:
+        """The intra-op threads of a call now: ``threads``, else the caller's ragbench setting."""
+        return self.threads or rb_threads.get_threads()
+
+    def _session_for(self, n_threads: int) -> Any:
+        """The ONNX Runtime session with ``n_threads`` intra-op threads (made on first use).
+
+        A session's thread count is fixed when it is made; with ``threads``
+        unset it follows the caller's setting, so a pipeline's warm-up
+        requests make the one its measured requests use.
+        """
+        session = self._sessions.get(n_threads)
+        if session is not None:
+            return session
+        with self._lock:
+            if n_threads not in self._sessions:
+                if self.onnx_path is None:
+                    raise NotBuiltError(f"{_OWNER}: call start() first")
+                self._sessions[n_threads] = self._ort_session(self.onnx_path, n_threads)
+            return self._sessions[n_threads]
+
+    def _ort_session(self, path: Path, n_threads: int) -> Any:
         ort = _onnxruntime()
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads or rb_threads.get_threads()
+        options.intra_op_num_threads = n_threads
         options.inter_op_num_threads = 1
         # idle intra-op threads would spin after each call and slow the stages after it
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -465,7 +480,9 @@ class CrossEncoderReranker:
             if torch_run:
                 stack.enter_context(self._pinned())
                 torch = self._torch
-                stack.enter_context(torch.inference_mode() if self.inference_mode else torch.no_grad())
+                stack.enter_context(
+                    torch.inference_mode() if self.inference_mode else torch.no_grad()
+                )
             for lo in range(0, len(texts), step):
                 batch = texts[lo : lo + step]
                 enc = self._tokenizer(
@@ -483,8 +500,9 @@ class CrossEncoderReranker:
         if self.runtime == "torch":
             logits = self._model(**{n: enc[n] for n in _INPUTS if n in enc}).logits
             return np.asarray(logits[:, 0].float().numpy(), dtype=np.float32)
-        feed = {i.name: np.asarray(enc[i.name], dtype=np.int64) for i in self._session.get_inputs()}
-        return np.asarray(self._session.run(None, feed)[0][:, 0], dtype=np.float32)
+        session = self._session_for(self._call_threads())
+        feed = {i.name: np.asarray(enc[i.name], dtype=np.int64) for i in session.get_inputs()}
+        return np.asarray(session.run(None, feed)[0][:, 0], dtype=np.float32)
 
     def rerank_texts(
         self, query: str, candidate_ids: Any, texts: Sequence[str], k: int
@@ -520,7 +538,8 @@ class CrossEncoderReranker:
 
     def close(self) -> None:
         """Drop the model, tokenizer and session (idempotent); :meth:`start` loads them again."""
-        self._model = self._tokenizer = self._session = None
+        self._model = self._tokenizer = None
+        self._sessions = {}
 
 
 def _loads(path: Path) -> bool:
@@ -556,7 +575,9 @@ def _export(torch: Any, model: Any, tokenizer: Any, path: Path) -> None:
     Traced on a padded two-pair batch, so the attention mask's path is the
     general one.
     """
-    enc = tokenizer(["a query", "q"], ["a longer passage here", "p"], padding=True, return_tensors="pt")
+    enc = tokenizer(
+        ["a query", "q"], ["a longer passage here", "p"], padding=True, return_tensors="pt"
+    )
     axes = {n: {0: "batch", 1: "sequence"} for n in _INPUTS}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
