@@ -87,6 +87,7 @@ ARCHITECTURE: dict[str, Any] = {
     },
 }
 ONNX_OPSET = 17
+DEFAULT_MAX_LENGTH = 256
 _EXPORT_VERSION = 1  # bump when the export changes, so old cache entries are not reused
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _OWNER = "reranker 'cross-encoder'"
@@ -182,7 +183,8 @@ class CrossEncoderReranker:
         longest pair only.
     ``max_length``
         Tokens per (query, passage) pair, longest first truncated (default
-        256; at most the model's position count, 512 for MiniLM).
+        256, or the model's position count when smaller; at most that count,
+        512 for MiniLM).
     ``threads``
         Intra-op threads of each call (torch's count is set for the call and
         restored after it; ONNX Runtime's session gets it, with one inter-op
@@ -227,7 +229,7 @@ class CrossEncoderReranker:
             )
         self.runtime: str = runtime
         self.batch_size = positive_int(_OWNER, "batch_size", params.get("batch_size", 32))
-        self.max_length = self._check_max_length(params.get("max_length", 256))
+        self.max_length = self._check_max_length(params.get("max_length"))
         threads = params.get("threads")
         self.threads = None if threads is None else positive_int(_OWNER, "threads", threads)
         inference_mode = params.get("inference_mode", True)
@@ -249,6 +251,8 @@ class CrossEncoderReranker:
     def _check_max_length(self, value: Any) -> int:
         limit = self.config.get("max_position_embeddings")
         top = int(limit) if isinstance(limit, int) and limit > 0 else None
+        if value is None:  # the default: 256, or the model's positions when fewer
+            return min(DEFAULT_MAX_LENGTH, top or DEFAULT_MAX_LENGTH)
         n = positive_int(_OWNER, "max_length", value, lo=2)
         if top is not None and n > top:
             raise ConfigError(
