@@ -21,7 +21,10 @@ from .._registry import Registry
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["CAVEAT_PREFIX", "Reranker", "create", "names", "register", "registry"]
+__all__ = ["CAVEAT_PREFIX", "TEXT_RERANKERS", "Reranker", "create", "names", "register", "registry"]
+
+#: Built-in rerankers that score texts (``rerank_texts``), not vectors.
+TEXT_RERANKERS = frozenset({"cross-encoder"})
 
 #: How the caveat of a reranker whose scores mean nothing (random weights) starts.
 CAVEAT_PREFIX = "RANDOM WEIGHTS (rerank="
