@@ -373,6 +373,17 @@ def test_compare_from_the_cli_labels_random_weights_and_keeps_recall(tmp_path: P
     report = ragbench("report", str(out), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "scores meaningless" in " ".join(report.stdout.split())
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from ragbench.plots import figure, pyplot
+
+    fig = figure([ce, numba])
+    try:
+        assert "time real, scores meaningless" in " ".join(fig.axes[0].get_title().split())
+        labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+        assert any("rerank random weights" in t for t in labels), labels
+        assert not any("LLM random weights" in t for t in labels), labels
+    finally:
+        pyplot().close(fig)
 
 
 def test_a_bad_runtime_from_the_cli_is_one_line_and_exit_2(tmp_path: Path) -> None:
