@@ -240,6 +240,16 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "numpy": {},
         "python": {},
         "none": {},
+        "cross-encoder": {
+            "model": str | None,
+            "tokenizer": str | None,
+            "runtime": Annotated[Literal["torch", "onnx", "onnx-int8"], _d("torch")],
+            "batch_size": Annotated[int, _d(32)],
+            "max_length": int | None,
+            "threads": int | None,
+            "inference_mode": Annotated[bool, _d(True)],
+            "seed": Annotated[int, _d(0)],
+        },
     },
     "serialize": {
         name: dict(_CODEC) for name in ("json", "orjson", "msgspec-json", "msgpack", "protobuf")

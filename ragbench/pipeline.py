@@ -23,6 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, NamedTuple
@@ -48,6 +49,7 @@ from .files import check_writable
 from .indexes import builds
 from .metrics import recall_at_k, rerank_metric
 from .report import Report
+from .rerankers.texts import exact_hit_scores, start_text_reranker
 from .timing import SetupTimes, run_stages, run_stages_cpu
 from .types import Hit, RetrievalResult
 from .validate import check_memory
@@ -116,6 +118,7 @@ class RequestContext:
         "model_prompt_tokens",
         "decode_rest",
         "retrieve_parts",
+        "exact_top",
     )
 
     def __init__(self, index: int, query_id: str, query: str) -> None:
@@ -133,6 +136,8 @@ class RequestContext:
         self.model_prompt_tokens = -1  # the LLM's own count, when its generator reports one
         self.decode_rest: Callable[[], tuple[int, ...]] | None = None
         self.retrieve_parts: tuple[int, int, int] | None = None  # (send, server, decode) ns
+        # a text reranker's exact top k of the candidates, computed after the stamps (recall)
+        self.exact_top: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
 
 # ---------------------------------------------------------------- stages
@@ -285,6 +290,43 @@ class RerankStage:
             self._cache.put(ctx.cache_key, ctx.hit_ids, ctx.hit_scores)
 
 
+class TextRerankStage:
+    """``rerank`` by a reranker of texts (a cross-encoder): the query and the candidates' passages.
+
+    The final k are in the reranker's order, each hit with its exact score
+    (the metric's); the exact top k of the same candidates is computed after
+    the request's stamps (``ctx.exact_top``), and recall is of it, so recall
+    stays the retriever's whatever the reranker's weights.
+    """
+
+    name = "rerank"
+
+    def __init__(
+        self,
+        reranker: Any,
+        exact: Any,
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        k: int,
+        cache: LruTtlCache | None,
+    ) -> None:
+        self._rerank = reranker.rerank_texts
+        self._exact = exact.rerank
+        self._metric = exact.metric
+        self._texts, self._vectors, self._k, self._cache = texts, vectors, k, cache
+
+    def __call__(self, ctx: RequestContext) -> None:
+        if ctx.cached:
+            return
+        ids, _ = self._rerank(ctx.query, ctx.candidate_ids, self._texts, self._k)
+        query = ctx.query_vector[0]
+        ctx.hit_ids = ids
+        ctx.hit_scores = exact_hit_scores(query, ids, self._vectors, self._metric)
+        ctx.exact_top = partial(self._exact, query, ctx.candidate_ids, self._vectors, self._k)
+        if self._cache is not None:
+            self._cache.put(ctx.cache_key, ctx.hit_ids, ctx.hit_scores)
+
+
 class TruncateStage:
     """``rerank = "none"``: keep the retriever's own top k and its scores."""
 
@@ -413,6 +455,7 @@ class RequestRecord(NamedTuple):
     model_prompt_tokens: int = -1  # the LLM's own prompt token count (-1: not reported)
     inter_token_ns: tuple[int, ...] = ()  # each next token's latency, decoded after the stamps
     retrieve_parts: tuple[int, int, int] | None = None  # the index's (send, server, decode) ns
+    exact_ids: np.ndarray | None = None  # a text reranker's exact top k of the candidates (recall)
 
 
 def freeze(value: Any) -> Hashable:
@@ -845,6 +888,12 @@ class Pipeline:
         if reranker.metric != rerank_metric(metric):
             params = backend_params(self.config, "rerank")
             reranker = rerankers.create(reranker.name, metric=rerank_metric(metric), **params)
+        if getattr(reranker, "input_kind", "vectors") == "texts" and self.dataset is not None:
+            self._closers.append(reranker.close)
+            exact = start_text_reranker(reranker, self.setup_times.add, self.caveats)
+            return TextRerankStage(
+                reranker, exact, self.dataset.corpus.texts, corpus, k, self._cache
+            )
         self.setup_times.add("jit_compile", reranker.warmup(int(corpus.shape[1])))
         return RerankStage(reranker, corpus, k, self._cache)
 
@@ -894,6 +943,7 @@ class Pipeline:
             "rerank": cfg["rerank"]["backend"],
             "request_threads": self.request_threads,
             "build_threads": self.build_threads,
+            **_described("reranker_info", self.components.reranker),
             **_described("generator_info", self.components.generator),
             **_described("transport_info", self.components.transport),
             **self._filter_info(),
@@ -950,7 +1000,7 @@ class Pipeline:
         Decodes the tokens after the first (when the generator streams them)
         now, after the stamps were taken.
         """
-        rest = ctx.decode_rest
+        rest, exact = ctx.decode_rest, ctx.exact_top
         return RequestRecord(
             stamps,
             cpu,
@@ -962,6 +1012,7 @@ class Pipeline:
             ctx.model_prompt_tokens,
             rest() if rest is not None else (),
             ctx.retrieve_parts,
+            exact()[0] if exact is not None else None,
         )
 
     def serve(self, i: int) -> RequestRecord:
@@ -1142,27 +1193,41 @@ class Pipeline:
                 "n_queries": len(ds.queries.ids),
                 "content_hash": ds.content_hash,
             },
-            info=with_retrieve_parts(self.info, recs),
+            info={**with_retrieve_parts(self.info, recs), **self._rerank_recall(recs)},
             cache_events=list(self.cache_events),
             error=self.error,
             repetition=self.repetitions(),
         )
 
-    def recall(self, records: Sequence[RequestRecord] | None = None) -> np.ndarray:
-        """Tie-aware recall@k of each record's final hits against exact search (default: this run's)."""
+    def recall(
+        self, records: Sequence[RequestRecord] | None = None, *, final: bool = False
+    ) -> np.ndarray:
+        """Tie-aware recall@k of each record's final hits against exact search (default: this run's).
+
+        After a reranker of texts (a cross-encoder) it is the recall of the
+        exact top k of the same candidates (the retriever's), unless ``final``:
+        then of the reranker's own k.
+        """
         recs = self._records if records is None else records
         k = self.config["run"]["k"]
         if not recs:
             return np.zeros(0)
         found = np.full((len(recs), k), -1, dtype=np.int64)
         for r, rec in enumerate(recs):
-            n = min(k, len(rec.hit_ids))
-            found[r, :n] = rec.hit_ids[:n]
+            ids = rec.hit_ids if final or rec.exact_ids is None else rec.exact_ids
+            n = min(k, len(ids))
+            found[r, :n] = ids[:n]
         rows = np.asarray([rec.query_row for rec in recs], dtype=np.int64)
         emb = self._embedding_used
         return recall_at_k(
             found, self._truth, emb.corpus, emb.queries, k, self._metric, query_rows=rows
         )
+
+    def _rerank_recall(self, recs: Sequence[RequestRecord]) -> dict[str, Any]:
+        """``rerank_recall``: mean recall of a text reranker's own final k (``{}`` otherwise)."""
+        if not any(rec.exact_ids is not None for rec in recs):
+            return {}
+        return {"rerank_recall": float(self.recall(recs, final=True).mean())}
 
     # ---- OpenTelemetry: after timing, never inside serve()
 

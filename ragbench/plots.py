@@ -30,6 +30,7 @@ from .records import (
     pareto,
     records_of,
 )
+from .rerankers import CAVEAT_PREFIX
 
 __all__ = [
     "chart_path",
@@ -104,7 +105,10 @@ def _runs(ax: Any, records: Records, skip: str | None = None) -> None:
 def _llm_mark(rec: Mapping[str, Any]) -> str:
     if rec.get("simulated"):
         return " (simulated LLM)"
-    return " (LLM random weights)" if rec.get("caveats") else ""
+    caveats = rec.get("caveats") or []
+    llm = any(not c.startswith(CAVEAT_PREFIX) for c in caveats)
+    rerank = any(c.startswith(CAVEAT_PREFIX) for c in caveats)
+    return (" (LLM random weights)" if llm else "") + (" (rerank random weights)" if rerank else "")
 
 
 def _caveat_text(records: Records) -> str:

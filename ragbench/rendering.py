@@ -26,6 +26,7 @@ from .records import (
     pareto,
     records_of,
 )
+from .rerankers import CAVEAT_PREFIX
 
 __all__ = [
     "FORMATS",
@@ -199,9 +200,18 @@ def _generate_label(records: Sequence[Mapping[str, Any]], short: bool = False) -
     """``generate``, marked when its timings are simulated or its model has random weights."""
     if any(r.get("simulated") for r in records):
         return "generate (sim)" if short else "generate (simulated)"
-    if caveats_of(records):
+    if any(not c.startswith(CAVEAT_PREFIX) for c in caveats_of(records)):
         return "generate (rand. w.)" if short else "generate (random weights)"
     return "generate"
+
+
+def _stage_label(name: str, records: Sequence[Mapping[str, Any]], short: bool = False) -> str:
+    """A stage's column or row name, marked when its timings or its model say so."""
+    if name == "generate":
+        return _generate_label(records, short)
+    if name == "rerank" and any(c.startswith(CAVEAT_PREFIX) for c in caveats_of(records)):
+        return "rerank (rand. w.)" if short else "rerank (random weights)"
+    return name
 
 
 def llm_note(rec: Mapping[str, Any]) -> str:
@@ -299,7 +309,7 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     rows = []
     for name in rec["stages"]:
         s = rec["summary"][name]
-        label = _generate_label([rec]) if name == "generate" else name
+        label = _stage_label(name, [rec])
         row = [label, *_stat_cells(s, stats), f"{100 * s['share']:.1f}%"]
         rows.append(row + (_cpu_cells(s) if cpu else []))
     total = ["before first token", *_stat_cells(rec["total"], stats), "100%"]
@@ -398,7 +408,7 @@ def compare_table(
     filters = [(r.get("info") or {}).get("filter") for r in records]
     recall_cols = ("recall@k", "recall p10") if any(filters) else ("recall@k",)
     cols = [("run", "left")]
-    cols += [(_generate_label(records, True) if n == "generate" else n, "right") for n in names]
+    cols += [(_stage_label(n, records, True), "right") for n in names]
     cols += [(c, "right") for c in ("total p50", "total p99", "× best", *recall_cols, "bytes")]
     cols += [("wire B", "right")] if wire else []
     live = [r for r in records if r["requests"]]

@@ -118,7 +118,7 @@ def test_tls_transports_speak_tls13_with_the_certificate_made_at_start(
     alpn = ("h2",) if kind == "grpc" else ()
     assert tls_version(transport.port, cert.cert_pem, alpn)[0] == "TLSv1.3"
     if kind == "http":  # the transport's own socket
-        assert transport._conns.current().sock.version() == "TLSv1.3"
+        assert transport.thread_connections.current().sock.version() == "TLSv1.3"
     if kind != "grpc":  # the far side refuses anything below TLS 1.3
         old = tls.client_context(cert.cert_pem)
         old.minimum_version = ssl.TLSVersion.TLSv1_2

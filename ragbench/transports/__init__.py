@@ -29,14 +29,38 @@ from typing import Any, Protocol, runtime_checkable
 from .._registry import Registry
 
 __all__ = [
+    "ChildTransport",
     "FarSide",
+    "FarSideProcessor",
     "Transport",
     "connection_columns",
     "create",
+    "decode_reply",
+    "make_codec",
     "names",
+    "read_child_config",
     "register",
     "registry",
 ]
+
+# the base of a transport of your own, and the far side's parts its server needs (loaded lazily:
+# importing ragbench.transports starts nothing and loads no client library)
+_LAZY = {
+    "ChildTransport": "ragbench.transports.child",
+    "FarSideProcessor": "ragbench.transports._farside",
+    "decode_reply": "ragbench.transports._farside",
+    "make_codec": "ragbench.transports._farside",
+    "read_child_config": "ragbench.transports._farside",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True, slots=True)

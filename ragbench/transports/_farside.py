@@ -51,10 +51,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigError, DecodeError, NotBuiltError, RagbenchError, TransportError
-from ..process import ChildProcess, watch_stdin
-from ..threads import ThreadConnections
-from ..validate import positive_number
+from ..errors import ConfigError, DecodeError, RagbenchError, TransportError
+from ..process import watch_stdin
 from .grpc_server import GRPC_MAX_WORKERS, GRPC_PATH, GRPC_STREAM_PATH, serve_grpc
 
 __all__ = [
@@ -62,12 +60,13 @@ __all__ = [
     "GRPC_PATH",
     "GRPC_STREAM_PATH",
     "REPLY_VERSION",
-    "ChildTransport",
     "FarSideProcessor",
     "codec_spec",
     "cpu_time_flag",
     "decode_reply",
     "main",
+    "make_codec",
+    "read_child_config",
 ]
 
 #: Version of the reply layout (the first header byte); see the module docstring.
@@ -155,7 +154,8 @@ def codec_spec(codec_name: str, codec_params: dict[str, Any]) -> tuple[dict[str,
     return {"name": codec_name, "factory": target, "params": codec_params}, codec
 
 
-def _make_codec(spec: dict[str, Any]) -> Any:
+def make_codec(spec: dict[str, Any]) -> Any:
+    """The codec a far side decodes with, from the ``"codec"`` entry of its configuration."""
     from .. import codecs
 
     # Register what the parent resolved, even over a built-in name: the
@@ -290,265 +290,11 @@ def decode_reply(reply: bytes, where: str) -> tuple[str, int, int, int, int, int
     raise TransportError(f"{where}: reply has unknown status {status}")
 
 
-# ------------------------------------------------------------------ near side base
-
-
-class ChildTransport:
-    """Shared near-side life cycle of the ``http`` and ``grpc`` transports.
-
-    Parameters (keyword only; unknown ones raise :class:`ConfigError`):
-    ``host`` the far side binds and the near side dials (default
-    ``"127.0.0.1"``), ``timeout`` seconds one request may take before it
-    fails with :class:`TransportError` (default 30), ``startup_timeout``
-    seconds the child may take to report ready (default 30).
-
-    Threads: one started transport may be shared by many threads. Each
-    calling thread gets its own connection, opened on its first
-    :meth:`send` (or ahead of time, outside any clock, by :meth:`connect`)
-    and kept for its later requests; no lock is held across a request, so
-    the threads' requests overlap on the wire and on the far side, which
-    serves every connection in a thread of its own. A failed request closes
-    only its thread's connection. The connection of a thread that has ended
-    is closed when another thread next opens one; :meth:`close` closes every
-    thread's connection (:attr:`connections` counts the open ones).
-
-    ``alive`` says whether the far side still runs; after it died, every
-    ``send`` raises :class:`TransportError` at once.
-    """
-
-    name = ""
-    kind = ""
-
-    def __init__(
-        self,
-        *,
-        host: str = "127.0.0.1",
-        timeout: float = 30.0,
-        startup_timeout: float = 30.0,
-        tls: bool = False,
-        keep_alive: bool = True,
-        **unknown: Any,
-    ) -> None:
-        from .._registry import check_params
-        from ..validate import bool_param
-
-        check_params(
-            f"{self.name} transport",
-            unknown,
-            {"host", "timeout", "startup_timeout", "tls", "keep_alive"},
-        )
-        if not isinstance(host, str) or not host:
-            raise ConfigError(f"{self.name} transport: host must be a non-empty string")
-        owner = f"{self.name} transport"
-        self.host = host
-        self.timeout = positive_number(owner, "timeout", timeout)
-        self.startup_timeout = positive_number(owner, "startup_timeout", startup_timeout)
-        #: TLS 1.3 with a certificate made at start (:mod:`ragbench.transports.tls`)
-        self.tls = bool_param(owner, "tls", tls)
-        #: False: a new connection (and TLS handshake) inside every request
-        self.keep_alive = bool_param(owner, "keep_alive", keep_alive)
-        self.certificate: Any = None  # tls.Certificate while started with tls
-        self.port = 0
-        self.content_type = "application/octet-stream"
-        self.codec_name = ""
-        self.cpu_time = False
-        self._child: ChildProcess | None = None
-        self._dead: str | None = None
-        # Every open connection, with the thread that owns it; its lock is
-        # only taken to open or close connections, never across a request.
-        self._conns: ThreadConnections[Any] = ThreadConnections()
-
-    @property
-    def pid(self) -> int | None:
-        """Process id of the far side's server, or ``None`` before start / after close."""
-        return None if self._child is None else self._child.pid
-
-    @property
-    def alive(self) -> bool:
-        """True while the far side's process runs and has not failed a request fatally."""
-        return self._child is not None and self._dead is None and self._child.alive
-
-    @property
-    def connections(self) -> int:
-        """How many connections to the far side are open now (at most one per thread)."""
-        return len(self._conns)
-
-    def start(
-        self,
-        codec_name: str,
-        codec_params: dict[str, Any],
-        prompt_params: dict[str, Any],
-        *,
-        cpu_time: bool = False,
-    ) -> int:
-        """Start the far side's server process; return the nanoseconds until it was ready.
-
-        The codec and the prompt parameters are checked here first, so a
-        configuration mistake is a :class:`ConfigError` from this process,
-        not a dead child. With ``cpu_time=True`` the far side also reports
-        its thread CPU time for decode and prompt building
-        (``FarSide.decode_cpu_ns``/``prompt_cpu_ns``; 0 otherwise). The
-        calling thread's connection is opened here, inside the time returned.
-        """
-        from ..prompt import PromptBuilder
-
-        if self._child is not None:
-            raise ConfigError(f"{self.name} transport: already started; close() it first")
-        t0 = time.perf_counter_ns()
-        cpu_time = cpu_time_flag(f"{self.name} transport", cpu_time)
-        spec, codec = codec_spec(codec_name, codec_params)
-        if not isinstance(prompt_params, dict):
-            raise ConfigError(f"{self.name} transport: prompt parameters must be a dict")
-        PromptBuilder(**prompt_params)
-        try:
-            json.dumps(prompt_params)
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"{self.name} transport: prompt parameters must be JSON-able"
-            ) from None
-        self.content_type = str(getattr(codec, "content_type", "application/octet-stream"))
-        self.codec_name = codec_name
-        self.cpu_time = cpu_time
-        limit = getattr(codec, "max_payload_bytes", None)
-        max_body = limit if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_BODY
-        config = {
-            "codec": spec,
-            "prompt": prompt_params,
-            "host": self.host,
-            "max_body": max_body,
-            "cpu_time": cpu_time,
-            **self._child_config(),
-        }
-        if self.tls:
-            from .tls import make_certificate
-
-            cert = self.certificate = make_certificate()
-            config["tls"] = {"cert": cert.cert_path, "key": cert.key_path}
-        child = ChildProcess(
-            [sys.executable, "-m", "ragbench.transports._farside", self.kind],
-            f"{self.name} transport",
-            config,
-            error=TransportError,
-        )
-        try:
-            line = child.wait_ready(self.startup_timeout)
-            word, _, port = line.partition(" ")
-            if word != "READY" or not port.isdigit():
-                raise TransportError(f"{self.name} transport: unexpected ready line {line!r}")
-            self.port = int(port)
-            self._child = child
-            self._dead = None
-            self._adopt(self._open())
-        except BaseException:
-            self._child = None
-            self._disconnect_all()
-            child.stop(grace=0.0)
-            self._remove_certificate()
-            raise
-        return time.perf_counter_ns() - t0
-
-    def _remove_certificate(self) -> None:
-        cert, self.certificate = self.certificate, None
-        if cert is not None:
-            cert.remove()
-
-    def connect(self) -> None:
-        """Open the calling thread's connection now if it has none (outside any clock).
-
-        :meth:`send` opens it on the thread's first request otherwise, and
-        that request's time then includes the connection set-up.
-        """
-        self._check_usable()
-        if self._conns.current() is None:
-            self._attach("(connect)")
-
-    def _child_config(self) -> dict[str, Any]:
-        """Extra entries of the far side's configuration line (a subclass's server settings)."""
-        return {}
-
-    # -- connections: subclasses say how to open and close one
-
-    def _open(self) -> Any:
-        """A new connection to the far side (raises OSError or TransportError)."""
-        raise NotImplementedError
-
-    def _close_conn(self, conn: Any) -> None:
-        raise NotImplementedError
-
-    def _adopt(self, conn: Any) -> Any:
-        """Make ``conn`` the calling thread's connection; close those of ended threads."""
-        stale = self._conns.register_if(conn, lambda: self._child is not None)
-        if stale is None:  # closed while it was being opened
-            self._close_conn(conn)
-            raise NotBuiltError(f"{self.name} transport: closed while connecting")
-        for c in stale:
-            self._close_conn(c)
-        return conn
-
-    def _attach(self, query: str) -> Any:
-        """Open the calling thread's connection (the slow path of a thread's first send)."""
-        try:
-            conn = self._open()
-        except OSError as exc:
-            raise self._failed(f"cannot connect: {exc}", query) from None
-        except TransportError as exc:
-            raise self._failed(str(exc), query) from None
-        return self._adopt(conn)
-
-    def _disconnect(self) -> None:
-        """Close the calling thread's connection, if it has one."""
-        conn = self._conns.drop_current()
-        if conn is not None:
-            self._close_conn(conn)
-
-    def _disconnect_all(self) -> None:
-        """Close every thread's connection."""
-        for conn in self._conns.take_all():
-            self._close_conn(conn)
-
-    def _check_usable(self) -> ChildProcess:
-        child = self._child
-        if child is None:
-            raise NotBuiltError(f"{self.name} transport: call start() before send()")
-        if self._dead is not None:
-            raise TransportError(f"{self.name} transport: the far side is dead: {self._dead}")
-        if not child.alive:
-            self._dead = child.death_note(0.0)
-            self._disconnect()
-            raise TransportError(f"{self.name} transport: the far side is dead: {self._dead}")
-        return child
-
-    def _failed(self, problem: str, query: str) -> TransportError:
-        """Build the error for a failed request; mark the far side dead if its process is gone."""
-        self._disconnect()
-        child = self._child
-        note = child.death_note(0.5) if child is not None else "not started"
-        if child is not None and not child.alive:
-            self._dead = note
-        return TransportError(
-            f"{self.name} transport to {self.host}:{self.port}: {problem} "
-            f"(query {query[:60]!r}); {note}"
-        )
-
-    def close(self) -> None:
-        """Close every thread's connection and stop the far side's process (idempotent)."""
-        child, self._child = self._child, None
-        self._disconnect_all()
-        if child is not None:
-            child.stop()
-        self._remove_certificate()
-
-    def __enter__(self) -> ChildTransport:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 # ------------------------------------------------------------------ child side
 
 
-def _read_config() -> dict[str, Any]:
+def read_child_config() -> dict[str, Any]:
+    """The far side's configuration: the one JSON line its parent wrote to stdin."""
     line = sys.stdin.buffer.readline()
     if not line:
         raise SystemExit("far side: no configuration line on stdin")
@@ -686,9 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # The parent decides when we stop (stdin EOF); a terminal's Ctrl-C is its business.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    config = _read_config()
+    config = read_child_config()
     try:
-        codec = _make_codec(config["codec"])
+        codec = make_codec(config["codec"])
         processor = FarSideProcessor(
             codec,
             config["codec"]["name"],

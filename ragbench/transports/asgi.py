@@ -26,8 +26,8 @@ missed (neither happens with httpx and uvicorn).
 Threads: each calling thread has its own ``httpx.Client`` holding one
 keep-alive connection (pool of one, no idle expiry), opened by a ``GET
 /health`` on the thread's first request or ahead of time by
-:meth:`~ragbench.transports._farside.ChildTransport.connect`. See
-:class:`~ragbench.transports._farside.ChildTransport` for the life cycle.
+:meth:`~ragbench.transports.ChildTransport.connect`. See
+:class:`~ragbench.transports.ChildTransport` for the life cycle.
 
 Parameters: ``host``, ``timeout``, ``startup_timeout`` as for every child
 transport, and the server's settings: ``http`` (``"auto"``, ``"h11"``,
@@ -234,7 +234,7 @@ class AsgiTransport(AsyncPost):
             },
         }
 
-    def _child_config(self) -> dict[str, Any]:
+    def server_config(self) -> dict[str, Any]:
         settings = {
             "http": self.http,
             "loop": self.loop,
@@ -251,7 +251,7 @@ class AsgiTransport(AsyncPost):
             out.update(http1=False, http2=True)
         return out
 
-    def _open(self) -> _Client:
+    def open_connection(self) -> _Client:
         httpx = self._httpx
         host = f"[{self.host}]" if ":" in self.host else self.host
         client = httpx.Client(
@@ -283,7 +283,7 @@ class AsgiTransport(AsyncPost):
             raise TransportError(f"asgi transport: /health answered {resp.status_code}")
         return _Client(client, sock if isinstance(sock, socket.socket) else None)
 
-    def _close_conn(self, conn: Any) -> None:
+    def close_connection(self, conn: Any) -> None:
         sock = conn.sock
         if sock is not None:
             # shutdown first: it wakes a thread blocked reading this connection.
@@ -300,12 +300,12 @@ class AsgiTransport(AsyncPost):
         large, :class:`TransportError` when the server failed, died or did
         not answer within ``timeout``.
         """
-        self._check_usable()
+        self.check_usable()
         try:
-            conn = self._conns.local.conn
+            conn = self.thread_connections.local.conn
         except AttributeError:
             # This thread's first request, or the first after a failure closed its client.
-            conn = self._attach(query)
+            conn = self.attach(query)
         httpx = self._httpx
         trace = None if self.keep_alive else _Trace()
         try:
@@ -314,9 +314,9 @@ class AsgiTransport(AsyncPost):
             else:
                 resp = conn.client.post("/v1/process", content=payload, extensions={"trace": trace})
         except httpx.TimeoutException:
-            raise self._failed(f"no reply within {self.timeout:g} s", query) from None
+            raise self.failed(f"no reply within {self.timeout:g} s", query) from None
         except httpx.HTTPError as exc:
-            raise self._failed(f"request failed: {type(exc).__name__}: {exc}", query) from None
+            raise self.failed(f"request failed: {type(exc).__name__}: {exc}", query) from None
         body = resp.content
         if resp.status_code != 200:
             return self._refused(resp, body, query)
@@ -351,7 +351,7 @@ class AsgiTransport(AsyncPost):
         if resp.status_code == 413:
             # Oversized payloads are a DecodeError wherever they are caught.
             raise DecodeError(self.codec_name, f"{text[:300]} (reported by the far side over asgi)")
-        self._disconnect()
+        self.disconnect()
         raise TransportError(
             f"asgi transport: far side answered {resp.status_code} {resp.reason_phrase}: {text} "
             f"(query {query[:60]!r})"

@@ -57,7 +57,7 @@ Settings (each also sent to the far side, so both ends agree):
   message.
 
 And ``host``, ``timeout``, ``startup_timeout`` as every child transport
-(:class:`ragbench.transports._farside.ChildTransport`). Needs ``grpcio``
+(:class:`ragbench.transports.ChildTransport`). Needs ``grpcio``
 (``pip install 'ragbench[grpc]'``).
 """
 
@@ -72,7 +72,8 @@ from .._registry import check_params
 from ..errors import ConfigError, DecodeError, MissingDependencyError, TransportError
 from ..validate import bool_param, positive_int
 from . import FarSide
-from ._farside import GRPC_PATH, GRPC_STREAM_PATH, ChildTransport, decode_reply
+from ._farside import GRPC_PATH, GRPC_STREAM_PATH, decode_reply
+from .child import ChildTransport
 from .grpc_server import channel_options
 
 __all__ = ["COMPRESSIONS", "REPLIES", "GrpcTransport"]
@@ -187,7 +188,7 @@ class GrpcTransport(ChildTransport):
             **self.settings(),
         }
 
-    def _child_config(self) -> dict[str, Any]:
+    def server_config(self) -> dict[str, Any]:
         return {"grpc": self.settings()}
 
     def _options(self) -> list[tuple[str, int]]:
@@ -212,7 +213,7 @@ class GrpcTransport(ChildTransport):
             ("grpc.use_local_subchannel_pool", 1),
         ]
 
-    def _open(self) -> _Channel:
+    def open_connection(self) -> _Channel:
         grpc = self._grpc
         host = f"[{self.host}]" if ":" in self.host else self.host
         # The same value for every thread; set before any of them calls.
@@ -249,7 +250,7 @@ class GrpcTransport(ChildTransport):
             return channel.unary_stream(GRPC_STREAM_PATH)
         return channel.unary_unary(GRPC_PATH)
 
-    def _close_conn(self, conn: Any) -> None:
+    def close_connection(self, conn: Any) -> None:
         conn.channel.close()
 
     def send(self, payload: bytes, query: str) -> FarSide:
@@ -260,14 +261,14 @@ class GrpcTransport(ChildTransport):
         decode the payload or found it too large, :class:`TransportError` when the call failed, the
         server died or the ``timeout`` deadline passed.
         """
-        self._check_usable()
+        self.check_usable()
         if not self.keep_alive:
             return self._send_alone(payload, query)
         try:
-            conn = self._conns.local.conn
+            conn = self.thread_connections.local.conn
         except AttributeError:
             # This thread's first call, or the first after a failure closed its channel.
-            conn = self._attach(query)
+            conn = self.attach(query)
         try:
             if self.reply == "stream":
                 replies = conn.call(payload, timeout=self.timeout, metadata=self._metadata)
@@ -301,7 +302,7 @@ class GrpcTransport(ChildTransport):
             try:
                 grpc.channel_ready_future(channel).result(timeout=self.timeout)
             except grpc.FutureTimeoutError:
-                raise self._failed(f"cannot connect within {self.timeout:g} s", query) from None
+                raise self.failed(f"cannot connect within {self.timeout:g} s", query) from None
             t1 = perf_counter_ns()
             call = self._method(channel)
             try:
@@ -357,7 +358,7 @@ class GrpcTransport(ChildTransport):
                 "reported by the far side over grpc" if "SERVER" in details else "grpc transport"
             )
             return DecodeError(self.codec_name, f"{details} ({where}; {limit})")
-        return self._failed(f"call failed with {name}: {details}", query)
+        return self.failed(f"call failed with {name}: {details}", query)
 
     def _answer(
         self, payload: bytes, reply: Any, messages: int, parts: tuple[tuple[str, int], ...]
@@ -385,7 +386,7 @@ class GrpcTransport(ChildTransport):
 
     async def aconnect(self) -> None:
         """Make the running loop's channel and wait until it is connected (outside any clock)."""
-        self._check_usable()
+        self.check_usable()
         await self._aio_channel()
 
     async def _aio_channel(self) -> _Channel:
@@ -410,7 +411,7 @@ class GrpcTransport(ChildTransport):
 
     async def asend(self, payload: bytes, query: str) -> FarSide:
         """:meth:`send` from the running event loop, with ``grpc.aio``; same reply, same errors."""
-        self._check_usable()
+        self.check_usable()
         conn = await self._aio_channel()
         try:
             reply = await conn.call(payload, timeout=self.timeout, metadata=self._metadata)
@@ -420,7 +421,7 @@ class GrpcTransport(ChildTransport):
                 raise DecodeError(
                     self.codec_name, f"{exc.details()} (reported by the far side over grpc)"
                 ) from None
-            raise self._failed(f"call failed with {name}: {exc.details()}", query) from None
+            raise self.failed(f"call failed with {name}: {exc.details()}", query) from None
         if not isinstance(reply, bytes):
             raise TransportError(f"grpc transport: reply is {type(reply).__name__}, not bytes")
         prompt, tokens, decode_ns, prompt_ns, decode_cpu, prompt_cpu = decode_reply(reply, "grpc")

@@ -10,7 +10,7 @@ and body sent; status line, headers and body received.
 Threads: each calling thread has its own keep-alive socket (HTTP/1.1 carries
 one request at a time per connection), opened on its first request; the far
 side serves every connection in its own thread. See
-:class:`ragbench.transports._farside.ChildTransport`.
+:class:`ragbench.transports.ChildTransport`.
 
 TLS (``tls = true``): the socket is wrapped with :func:`ragbench.transports.tls.client_context`
 (TLS 1.3, trusting only the certificate made at start); the far side wraps
@@ -24,7 +24,7 @@ TLS handshake) and closes it after the reply; the request carries
 ``Connection: close`` and :attr:`FarSide.connection_ns` splits the set-up
 into ``connect``, ``tls`` and ``first_byte``.
 
-Parameters: see :class:`ragbench.transports._farside.ChildTransport`
+Parameters: see :class:`ragbench.transports.ChildTransport`
 (``host``, ``timeout``, ``startup_timeout``, ``tls``, ``keep_alive``).
 """
 
@@ -80,7 +80,7 @@ class HttpTransport(AsyncPost):
             "keep_alive": self.keep_alive,
         }
 
-    def _open(self) -> _Connection:
+    def open_connection(self) -> _Connection:
         return self._connect()[0]
 
     def _connect(self) -> tuple[_Connection, int, int, int]:
@@ -108,7 +108,7 @@ class HttpTransport(AsyncPost):
         ).encode("latin-1")
         return _Connection(sock, head), t0, t1, t2
 
-    def _close_conn(self, conn: Any) -> None:
+    def close_connection(self, conn: Any) -> None:
         sock = conn.sock
         # shutdown first: it wakes a thread blocked in recv on this socket.
         with contextlib.suppress(OSError):
@@ -124,22 +124,22 @@ class HttpTransport(AsyncPost):
         far side could not decode the payload or found it too large, :class:`TransportError` when
         the server failed, died or did not answer within ``timeout``.
         """
-        self._check_usable()
+        self.check_usable()
         if not self.keep_alive:
             return self._send_alone(payload, query)
         try:
-            conn = self._conns.local.conn
+            conn = self.thread_connections.local.conn
         except AttributeError:
             # This thread's first request, or the first after a failure closed its socket.
-            conn = self._attach(query)
+            conn = self.attach(query)
         request = b"".join((conn.head, str(len(payload)).encode(), b"\r\n\r\n", payload))
         try:
             conn.sock.sendall(request)
             status, reason, body, received = self._read_response(conn)
         except TimeoutError:
-            raise self._failed(f"no reply within {self.timeout:g} s", query) from None
+            raise self.failed(f"no reply within {self.timeout:g} s", query) from None
         except (OSError, ValueError) as exc:
-            raise self._failed(f"request failed: {exc}", query) from None
+            raise self.failed(f"request failed: {exc}", query) from None
         return self._answer(status, reason, body, len(request), received, query, ())
 
     def _send_alone(self, payload: bytes, query: str) -> FarSide:
@@ -147,9 +147,9 @@ class HttpTransport(AsyncPost):
         try:
             conn, t0, t1, t2 = self._connect()
         except TimeoutError:
-            raise self._failed(f"cannot connect within {self.timeout:g} s", query) from None
+            raise self.failed(f"cannot connect within {self.timeout:g} s", query) from None
         except OSError as exc:
-            raise self._failed(f"cannot connect: {exc}", query) from None
+            raise self.failed(f"cannot connect: {exc}", query) from None
         request = b"".join((conn.head, str(len(payload)).encode(), b"\r\n\r\n", payload))
         try:
             t3 = perf_counter_ns()
@@ -161,11 +161,11 @@ class HttpTransport(AsyncPost):
             conn.buf += first
             status, reason, body, received = self._read_response(conn)
         except TimeoutError:
-            raise self._failed(f"no reply within {self.timeout:g} s", query) from None
+            raise self.failed(f"no reply within {self.timeout:g} s", query) from None
         except (OSError, ValueError) as exc:
-            raise self._failed(f"request failed: {exc}", query) from None
+            raise self.failed(f"request failed: {exc}", query) from None
         finally:
-            self._close_conn(conn)
+            self.close_connection(conn)
         parts = [("connect", t1 - t0)]
         if self.tls:
             parts.append(("tls", t2 - t1))
@@ -189,7 +189,7 @@ class HttpTransport(AsyncPost):
                 f"{body[:300].decode('utf-8', 'replace')} (reported by the far side over http)",
             )
         if status != 200:
-            self._disconnect()
+            self.disconnect()
             text = body[:500].decode("utf-8", "replace")
             raise TransportError(
                 f"http transport: far side answered {status} {reason}: {text} "
@@ -239,5 +239,5 @@ class HttpTransport(AsyncPost):
         body = bytes(buf[end + 4 : total])
         del buf[:total]
         if close:
-            self._disconnect()
+            self.disconnect()
         return status, reason, body, total
