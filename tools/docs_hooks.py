@@ -213,6 +213,8 @@ ENVIRONMENT = {
     "source checkout, or `share/ragbench/datasets` of an install)",
     "RAGBENCH_THREADS": "threads each request's library calls may use when neither "
     "`[run] threads` nor `--threads` says (default 1 per request; set-up uses every core)",
+    "RAGBENCH_INDEX_CACHE_MIN_S": "deterministic index builds that take at least this many "
+    "seconds are cached under `$RAGBENCH_CACHE_DIR/indexes/` and loaded next time (default 10)",
     "RAGBENCH_PROGRESS_INTERVAL_S": "seconds between the plain progress lines printed when "
     "stderr is not a terminal (default 10)",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "OTLP collector for `--otel` (default `http://localhost:4318`)",
