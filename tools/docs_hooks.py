@@ -392,8 +392,11 @@ def plot_markdown(page_dir: Path, site_page_dir: Path, args: str) -> str:
     if not files or not name.endswith(".png"):
         raise ValueError("<!-- gen: plot FILE... NAME.png --> needs results files and a .png name")
     PLOTS.append(([page_dir / f for f in files], site_page_dir / name, payload))
-    how = "python bench/transport_settings.py" if payload else "ragbench report"
-    return f'<img src="{name}" alt="{how} {" ".join(files)} --plot {name}">'
+    if payload:
+        return (
+            f'<img src="{name}" alt="python bench/transport_settings.py {" ".join(files)} {name}">'
+        )
+    return f'<img src="{name}" alt="ragbench report {" ".join(files)} --plot {name}">'
 
 
 def draw_plots(plots: list[tuple[list[Path], Path, bool]]) -> None:
