@@ -569,10 +569,29 @@ def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[f"{stage}_p50_us"] = stats.get("p50_us")
             row[f"{stage}_p50_us_ci"] = stats.get("p50_us_ci")
             row[f"{stage}_share"] = stats.get("share")
+        row.update(_part_cells(rec))
         row["simulated"] = ",".join(rec.get("simulated") or [])
         row["caveats"] = "; ".join(rec.get("caveats") or [])
         rows.append(row)
     return rows
+
+
+def _part_cells(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a stage a run record carries, as flat columns (only those it has).
+
+    ``connection_NAME_p50_us`` (a new connection per request: connect, tls, first_byte;
+    grpc's channel), ``retrieve_NAME_p50_us`` (an index behind a client: send, server,
+    decode) and ``rerank_recall`` (a cross-encoder's own k against exact search).
+    """
+    cells: dict[str, Any] = {}
+    for name, stats in (rec.get("connection") or {}).items():
+        cells[f"connection_{name}_p50_us"] = stats.get("p50_us")
+    info = rec.get("info") or {}
+    for name, stats in (info.get("retrieve_parts") or {}).items():
+        cells[f"retrieve_{name}_p50_us"] = stats["p50_ns"] / 1e3
+    if info.get("rerank_recall") is not None:
+        cells["rerank_recall"] = info["rerank_recall"]
+    return cells
 
 
 # ---------------------------------------------------------------- sweeps and scale

@@ -475,3 +475,22 @@ def test_benchmark_json_loses_raw_rounds_keeps_statistics(tmp_path: Path) -> Non
     assert kept["benchmarks"][0]["stats"] == {"median": 2e-6, "rounds": 3}
     table = hooks.bench_markdown(tmp_path, "bench.json")
     assert "| `b.py::t` | 2.00 | 3 | a_over_b 2.50 | a_ns 500 |" in table
+
+
+@pytest.mark.integration  # a child process draws the chart
+def test_payload_plot_marker_draws_transport_against_payload(tmp_path: Path) -> None:
+    """`<!-- gen: plot --payload FILES... x.png -->` draws one chart over every file named."""
+    page = FINDINGS / "2026-12-01-transport-settings.md"
+    files = sorted(a for w, args in _page_markers(page) if w == "plot" for a in args[1:-1])
+    assert len(files) >= 2 and all(a.startswith("data/transport-payload") for a in files)
+    hooks.PLOTS.clear()
+    html = hooks.expand(f"<!-- gen: plot --payload {' '.join(files)} t.png -->", FINDINGS, tmp_path)
+    assert html.startswith('<img src="t.png" alt="python bench/transport_settings.py data/')
+    ((paths, target, payload),) = hooks.PLOTS
+    assert payload and target == tmp_path / "t.png" and len(paths) == len(files)
+    hooks.draw_plots(hooks.PLOTS)
+    hooks.PLOTS.clear()
+    png = target.read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    with pytest.raises(RuntimeError, match="failed"):  # records that do not vary the payload
+        hooks.draw_plots([([FINDINGS / "data" / "compare-pydocs.jsonl"], tmp_path / "n.png", True)])
