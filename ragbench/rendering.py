@@ -553,12 +553,17 @@ def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "total_p99_us": rec["total"].get("p99_us"),
             "total_p99_us_ci": rec["total"].get("p99_us_ci"),
             "recall_at_k": rec.get("recall_at_k"),
+            "recall_p10": rec.get("recall_p10"),
+            "index_build_s": (rec.get("setup_s") or {}).get("index_build"),
             "payload_bytes_p50": rec.get("payload_bytes_p50"),
         }
         for stage, stats in rec["summary"].items():
             row[f"{stage}_p50_us"] = stats.get("p50_us")
             row[f"{stage}_p50_us_ci"] = stats.get("p50_us_ci")
             row[f"{stage}_share"] = stats.get("share")
+        parts = (rec.get("info") or {}).get("retrieve_parts") or {}
+        for part, ns in parts.items():  # an index's own split of its search (pgvector, lancedb)
+            row[f"retrieve_{part}_p50_us"] = ns["p50_ns"] / 1e3
         row["simulated"] = ",".join(rec.get("simulated") or [])
         row["caveats"] = "; ".join(rec.get("caveats") or [])
         rows.append(row)
