@@ -1314,7 +1314,7 @@ def parts_tuple(parts: Any) -> tuple[int, int, int] | None:
     """
     if isinstance(parts, Mapping):
         values = tuple(int(v) for v in parts.values())
-        return values if len(values) == 3 else None  # type: ignore[return-value]
+        return values if len(values) == 3 else None
     return parts  # type: ignore[no-any-return]
 
 
