@@ -540,9 +540,18 @@ def setup_summary(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines + ([built] if built else []))
 
 
+def _retrieve_ratio(rec: Mapping[str, Any], first: Mapping[str, Any]) -> float | None:
+    """``rec``'s retrieve p50 over that of ``first`` (the file's first run on the same dataset)."""
+    mine = (rec["summary"].get("retrieve") or {}).get("p50_us")
+    base = (first["summary"].get("retrieve") or {}).get("p50_us")
+    return mine / base if mine and base else None
+
+
 def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
+    firsts: dict[Any, Mapping[str, Any]] = {}
     for rec in records:
+        first = firsts.setdefault((rec.get("dataset") or {}).get("name"), rec)
         row = {
             "kind": "run",
             "label": rec.get("label"),
@@ -561,6 +570,8 @@ def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[f"{stage}_p50_us"] = stats.get("p50_us")
             row[f"{stage}_p50_us_ci"] = stats.get("p50_us_ci")
             row[f"{stage}_share"] = stats.get("share")
+        # × the first row's retrieve p50 (put the reference index first: --index hnsw,...)
+        row["retrieve_x_first"] = _retrieve_ratio(rec, first)
         parts = (rec.get("info") or {}).get("retrieve_parts") or {}
         for part, ns in parts.items():  # an index's own split of its search (pgvector, lancedb)
             row[f"retrieve_{part}_p50_us"] = ns["p50_ns"] / 1e3

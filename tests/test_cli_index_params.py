@@ -101,3 +101,7 @@ def test_an_embedded_engine_split_reaches_the_record_and_the_md_report(
     assert float(cells[1][cols.index("index_build_s")]) == pytest.approx(
         lance["setup_s"]["index_build"], abs=0.01
     )
+    ratio = cols.index("retrieve_x_first")
+    assert cells[0][ratio] == "1.00"
+    want = lance["summary"]["retrieve"]["p50_us"] / hnsw["summary"]["retrieve"]["p50_us"]
+    assert float(cells[1][ratio].replace(",", "")) == pytest.approx(want, rel=0.01)
