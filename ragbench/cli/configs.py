@@ -55,7 +55,11 @@ def backend_options(fn: F) -> F:
         click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
         re_embed_option(),
         click.option(
-            "--index", "index", help="Comma-separated index backends, e.g. flat,hnsw,lsh."
+            "--index",
+            "index",
+            help="Comma-separated index backends, e.g. flat,hnsw,lsh; that index's own "
+            "parameters after a +, e.g. hnsw+ef=20,lancedb+index_type=ivf_hnsw_sq+nprobes=10 "
+            "(query parameters go to search, others to build; build.KEY/search.KEY to say).",
         ),
         click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),
         click.option("--codec", help="Comma-separated codecs, e.g. json,orjson,protobuf."),
