@@ -211,6 +211,8 @@ ENVIRONMENT = {
     "source checkout, or `share/ragbench/datasets` of an install)",
     "RAGBENCH_THREADS": "threads each request's library calls may use when neither "
     "`[run] threads` nor `--threads` says (default 1 per request; set-up uses every core)",
+    "RAGBENCH_INDEX_CACHE_MIN_S": "a deterministic index build that took at least this many "
+    "seconds is saved in the built-index cache (default 10)",
     "RAGBENCH_PROGRESS_INTERVAL_S": "seconds between the plain progress lines printed when "
     "stderr is not a terminal (default 10)",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "OTLP collector for `--otel` (default `http://localhost:4318`)",
