@@ -42,6 +42,13 @@ AXES = (
 )
 
 
+INDEX_HELP = (
+    "Comma-separated index backends, e.g. flat,hnsw,lsh; that index's own parameters after "
+    "a +, e.g. hnsw+ef=20,lancedb+index_type=ivf_hnsw_sq+nprobes=10 (query parameters go to "
+    "search, others to build; build.KEY/search.KEY to say)."
+)
+
+
 def backend_options(fn: F) -> F:
     """The options of every command that runs configurations side by side."""
     decorators = [
@@ -54,13 +61,7 @@ def backend_options(fn: F) -> F:
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
         click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
         re_embed_option(),
-        click.option(
-            "--index",
-            "index",
-            help="Comma-separated index backends, e.g. flat,hnsw,lsh; that index's own "
-            "parameters after a +, e.g. hnsw+ef=20,lancedb+index_type=ivf_hnsw_sq+nprobes=10 "
-            "(query parameters go to search, others to build; build.KEY/search.KEY to say).",
-        ),
+        click.option("--index", "index", help=INDEX_HELP),
         click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),
         click.option("--codec", help="Comma-separated codecs, e.g. json,orjson,protobuf."),
         click.option(
