@@ -180,6 +180,28 @@ def test_unknown_marker_is_an_error() -> None:
         hooks.expand("text\n<!-- gen: nope -->\n", DOCS)
 
 
+@pytest.mark.integration  # a child process: ragbench report
+def test_reading_keeps_the_notes_between_tables_and_drops_the_later_tables() -> None:
+    """A load report prints its knee lines between its two tables: the reading keeps them."""
+    data = FINDINGS / "data" / "vectordb-load-servers-20k.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "ragbench", "report", str(data)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    kept = hooks.reading_lines(done.stdout)
+    knees = [ln for ln in out if ln.startswith("knee of ")]
+    assert len(knees) == 3 and all(k in kept for k in knees)
+    assert out[-1] in kept  # the lines under the last table too
+    assert not [ln for ln in kept if ln[:1] in "┏┃┡│└"]
+    assert "per-stage p50" not in " ".join(kept)  # the second table's title
+    assert len(kept) < len(out) - 20
+
+
 # ---------------------------------------------------------------- findings
 
 

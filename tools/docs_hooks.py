@@ -367,9 +367,21 @@ def reading_markdown(page_dir: Path, args: str) -> str:
     done = _ragbench("report", *shlex.split(args), cwd=page_dir)
     if done.returncode != 0:
         raise RuntimeError(f"ragbench report {args} failed: {done.stderr.strip()}")
-    lines = done.stdout.rstrip().splitlines()
-    bottom = max(i for i, ln in enumerate(lines) if ln.startswith("└"))
-    return "```text\n" + "\n".join(lines[bottom + 1 :]) + "\n```"
+    return "```text\n" + "\n".join(reading_lines(done.stdout)) + "\n```"
+
+
+def reading_lines(out: str) -> list[str]:
+    """The lines of ``ragbench report`` output under its first table that are not a table:
+    the notes between tables too (a load report's knee lines sit above its per-stage table),
+    without the later tables and their titles."""
+    lines = out.rstrip().splitlines()
+    first = min(i for i, ln in enumerate(lines) if ln.startswith("└"))
+    keep = []
+    for i in range(first + 1, len(lines)):
+        titled = i + 1 < len(lines) and lines[i + 1].startswith("┏")
+        if not titled and not lines[i].startswith(("┏", "┃", "┡", "│", "└", "├")):
+            keep.append(lines[i])
+    return keep
 
 
 #: Charts asked for by the pages being built: (results files, PNG path in the site, payload

@@ -27,7 +27,7 @@ from .options import (
     split_list,
     threads_option,
 )
-from .payloads import PAYLOAD_AXES, payload_axes, set_axis
+from .payloads import PAYLOAD_AXES, index_item, payload_axes, set_axis
 
 __all__ = ["AXES", "backend_options", "configurations", "otel_option", "re_embed_option"]
 
@@ -39,6 +39,13 @@ AXES = (
     ("--rerank", "rerank"),
     ("--codec", "serialize"),
     ("--transport", "transport"),
+)
+
+
+INDEX_HELP = (
+    "Comma-separated index backends, e.g. flat,hnsw,lsh; that index's own parameters after "
+    "a +, e.g. hnsw+ef=20,lancedb+index_type=ivf_hnsw_sq+nprobes=10 (query parameters go to "
+    "search, others to build; build.KEY/search.KEY to say)."
 )
 
 
@@ -54,9 +61,7 @@ def backend_options(fn: F) -> F:
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
         click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
         re_embed_option(),
-        click.option(
-            "--index", "index", help="Comma-separated index backends, e.g. flat,hnsw,lsh."
-        ),
+        click.option("--index", "index", help=INDEX_HELP),
         click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),
         click.option("--codec", help="Comma-separated codecs, e.g. json,orjson,protobuf."),
         click.option(
@@ -206,7 +211,8 @@ def configurations(
 ) -> tuple[list[tuple[dict[str, Any], str | None]], set[str]]:
     """One (config, label) per combination of the comma lists, and the axes that vary.
 
-    Labels name only what varies between rows. Index build/search parameters
+    Labels name only what varies between rows. An ``--index`` item's own
+    parameters (``pgvector+ef=40``) apply to that index only. Index build/search parameters
     given with ``--set retrieve.build.X=...``/``retrieve.search.X=...`` apply
     to every index in the list, so one that an index does not take is refused
     (exit 2, as ``run`` refuses it) when its pipeline is created, before
@@ -244,9 +250,17 @@ def configurations(
                 cfg["retrieve"]["filter_strategy"] = value
                 parts += [str(value)] if len(values) > 1 else []
                 continue
-            if axis == "retrieve" and value != cfg["retrieve"]["backend"] and not opts["config"]:
-                cfg["retrieve"].update(merge({}, given))  # only what --set gave, for every index
-            cfg[axis]["backend"] = value
+            if axis == "retrieve":
+                value_name, own = index_item(str(value))
+                if value_name != cfg["retrieve"]["backend"] and not opts["config"]:
+                    cfg["retrieve"].update(
+                        merge({}, given)
+                    )  # only what --set gave, for every index
+                for sub, kv in own.items():
+                    cfg["retrieve"][sub] = {**cfg["retrieve"][sub], **kv}
+                cfg[axis]["backend"] = value_name
+            else:
+                cfg[axis]["backend"] = value
             parts += [str(value)] if len(values) > 1 else []
         out.append((normalize(cfg), "/".join(parts) if parts else None))
     return out, {axis for axis, values in axes if len(values) > 1}
