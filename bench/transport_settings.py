@@ -3,7 +3,9 @@
 The records come from ``ragbench compare ... --transport http,http+tls=true,grpc+compression=gzip
 --payload-k 10,100,1000 --payload-embeddings without,with --out FILE`` (see docs/transports.md).
 
-Run: ``.venv/bin/python bench/transport_settings.py FILE OUT.png``
+Run: ``.venv/bin/python bench/transport_settings.py FILE... OUT.png`` (the records of every
+file on one chart; the documentation site draws docs/findings' chart this way, through
+``<!-- gen: plot --payload ... -->`` in tools/docs_hooks.py).
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from ragbench.files import replace_bytes
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: transport_settings.py RECORDS.jsonl OUT.png", file=sys.stderr)
+    if len(argv) < 2:
+        print("usage: transport_settings.py RECORDS.jsonl... OUT.png", file=sys.stderr)
         return 2
-    fig = plots.payload_figure(records.read_records(argv[0]))
+    *files, out = argv
+    fig = plots.payload_figure([r for f in files for r in records.read_records(f)])
     buf = io.BytesIO()
     fig.savefig(buf, dpi=100, format="png")
     plots.pyplot().close(fig)
-    replace_bytes(argv[1], buf.getvalue())
-    print(argv[1])
+    replace_bytes(out, buf.getvalue())
+    print(out)
     return 0
 
 

@@ -224,7 +224,7 @@ class RetrieveStage:
         ctx.candidate_ids = ids[0]
         ctx.candidate_scores = scores[0]
         if self._parts is not None:
-            ctx.retrieve_parts = self._parts()
+            ctx.retrieve_parts = parts_tuple(self._parts())
 
 
 class FilteredRetrieveStage:
@@ -261,7 +261,7 @@ class FilteredRetrieveStage:
         allowed = self._masks[ctx.index]
         ids, scores = self._search(query, self._k, filter=allowed, **self._params)
         if self._parts is not None:
-            ctx.retrieve_parts = self._parts()
+            ctx.retrieve_parts = parts_tuple(self._parts())
         ids, scores = ids[0], scores[0]
         keep = ids >= 0
         keep[keep] = allowed[ids[keep]]
@@ -1368,6 +1368,18 @@ class Pipeline:
 
 
 _PARTS = ("send", "server", "decode")  # an index's split of its search (last_parts)
+
+
+def parts_tuple(parts: Any) -> tuple[int, int, int] | None:
+    """An index's ``last_parts()`` as ``(send, server, decode)`` ns.
+
+    pgvector gives the tuple; an embedded engine a mapping of three parts in that
+    order (LanceDB: ``prepare``, ``query``, ``decode`` = before, inside, after the engine).
+    """
+    if isinstance(parts, Mapping):
+        values = tuple(int(v) for v in parts.values())
+        return values if len(values) == 3 else None
+    return parts  # type: ignore[no-any-return]
 
 
 def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) -> dict[str, Any]:

@@ -550,9 +550,18 @@ def setup_summary(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines + ([built] if built else []))
 
 
+def _retrieve_ratio(rec: Mapping[str, Any], first: Mapping[str, Any]) -> float | None:
+    """``rec``'s retrieve p50 over that of ``first`` (the file's first run on the same dataset)."""
+    mine = (rec["summary"].get("retrieve") or {}).get("p50_us")
+    base = (first["summary"].get("retrieve") or {}).get("p50_us")
+    return mine / base if mine and base else None
+
+
 def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
+    firsts: dict[Any, Mapping[str, Any]] = {}
     for rec in records:
+        first = firsts.setdefault((rec.get("dataset") or {}).get("name"), rec)
         row = {
             "kind": "run",
             "label": rec.get("label"),
@@ -563,16 +572,39 @@ def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "total_p99_us": rec["total"].get("p99_us"),
             "total_p99_us_ci": rec["total"].get("p99_us_ci"),
             "recall_at_k": rec.get("recall_at_k"),
+            "recall_p10": rec.get("recall_p10"),
+            "index_build_s": (rec.get("setup_s") or {}).get("index_build"),
             "payload_bytes_p50": rec.get("payload_bytes_p50"),
         }
         for stage, stats in rec["summary"].items():
             row[f"{stage}_p50_us"] = stats.get("p50_us")
             row[f"{stage}_p50_us_ci"] = stats.get("p50_us_ci")
             row[f"{stage}_share"] = stats.get("share")
+        # × the first row's retrieve p50 (put the reference index first: --index hnsw,...)
+        row["retrieve_x_first"] = _retrieve_ratio(rec, first)
+        row.update(_part_cells(rec))
         row["simulated"] = ",".join(rec.get("simulated") or [])
         row["caveats"] = "; ".join(rec.get("caveats") or [])
         rows.append(row)
     return rows
+
+
+def _part_cells(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a stage a run record carries, as flat columns (only those it has).
+
+    ``connection_NAME_p50_us`` (a new connection per request: connect, tls, first_byte;
+    grpc's channel), ``retrieve_NAME_p50_us`` (an index behind a client: send, server,
+    decode) and ``rerank_recall`` (a cross-encoder's own k against exact search).
+    """
+    cells: dict[str, Any] = {}
+    for name, stats in (rec.get("connection") or {}).items():
+        cells[f"connection_{name}_p50_us"] = stats.get("p50_us")
+    info = rec.get("info") or {}
+    for name, stats in (info.get("retrieve_parts") or {}).items():
+        cells[f"retrieve_{name}_p50_us"] = stats["p50_ns"] / 1e3
+    if info.get("rerank_recall") is not None:
+        cells["rerank_recall"] = info["rerank_recall"]
+    return cells
 
 
 # ---------------------------------------------------------------- sweeps and scale

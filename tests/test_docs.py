@@ -180,6 +180,28 @@ def test_unknown_marker_is_an_error() -> None:
         hooks.expand("text\n<!-- gen: nope -->\n", DOCS)
 
 
+@pytest.mark.integration  # a child process: ragbench report
+def test_reading_keeps_the_notes_between_tables_and_drops_the_later_tables() -> None:
+    """A load report prints its knee lines between its two tables: the reading keeps them."""
+    data = FINDINGS / "data" / "vectordb-load-servers-20k.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "ragbench", "report", str(data)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    kept = hooks.reading_lines(done.stdout)
+    knees = [ln for ln in out if ln.startswith("knee of ")]
+    assert len(knees) == 3 and all(k in kept for k in knees)
+    assert out[-1] in kept  # the lines under the last table too
+    assert not [ln for ln in kept if ln[:1] in "┏┃┡│└"]
+    assert "per-stage p50" not in " ".join(kept)  # the second table's title
+    assert len(kept) < len(out) - 20
+
+
 # ---------------------------------------------------------------- findings
 
 
@@ -475,6 +497,25 @@ def test_benchmark_json_loses_raw_rounds_keeps_statistics(tmp_path: Path) -> Non
     assert kept["benchmarks"][0]["stats"] == {"median": 2e-6, "rounds": 3}
     table = hooks.bench_markdown(tmp_path, "bench.json")
     assert "| `b.py::t` | 2.00 | 3 | a_over_b 2.50 | a_ns 500 |" in table
+
+
+@pytest.mark.integration  # a child process draws the chart
+def test_payload_plot_marker_draws_transport_against_payload(tmp_path: Path) -> None:
+    """`<!-- gen: plot --payload FILES... x.png -->` draws one chart over every file named."""
+    page = FINDINGS / "2026-12-01-transport-settings.md"
+    files = sorted(a for w, args in _page_markers(page) if w == "plot" for a in args[1:-1])
+    assert len(files) >= 2 and all(a.startswith("data/transport-payload") for a in files)
+    hooks.PLOTS.clear()
+    html = hooks.expand(f"<!-- gen: plot --payload {' '.join(files)} t.png -->", FINDINGS, tmp_path)
+    assert html.startswith('<img src="t.png" alt="python bench/transport_settings.py data/')
+    ((paths, target, payload),) = hooks.PLOTS
+    assert payload and target == tmp_path / "t.png" and len(paths) == len(files)
+    hooks.draw_plots(hooks.PLOTS)
+    hooks.PLOTS.clear()
+    png = target.read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    with pytest.raises(RuntimeError, match="failed"):  # records that do not vary the payload
+        hooks.draw_plots([([FINDINGS / "data" / "compare-pydocs.jsonl"], tmp_path / "n.png", True)])
 
 
 def test_typed_parameters_reference_has_every_typed_backend() -> None:

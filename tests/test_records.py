@@ -141,3 +141,35 @@ def test_run_rows_carry_interval_bounds_in_every_format(tmp_path: Path) -> None:
     assert "retrieve_p50_us_ci" in row
     header = render([rec], "csv").splitlines()[0]
     assert "total_p50_us_ci" in header
+
+
+def test_run_rows_carry_connection_and_retrieve_parts_as_columns() -> None:
+    """A new connection per request puts connect/first_byte in the md/csv/json rows; a record
+    with retrieve parts (an index behind a client) gets send/server/decode columns."""
+    cfg = {
+        "dataset": {"name": "synthetic", "n": 400, "dim": 8, "n_queries": 10, "seed": 1},
+        "retrieve": {"backend": "flat"},
+        "serialize": {"backend": "json"},
+        "transport": {"backend": "http", "keep_alive": False},
+    }
+    with rb.Pipeline.from_config(cfg) as pipe:
+        rec = pipe.run(queries=8, warmup=1).to_record()
+    (row,) = json.loads(render([rec], "json"))
+    for name in ("connect", "first_byte"):
+        assert row[f"connection_{name}_p50_us"] == rec["connection"][name]["p50_us"]
+    assert 0 < row["connection_connect_p50_us"] < row["transport_p50_us"]
+    assert "connection_connect_p50_us" in render([rec], "md").splitlines()[0]
+    parts = {"send": 2_000, "server": 500_000, "decode": 9_500}
+    split = {
+        **rec,
+        "info": {
+            **rec["info"],
+            "retrieve_parts": {k: {"p50_ns": v, "mean_ns": v} for k, v in parts.items()},
+        },
+    }
+    plain = {**rec, "connection": None}
+    rows = json.loads(render([split, plain], "json"))
+    assert [rows[0][f"retrieve_{k}_p50_us"] for k in parts] == [2.0, 500.0, 9.5]
+    assert "retrieve_send_p50_us" not in rows[1] and "connection_tls_p50_us" not in rows[1]
+    md = render([split, plain], "md").splitlines()
+    assert "retrieve_server_p50_us" in md[0] and md[2].count("|") == md[3].count("|")

@@ -12,6 +12,8 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
     <!-- gen: report data/x.jsonl [ARGS] --> ``ragbench report --format md`` of a committed results file
     <!-- gen: reading data/x.jsonl -->      the reading ``ragbench report`` prints under its table
     <!-- gen: plot data/x.jsonl x.png -->   ``ragbench report --plot`` drawn into the site
+    <!-- gen: plot --payload data/x.jsonl... x.png -->  only transport time against payload bytes
+                                            (``bench/transport_settings.py``, ``compare --payload-k``)
     <!-- gen: bench data/x.json -->         a committed pytest-benchmark JSON: medians and extra_info
     <!-- gen: stats data/x.json -->         ``ragbench datasets --stats ... --format json`` side by side
     <!-- gen: reproduce NAME... -->         the commands.toml commands that wrote data/NAME
@@ -261,8 +263,8 @@ ENVIRONMENT = {
     "source checkout, or `share/ragbench/datasets` of an install)",
     "RAGBENCH_THREADS": "threads each request's library calls may use when neither "
     "`[run] threads` nor `--threads` says (default 1 per request; set-up uses every core)",
-    "RAGBENCH_INDEX_CACHE_MIN_S": "seconds a deterministic index build must take before it is "
-    "saved in the built-index cache under RAGBENCH_CACHE_DIR for the next run (default 10)",
+    "RAGBENCH_INDEX_CACHE_MIN_S": "deterministic index builds that take at least this many "
+    "seconds are cached under `$RAGBENCH_CACHE_DIR/indexes/` and loaded next time (default 10)",
     "RAGBENCH_PROGRESS_INTERVAL_S": "seconds between the plain progress lines printed when "
     "stderr is not a terminal (default 10)",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "OTLP collector for `--otel` (default `http://localhost:4318`)",
@@ -359,10 +361,15 @@ def otel_markdown() -> str:
 
 def _ragbench(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """``python -m ragbench ARGS`` in a child process, importing this checkout's ragbench."""
+    return _python("-m", "ragbench", *args, cwd=cwd)
+
+
+def _python(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a child process, importing this checkout's ragbench."""
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
     return subprocess.run(
-        [sys.executable, "-m", "ragbench", *args],
+        [sys.executable, *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -410,31 +417,60 @@ def reading_markdown(page_dir: Path, args: str) -> str:
     done = _ragbench("report", *shlex.split(args), cwd=page_dir)
     if done.returncode != 0:
         raise RuntimeError(f"ragbench report {args} failed: {done.stderr.strip()}")
-    lines = done.stdout.rstrip().splitlines()
-    bottom = max(i for i, ln in enumerate(lines) if ln.startswith("└"))
-    return "```text\n" + "\n".join(lines[bottom + 1 :]) + "\n```"
+    return "```text\n" + "\n".join(reading_lines(done.stdout)) + "\n```"
 
 
-#: Charts asked for by the pages being built: (results files, PNG path in the site).
-PLOTS: list[tuple[list[Path], Path]] = []
+def reading_lines(out: str) -> list[str]:
+    """The lines of ``ragbench report`` output under its first table that are not a table:
+    the notes between tables too (a load report's knee lines sit above its per-stage table),
+    without the later tables and their titles."""
+    lines = out.rstrip().splitlines()
+    first = min(i for i, ln in enumerate(lines) if ln.startswith("└"))
+    keep = []
+    for i in range(first + 1, len(lines)):
+        titled = i + 1 < len(lines) and lines[i + 1].startswith("┏")
+        if not titled and not lines[i].startswith(("┏", "┃", "┡", "│", "└", "├")):
+            keep.append(lines[i])
+    return keep
+
+
+#: Charts asked for by the pages being built: (results files, PNG path in the site, payload
+#: panel only).
+PLOTS: list[tuple[list[Path], Path, bool]] = []
+
+#: Draws only the transport-against-payload panel of ``compare --payload-k`` records.
+PAYLOAD_PLOT = ROOT / "bench" / "transport_settings.py"
 
 
 def plot_markdown(page_dir: Path, site_page_dir: Path, args: str) -> str:
-    """An ``<img>`` of ``ragbench report FILE... --plot NAME.png``, drawn into the site after the build."""
-    *files, name = shlex.split(args)
+    """An ``<img>`` of ``ragbench report FILE... --plot NAME.png``, drawn into the site after the build.
+
+    With ``--payload`` first, the chart is only transport p50 against payload bytes, one line
+    per transport setting, over every file named (``bench/transport_settings.py``).
+    """
+    words = shlex.split(args)
+    payload = bool(words) and words[0] == "--payload"
+    *files, name = words[1:] if payload else words
     if not files or not name.endswith(".png"):
         raise ValueError("<!-- gen: plot FILE... NAME.png --> needs results files and a .png name")
-    PLOTS.append(([page_dir / f for f in files], site_page_dir / name))
+    PLOTS.append(([page_dir / f for f in files], site_page_dir / name, payload))
+    if payload:
+        return (
+            f'<img src="{name}" alt="python bench/transport_settings.py {" ".join(files)} {name}">'
+        )
     return f'<img src="{name}" alt="ragbench report {" ".join(files)} --plot {name}">'
 
 
-def draw_plots(plots: list[tuple[list[Path], Path]]) -> None:
-    """Run ``ragbench report FILE... --plot PATH`` for every chart a page asked for."""
-    for files, target in plots:
+def draw_plots(plots: list[tuple[list[Path], Path, bool]]) -> None:
+    """Run ``ragbench report FILE... --plot PATH`` (or the payload chart) for every chart asked for."""
+    for files, target, payload in plots:
         target.parent.mkdir(parents=True, exist_ok=True)
-        done = _ragbench("report", *map(str, files), "--plot", str(target))
+        if payload:
+            done = _python(str(PAYLOAD_PLOT), *map(str, files), str(target))
+        else:
+            done = _ragbench("report", *map(str, files), "--plot", str(target))
         if done.returncode != 0 or not target.is_file():
-            raise RuntimeError(f"ragbench report --plot {target} failed: {done.stderr.strip()}")
+            raise RuntimeError(f"the chart {target} failed: {done.stderr.strip()}")
 
 
 def _findings_manifest() -> Any:

@@ -30,7 +30,7 @@ from .options import (
     split_list,
     threads_option,
 )
-from .payloads import PAYLOAD_AXES, payload_axes, set_axis
+from .payloads import PAYLOAD_AXES, index_item, payload_axes, set_axis
 
 __all__ = ["AXES", "backend_options", "configurations", "otel_option", "re_embed_option"]
 
@@ -42,6 +42,13 @@ AXES = (
     ("--rerank", "rerank"),
     ("--codec", "serialize"),
     ("--transport", "transport"),
+)
+
+
+INDEX_HELP = (
+    "Comma-separated index backends, e.g. flat,hnsw,lsh; that index's own parameters after "
+    "a +, e.g. hnsw+ef=20,lancedb+index_type=ivf_hnsw_sq+nprobes=10 (query parameters go to "
+    "search, others to build; build.KEY/search.KEY to say)."
 )
 
 
@@ -57,9 +64,7 @@ def backend_options(fn: F) -> F:
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
         click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
         re_embed_option(),
-        click.option(
-            "--index", "index", help="Comma-separated index backends, e.g. flat,hnsw,lsh."
-        ),
+        click.option("--index", "index", help=INDEX_HELP),
         click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),
         click.option("--codec", help="Comma-separated codecs, e.g. json,orjson,protobuf."),
         click.option(
@@ -209,7 +214,8 @@ def configurations(
 ) -> tuple[list[tuple[Config, str | None]], set[str]]:
     """One (typed config, label) per combination of the comma lists, and the axes that vary.
 
-    Labels name only what varies between rows. Index build/search parameters
+    Labels name only what varies between rows. An ``--index`` item's own
+    parameters (``pgvector+ef=40``) apply to that index only. Index build/search parameters
     given with ``--set retrieve.build.X=...``/``retrieve.search.X=...`` apply
     to every index in the list, so one that an index does not take is refused
     (exit 2, as ``run`` refuses it) when its pipeline is created, before
@@ -265,8 +271,12 @@ def _apply(cfg: dict[str, Any], axis: str, value: Any, given: dict[str, Any] | N
         t["filter"] = {**(t.get("filter") or {}), "selectivity": value}
     elif axis == "filter_strategy":
         t["filter_strategy"] = value
-    else:
-        default = DEFAULTS[table]["backend"]
-        if axis == "retrieve" and given is not None and value != t.get("backend", default):
+    elif axis == "retrieve":  # an item's own parameters (pgvector+ef=40) for that index only
+        name, own = index_item(str(value))
+        if given is not None and name != t.get("backend", DEFAULTS["retrieve"]["backend"]):
             t.update(merge({}, given))  # only what --set gave, for every index
+        for sub, params in own.items():
+            t[sub] = {**(t.get(sub) or {}), **params}
+        t["backend"] = name
+    else:
         t["backend"] = value

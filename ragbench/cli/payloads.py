@@ -6,7 +6,11 @@ carries; ``k_candidates`` is raised to ``k`` where it is lower),
 with_embeddings``, and a ``--transport`` item may carry settings after a
 ``+``: ``grpc+compression=gzip+reply=stream`` is the ``grpc`` backend with
 those ``[transport]`` keys (values read as JSON: ``true``, ``65536``, else
-text), labelled as written.
+text), labelled as written. An ``--index`` item may too:
+``pgvector+ef=40`` or ``lancedb+index_type=ivf_hnsw_sq+nprobes=10`` sets
+that index's own parameters (each key goes to ``search`` when the backend
+takes it per query, else to ``build``; ``build.KEY``/``search.KEY`` says
+which), so engines with different parameters share one interleaved run.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import click
 
 from .options import counts, parse_value, split_list
 
-__all__ = ["PAYLOAD_AXES", "payload_axes", "set_axis", "transport_item"]
+__all__ = ["PAYLOAD_AXES", "index_item", "payload_axes", "set_axis", "transport_item"]
 
 PAYLOAD_AXES = ("payload_k", "payload_embeddings")
 _EMBEDDINGS = {"without": False, "with": True}
@@ -53,6 +57,34 @@ def transport_item(item: str) -> tuple[str, dict[str, Any]]:
         params[key] = parse_value(value)
     if not name:
         raise click.BadParameter(f"no transport name in {item!r}", param_hint="--transport")
+    return name, params
+
+
+def index_item(item: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """``"lancedb+index_type=flat+nprobes=10"`` → ``("lancedb", {"build": {...}, "search": {...}})``.
+
+    A bare key goes to ``search`` if the backend's class lists it among its query
+    parameters, else to ``build`` (the pipeline then refuses a key the index does not take).
+    """
+    name, *settings = item.split("+")
+    params: dict[str, dict[str, Any]] = {"build": {}, "search": {}}
+    if not settings:
+        return name, params
+    from .. import indexes
+
+    query_keys = getattr(indexes.registry.factory(name), "query_defaults", None) or {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        where, dot, bare = key.partition(".")
+        if not dot:
+            where, bare = ("search" if key in query_keys else "build"), key
+        if not sep or not bare or not value or where not in params:
+            raise click.BadParameter(
+                f"expected NAME+KEY=VALUE[+KEY=VALUE...] (KEY or build.KEY or search.KEY), "
+                f"got {item!r}",
+                param_hint="--index",
+            )
+        params[where][bare] = parse_value(value)
     return name, params
 
 

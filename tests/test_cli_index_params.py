@@ -1,0 +1,107 @@
+"""``--index NAME+KEY=VALUE``: per-index parameters in one interleaved ``compare``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragbench.cli import main
+from ragbench.cli.configs import configurations
+from ragbench.cli.pipelines import compare
+
+SYN = ["--dataset", "synthetic", "--n", "2000", "--dim", "32"]
+
+
+def _combos(*argv: str) -> list[tuple[dict, str | None]]:
+    ctx = compare.make_context("compare", list(argv))
+    return configurations(ctx.params, {})[0]
+
+
+def test_keys_go_to_search_or_build_by_the_backend_and_only_to_that_index() -> None:
+    combos = _combos(*SYN, "--index", "hnsw+ef=20+M=8,flat,hnsw+build.seed=3+search.ef=99")
+    assert [label for _, label in combos] == [
+        "hnsw+ef=20+M=8",
+        "flat",
+        "hnsw+build.seed=3+search.ef=99",
+    ]
+    first, second, third = (cfg["retrieve"] for cfg, _ in combos)
+    assert first["backend"] == "hnsw"
+    assert (first["search"], first["build"]) == ({"ef": 20}, {"M": 8})
+    assert (second["backend"], second["search"], second["build"]) == ("flat", {}, {})
+    assert (third["search"], third["build"]) == ({"ef": 99}, {"seed": 3})
+
+
+def test_set_params_still_apply_to_every_index_and_the_item_wins() -> None:
+    combos = _combos(*SYN, "--index", "flat,hnsw+ef=20", "--set", "retrieve.build.seed=5")
+    assert [cfg["retrieve"]["build"] for cfg, _ in combos] == [{"seed": 5}, {"seed": 5}]
+    assert combos[1][0]["retrieve"]["search"] == {"ef": 20}
+
+
+def test_a_compare_runs_each_index_with_its_own_parameters(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "r.jsonl"
+    argv = ["compare", *SYN, "--embed", "hashing", "--index", "hnsw+ef=10,hnsw+ef=200"]
+    code = main(
+        [*argv, "--k-candidates", "10", "--rerank", "none", "--queries", "20", "--out", str(out)]
+    )
+    assert code == 0, capsys.readouterr().err
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["label"] for r in recs] == ["hnsw+ef=10", "hnsw+ef=200"]
+    assert [r["config"]["retrieve"]["search"]["ef"] for r in recs] == [10, 200]
+    assert recs[1]["recall_at_k"] >= recs[0]["recall_at_k"]
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ("hnsw+ef", "expected NAME+KEY=VALUE"),
+        ("hnsw+other.x=1", "expected NAME+KEY=VALUE"),
+        ("hnsw+bogus=1", "bogus"),
+        ("nosuch+ef=1", "nosuch"),
+    ],
+)
+def test_bad_items_are_one_line_and_exit_2(capsys, item: str, needle: str) -> None:
+    code = main(
+        ["compare", *SYN, "--embed", "hashing", "--index", f"flat,{item}", "--queries", "2"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err
+
+
+def test_an_embedded_engine_split_reaches_the_record_and_the_md_report(
+    tmp_path: Path, capsys
+) -> None:
+    """LanceDB's ``last_parts()`` is a mapping: the run used to crash building the record."""
+    out = tmp_path / "r.jsonl"
+    argv = ["compare", *SYN, "--embed", "hashing", "--index", "hnsw,lancedb+nprobes=4"]
+    code = main(
+        [*argv, "--k-candidates", "10", "--rerank", "none", "--queries", "12", "--out", str(out)]
+    )
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    hnsw, lance = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "retrieve_parts" not in hnsw["info"]
+    parts = lance["info"]["retrieve_parts"]
+    assert list(parts) == ["send", "server", "decode"]
+    assert sum(p["p50_ns"] for p in parts.values()) > 0
+    assert main(["report", "--format", "md", str(out)]) == 0
+    head, _, *rows = capsys.readouterr().out.strip().splitlines()
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    for col in ("recall_p10", "index_build_s", "retrieve_send_p50_us", "retrieve_server_p50_us"):
+        assert col in cols
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    at = cols.index("retrieve_server_p50_us")
+    assert cells[0][at] == ""  # hnsw: no split
+    assert float(cells[1][at].replace(",", "")) == pytest.approx(
+        parts["server"]["p50_ns"] / 1e3, rel=0.01
+    )
+    assert float(cells[1][cols.index("index_build_s")]) == pytest.approx(
+        lance["setup_s"]["index_build"], abs=0.01
+    )
+    ratio = cols.index("retrieve_x_first")
+    assert cells[0][ratio] == "1.00"
+    want = lance["summary"]["retrieve"]["p50_us"] / hnsw["summary"]["retrieve"]["p50_us"]
+    assert float(cells[1][ratio].replace(",", "")) == pytest.approx(want, rel=0.01)
