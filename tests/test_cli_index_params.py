@@ -10,13 +10,14 @@ import pytest
 from ragbench.cli import main
 from ragbench.cli.configs import configurations
 from ragbench.cli.pipelines import compare
+from ragbench.errors import ConfigError
 
 SYN = ["--dataset", "synthetic", "--n", "2000", "--dim", "32"]
 
 
 def _combos(*argv: str) -> list[tuple[dict, str | None]]:
     ctx = compare.make_context("compare", list(argv))
-    return configurations(ctx.params, {})[0]
+    return [(cfg.to_dict(), label) for cfg, label in configurations(ctx.params, {})[0]]
 
 
 def test_keys_go_to_search_or_build_by_the_backend_and_only_to_that_index() -> None:
@@ -34,9 +35,12 @@ def test_keys_go_to_search_or_build_by_the_backend_and_only_to_that_index() -> N
 
 
 def test_set_params_still_apply_to_every_index_and_the_item_wins() -> None:
-    combos = _combos(*SYN, "--index", "flat,hnsw+ef=20", "--set", "retrieve.build.seed=5")
+    combos = _combos(*SYN, "--index", "faiss-hnsw,hnsw+ef=20", "--set", "retrieve.build.seed=5")
     assert [cfg["retrieve"]["build"] for cfg, _ in combos] == [{"seed": 5}, {"seed": 5}]
     assert combos[1][0]["retrieve"]["search"] == {"ef": 20}
+    # an index in the list that does not take the parameter is refused, named
+    with pytest.raises(ConfigError, match="retrieve.build: unknown key 'seed' for backend 'flat'"):
+        _combos(*SYN, "--index", "flat,hnsw+ef=20", "--set", "retrieve.build.seed=5")
 
 
 def test_a_compare_runs_each_index_with_its_own_parameters(tmp_path: Path, capsys) -> None:
