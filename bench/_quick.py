@@ -11,7 +11,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 QUICK = os.environ.get("RAGBENCH_BENCH_QUICK", "") not in ("", "0")
 
@@ -45,3 +50,176 @@ def need(module: str, extra: str = "") -> Any:
             pytest.fail(message + " (RAGBENCH_BENCH_REQUIRE_EXTRAS is set)")
         pytest.skip(message, allow_module_level=True)
     return importlib.import_module(module)
+
+
+# ---------------------------------------------------------------- quiet machine
+
+#: A measurement counts when other processes used at most this many cores during it.
+QUIET_CORES = 0.1
+#: ``RAGBENCH_BENCH_REQUIRE_QUIET=1``: a gate with no quiet attempt fails instead of skipping.
+REQUIRE_QUIET = os.environ.get("RAGBENCH_BENCH_REQUIRE_QUIET", "") not in ("", "0")
+#: Per gate: at most this many attempts, and no new one after this many seconds.
+MAX_ATTEMPTS = pick(7, 5)
+GATE_BUDGET_S = float(pick(60, 20))
+#: Whole session: seconds of attempts beyond each gate's first (bounds a busy run's wall time).
+SESSION_EXTRA_S = float(pick(900, 150))
+_TICK = os.sysconf("SC_CLK_TCK")
+_extra_spent = [0.0]
+
+
+def _cpu_by_pid() -> dict[int, float]:
+    """CPU seconds (user + system, all threads) of every process on the machine."""
+    out: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        out[int(name)] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+class Watch:
+    """Cores used during a block by other processes and by ``ours`` (the test and its workers).
+
+    ``others`` (cores, averaged over the block) sums every process on the
+    machine but ``ours`` and this one; processes started and ended inside the
+    block are missed, and so is anything below the VM.
+    """
+
+    def __init__(self, ours: Iterable[int] = ()) -> None:
+        self.ours = set(ours) | {os.getpid()}
+
+    def __enter__(self) -> Watch:
+        self._t = perf_counter()
+        self._cpu = _cpu_by_pid()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = _cpu_by_pid()
+        self.seconds = max(perf_counter() - self._t, 1e-9)
+        used = {p: v - self._cpu.get(p, 0.0) for p, v in after.items()}
+        self.own_s = {p: used.get(p, 0.0) for p in self.ours}
+        self.others = sum(v for p, v in used.items() if p not in self.ours) / self.seconds
+        self.load = _load()
+
+    @property
+    def quiet(self) -> bool:
+        return self.others <= QUIET_CORES
+
+
+@dataclass(frozen=True)
+class Attempt(Generic[T]):
+    """One measurement (``value``: whatever ``measure`` returned) and how busy the machine was."""
+
+    value: T
+    others: float
+    load: str
+    seconds: float
+
+    @property
+    def quiet(self) -> bool:
+        return self.others <= QUIET_CORES
+
+
+def attempts(
+    measure: Callable[[], T],
+    done: Callable[[list[T]], bool] = lambda quiet: bool(quiet),
+    *,
+    max_attempts: int | None = None,
+    budget_s: float | None = None,
+) -> list[Attempt[T]]:
+    """``measure()`` called inside a :class:`Watch` until ``done(quiet values)`` or the budget ends.
+
+    At least one attempt; then more while ``done`` of the quiet attempts'
+    values so far is false, fewer than ``max_attempts`` were taken, the
+    gate's ``budget_s`` is not spent, the next attempt (as long as the
+    last) fits in it, and the session's :data:`SESSION_EXTRA_S` is not spent.
+    """
+    cap = MAX_ATTEMPTS if max_attempts is None else max_attempts
+    budget = GATE_BUDGET_S if budget_s is None else budget_s
+    out: list[Attempt[T]] = []
+    start = perf_counter()
+    while True:
+        t0 = perf_counter()
+        with Watch() as w:
+            value = measure()
+        if out:
+            _extra_spent[0] += perf_counter() - t0
+        out.append(Attempt(value, w.others, w.load, w.seconds))
+        elapsed = perf_counter() - start
+        if done([a.value for a in out if a.quiet]) or len(out) >= cap:
+            return out
+        if elapsed + w.seconds > budget or _extra_spent[0] + w.seconds > SESSION_EXTRA_S:
+            return out
+
+
+def busy(what: str) -> None:
+    """Skip (``machine busy: ...``), or fail with ``RAGBENCH_BENCH_REQUIRE_QUIET=1``."""
+    import pytest
+
+    message = f"machine busy: {what}"
+    if REQUIRE_QUIET:
+        pytest.fail(message + " (RAGBENCH_BENCH_REQUIRE_QUIET is set)")
+    pytest.skip(message)
+
+
+def judge(
+    label: str,
+    runs: list[Attempt[Any]],
+    value: Callable[[Any], float],
+    *,
+    bound: float,
+    higher_is_better: bool,
+    unit: str = "",
+    fmt: str = ".3g",
+) -> float:
+    """Assert ``bound`` on the best quiet attempt's ``value``; every attempt printed.
+
+    Best = the highest value when ``higher_is_better`` (``value >= bound``
+    passes), else the lowest (``value <= bound``). No quiet attempt:
+    :func:`busy`. Returns the judged value.
+    """
+    shown = " ".join(
+        f"{value(a.value):{fmt}}{'' if a.quiet else '*'}(o{a.others:.2f},l{a.load})" for a in runs
+    )
+    op = "≥" if higher_is_better else "≤"
+    print(
+        f"\n[gate] {label}: attempts {shown} (target {op} {bound:{fmt}}{unit}; "
+        f"o: cores other processes used, l: loadavg, * over {QUIET_CORES}: not judged)"
+    )
+    quiet = [value(a.value) for a in runs if a.quiet]
+    if not quiet:
+        busy(
+            f"{label}: no attempt with other processes under {QUIET_CORES} cores "
+            f"(of {len(runs)}: {shown})"
+        )
+    best = max(quiet) if higher_is_better else min(quiet)
+    ok = best >= bound if higher_is_better else best <= bound
+    assert ok, (
+        f"{label}: {best:{fmt}}{unit} on the best of {len(quiet)} quiet attempts, "
+        f"target {op} {bound:{fmt}}{unit} (attempts: {shown})"
+    )
+    return best
+
+
+def met(bound: float, higher_is_better: bool) -> Callable[[float], bool]:
+    """``value -> bool``: the bound as :func:`judge` checks it."""
+    return (lambda v: v >= bound) if higher_is_better else (lambda v: v <= bound)
+
+
+def until_met(*checks: tuple[Callable[[Any], float], float, bool]) -> Callable[[list[Any]], bool]:
+    """A ``done`` for :func:`attempts`: every ``(value, bound, higher_is_better)`` met by some quiet attempt."""
+
+    def done(quiet: list[Any]) -> bool:
+        return all(any(met(b, hib)(value(v)) for v in quiet) for value, b, hib in checks)
+
+    return done

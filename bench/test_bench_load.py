@@ -78,23 +78,19 @@ from __future__ import annotations
 import os
 import statistics
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter, perf_counter_ns
 from typing import Any
 
 import numpy as np
 import pytest
-from _quick import pick
+from _quick import QUIET_CORES, Watch, pick
 
 from ragbench import threads
 from ragbench.pipeline import Pipeline
 from ragbench.traffic import COMPLETED, arrivals, closed_loop, open_loop, summarize, warm
 from ragbench.workers import SPIN_NS, ProcessWorkers, ThreadWorkers
-
-#: A run counts when other processes used at most this many cores during it.
-QUIET_CORES = 0.1
-_TICK = os.sysconf("SC_CLK_TCK")
 
 # ---- dispatch delay
 RATES = (200, 1_000, 2_000, 5_000)
@@ -135,50 +131,6 @@ WARMUP = 20
 
 
 # ---------------------------------------------------------------- the machine
-
-
-def _cpu_by_pid() -> dict[int, float]:
-    """CPU seconds (user + system, all threads) of every process on the machine."""
-    out: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        out[int(name)] = (int(fields[11]) + int(fields[12])) / _TICK
-    return out
-
-
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return f.read().split()[0]
-
-
-class Watch:
-    """Cores used during a block by other processes and by ``ours`` (the test and its workers)."""
-
-    def __init__(self, ours: Iterable[int]) -> None:
-        self.ours = set(ours) | {os.getpid()}
-
-    def __enter__(self) -> Watch:
-        self._t = perf_counter()
-        self._cpu = _cpu_by_pid()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        after = _cpu_by_pid()
-        self.seconds = perf_counter() - self._t
-        used = {p: v - self._cpu.get(p, 0.0) for p, v in after.items()}
-        self.own_s = {p: used.get(p, 0.0) for p in self.ours}
-        self.others = sum(v for p, v in used.items() if p not in self.ours) / self.seconds
-        self.load = _load()
-
-    @property
-    def quiet(self) -> bool:
-        return self.others <= QUIET_CORES
 
 
 def _pids(pool: Any) -> list[int]:
