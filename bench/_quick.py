@@ -181,17 +181,18 @@ def judge(
     higher_is_better: bool,
     unit: str = "",
     fmt: str = ".3g",
+    strict: bool = False,
 ) -> float:
     """Assert ``bound`` on the best quiet attempt's ``value``; every attempt printed.
 
     Best = the highest value when ``higher_is_better`` (``value >= bound``
-    passes), else the lowest (``value <= bound``). No quiet attempt:
-    :func:`busy`. Returns the judged value.
+    passes), else the lowest (``value <= bound``); ``strict``: ``>`` / ``<``.
+    No quiet attempt: :func:`busy`. Returns the judged value.
     """
     shown = " ".join(
         f"{value(a.value):{fmt}}{'' if a.quiet else '*'}(o{a.others:.2f},l{a.load})" for a in runs
     )
-    op = "≥" if higher_is_better else "≤"
+    op = ("≥" if higher_is_better else "≤") if not strict else (">" if higher_is_better else "<")
     print(
         f"\n[gate] {label}: attempts {shown} (target {op} {bound:{fmt}}{unit}; "
         f"o: cores other processes used, l: loadavg, * over {QUIET_CORES}: not judged)"
@@ -203,7 +204,7 @@ def judge(
             f"(of {len(runs)}: {shown})"
         )
     best = max(quiet) if higher_is_better else min(quiet)
-    ok = best >= bound if higher_is_better else best <= bound
+    ok = met(bound, higher_is_better, strict)(best)
     assert ok, (
         f"{label}: {best:{fmt}}{unit} on the best of {len(quiet)} quiet attempts, "
         f"target {op} {bound:{fmt}}{unit} (attempts: {shown})"
@@ -211,8 +212,10 @@ def judge(
     return best
 
 
-def met(bound: float, higher_is_better: bool) -> Callable[[float], bool]:
+def met(bound: float, higher_is_better: bool, strict: bool = False) -> Callable[[float], bool]:
     """``value -> bool``: the bound as :func:`judge` checks it."""
+    if strict:
+        return (lambda v: v > bound) if higher_is_better else (lambda v: v < bound)
     return (lambda v: v >= bound) if higher_is_better else (lambda v: v <= bound)
 
 
