@@ -82,6 +82,27 @@ def _cpu_by_pid() -> dict[int, float]:
     return out
 
 
+def _descendants(root: int) -> set[int]:
+    """Every live process under ``root`` (children, their children...), from ``/proc/<pid>/stat``."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                parent[int(name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    out: set[int] = set()
+    todo = [root]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in out]
+        out.update(kids)
+        todo.extend(kids)
+    return out
+
+
 def _load() -> str:
     with open("/proc/loadavg") as f:
         return f.read().split()[0]
@@ -91,8 +112,10 @@ class Watch:
     """Cores used during a block by other processes and by ``ours`` (the test and its workers).
 
     ``others`` (cores, averaged over the block) sums every process on the
-    machine but ``ours`` and this one; processes started and ended inside the
-    block are missed, and so is anything below the VM.
+    machine but ``ours``, this one and its descendants alive at the end (the
+    servers and workers a gate starts); processes started and ended inside
+    the block are missed (a gate's own short-lived children among them), and
+    so is anything below the VM.
     """
 
     def __init__(self, ours: Iterable[int] = ()) -> None:
@@ -106,6 +129,7 @@ class Watch:
     def __exit__(self, *exc: object) -> None:
         after = _cpu_by_pid()
         self.seconds = max(perf_counter() - self._t, 1e-9)
+        self.ours |= _descendants(os.getpid())
         used = {p: v - self._cpu.get(p, 0.0) for p, v in after.items()}
         self.own_s = {p: used.get(p, 0.0) for p in self.ours}
         self.others = sum(v for p, v in used.items() if p not in self.ours) / self.seconds
