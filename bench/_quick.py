@@ -16,7 +16,7 @@ servers, workers and children are not others). An attempt is *quiet* when
 is not met on a quiet attempt, up to :data:`MAX_ATTEMPTS` and
 :data:`GATE_BUDGET_S` per gate (20 s in quick mode: no attempt is started
 that would end past it), and within :data:`SESSION_EXTRA_S` of repeated
-attempts for the whole session (150 s in quick mode), so a busy run's wall
+attempts for the whole session (60 s in quick mode), so a busy run's wall
 time stays bounded. :func:`judge` prints every attempt with its ``others``
 and the load average, and asserts the gate's bound -- unchanged -- on the
 **best quiet attempt**: each attempt is already a median over interleaved
@@ -88,7 +88,7 @@ REQUIRE_QUIET = os.environ.get("RAGBENCH_BENCH_REQUIRE_QUIET", "") not in ("", "
 MAX_ATTEMPTS = pick(7, 5)
 GATE_BUDGET_S = float(pick(60, 20))
 #: Whole session: seconds of attempts beyond each gate's first (bounds a busy run's wall time).
-SESSION_EXTRA_S = float(pick(900, 150))
+SESSION_EXTRA_S = float(pick(600, 60))
 _TICK = os.sysconf("SC_CLK_TCK")
 _extra_spent = [0.0]
 

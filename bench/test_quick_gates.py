@@ -104,7 +104,7 @@ def test_watch_sees_another_process_and_not_our_children(tmp_path: Path) -> None
         with Watch() as mine:
             _sleep(1.0)
         assert child.pid in mine.ours
-        assert mine.own_s[child.pid] > 0.5
+        assert mine.own_s[child.pid] > 0.05  # its CPU is counted as ours, not as others
     finally:
         child.wait(timeout=10)
 
