@@ -73,14 +73,17 @@ def test_attempts_stop_when_met_and_retry_while_busy(monkeypatch: pytest.MonkeyP
             self.others = next(others)
 
     monkeypatch.setattr(_quick, "Watch", FakeWatch)
+    monkeypatch.setattr(_quick, "_extra_spent", [0.0])  # the session's budget, whatever ran before
     values = iter([1.0, 1.0, 2.5, 1.5, 1.0])
-    runs = attempts(lambda: next(values), until_met((float, 2.0, False)), max_attempts=5)
+    runs = attempts(
+        lambda: next(values), until_met((float, 2.0, False)), max_attempts=5, budget_s=60
+    )
     # two busy (not judged), a quiet miss, then a quiet hit: stop there
     assert [(a.value, a.quiet) for a in runs] == [
         (1.0, False), (1.0, False), (2.5, True), (1.5, True)
     ]  # fmt: skip
     others = iter([BUSY] * 10)
-    capped = attempts(lambda: 0.0, until_met((float, 2.0, False)), max_attempts=3)
+    capped = attempts(lambda: 0.0, until_met((float, 2.0, False)), max_attempts=3, budget_s=60)
     assert len(capped) == 3 and not any(a.quiet for a in capped)
 
 
