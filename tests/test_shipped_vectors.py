@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ragbench import datasets, embedders, progress
-from ragbench._shipped import array_sha256, find_shipped, sidecar_path, write_shipped
+from ragbench.datasets.shipped import array_sha256, find_shipped, sidecar_path, write_shipped
 from ragbench.cli import main
 from ragbench.config import normalize
 from ragbench.errors import ConfigError, DatasetError
