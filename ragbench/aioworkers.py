@@ -82,6 +82,14 @@ from . import threads
 from .config import load_config
 from .errors import ConfigError, RagbenchError, TransportError
 from .pipeline import Pipeline, RequestContext, RequestRecord
+from .pipeline.capabilities import (
+    AwaitableStage,
+    ClosesAsync,
+    ConnectsAsync,
+    CountsAsyncRequests,
+    InstantStage,
+    NamesAsyncClient,
+)
 from .traffic import Traffic
 from .validate import positive_int
 from .workers import (
@@ -207,10 +215,11 @@ def plan(stages: tuple[Any, ...], offload: str) -> list[Segment]:
     """The request path cut into segments: awaited stages alone, runs of CPU stages together."""
     out: list[Segment] = []
     for j, stage in enumerate(stages):
-        if getattr(stage, "awaitable", False):
+        if isinstance(stage, AwaitableStage) and stage.awaitable:
             out.append(Segment(j, j + 1, "await"))
             continue
-        how = "inline" if offload == "none" or getattr(stage, "instant", False) else offload
+        instant = isinstance(stage, InstantStage) and stage.instant
+        how = "inline" if offload == "none" or instant else offload
         if how == "process" and (j > 0 and out[-1].how != "process"):
             how = "thread"  # after an awaited stage the request's state lives here
         if out and out[-1].how == how and how != "await":
@@ -261,9 +270,8 @@ class LoopServer:
             ready = [loop.run_in_executor(self.procs, _pool_ready, 600.0) for _ in range(n)]
             await asyncio.gather(*ready)
         for part in (self.pipe.transport, self.pipe.components.generator):
-            aconnect = getattr(part, "aconnect", None)
-            if aconnect is not None:
-                await aconnect()
+            if isinstance(part, ConnectsAsync):
+                await part.aconnect()
         per_round = self.settings.concurrency
         for r in range(0, self.settings.warmup, per_round):
             n = min(per_round, self.settings.warmup - r)
@@ -308,7 +316,10 @@ class LoopServer:
     def async_requests(self) -> dict[str, int]:
         """Requests the transport's and the generator's async clients carried so far."""
         parts = {"transport": self.pipe.transport, "generator": self.pipe.components.generator}
-        return {k: int(getattr(p, "async_requests", 0)) for k, p in parts.items()}
+        return {
+            k: int(p.async_requests) if isinstance(p, CountsAsyncRequests) else 0
+            for k, p in parts.items()
+        }
 
     def describe(self) -> dict[str, Any]:
         """How each stage runs here, and which async clients the awaited ones use."""
@@ -321,17 +332,15 @@ class LoopServer:
             ("transport", self.pipe.transport),
             ("generate", self.pipe.components.generator),
         ):
-            describe = getattr(part, "async_client", None)
-            if how.get(name) == "await" and describe is not None:
-                clients[name] = describe()
+            if how.get(name) == "await" and isinstance(part, NamesAsyncClient):
+                clients[name] = part.async_client()
         return {"stage_runs": how, "async_clients": clients}
 
     async def close(self) -> None:
         for part in (self.pipe.transport, self.pipe.components.generator):
-            aclose = getattr(part, "aclose", None)
-            if aclose is not None:
+            if isinstance(part, ClosesAsync):
                 with contextlib.suppress(Exception):
-                    await aclose()
+                    await part.aclose()
         if self.threads is not None:
             self.threads.shutdown(wait=True)
         if self.procs is not None:

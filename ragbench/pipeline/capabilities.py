@@ -16,8 +16,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..generators import FirstToken
 from ..transports import FarSide
+from .context import RequestContext
 
 __all__ = [
+    "AwaitableStage",
+    "ClosesAsync",
+    "ConnectsAsync",
+    "CountsAsyncRequests",
+    "InstantStage",
+    "NamesAsyncClient",
     "Cautioned",
     "ChatOrCompletion",
     "ChecksQueryParams",
@@ -140,3 +147,50 @@ class ChatOrCompletion(Protocol):
     """An LLM client calling the chat endpoint (``chat = True``) or the completions one."""
 
     chat: bool
+
+
+# ---- async clients (ragbench.aioworkers serves the stages on an event loop)
+
+
+@runtime_checkable
+class AwaitableStage(Protocol):
+    """A stage that can be awaited (``acall``) when ``awaitable`` says its backend has an async client."""
+
+    awaitable: bool
+
+    async def acall(self, ctx: RequestContext) -> None: ...
+
+
+@runtime_checkable
+class InstantStage(Protocol):
+    """A stage that says whether it does nothing worth moving off an event loop (``instant``)."""
+
+    instant: bool
+
+
+@runtime_checkable
+class ConnectsAsync(Protocol):
+    """A backend whose async client opens its connections on the running loop (``aconnect``)."""
+
+    async def aconnect(self) -> None: ...
+
+
+@runtime_checkable
+class ClosesAsync(Protocol):
+    """A backend whose async client closes on the running loop (``aclose``)."""
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class NamesAsyncClient(Protocol):
+    """A backend that names its async client library (``async_client()``)."""
+
+    def async_client(self) -> str: ...
+
+
+@runtime_checkable
+class CountsAsyncRequests(Protocol):
+    """A backend that counts the requests its async client carried (``async_requests``)."""
+
+    async_requests: int
