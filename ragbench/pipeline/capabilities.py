@@ -16,7 +16,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..generators import FirstToken
 from ..transports import FarSide
-from .context import RequestContext
 
 __all__ = [
     "AwaitableStage",
@@ -154,11 +153,9 @@ class ChatOrCompletion(Protocol):
 
 @runtime_checkable
 class AwaitableStage(Protocol):
-    """A stage that can be awaited (``acall``) when ``awaitable`` says its backend has an async client."""
+    """A stage whose ``awaitable`` says its ``acall(ctx)`` awaits the backend's async client."""
 
     awaitable: bool
-
-    async def acall(self, ctx: RequestContext) -> None: ...
 
 
 @runtime_checkable
