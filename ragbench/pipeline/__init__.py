@@ -493,6 +493,8 @@ class Pipeline:
     def recall(self, records: Sequence[RequestRecord] | None = None) -> np.ndarray:
         """Tie-aware recall@k of each record's final hits against exact search (default: this run's)."""
         recs = self._records if records is None else records
+        if not recs:
+            return np.zeros(0)
         built = self.built
         k = self.config["run"]["k"]
         return samples.recall(recs, k, built.truth, built.embedding, built.metric)
