@@ -56,6 +56,7 @@ from .attributes import QueryFilters
 from .errors import ConfigError
 from .executors import Executor, LocalExecutor, Unit
 from .metrics import recall_at_k, rerank_metric
+from .pipeline.capabilities import CompressedCodes, FilteredSearch
 from .records import Collector, cliff_key, filter_cliffs, new_record
 from .timing import Stats, run_stages
 from .validate import positive_int
@@ -414,11 +415,11 @@ def bytes_fields(index: Any, vectors: np.ndarray, rescore: int | None) -> dict[s
     for the others); ``rescore_bytes_per_vector`` is what re-scoring reads for
     each candidate (``dim`` × the vectors' item size: 4 for float32), 0 without it.
     """
-    code = getattr(index, "code_bytes_per_vector", None)
+    compressed = isinstance(index, CompressedCodes)
     n = max(1, int(index.ntotal))
     return {
         "bytes_per_vector": index.memory_bytes() / n,
-        "code_bytes_per_vector": int(code()) if callable(code) else None,
+        "code_bytes_per_vector": int(index.code_bytes_per_vector()) if compressed else None,
         "rescore_bytes_per_vector": int(vectors.shape[1]) * vectors.itemsize if rescore else 0,
     }
 
@@ -495,7 +496,7 @@ def sweep_unit(
 
 def _usable_strategies(index: Any, wanted: Sequence[str]) -> list[str]:
     """The strategies of ``wanted`` that ``index`` has (``auto`` when it has any)."""
-    has = tuple(getattr(index, "filter_strategies", ()))
+    has = tuple(index.filter_strategies) if isinstance(index, FilteredSearch) else ()
     return [s for s in wanted if s in has or (s == "auto" and has)]
 
 

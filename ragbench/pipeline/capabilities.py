@@ -20,6 +20,7 @@ from ..transports import FarSide
 __all__ = [
     "AwaitableStage",
     "ClosesAsync",
+    "CompressedCodes",
     "ConnectsAsync",
     "CountsAsyncRequests",
     "InstantStage",
@@ -191,3 +192,10 @@ class CountsAsyncRequests(Protocol):
     """A backend that counts the requests its async client carried (``async_requests``)."""
 
     async_requests: int
+
+
+@runtime_checkable
+class CompressedCodes(Protocol):
+    """An index storing compressed codes: their bytes per vector (``code_bytes_per_vector()``)."""
+
+    def code_bytes_per_vector(self) -> int: ...
