@@ -528,6 +528,28 @@ class Pipeline:
             recs = records
         if not recs:
             return 0
+        wall, _ = self.stage_samples(recs)
+        first_token = self.config["generate"]["backend"] != "none"
+        return tracing.export(
+            exporter,
+            self._request_traces(),
+            self._loop_names,
+            recs,
+            wall,
+            self.recall(recs),
+            first_token=first_token,
+        )
+
+    def trace_of(
+        self, rec: RequestRecord, row: np.ndarray, recall: float, llm: bool
+    ) -> dict[str, Any]:
+        """One request's trace as :meth:`export_traces` sends it: ``attributes``,
+        ``stage_attributes`` and the ``inner`` spans nested in a stage (``row``: its int64
+        per-stage ns; ``llm``: whether the generate stage is an LLM call)."""
+        return self._request_traces().of(rec, row, recall, llm)
+
+    def _request_traces(self) -> tracing.RequestTraces:
+        """What every request's trace shares, made once after set-up."""
         if self._traces is None:
             self._traces = tracing.RequestTraces(
                 self.config,
@@ -537,17 +559,7 @@ class Pipeline:
                 simulated=self.simulated,
                 caveats=self.caveats,
             )
-        wall, _ = self.stage_samples(recs)
-        first_token = self.config["generate"]["backend"] != "none"
-        return tracing.export(
-            exporter,
-            self._traces,
-            self._loop_names,
-            recs,
-            wall,
-            self.recall(recs),
-            first_token=first_token,
-        )
+        return self._traces
 
     def close(self) -> None:
         """Stop every server this pipeline started and restore the thread setting (idempotent)."""
