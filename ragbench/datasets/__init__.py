@@ -56,3 +56,11 @@ __all__ = [
     "spec_table",
     "synthetic",
 ]
+
+# The public names say they belong to the package, as they did before it was split into
+# modules (``ragbench.datasets.load.__module__``; pickles and reprs name the public path).
+for _name in __all__:
+    _obj = globals()[_name]
+    if callable(_obj) and _obj.__module__.startswith(__name__ + "."):
+        _obj.__module__ = __name__
+del _name, _obj
