@@ -32,7 +32,6 @@ import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
-from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
@@ -42,13 +41,12 @@ from .. import threads
 from ..config import load_config
 from ..datasets import Dataset
 from ..errors import ConfigError, GeneratorError, NotBuiltError, RagbenchError, TransportError
-from ..files import check_writable
 from ..otel import TraceExporter, check_available
 from ..report import Report
 from ..timing import SetupTimes, run_stages, run_stages_cpu
 from ..transports import Transport
 from . import samples, tracing
-from .build import Built, build, load_index
+from .build import Built, build, check_index_file, load_index
 from .cache import CacheStage, LruTtlCache
 from .capabilities import InProcess
 from .context import NO_IDS, STAGES, RequestContext, RequestRecord
@@ -148,7 +146,8 @@ class Pipeline:
         self._cache: LruTtlCache | None = None
         self._filter_specs: Sequence[Any] | None = None
         self._ready = False
-        self._check_index_file()
+        # checked now, before any data is loaded or embedded: a bad path fails in a second
+        check_index_file(self.config["retrieve"]["index_file"])
         run = self.config["run"]
         samples.check_record_memory(run["queries"], run["repeat"])
         self._otel = otel
@@ -156,21 +155,6 @@ class Pipeline:
         self._traces: tracing.RequestTraces | None = None
         if otel is None and self.config["run"]["otel"]:
             check_available()  # a missing extra fails now, like any bad config
-
-    def _check_index_file(self) -> None:
-        """A ``[retrieve] index_file`` to write must be writable, one to read a regular file.
-
-        Checked when the pipeline is created, before any data is loaded or
-        embedded, so a bad path fails in a second, not after the build.
-        """
-        path = self.config["retrieve"]["index_file"]
-        if path is None:
-            return
-        if Path(path).exists():
-            if not Path(path).is_file():
-                raise ConfigError(f"[retrieve] index_file {path}: not a regular file")
-        else:
-            check_writable(path, "[retrieve] index_file")
 
     @classmethod
     def from_config(cls, config: str | PathLike[str] | Mapping[str, Any], **kw: Any) -> Pipeline:

@@ -23,6 +23,7 @@ from ..attributes import QueryFilters
 from ..config import backend_params
 from ..datasets import Dataset
 from ..errors import ConfigError, IndexFileError, KTooLargeError, RagbenchError
+from ..files import check_writable
 from ..generators import Generator
 from ..indexes import Index
 from ..metrics import rerank_metric
@@ -52,7 +53,7 @@ from .stages import (
     TruncateStage,
 )
 
-__all__ = ["Built", "build", "load_index"]
+__all__ = ["Built", "build", "check_index_file", "load_index"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -361,6 +362,17 @@ def _precomputed(ds: Dataset, params: dict[str, Any]) -> Embedding:
         **params,
     )
     return Embedding("precomputed", params, embedder, ds.vectors, ds.query_vectors_precomputed)
+
+
+def check_index_file(path: str | None) -> None:
+    """A ``[retrieve] index_file`` to write must be writable, one to read a regular file."""
+    if path is None:
+        return
+    if Path(path).exists():
+        if not Path(path).is_file():
+            raise ConfigError(f"[retrieve] index_file {path}: not a regular file")
+    else:
+        check_writable(path, "[retrieve] index_file")
 
 
 def load_index(path: str, like: Index, data: Any, source: str) -> Index:
