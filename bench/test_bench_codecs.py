@@ -48,11 +48,12 @@ import msgspec
 import numpy as np
 import orjson
 import pytest
+from _quick import pick
 
 import ragbench as rb
 from ragbench.codecs._common import WireHit, WireResult
 
-ROUNDS = 300
+ROUNDS = pick(300, 60)
 CODECS = ["json", "orjson", "msgspec-json", "msgpack", "protobuf"]
 
 
@@ -299,7 +300,7 @@ def test_protobuf_vs_best_json(tables, with_emb: bool) -> None:
 
     The time ratio is a finding, not a target (PERF.md): from Python objects, upb's per-field
     crossings cost more than msgspec building the whole tree in one C call; the per-shape lower
-    bound tests hold the codec to what Protobuf itself allows (docs/json-or-protobuf.md).
+    bound tests hold the codec to what Protobuf itself allows (docs/findings/2026-11-30-json-or-protobuf.md).
     """
     t = tables[(10, with_emb)]
     best = min(("json", "orjson", "msgspec-json"), key=lambda n: t[n]["e2e"])
@@ -535,7 +536,7 @@ def test_protobuf_columnar_lower_bound(benchmark, with_emb: bool) -> None:
     benchmark.pedantic(_columnar_steps(result)["parse+read"], rounds=200, iterations=1)
 
 
-# --- payload shapes: every codec x shape, for docs/json-or-protobuf.md ------------------
+# --- payload shapes: every codec x shape, for docs/findings/2026-11-30-json-or-protobuf.md ------------------
 
 SHAPE_CODECS = ["protobuf", "msgspec-json", "msgpack", "orjson", "json"]
 
@@ -588,7 +589,7 @@ def render_shapes(title: str, table: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def shape_tables(rounds: int = 200) -> dict[tuple[int, ...], dict[str, dict[str, float]]]:
+def shape_tables(rounds: int = pick(200, 40)) -> dict[tuple[int, ...], dict[str, dict[str, float]]]:
     out = {}
     for n_hits in (10, 100):
         for with_emb in (False, True):
@@ -603,7 +604,7 @@ def shape_tables(rounds: int = 200) -> dict[tuple[int, ...], dict[str, dict[str,
 
 
 def test_payload_shapes() -> None:
-    """Every codec x shape side by side (the tables of docs/json-or-protobuf.md), and the
+    """Every codec x shape side by side (the tables of docs/findings/2026-11-30-json-or-protobuf.md), and the
     claim the page makes from them: with 100 hits carrying 384-d embeddings, the columnar
     protobuf message is cheaper end to end than the row one."""
     tables = shape_tables()

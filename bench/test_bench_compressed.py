@@ -34,13 +34,14 @@ from time import perf_counter_ns
 import faiss
 import numpy as np
 import pytest
+from _quick import env_n, pick
 
 import ragbench as rb
 from ragbench import threads
 from ragbench.datasets import brute_force_neighbors
 
-N = int(os.environ.get("RAGBENCH_BENCH_N", "100000"))
-DIM, N_QUERIES, K, CANDIDATES = 384, 200, 10, 100
+N = env_n("RAGBENCH_BENCH_N", 100_000, 20_000)
+DIM, N_QUERIES, K, CANDIDATES = 384, pick(200, 100), 10, 100
 SEED = 20240601
 TARGET = 1.1
 CASES = {
@@ -121,7 +122,7 @@ def test_rescore_vs_faiss_refine(benchmark, data, name: str) -> None:
     r_theirs = recall(np.stack([theirs(q) for q in rows]), truth)
     ratios, us_ours, us_theirs = [], [], []
     for _ in range(3):
-        med = _interleaved([ours, theirs], rows, rounds=20)
+        med = _interleaved([ours, theirs], rows, rounds=pick(20, 8))
         ratios.append(float(np.median(med[0] / med[1])))
         us_ours.append(float(np.median(med[0])) / 1e3)
         us_theirs.append(float(np.median(med[1])) / 1e3)

@@ -27,17 +27,17 @@ Run (about 2 minutes on 2 cores)::
 
 from __future__ import annotations
 
-import os
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 import pytest
+from _quick import env_n, pick
 
 import ragbench as rb
 from ragbench import threads
 
-N = int(os.environ.get("RAGBENCH_BENCH_FILTER_N", "20000"))
+N = env_n("RAGBENCH_BENCH_FILTER_N", 20_000, 5_000)
 DIM, NQ, K = 128, 200, 10
 SELECTIVITIES = (0.01, 0.1, 0.5)
 BACKENDS = ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh")
@@ -82,7 +82,9 @@ def built(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _alternate(q: np.ndarray, calls: dict[str, Any], rounds: int = 4) -> dict[str, np.ndarray]:
+def _alternate(
+    q: np.ndarray, calls: dict[str, Any], rounds: int = pick(4, 2)
+) -> dict[str, np.ndarray]:
     """Per-query best ns of each call over ``rounds``, calls alternating query by query.
 
     The minimum, not the median: on 2 cores shared with other work, a call
@@ -240,7 +242,7 @@ def test_gate_cost(benchmark: Any, data: dict[str, Any]) -> None:
     try:
         for call in calls.values():
             call(q[:1])
-        t = _alternate(q, calls, rounds=8)
+        t = _alternate(q, calls, rounds=pick(8, 4))
     finally:
         threads.set_threads(before)
     added = float(np.median(t["search"] - t["body"]))

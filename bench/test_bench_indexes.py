@@ -43,6 +43,7 @@ from time import perf_counter_ns
 
 import numpy as np
 import pytest
+from _quick import env_n, pick
 
 import ragbench as rb
 from ragbench import threads
@@ -50,8 +51,8 @@ from ragbench.datasets import brute_force_neighbors
 
 # RAGBENCH_BENCH_N shrinks the corpus for a quick look (the figures then do
 # not compare with PERF.md).
-N = int(os.environ.get("RAGBENCH_BENCH_N", "100000"))
-DIM, N_QUERIES, K = 384, 500, 10
+N = env_n("RAGBENCH_BENCH_N", 100_000, 20_000)
+DIM, N_QUERIES, K = 384, pick(500, 200), 10
 SEED = 20240601
 
 # PERF.md reference: (recall, p50 µs) per ef, plain library calls, same shape of data.
@@ -271,7 +272,11 @@ def test_wrapper_overhead_single(benchmark, data, built, name) -> None:
             wrapper(row), [raw(row) for raw in raws.values()]
         m = 2
         big = _single_figures(
-            wrapper, raws, rows, rounds=m * (6 if name == "flat" else 24), repeats=3
+            wrapper,
+            raws,
+            rows,
+            rounds=m * (pick(6, 2) if name == "flat" else pick(24, 8)),
+            repeats=3,
         )
 
         # Fixed cost on a small index at ef=16 (search ~15 µs), where 1 µs is visible.
@@ -282,7 +287,7 @@ def test_wrapper_overhead_single(benchmark, data, built, name) -> None:
         sw, srs = _wrapper_single(small, 16), _raw_single(small, 16)
         for row in small_rows[:50]:
             sw(row), [raw(row) for raw in srs.values()]
-        fixed = _single_figures(sw, srs, small_rows, rounds=m * 12, repeats=3)
+        fixed = _single_figures(sw, srs, small_rows, rounds=m * pick(12, 6), repeats=3)
     finally:
         threads.set_threads(before)
     ref = _REFERENCE_RAW[name]
@@ -352,7 +357,7 @@ def test_wrapper_overhead_batch(benchmark, data, built, name) -> None:
     # (a few % faster), so a plain median of per-pair ratios is bimodal and
     # lands anywhere between the modes: the ratio is the geometric mean of
     # the medians for each order, which cancels the order effect.
-    pairs = 80
+    pairs = pick(80, 20)
     ratios, w_all, r_all = [], [], []
     first: list[np.ndarray] = []  # per-pair ratios, wrapper run first
     second: list[np.ndarray] = []  # raw run first

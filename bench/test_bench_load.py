@@ -85,6 +85,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _quick import pick
 
 from ragbench import threads
 from ragbench.pipeline import Pipeline
@@ -102,7 +103,7 @@ COUNTS = {200: 600, 1_000: 1_000, 2_000: 2_000, 5_000: 5_000}
 DELAY_WORKERS = 2
 DELAY_TARGET_US = 200.0
 DELAY_RUNS = 3  # quiet runs per (pool, rate) needed to judge it (median of their p99s)
-DELAY_BUDGET_S = 75.0  # then judge what was measured
+DELAY_BUDGET_S = float(pick(75, 15))  # then judge what was measured
 #: (pool, rate) printed but not asserted, and why (see the module docstring)
 NOT_ASSERTED = {
     ("process", 200): "process workers' wake-ups after a long sleep are late by p99 0.6-1.2 ms here"
@@ -118,7 +119,7 @@ TINY = {
 
 # ---- scaling
 BIG = {
-    "dataset": {"name": "synthetic", "n": 100_000, "dim": 384, "seed": 0},
+    "dataset": {"name": "synthetic", "n": pick(100_000, 10_000), "dim": 384, "seed": 0},
     "run": {"k": 10, "k_candidates": 100, "cpu_time": True},
     "retrieve": {"backend": "hnsw"},
     "rerank": {"backend": "numba"},
@@ -126,10 +127,10 @@ BIG = {
     "transport": {"backend": "inproc"},
 }
 SCALING_TARGET = 1.6
-WINDOW_S = 2.0  # closed-loop duration of one run
+WINDOW_S = float(pick(2, 1))  # closed-loop duration of one run
 SCALING_RUNS = 3  # quiet runs wanted per pool
 SCALING_MIN_RUNS = 2  # needed to judge a ratio (medians of the quiet runs)
-SCALING_BUDGET_S = 40.0
+SCALING_BUDGET_S = float(pick(40, 12))
 WARMUP = 20
 
 
@@ -588,7 +589,7 @@ OVERLOAD = {
 }
 OVERLOAD_FACTOR = 50
 OVERLOAD_S = 2.0
-OVERLOAD_ROUNDS = 3
+OVERLOAD_ROUNDS = pick(3, 1)
 OVERLOAD_TARGET = 0.9
 
 

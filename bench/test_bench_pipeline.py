@@ -23,13 +23,14 @@ from collections.abc import Callable
 from time import perf_counter_ns
 
 import numpy as np
+from _quick import need, pick
 
 from ragbench.pipeline import Pipeline, RequestContext, RequestRecord
 from ragbench.timing import run_stages, run_stages_cpu
 
 N_STAGES = 9
-REPEATS = 2000
-ROUNDS = 31
+REPEATS = pick(2000, 500)
+ROUNDS = pick(31, 11)
 PER_STAGE_TARGET_NS = 200
 PER_REQUEST_TARGET_NS = 3000
 CPU_TIME_PER_STAGE_TARGET_NS = 1200
@@ -156,9 +157,8 @@ def test_otel_export_cost(benchmark) -> None:
     Neither runs inside a timed request: ``Pipeline.request`` with an
     exporter attached calls it zero times and costs what it costs without.
     """
-    import pytest
 
-    pytest.importorskip("opentelemetry.sdk.trace", reason="needs ragbench[otel]")
+    need("opentelemetry.sdk.trace", "otel")
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     from ragbench.otel import TraceExporter

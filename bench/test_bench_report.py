@@ -20,6 +20,8 @@ import random
 from pathlib import Path
 from time import perf_counter
 
+from _quick import pick
+
 from ragbench.cli import main
 from ragbench.records import new_record
 
@@ -51,16 +53,21 @@ def _seconds(*argv: str) -> float:
 
 
 def test_report_and_diff_are_linear(tmp_path: Path) -> None:
-    small, large = _write(tmp_path / "8k.jsonl", 8_000), _write(tmp_path / "30k.jsonl", 30_000)
+    # quick mode: the same size ratios (3.75x, 4x) at half the sizes
+    s = pick(2, 1)
+    small, large = (
+        _write(tmp_path / "8k.jsonl", 4_000 * s),
+        _write(tmp_path / "30k.jsonl", 15_000 * s),
+    )
     report_small, report_large = _seconds("report", str(small)), _seconds("report", str(large))
-    d_small, d_large = _write(tmp_path / "2k.jsonl", 2_000), small
+    d_small, d_large = _write(tmp_path / "2k.jsonl", 1_000 * s), small
     diff_small = _seconds("diff", str(d_small), str(d_small))
     diff_large = _seconds("diff", str(d_large), str(d_large))
     report_ratio, diff_ratio = report_large / report_small, diff_large / diff_small
     print(
-        f"\nreport: 8k records {report_small:.2f} s, 30k {report_large:.2f} s "
+        f"\nreport: {4 * s}k records {report_small:.2f} s, {15 * s}k {report_large:.2f} s "
         f"(ratio {report_ratio:.2f}x, linear 3.75x); "
-        f"diff: 2k {diff_small:.2f} s, 8k {diff_large:.2f} s (ratio {diff_ratio:.2f}x, linear 4x)"
+        f"diff: {s}k {diff_small:.2f} s, {4 * s}k {diff_large:.2f} s (ratio {diff_ratio:.2f}x, linear 4x)"
     )
     assert report_ratio <= 6.0
     assert diff_ratio <= 6.0

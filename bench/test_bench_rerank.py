@@ -65,20 +65,26 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _quick import need, pick
 
 import ragbench as rb
 from ragbench.rerankers._kernels import prefetch_row
 from ragbench.rerankers.numba_reranker import DEFAULT_PARALLEL_THRESHOLD
 from ragbench.threads import get_threads
 
-numba = pytest.importorskip("numba")
+numba = need("numba")
 
 BASE_ROWS = 100_000
 DIM = 384
 K = 10
 SIZES = (100, 1_000, 10_000, 100_000)
 # Rounds per size: enough for stable medians, bounded so the file runs in minutes.
-ROUNDS = {100: 2_000, 1_000: 600, 10_000: 120, 100_000: 30}
+ROUNDS = {
+    100: pick(2_000, 500),
+    1_000: pick(600, 150),
+    10_000: pick(120, 40),
+    100_000: pick(30, 10),
+}
 PYTHON_MAX = 10_000  # the Python sort at 100k costs seconds per round
 
 _FASTMATH = {"reassoc", "contract"}
@@ -100,7 +106,7 @@ CARRIES = {
 # Mixed work: a query encoder layer's projection, (64 tokens, 384) @ (384, 384).
 MIXED_N = 10_000
 MATMUL_SHAPES = ((64, DIM), (DIM, DIM))
-MIXED_ROUNDS = 150
+MIXED_ROUNDS = pick(150, 40)
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH)

@@ -27,15 +27,15 @@ from collections.abc import Callable
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
 
-import pytest
+from _quick import need, pick
 
 from ragbench.timing import Background, StageTimer
 
 STAGES = ["embed", "retrieve", "rerank", "generate"]
 HANDLE_TARGET_NS = 200
 MARGIN = 2.0
-REPEATS = 2000
-ROUNDS = 31
+REPEATS = pick(2000, 500)
+ROUNDS = pick(31, 11)
 
 
 def _interleaved(
@@ -165,7 +165,7 @@ def _drive(app: Any, timer: StageTimer | None, n: int) -> Callable[[], None]:
 
 
 def test_middleware_overhead(benchmark: Any) -> None:
-    pytest.importorskip("starlette")
+    need("starlette", "serve")
     from ragbench.middleware import TimingMiddleware
 
     n = 200
@@ -224,7 +224,7 @@ def test_middleware_overhead(benchmark: Any) -> None:
 
 
 def test_stage_histogram_cost(benchmark: Any) -> None:
-    prometheus_client = pytest.importorskip("prometheus_client")
+    prometheus_client = need("prometheus_client", "serve")
     from ragbench.middleware import StageHistogram
 
     histogram = StageHistogram(registry=prometheus_client.CollectorRegistry())
@@ -236,7 +236,7 @@ def test_stage_histogram_cost(benchmark: Any) -> None:
 
 
 def _loop_service(offload: bool) -> Any:
-    """The shape of docs/timing.md's service: a CPU embed stage, then an awaited LLM call; and a health check."""
+    """The shape of docs/getting-started/timing-your-service.md's service: a CPU embed stage, then an awaited LLM call; and a health check."""
     import numpy as np
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
@@ -274,11 +274,11 @@ def _loop_service(offload: bool) -> Any:
 
 def test_cpu_stage_on_the_event_loop(benchmark: Any) -> None:
     """Report: 50 requests at once, the CPU stage called in ``async def`` vs ``asyncio.to_thread``."""
-    httpx = pytest.importorskip("httpx")
-    pytest.importorskip("starlette")
+    httpx = need("httpx", "serve")
+    need("starlette", "serve")
     from ragbench.threads import set_threads
 
-    set_threads(1)  # one BLAS thread per call, as docs/timing.md's service
+    set_threads(1)  # one BLAS thread per call, as the service of timing-your-service.md
 
     async def run(offload: bool) -> dict[str, float]:
         app, timer = _loop_service(offload)

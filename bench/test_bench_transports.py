@@ -7,6 +7,9 @@ own decode and prompt times) and the far side's work, per codec, for a
 10-chunk payload of ~1 KB chunks with 3 metadata entries. Interleaved, medians.
 
 Run: ``.venv/bin/pytest bench/test_bench_transports.py --benchmark-only -s``
+
+``test_tls_and_gzip_ratios`` puts TLS beside plaintext, HTTP/2 beside HTTP/1.1 and gzip
+beside no compression, interleaved, at two payload sizes, and prints the ratios.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import statistics
 from time import perf_counter_ns
 
 import pytest
+from _quick import pick
 
 import ragbench as rb
 from ragbench.testing import sample_result
 
 TRANSPORTS = ("inproc", "http", "grpc", "asgi")
 CODECS = ("orjson", "msgpack", "protobuf")
-ROUNDS = 400
+ROUNDS = pick(400, 100)
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +78,67 @@ def test_transport_round_trips(benchmark, started) -> None:
     benchmark(pb.send, payloads["protobuf"], result.query)
     for key in keys:
         assert nbytes[key] >= len(payloads[key[1]])  # at least the payload crossed
+
+
+# ----------------------------------------------------------------- settings, side by side
+
+SETTINGS = {
+    "http": ("http", {}),
+    "http+tls": ("http", {"tls": True}),
+    "asgi": ("asgi", {}),
+    "asgi+tls": ("asgi", {"tls": True}),
+    "asgi+h2+tls": ("asgi", {"tls": True, "http2": True}),
+    "grpc": ("grpc", {}),
+    "grpc+tls": ("grpc", {"tls": True}),
+    "grpc+gzip": ("grpc", {"compression": "gzip"}),
+}
+SIZES = {"k=10": 10, "k=100": 100}
+SETTING_ROUNDS = 200
+
+
+def test_tls_and_gzip_ratios(benchmark) -> None:
+    """TLS vs plaintext and gzip vs none, each pair interleaved request by request.
+
+    Reports the median round-trip ratios per payload size; asserts only loose
+    sanity bounds (a TLS or gzip exchange is neither free nor 100x the plain one).
+    """
+    made = {}
+    try:
+        for key, (kind, params) in SETTINGS.items():
+            tr = rb.transports.create(kind, **params)
+            tr.start("protobuf", {}, {"max_tokens": 100_000})
+            made[key] = tr
+        codec = rb.codecs.create("protobuf")
+        results = {
+            s: sample_result(n_hits=n, text_bytes=1000, metadata=3) for s, n in SIZES.items()
+        }
+        payloads = {s: codec.encode(r) for s, r in results.items()}
+        rtt: dict[tuple[str, str], list[int]] = {(k, s): [] for k in made for s in SIZES}
+        keys = list(rtt)
+        for r in range(SETTING_ROUNDS):
+            for key in keys if r % 2 == 0 else keys[::-1]:
+                setting, size = key
+                t0 = perf_counter_ns()
+                made[setting].send(payloads[size], results[size].query)
+                rtt[key].append(perf_counter_ns() - t0)
+        med = {k: statistics.median(v) for k, v in rtt.items()}
+        pairs = [
+            ("http+tls", "http"),
+            ("asgi+tls", "asgi"),
+            ("asgi+h2+tls", "asgi+tls"),
+            ("grpc+tls", "grpc"),
+            ("grpc+gzip", "grpc"),
+        ]
+        print(f"\n{'pair':26} " + " ".join(f"{s + ' ×':>10}" for s in SIZES))
+        for a, b in pairs:
+            ratios = [med[(a, s)] / med[(b, s)] for s in SIZES]
+            print(f"{a + ' / ' + b:26} " + " ".join(f"{x:10.2f}" for x in ratios))
+            for s, x in zip(SIZES, ratios, strict=True):
+                benchmark.extra_info[f"{a}/{b}/{s}"] = x
+                assert 0.3 < x < 100, (a, b, s, x)
+        for key, v in med.items():
+            benchmark.extra_info[f"{key[0]}/{key[1]}/p50_us"] = v / 1e3
+        benchmark(made["http+tls"].send, payloads["k=10"], results["k=10"].query)
+    finally:
+        for tr in made.values():
+            tr.close()

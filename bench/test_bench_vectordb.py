@@ -14,7 +14,15 @@ with the ids and scores read off the returned points into numpy arrays
 writes). Qdrant's bare call with the ids and scores left as Python lists is
 measured too and printed (the two list-to-array conversions cost ~3-5 µs on
 the caches a graph walk leaves cold, ~5 % of a 95 µs search), not asserted.
-Both run on the library object inside the wrapper.
+``lancedb`` (a LanceDB table, ``index_type="ivf_hnsw_sq"`` with 4 partitions,
+searched with ``nprobes=4``, ``ef=40``) against LanceDB's own query builder,
+``table.search(q).distance_type("dot").select(["id", "_distance"]).limit(K)
+.nprobes(4).ef(40).to_arrow()`` and the two columns' ``to_numpy()``;
+``chroma`` (``ef_search=40`` at creation) against ``collection.query(
+query_embeddings=q, n_results=K, include=["distances"])`` with the ids and
+distances made numpy arrays. Those two are asserted at ≤ 1.25× (the ratio is
+printed beside the 1.05 target).
+All run on the library object inside the wrapper.
 
 Calls alternate wrapper/raw call by call over different rows (in round ``r``
 row ``i`` goes to function ``(i + r) % 2``), many rounds; per row the median
@@ -35,11 +43,12 @@ from time import perf_counter_ns
 
 import numpy as np
 import pytest
+from _quick import env_n
 
 import ragbench as rb
 from ragbench import threads
 
-N = int(os.environ.get("RAGBENCH_BENCH_N", "20000"))
+N = env_n("RAGBENCH_BENCH_N", 20_000, 10_000)
 DIM, N_QUERIES, K, EF = 384, 300, 10, 40
 SEED = 20240601
 BUILD = {"M": 16, "ef_construction": 64}
@@ -94,7 +103,48 @@ def _raw_qdrant(index, arrays: bool = True):  # type: ignore[no-untyped-def]
     return raw if arrays else raw_lists
 
 
-RAW = {"usearch": _raw_usearch, "qdrant-edge": _raw_qdrant}
+def _raw_lancedb(index):  # type: ignore[no-untyped-def]
+    table = index._table
+
+    def raw(q: np.ndarray):  # type: ignore[no-untyped-def]
+        query = table.search(q[0], vector_column_name="vector").distance_type("dot")
+        query = query.select(["id", "_distance"]).limit(K).nprobes(NPROBES).ef(EF)
+        found = query.to_arrow()
+        return found.column("id").to_numpy(), found.column("_distance").to_numpy()
+
+    return raw
+
+
+def _raw_chroma(index):  # type: ignore[no-untyped-def]
+    query = index._collection.query
+
+    def raw(q: np.ndarray):  # type: ignore[no-untyped-def]
+        found = query(query_embeddings=q, n_results=K, include=["distances"])
+        return np.array(found["ids"][0], dtype=np.int64), np.array(
+            found["distances"][0], dtype=np.float32
+        )
+
+    return raw
+
+
+RAW = {
+    "usearch": _raw_usearch,
+    "qdrant-edge": _raw_qdrant,
+    "lancedb": _raw_lancedb,
+    "chroma": _raw_chroma,
+}
+#: Build parameters beyond BUILD, and the query parameters of the wrapper's search.
+EXTRA_BUILD = {
+    "lancedb": {"index_type": "ivf_hnsw_sq", "num_partitions": 4},
+    "chroma": {"ef_search": EF},
+}
+NPROBES = 4
+SEARCH = {"lancedb": {"ef": EF, "nprobes": NPROBES}, "chroma": {}}
+#: Asserted bound: TARGET for usearch and qdrant-edge; LanceDB and Chroma are
+#: asserted looser (a LanceDB call is milliseconds with run-to-run spread of the same
+#: order as the target; measured on 2 shared cores, load 7: lancedb 0.98 [0.96-1.02],
+#: chroma 1.04 [1.04-1.05]); the ratio is printed against TARGET.
+BOUND = {"lancedb": 1.25, "chroma": 1.25}
 
 
 def _figures(wrapper, raw, rows) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
@@ -126,18 +176,19 @@ def _spread(values: list[float], scale: float, fmt: str) -> str:
     return f"{statistics.median(v):{fmt}} [{min(v):{fmt}}–{max(v):{fmt}}]"
 
 
-@pytest.mark.parametrize("name", ["usearch", "qdrant-edge"])
+@pytest.mark.parametrize("name", ["usearch", "qdrant-edge", "lancedb", "chroma"])
 def test_wrapper_vs_engine_client(benchmark, data, name: str) -> None:
     vectors, queries = data
     before = threads.get_threads()
     threads.set_threads(1)
     try:
-        index = rb.indexes.create(name, dim=DIM, metric="ip", **BUILD)
+        index = rb.indexes.create(name, dim=DIM, metric="ip", **BUILD, **EXTRA_BUILD.get(name, {}))
         index.build(vectors)
         raw = RAW[name](index)
+        kw = SEARCH.get(name, {"ef": EF})
 
         def wrapper(q: np.ndarray):  # type: ignore[no-untyped-def]
-            return index.search(q, K, ef=EF)
+            return index.search(q, K, **kw)
 
         rows = [q[None, :].copy() for q in queries]
         for row in rows[:30]:  # the same answer before any timing
@@ -166,6 +217,7 @@ def test_wrapper_vs_engine_client(benchmark, data, name: str) -> None:
         )
         benchmark.extra_info.update({f"bare {key}": val for key, val in bare.items()})
     benchmark.pedantic(wrapper, args=(rows[0],), rounds=50, iterations=1)
-    if name == "qdrant-edge":
+    if hasattr(index, "close"):
         index.close()
-    assert ratio <= TARGET, f"{name}: wrapper is {ratio:.3f}x the engine's own client call"
+    bound = BOUND.get(name, TARGET)
+    assert ratio <= bound, f"{name}: wrapper is {ratio:.3f}x the engine's own client call"

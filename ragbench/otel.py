@@ -124,6 +124,7 @@ __all__ = [
     "check_available",
     "clock_offset_ns",
     "centered_spans",
+    "leading_spans",
     "otlp_span_exporter",
     "protocol_from_env",
     "request_attributes",
@@ -561,6 +562,18 @@ def request_stage_attributes(
     if llm_stage in out:
         first_chunk_s = int(stage_ns[llm_stage]) / 1e9
         out[llm_stage]["gen_ai.response.time_to_first_chunk"] = first_chunk_s
+    return out
+
+
+def leading_spans(
+    start_ns: int, parts: Sequence[tuple[str, int, Attributes | None]]
+) -> list[InnerSpan]:
+    """Spans of known durations, back to back from ``start_ns`` (a connection's set-up)."""
+    out = []
+    at = start_ns
+    for name, ns, attributes in parts:
+        out.append(InnerSpan(name, at, at + int(ns), attributes))
+        at += int(ns)
     return out
 
 

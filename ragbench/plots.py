@@ -2,7 +2,9 @@
 
 :func:`figure` draws the panels of each record kind present — run bars,
 sweep frontiers, scale growth, load curves (SLO line, knees) beside each
-stage's share of CPU time per load level — and returns the matplotlib figure;
+stage's share of CPU time per load level, and for runs that vary the payload
+(``compare --payload-k``) the transport's time against payload bytes per
+transport setting — and returns the matplotlib figure;
 :func:`plot_records` writes it as a PNG. Like :mod:`ragbench.rendering`, it
 reads records only.
 """
@@ -28,8 +30,17 @@ from .records import (
     pareto,
     records_of,
 )
+from .rerankers import CAVEAT_PREFIX
 
-__all__ = ["chart_path", "figure", "plot_records", "pyplot"]
+__all__ = [
+    "chart_path",
+    "figure",
+    "payload_figure",
+    "plot_records",
+    "pyplot",
+    "transport_setting",
+    "varies_payload",
+]
 
 Records = Sequence[Mapping[str, Any]]
 
@@ -94,7 +105,10 @@ def _runs(ax: Any, records: Records, skip: str | None = None) -> None:
 def _llm_mark(rec: Mapping[str, Any]) -> str:
     if rec.get("simulated"):
         return " (simulated LLM)"
-    return " (LLM random weights)" if rec.get("caveats") else ""
+    caveats = rec.get("caveats") or []
+    llm = any(not c.startswith(CAVEAT_PREFIX) for c in caveats)
+    rerank = any(c.startswith(CAVEAT_PREFIX) for c in caveats)
+    return (" (LLM random weights)" if llm else "") + (" (rerank random weights)" if rerank else "")
 
 
 def _caveat_text(records: Records) -> str:
@@ -380,6 +394,73 @@ PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
 }
 
 
+def transport_setting(rec: Mapping[str, Any]) -> str:
+    """A run's transport with the settings its config gives: ``grpc compression=gzip``."""
+    table = dict((rec.get("config") or {}).get("transport") or {})
+    name = str(table.pop("backend", "?"))
+    return " ".join([name, *(f"{k}={v}" for k, v in sorted(table.items()))])
+
+
+def varies_payload(records: Records) -> bool:
+    """True when runs differ in the hits or embeddings their payloads carry (``--payload-k``)."""
+    shapes = {
+        (
+            (r.get("config") or {}).get("run", {}).get("k"),
+            (r.get("config") or {}).get("serialize", {}).get("with_embeddings"),
+        )
+        for r in records
+    }
+    return len(shapes) > 1 and all("transport" in r.get("summary", {}) for r in records)
+
+
+def _payload_transport(ax: Any, records: Records) -> None:
+    """Transport p50 µs against payload bytes (log-log), one colour per transport setting.
+
+    Solid lines join the payloads without embeddings, dashed ones those with them.
+    """
+    groups: dict[tuple[str, bool], list[tuple[float, float]]] = {}
+    for r in records:
+        if r.get("payload_bytes_p50") and r["summary"]["transport"].get("p50_us"):
+            point = (float(r["payload_bytes_p50"]), float(r["summary"]["transport"]["p50_us"]))
+            emb = bool((r.get("config") or {}).get("serialize", {}).get("with_embeddings"))
+            groups.setdefault((transport_setting(r), emb), []).append(point)
+    markers = "osD^v<>ph*"
+    settings = sorted({name for name, _ in groups})
+    cmap = pyplot().get_cmap("tab10")
+    for (name, emb), points in sorted(groups.items()):
+        i = settings.index(name)
+        points.sort()
+        ax.plot(
+            *zip(*points, strict=True),
+            marker=markers[i % len(markers)],
+            color=cmap(i % 10),
+            linestyle="--" if emb else "-",
+            label=None if emb else name,
+        )
+    if any(emb for _, emb in groups):
+        ax.plot([], [], color="grey", linestyle="--", label="(dashed: with embeddings)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.axvline(65536, color="grey", linestyle=":", linewidth=1)
+    ax.text(65536, ax.get_ylim()[1], " 64 KiB", va="top", fontsize="small", color="grey")
+    ax.set_xlabel("payload bytes (p50)")
+    ax.set_ylabel("transport p50 µs (round trip minus the far side's decode and prompt)")
+    ax.set_title("transport time as the payload grows, per setting", fontsize="medium")
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def payload_figure(records: Records) -> Any:
+    """Only the transport-vs-payload panel of the run records (``compare --payload-k``)."""
+    runs = [r for r in records_of(records, "run") if r.get("requests")]
+    if not runs or not varies_payload(runs):
+        raise ConfigError("nothing to plot: no runs varying the payload (compare --payload-k)")
+    fig, ax = pyplot().subplots(figsize=(9, 6))
+    _payload_transport(ax, runs)
+    fig.tight_layout()
+    return fig
+
+
 def _without_dominant(stage: str) -> Callable[[Any, Records], None]:
     def draw(ax: Any, records: Records) -> None:
         _runs(ax, records, skip=stage)
@@ -407,6 +488,8 @@ def figure(records: Records) -> Any:
     if dominant is not None:
         at = [k for k, _ in panels].index("run") + 1
         panels.insert(at, ("run", _without_dominant(dominant)))
+    if runs and varies_payload(runs):
+        panels.insert([k for k, _ in panels].index("run") + 1, ("run", _payload_transport))
     if not panels:
         raise ConfigError("nothing to plot: no run, sweep, scale, load or stream records")
     plt = pyplot()

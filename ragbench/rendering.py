@@ -26,6 +26,7 @@ from .records import (
     pareto,
     records_of,
 )
+from .rerankers import CAVEAT_PREFIX
 
 __all__ = [
     "FORMATS",
@@ -199,9 +200,18 @@ def _generate_label(records: Sequence[Mapping[str, Any]], short: bool = False) -
     """``generate``, marked when its timings are simulated or its model has random weights."""
     if any(r.get("simulated") for r in records):
         return "generate (sim)" if short else "generate (simulated)"
-    if caveats_of(records):
+    if any(not c.startswith(CAVEAT_PREFIX) for c in caveats_of(records)):
         return "generate (rand. w.)" if short else "generate (random weights)"
     return "generate"
+
+
+def _stage_label(name: str, records: Sequence[Mapping[str, Any]], short: bool = False) -> str:
+    """A stage's column or row name, marked when its timings or its model say so."""
+    if name == "generate":
+        return _generate_label(records, short)
+    if name == "rerank" and any(c.startswith(CAVEAT_PREFIX) for c in caveats_of(records)):
+        return "rerank (rand. w.)" if short else "rerank (random weights)"
+    return name
 
 
 def llm_note(rec: Mapping[str, Any]) -> str:
@@ -299,7 +309,7 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     rows = []
     for name in rec["stages"]:
         s = rec["summary"][name]
-        label = _generate_label([rec]) if name == "generate" else name
+        label = _stage_label(name, [rec])
         row = [label, *_stat_cells(s, stats), f"{100 * s['share']:.1f}%"]
         rows.append(row + (_cpu_cells(s) if cpu else []))
     total = ["before first token", *_stat_cells(rec["total"], stats), "100%"]
@@ -331,6 +341,11 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     note = llm_note(rec)
     if note:
         lines.append(note)
+    split = retrieve_parts_note(rec)
+    if split:
+        lines.append(split)
+    if rec.get("connection"):
+        lines.append(connection_note(rec["connection"]))
     lines.append(
         "setup (not in request latency): "
         + ", ".join(f"{SETUP_LABELS.get(k, k)} {v:.3f}s" for k, v in rec["setup_s"].items())
@@ -339,6 +354,12 @@ def run_table(rec: Mapping[str, Any], *, width: int = 110) -> str:
     if rec.get("error"):
         lines.append(f"STOPPED EARLY: {rec['error']}")
     return "\n".join(lines)
+
+
+def connection_note(parts: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line on a transport's per-request connection set-up (``keep_alive = false``)."""
+    cells = ", ".join(f"{name} {num(s.get('p50_us'))} µs" for name, s in parts.items())
+    return f"transport, new connection per request (p50, inside the transport stage): {cells}"
 
 
 def filter_note(filt: Mapping[str, Any]) -> str:
@@ -387,7 +408,7 @@ def compare_table(
     filters = [(r.get("info") or {}).get("filter") for r in records]
     recall_cols = ("recall@k", "recall p10") if any(filters) else ("recall@k",)
     cols = [("run", "left")]
-    cols += [(_generate_label(records, True) if n == "generate" else n, "right") for n in names]
+    cols += [(_stage_label(n, records, True), "right") for n in names]
     cols += [(c, "right") for c in ("total p50", "total p99", "× best", *recall_cols, "bytes")]
     cols += [("wire B", "right")] if wire else []
     live = [r for r in records if r["requests"]]
@@ -464,7 +485,19 @@ def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> 
     """What every row of a comparison shares, so row labels can name only what differs."""
     if not records:
         return ""
-    cfg, info = records[0]["config"], records[0].get("info") or {}
+    fixed = _shared_settings(records[0])
+    # and whatever differs between the records although no axis named it (--payload-k sets k)
+    skip = set(varying) | {
+        key for r in records[1:] for key, v in _shared_settings(r).items() if fixed.get(key) != v
+    }
+    return "same in every row: " + ", ".join(
+        f"{key}={value}" for key, value in fixed.items() if key not in skip
+    )
+
+
+def _shared_settings(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings :func:`fixed_line` names, of one record."""
+    cfg, info = rec["config"], rec.get("info") or {}
     fixed = {
         "embed": info.get("embedder", cfg["embed"]["backend"]),
         "retrieve": cfg["retrieve"]["backend"],
@@ -480,15 +513,21 @@ def fixed_line(records: Sequence[Mapping[str, Any]], varying: Iterable[str]) -> 
         fixed["with_embeddings"] = True
     if cfg["serialize"].get("shape") is not None:  # the codecs' payload shape, when chosen
         fixed["payload_shape"] = cfg["serialize"]["shape"]
-    skip = set(varying)
-    return "same in every row: " + ", ".join(
-        f"{key}={value}" for key, value in fixed.items() if key not in skip
-    )
+    return fixed
+
+
+def retrieve_parts_note(rec: Mapping[str, Any]) -> str | None:
+    """``retrieve p50 split: send 12 µs, server 480 µs, decode 9 µs`` for an index behind a client."""
+    parts = (rec.get("info") or {}).get("retrieve_parts")
+    if not parts:
+        return None
+    text = ", ".join(f"{name} {parts[name]['p50_ns'] / 1e3:,.1f} µs" for name in parts)
+    return f"{rec.get('label') or 'run'}: retrieve p50 split (the index's client): {text}"
 
 
 def setup_summary(records: Sequence[Mapping[str, Any]]) -> str:
     """Cache events (each once), set-up seconds summed over runs, and how to read the table."""
-    lines: list[str] = []
+    lines: list[str] = [n for n in map(retrieve_parts_note, records) if n]
     for r in records:
         for ev in r.get("cache_events") or []:
             text = f"cache: {event_text(ev)}"
@@ -507,7 +546,8 @@ def setup_summary(records: Sequence[Mapping[str, Any]]) -> str:
             f"recall measured against exact search at k={records[0]['k']}; "
             "per-stage p50s do not add up to the total p50"
         )
-    return "\n".join(lines)
+    built = build_note(records)
+    return "\n".join(lines + ([built] if built else []))
 
 
 def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -563,6 +603,49 @@ def _bytes_cell(rec: Mapping[str, Any]) -> str:
     return num(own) + (f" + {extra:,}" if extra else "")
 
 
+def _build_of(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """How a record's index was built: ``build_info`` (sweep, scale) or ``info.index.build`` (run)."""
+    got = rec.get("build_info")
+    if got is None:
+        got = (((rec.get("info") or {}).get("index")) or {}).get("build")
+    return got if isinstance(got, Mapping) else None
+
+
+def _recall_ci_cell(rec: Mapping[str, Any]) -> str:
+    """``0.9805 ±0.0040``: mean recall and half its interval's width (absolute)."""
+    text = f"{rec['recall']:.4f}"
+    ci = rec.get("recall_ci")
+    if not ci or ci[0] is None or ci[1] is None or ci[0] != ci[0] or ci[1] != ci[1]:
+        return text
+    return f"{text} ±{(float(ci[1]) - float(ci[0])) / 2:.4f}"
+
+
+def build_note(records: Sequence[Mapping[str, Any]]) -> str:
+    """One line on how the indexes were built: deterministic or not, cached, rebuilt ("" if unknown)."""
+    known = [b for b in (_build_of(r) for r in records) if b is not None]
+    if not known:
+        return ""
+    fast = sum(1 for b in known if not b.get("deterministic"))
+    if not fast:
+        text = "builds: deterministic (one build thread, seeded: the same index every run)"
+    elif fast == len(known):
+        text = "builds: NOT deterministic (--fast-build: every core; recall varies build to build)"
+    else:
+        text = f"builds: {fast} of {len(known)} NOT deterministic (--fast-build), the rest deterministic"
+    cached = sum(1 for b in known if b.get("cached"))
+    if cached:
+        text += f"; {cached} loaded from the index cache (build s: the original build's)"
+    reps = max(int(r.get("rebuilds") or 1) for r in records)
+    if reps > 1:
+        text += (
+            f"; {reps} builds per point (seed + i): recall = their mean, recall ± = the envelope "
+            "of the builds' 95 % intervals over queries"
+        )
+    elif any(r.get("recall_ci") for r in records):
+        text += "; recall ±: 95 % bootstrap interval over queries"
+    return text
+
+
 def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
     """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS).
 
@@ -609,7 +692,7 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             "★" if star else "",
             rec["index"],
             params_text(rec, varying[rec["index"]]) or "(defaults)",
-            f"{rec['recall']:.4f}",
+            _recall_ci_cell(rec),
             _recall_cell(rec, "recall_p10"),
             _recall_cell(rec, "recall_before_rescore"),
             with_ci(rec["p50_us"], rec.get("p50_us_ci")),
@@ -635,6 +718,8 @@ def sweep_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "
             "graph, centroids) + the float bytes re-scoring reads per candidate"
         )
+    built = build_note(records)
+    table += "\n" + built if built else ""
     hardware = hardware_note(records)
     return table + ("\n" + hardware if hardware else "")
 
@@ -754,7 +839,7 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
                 rec["index"],
                 f"{rec['n']:,}",
                 used,
-                f"{rec['recall']:.4f}",
+                _recall_ci_cell(rec),
                 _recall_cell(rec, "recall_p10"),
                 with_ci(rec["p50_us"], rec.get("p50_us_ci")),
                 with_ci(rec["p99_us"], rec.get("p99_us_ci")),
@@ -770,6 +855,8 @@ def scale_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> st
             "growth of p50 latency with n (log-log slope; 1.0 = linear scan): "
             + ", ".join(f"{k} {v:.2f}" for k, v in exps.items())
         )
+    built = build_note(records)
+    lines += [built] if built else []
     hardware = hardware_note(records)
     return "\n".join(lines + ([hardware] if hardware else []))
 
@@ -1049,6 +1136,25 @@ def _flat_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = _run_rows(records_of(records, "run"))
     rows += _point_rows([r for r in records if r.get("kind") in ("sweep", "scale")])
     rows += _load_rows(records_of(records, "load"))
+    rows += _stream_rows(records_of(records, "stream"))
+    return rows
+
+
+def _stream_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per stream checkpoint: the columns of :func:`stream_table`, unrounded."""
+    rows = []
+    for r in records:
+        row: dict[str, Any] = {
+            k: r[k]
+            for k in ("kind", "dataset", "index", "n", "k", "initial", "checkpoint", "elapsed_s")
+        }
+        row.update(live=r["live"], recall=r["recall"], recall_p10=r["recall_p10"])
+        for op in ("search", "insert", "delete"):
+            row.update({f"{op}_{q}": r[op][q] for q in ("p50_us", "p99_us")})
+            row[f"{op}_completed"], row[f"{op}_failed"] = r[op]["completed"], r[op]["failed"]
+        row["fresh_p50_s"], row["fresh_p99_s"] = r["freshness"]["p50_s"], r["freshness"]["p99_s"]
+        row["deleted_returned"] = r["deleted_returned"]
+        rows.append(row)
     return rows
 
 

@@ -54,6 +54,8 @@ class Report:
     caveats: list[str] = field(default_factory=list)  # e.g. an LLM with random weights
     model_prompt_tokens: np.ndarray | None = None  # int64 (requests,): the LLM's own prompt count
     inter_token_ns: np.ndarray | None = None  # int64 (requests, next tokens) after the first
+    # per part (connect, tls, first_byte, ...): int64 (requests,), with transport keep_alive = false
+    connection_ns: dict[str, np.ndarray] | None = None
 
     def __repr__(self) -> str:
         total = self.total()
@@ -201,6 +203,12 @@ class Report:
         if self.repetition is not None:
             fields["repetition"] = self.repetition.tolist()
         fields.update(self._llm_fields())
+        if self.connection_ns:
+            # inside the transport stage: its connection set-up and first byte, per request
+            fields["connection"] = {
+                part: Stats.from_samples(v).as_dict("us") for part, v in self.connection_ns.items()
+            }
+            fields["connection_ns"] = {part: v.tolist() for part, v in self.connection_ns.items()}
         if self.cpu_samples_ns is not None:
             cpu_total = self.cpu_samples_ns.sum(axis=1)
             fields["cpu_total"] = Stats.from_samples(cpu_total).as_dict("us")
@@ -258,6 +266,11 @@ class Report:
                 caveats=list(rec.get("caveats") or []),  # absent from records before caveats
                 model_prompt_tokens=_optional(rec, "model_prompt_tokens"),
                 inter_token_ns=_optional(rec, "inter_token_ns"),
+                connection_ns={
+                    part: np.asarray(v, dtype=np.int64)
+                    for part, v in (rec.get("connection_ns") or {}).items()
+                }
+                or None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"malformed {RUN_SCHEMA} record: {exc!r}") from None

@@ -55,8 +55,10 @@ from . import datasets, embedders, indexes, intervals, rerankers, threads
 from .attributes import QueryFilters
 from .errors import ConfigError
 from .executors import Executor, LocalExecutor, Unit
+from .indexes import builds
 from .metrics import recall_at_k, rerank_metric
-from .pipeline.capabilities import CompressedCodes, FilteredSearch
+from .pipeline.capabilities import CompressedCodes, FilteredSearch, RecordsBuild
+from .rebuilds import merge_builds, recall_interval
 from .records import Collector, cliff_key, filter_cliffs, new_record
 from .timing import Stats, run_stages
 from .validate import positive_int
@@ -283,6 +285,7 @@ def measure(
     recall = recall_at_k(found, truth, X, Q, k, data.metric)
     point = {
         **recall_fields(recall),
+        "recall_ci": recall_interval(recall),
         "p50_us": lat.p50_ns / 1e3,
         "p95_us": lat.p95_ns / 1e3,
         "p99_us": lat.p99_ns / 1e3,
@@ -425,6 +428,7 @@ def bytes_fields(index: Any, vectors: np.ndarray, rescore: int | None) -> dict[s
 
 
 def _point_fields(data: SweepData, k: int, name: str, index: Any, build_s: float) -> dict[str, Any]:
+    record = index.build_record if isinstance(index, RecordsBuild) else None
     return {
         "dataset": data.name,
         "n": int(data.vectors.shape[0]),
@@ -434,16 +438,31 @@ def _point_fields(data: SweepData, k: int, name: str, index: Any, build_s: float
         "index": name,
         "build": dict(index.build_params),
         "build_s": build_s,
+        "build_info": dict(record) if record else None,
         "memory_bytes": int(index.memory_bytes()),
     }
 
 
-def _built(name: str, data: SweepData, build: Mapping[str, Any]) -> tuple[Any, float]:
-    index = indexes.create(name, dim=int(data.vectors.shape[1]), metric=data.metric, **build)
-    build_ns, _ = indexes.build_timed(
-        index, data.texts if index.input_kind == "texts" else data.vectors
-    )
-    return index, build_ns / 1e9
+def _built(
+    name: str, data: SweepData, build: Mapping[str, Any], *, fast_build: bool = False, i: int = 0
+) -> tuple[Any, float]:
+    """Index ``name`` built on ``data`` (:func:`ragbench.indexes.builds.build`): (index, build s).
+
+    ``i``: the rebuild number; build ``i`` uses ``seed + i`` where the index
+    has a ``seed``. The build seconds are the original build's for an index
+    loaded from the cache.
+    """
+    dim, metric = int(data.vectors.shape[1]), data.metric
+    params = dict(build)
+    if i:
+        probe = indexes.create(name, dim=dim, metric=metric, **params)
+        if "seed" in probe.build_params:
+            params["seed"] = int(probe.build_params["seed"]) + i
+    index = indexes.create(name, dim=dim, metric=metric, **params)
+    corpus = data.texts if index.input_kind == "texts" else data.vectors
+    done = builds.build(index, corpus, fast=fast_build, source=f"sweep data {data.name!r}")
+    record = (done.index.build_record if isinstance(done.index, RecordsBuild) else None) or {}
+    return done.index, float(record.get("seconds") or done.build_ns / 1e9)
 
 
 def _exact_reranker(data: SweepData) -> Any:
@@ -463,14 +482,56 @@ def sweep_unit(
     repeat: int = 1,
     strategies: Sequence[str] = ("auto",),
     recall_target: float = 0.9,
+    rebuilds: int = 1,
+    fast_build: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """Build index ``name`` once with ``build``, then yield one sweep record per query-parameter point.
+    """Build index ``name`` with ``build``, then yield one sweep record per query-parameter point.
 
     With filter cases in ``data``, each query-parameter point is followed by
     its filtered points (each of ``strategies`` the index has, at each
     selectivity), yielded once the line is complete, with ``filter_cliff``.
+    Builds are deterministic unless ``fast_build``; with ``rebuilds > 1`` the
+    index is built that many times (seed, seed + 1, ...) and each point's
+    records of every build are merged (:func:`ragbench.rebuilds.merge_builds`),
+    yielded once the last build is measured.
     """
-    index, build_s = _built(name, data, build)
+    opts: dict[str, Any] = {"k": k, "repeat": repeat, "strategies": strategies}
+    opts["fast_build"] = fast_build
+    n = positive_int("sweep", "rebuilds", rebuilds)
+    if n == 1:
+        for point, line in _build_points(data, name, build, queries, i=0, **opts):
+            yield from _with_cliffs(point, line, recall_target)
+        return
+    per_build = [list(_build_points(data, name, build, queries, i=i, **opts)) for i in range(n)]
+    for same in zip(*per_build, strict=True):
+        point = merge_builds([p for p, _ in same])
+        line = [merge_builds(list(group)) for group in zip(*[ln for _, ln in same], strict=True)]
+        yield from _with_cliffs(point, line, recall_target)
+
+
+def _with_cliffs(
+    point: dict[str, Any], line: list[dict[str, Any]], recall_target: float
+) -> Iterator[dict[str, Any]]:
+    yield new_record("sweep", point)
+    cliffs = filter_cliffs(line, target=recall_target)
+    for p in line:
+        yield new_record("sweep", {**p, "filter_cliff": cliffs[cliff_key(p)]})
+
+
+def _build_points(
+    data: SweepData,
+    name: str,
+    build: Mapping[str, Any],
+    queries: Sequence[Mapping[str, Any]],
+    *,
+    k: int,
+    repeat: int,
+    strategies: Sequence[str],
+    fast_build: bool,
+    i: int,
+) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Build ``i`` of the unit; per query point its fields and its filtered line (no cliffs yet)."""
+    index, build_s = _built(name, data, build, fast_build=fast_build, i=i)
     fields = _point_fields(data, k, name, index, build_s)
     usable = _usable_strategies(index, strategies) if data.filter_cases else []
     reranker = None
@@ -480,18 +541,15 @@ def sweep_unit(
         if rescore is not None and reranker is None:
             reranker = _exact_reranker(data)
         opts = {"rescore": rescore, "reranker": reranker, "repeat": repeat}
-        point = measure(index, data, k, params, **opts)
         sizes = bytes_fields(index, data.vectors, rescore)
-        yield new_record("sweep", {**fields, **sizes, "query": params, "rescore": rescore, **point})
+        head = {**fields, **sizes, "query": params, "rescore": rescore}
+        point = {**head, **measure(index, data, k, params, **opts)}
         line = [
-            {**fields, **sizes, "query": params, "rescore": rescore}
-            | measure(index, data, k, params, case=case, strategy=strategy, **opts)
+            head | measure(index, data, k, params, case=case, strategy=strategy, **opts)
             for strategy in usable
             for case in data.filter_cases
         ]
-        cliffs = filter_cliffs(line, target=recall_target)
-        for p in line:
-            yield new_record("sweep", {**p, "filter_cliff": cliffs[cliff_key(p)]})
+        yield point, line
 
 
 def _usable_strategies(index: Any, wanted: Sequence[str]) -> list[str]:
@@ -513,8 +571,13 @@ def sweep_points(
     executor: Executor | None = None,
     strategies: Sequence[str] = ("auto",),
     recall_target: float = 0.9,
+    rebuilds: int = 1,
+    fast_build: bool = False,
 ) -> list[dict[str, Any]]:
     """Measure every (index, build params, query params) point; ``on_point`` gets each record at once.
+
+    Builds are deterministic unless ``fast_build``; ``rebuilds``: builds per
+    (index, build params), merged per point (see :func:`sweep_unit`).
 
     One unit of work per (index, build params) (:func:`sweep_unit`), run by
     ``executor`` (default: in this process, in order); the data is shared
@@ -530,7 +593,7 @@ def sweep_points(
         queries = _combos(q_axes)
         for build in _combos(b_axes):
             opts = {"k": k, "repeat": repeat, "strategies": list(strategies)}
-            opts["recall_target"] = recall_target
+            opts.update(recall_target=recall_target, rebuilds=rebuilds, fast_build=fast_build)
             units.append(Unit(sweep_unit, (shared, name, build, queries), opts))
     emit = Collector(on_point, progress)
     ex.run(units, emit)
@@ -613,30 +676,49 @@ def scale_unit(
     k: int,
     target: float,
     build: Mapping[str, Mapping[str, Any]],
+    rebuilds: int = 1,
+    fast_build: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """Make the size-``n`` data once; per index: build, tune to ``target`` recall, yield its record."""
+    """Make the size-``n`` data once; per index: build, tune to ``target`` recall, yield its record.
+
+    With ``rebuilds > 1`` the query parameter is tuned on the first build and
+    the same point measured on each further build (seed + i), merged by
+    :func:`ragbench.rebuilds.merge_builds`.
+    """
     data = make()
     reranker = _exact_reranker(data)
+    count = positive_int("scale", "rebuilds", rebuilds)
     for name in index_names:
-        index, build_s = _built(name, data, build.get(name, {}))
+        index, build_s = _built(name, data, build.get(name, {}), fast_build=fast_build)
         params, rescore, point, reached = tune(index, data, k, target, reranker)
-        fields = {
-            **_point_fields(data, k, name, index, build_s),
-            "n": n,
-            **bytes_fields(index, data.vectors, rescore),
-        }
+        points = [_scale_fields(data, k, name, index, build_s, n, rescore) | point]
         del index
+        for i in range(1, count):
+            again, again_s = _built(name, data, build.get(name, {}), fast_build=fast_build, i=i)
+            more = measure(again, data, k, params, rescore=rescore, reranker=reranker)
+            points.append(_scale_fields(data, k, name, again, again_s, n, rescore) | more)
+            del again
+        merged = merge_builds(points)
         yield new_record(
             "scale",
             {
-                **fields,
+                **merged,
                 "query": params,
                 "rescore": rescore,
                 "target_recall": target,
                 "reached": reached,
-                **point,
             },
         )
+
+
+def _scale_fields(
+    data: SweepData, k: int, name: str, index: Any, build_s: float, n: int, rescore: int | None
+) -> dict[str, Any]:
+    return {
+        **_point_fields(data, k, name, index, build_s),
+        "n": n,
+        **bytes_fields(index, data.vectors, rescore),
+    }
 
 
 def scale_points(
@@ -649,8 +731,12 @@ def scale_points(
     on_point: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     executor: Executor | None = None,
+    rebuilds: int = 1,
+    fast_build: bool = False,
 ) -> list[dict[str, Any]]:
     """Per corpus size and index: build, tune the query parameter to ``target`` recall, measure.
+
+    Builds are deterministic unless ``fast_build``; ``rebuilds`` as in :func:`scale_unit`.
 
     In this process (the default executor) one unit per size makes its data
     once for every index; elsewhere (Ray) each (size, index) is its own unit
@@ -662,6 +748,7 @@ def scale_points(
     ex = executor or LocalExecutor()
     groups = [list(index_names)] if ex.in_process else [[name] for name in index_names]
     options = {"k": k, "target": target, "build": build}
+    options.update(rebuilds=rebuilds, fast_build=fast_build)
     units = [
         Unit(scale_unit, (make, n, names), options) for n, make in datasets_by_n for names in groups
     ]

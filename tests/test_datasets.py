@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -175,8 +176,38 @@ def test_unknown_params_are_named() -> None:
         datasets.load("pydocs", n=10)
 
 
+LAZY_PROBE = """
+import sys
+import ragbench as rb
+loaded_at_import = "ragbench.datasets" in sys.modules
+first = rb.datasets
+print(loaded_at_import, first is sys.modules["ragbench.datasets"], rb.datasets is first,
+      "datasets" in vars(rb), first.load.__module__)
+"""
+
+
 def test_lazy_attribute_on_package() -> None:
-    assert rb.datasets is datasets
+    """In a fresh interpreter: ``import ragbench`` leaves datasets unloaded; the attribute loads it once.
+
+    (In this process the test module has imported ragbench.datasets already, so
+    the check must run where nothing has.)
+    """
+    import subprocess
+    import sys
+
+    root = Path(rb.__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True", "True", "ragbench.datasets"]
+    assert rb.datasets is datasets  # and here, the module the tests use
 
 
 def test_path_loads_are_remembered_by_name(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pgshared
 import pytest
 
 import ragbench as rb
@@ -32,7 +33,7 @@ DELETING = [n for n in DENSE if rb.indexes.create(n, dim=DIM).delete_mode is not
 
 
 def fresh(name: str, metric: str = "ip"):  # type: ignore[no-untyped-def]
-    idx = rb.indexes.create(name, dim=DIM, metric=metric)
+    idx = rb.indexes.create(name, dim=DIM, metric=metric, **pgshared.params(name))
     idx.build(X)
     return idx
 
@@ -49,9 +50,11 @@ def strategies(idx) -> list[str | None]:  # type: ignore[no-untyped-def]
 def test_delete_support_is_as_documented() -> None:
     # IVF-PQ/SQ lists and IndexBinaryFlat have remove_ids; faiss's HNSW graphs do not,
     # and IVF-PQ fast-scan's breaks later adds (see ragbench.indexes.compressed);
-    # usearch (Index.remove) and Qdrant's engine (delete_points) mark rows deleted
+    # usearch (Index.remove) and Qdrant's engine (delete_points) mark rows deleted; LanceDB
+    # (Table.delete), Chroma (Collection.delete) and pgvector (DELETE ... WHERE id = ANY) delete rows
     assert set(DELETING) == {
-        "flat", "hnsw", "ivf", "lsh", "ivfpq", "ivf-sq8", "binary-flat", "usearch", "qdrant-edge"
+        "flat", "hnsw", "ivf", "lsh", "ivfpq", "ivf-sq8", "binary-flat", "usearch", "qdrant-edge",
+        "lancedb", "chroma", "pgvector",
     } & set(DENSE)  # fmt: skip
     for name in ("faiss-hnsw", "hnsw-sq", "hnsw-fp16", "binary-hnsw", "ivfpq-fs"):
         idx = fresh(name)

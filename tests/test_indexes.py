@@ -6,6 +6,7 @@ import json
 import struct
 
 import numpy as np
+import pgshared
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,8 +29,11 @@ TEXT_BACKENDS = {"minhash-lsh"}
 # ragbench.indexes.compressed (binary codes: ip and cosine only, like lsh)
 COMPRESSED = ["ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "hnsw-fp16", "binary-flat", "binary-hnsw"]
 NO_L2 = {"lsh", "binary-flat", "binary-hnsw"}
-# vector database engines in process (ragbench.indexes.usearch_index, .qdrant_edge_index)
-VECTORDB = ["usearch", "qdrant-edge"]
+# vector database engines (ragbench.indexes.usearch_index, .qdrant_edge_index, .lancedb_index,
+# .chroma_index: in process; .pgvector_index: a PostgreSQL server ragbench starts)
+VECTORDB = ["usearch", "qdrant-edge", "lancedb", "chroma", "pgvector"]
+# chroma takes ef_search at creation only (a build parameter): no query parameters
+VECTORDB_QUERY_PARAMS = [name for name in VECTORDB if name != "chroma"]
 
 
 def clustered(n: int, dim: int, seed: int, n_clusters: int = 40) -> np.ndarray:
@@ -93,8 +97,10 @@ def queries_for(name: str):
 
 
 def create(name: str, **params):
-    # One call for every backend: minhash-lsh ignores dim and records metric for reranking.
-    return rb.indexes.create(name, dim=DIM, metric="ip", **params)
+    # One call for every backend: minhash-lsh ignores dim and records metric for reranking;
+    # pgvector goes to the session's shared server (tests calling rb.indexes.create
+    # directly let it start and stop its own).
+    return rb.indexes.create(name, dim=DIM, metric="ip", **pgshared.params(name), **params)
 
 
 @pytest.fixture(scope="module")
@@ -404,7 +410,7 @@ def test_single_query_fast_path_matches_batch_and_exact_scores(built, name) -> N
         "ivf-sq8",
         "hnsw-sq",
         "binary-hnsw",
-        *VECTORDB,
+        *VECTORDB_QUERY_PARAMS,
     ],
 )
 def test_query_param_cache_keeps_validating(built, name) -> None:
@@ -480,6 +486,8 @@ def test_flat_property_any_k(k, seed) -> None:
         ("faiss-hnsw", {"ef": 128}, 0.95),
         ("usearch", {"ef": 128}, 0.95),
         ("qdrant-edge", {"ef": 128}, 0.95),
+        ("lancedb", {}, 0.99),  # flat (the default index_type): exact
+        ("pgvector", {"ef": 128}, 0.95),
     ],
 )
 def test_hnsw_recall(built, name, params, floor) -> None:

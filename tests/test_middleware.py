@@ -1,7 +1,7 @@
 """TimingMiddleware in a real Starlette service: Server-Timing, stored rows, Prometheus, OpenTelemetry.
 
 The app is served by uvicorn on 127.0.0.1 and called over a real socket with
-httpx; the docs' own service example (docs/timing.md) runs as a child ``uvicorn`` process.
+httpx; the docs' own service example (docs/getting-started/timing-your-service.md) runs as a child ``uvicorn`` process.
 """
 
 from __future__ import annotations
@@ -58,7 +58,12 @@ def serving(app: Any) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
+    # loop="asyncio": with uvloop installed (chromadb's uvicorn[standard] brings it) uvicorn would
+    # pick it, and libuv's millisecond loop clock lets an awaited sleep end up to 1 ms early by
+    # perf_counter, which the stage lower bounds below would misread
+    config = uvicorn.Config(
+        app, lifespan="on", log_level="warning", access_log=False, loop="asyncio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -335,8 +340,10 @@ def test_server_timing_can_be_turned_off() -> None:
 
 
 def readme_block(title: str) -> str:
-    """The first Python block of the docs page whose title is ``title`` (docs/timing.md)."""
-    text = (ROOT / "docs" / "timing.md").read_text(encoding="utf-8")
+    """The first Python block of the docs page whose title is ``title`` (docs/getting-started/timing-your-service.md)."""
+    text = (ROOT / "docs" / "getting-started" / "timing-your-service.md").read_text(
+        encoding="utf-8"
+    )
     assert text.startswith(f"# {title}\n")
     return text.split("```python\n", 1)[1].split("\n```", 1)[0]
 

@@ -222,14 +222,40 @@ def test_far_side_split_adds_up_to_the_transport_stamps(sleepy: None, monkeypatc
 
 
 def test_hnsw_with_python_rerank_and_protobuf() -> None:
-    report = run(
-        config(
-            retrieve={"backend": "hnsw", "search": {"ef": 64}},
-            rerank={"backend": "python"},
-            serialize={"backend": "protobuf"},
-        )
+    """Each stage did its job: hnsw's candidates, python's exact re-ranking, protobuf's bytes."""
+    cfg = config(
+        retrieve={"backend": "hnsw", "search": {"ef": 64}},
+        rerank={"backend": "python"},
+        serialize={"backend": "protobuf"},
     )
+    codec = rb.codecs.create("protobuf")
+    with rb.Pipeline.from_config(cfg) as pipe:
+        pipe.setup()
+        assert (pipe.info["rerank"], pipe.info["codec"]) == ("python", "protobuf")
+        assert pipe.info["index"]["backend"] == "hnsw"
+        ds = pipe.dataset
+        corpus = ds.vectors
+        for i in range(10):
+            ctx = pipe.context(i)
+            run_stages(pipe.stages, ctx, [0] * (len(pipe.stages) + 1))
+            cands = ctx.candidate_ids
+            assert cands.shape == (50,) and len(set(cands.tolist())) == 50
+            # the python reranker's top 10: the exact best of hnsw's 50 candidates, sorted
+            exact = corpus[cands] @ ctx.query_vector.ravel()
+            best = cands[np.argsort(-exact, kind="stable")[:10]]
+            assert set(ctx.hit_ids.tolist()) == set(best.tolist())
+            assert np.all(np.diff(ctx.hit_scores) <= 0)
+            np.testing.assert_allclose(
+                ctx.hit_scores, corpus[ctx.hit_ids] @ ctx.query_vector.ravel(), rtol=1e-5
+            )
+            # the payload is protobuf (a JSON payload does not parse) holding those hits
+            got = codec.decode(ctx.payload)
+            assert [h.doc_id for h in got.hits] == [ds.corpus.ids[j] for j in ctx.hit_ids]
+            np.testing.assert_allclose([h.score for h in got.hits], ctx.hit_scores, rtol=1e-6)
+            assert ds.corpus.texts[ctx.hit_ids[0]] in ctx.prompt  # decoded on the far side
+        report = pipe.run()
     assert report.mean_recall > 0.9
+    assert {"rerank", "serialize", "deserialize"} <= set(report.stage_names)
 
 
 def test_rerank_none_keeps_retriever_order() -> None:

@@ -190,6 +190,38 @@ def test_sweep_through_ray_matches_local(cluster, one_thread) -> None:
     assert all_cpus_free()
 
 
+def test_deterministic_sweep_through_ray_equals_local_with_other_threads(
+    cluster, monkeypatch, tmp_path: Path
+) -> None:
+    """Builds are deterministic by default: 2 pinned threads here, 1 in the Ray tasks, same recall."""
+    # no cached index shared between the two: here the threshold is set out of reach; the
+    # workers (started before, with their own environment) build well under the default 10 s
+    monkeypatch.setenv("RAGBENCH_INDEX_CACHE_MIN_S", "1e9")
+    ds = rb.datasets.load("synthetic", n=3000, dim=16, n_queries=40, seed=5)
+    data = SweepData.from_dataset(ds, k=10)
+    grid = {"k": 10, "build_grid": {"M": [8], "nlist": [32]}}
+    grid["query_grid"] = {"ef": [8], "nprobe": [2]}
+    names = ["hnsw", "faiss-hnsw", "ivf", "ivfpq"]
+    before = threads.get_threads()
+    threads.set_threads(2)
+    try:
+        local = sweep_points(data, names, executor=LocalExecutor(), **grid)
+    finally:
+        threads.set_threads(before)
+    with RayExecutor(num_cpus=1) as ex:
+        remote = sweep_points(data, names, executor=ex, **grid)
+
+    def key(r: dict) -> str:
+        return json.dumps([r["index"], r["build"], r["query"]], sort_keys=True)
+
+    assert len(local) == len(remote) == 4
+    assert {key(r): r["recall_per_query"] for r in remote} == {
+        key(r): r["recall_per_query"] for r in local
+    }
+    assert all(r["build_info"]["deterministic"] and r["build_info"]["threads"] == 1 for r in remote)
+    assert all_cpus_free()
+
+
 def test_interrupt_cancels_the_rest_and_keeps_finished_records(
     cluster, one_thread, tmp_path: Path
 ) -> None:

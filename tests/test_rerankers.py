@@ -23,7 +23,8 @@ from ragbench.errors import (
     RagbenchError,
 )
 
-NAMES = rb.rerankers.names()
+# the vector contract; the cross-encoder reads texts (tests/test_rerankers_cross_encoder.py)
+NAMES = [n for n in rb.rerankers.names() if n not in rb.rerankers.TEXT_RERANKERS]
 METRICS = ["ip", "cosine", "l2"]
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The numba reranker's two ways of running: as shipped (one thread) and opted

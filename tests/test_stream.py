@@ -157,3 +157,26 @@ def test_stream_cli_runbook(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "--initial" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_stream_records_render_as_md_and_csv_rows(
+    data: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    """`ragbench report --format md|csv` gives one row per checkpoint (the findings' tables)."""
+    import csv
+    import io
+
+    from ragbench.rendering import render
+
+    recs, _ = _run(data, "hnsw", tmp_path)
+    md = render(recs, "md").splitlines()
+    assert len(md) == 2 + len(recs)
+    head = [c.strip() for c in md[0].strip("|").split("|")]
+    assert {"checkpoint", "recall", "search_p50_us", "insert_p99_us", "fresh_p50_s"} <= set(head)
+    rows = list(csv.DictReader(io.StringIO(render(recs, "csv"))))
+    assert [int(r["checkpoint"]) for r in rows] == [r["checkpoint"] for r in recs]
+    for row, rec in zip(rows, recs, strict=True):
+        assert float(row["recall"]) == rec["recall"]
+        assert float(row["search_p50_us"]) == rec["search"]["p50_us"]
+        assert int(row["delete_completed"]) == rec["delete"]["completed"]
+        assert int(row["deleted_returned"]) == 0

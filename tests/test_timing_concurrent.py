@@ -50,7 +50,11 @@ def serving(app: Any) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
+    # loop="asyncio": uvicorn would pick uvloop when installed (chromadb brings it), whose
+    # millisecond loop clock can end an awaited sleep up to 1 ms early by perf_counter
+    config = uvicorn.Config(
+        app, lifespan="off", log_level="warning", access_log=False, loop="asyncio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

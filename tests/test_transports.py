@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import json
@@ -13,8 +12,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -562,82 +560,6 @@ def test_far_side_record_keeps_its_dataclass_contract() -> None:
 # ----------------------------------------------------------------- one transport, many threads
 
 
-def in_threads(
-    n: int, work: Callable[[int], Any], while_parked: Callable[[], Any] | None = None
-) -> tuple[list[Any], Any]:
-    """Run ``work(t)`` in ``n`` threads at once; return their results and ``while_parked()``.
-
-    ``while_parked`` runs once every thread has finished its work but before
-    any of them ends (so their connections are still theirs). The first
-    error of a thread is raised here.
-    """
-    out: list[Any] = [None] * n
-    errors: list[BaseException] = []
-    done = threading.Barrier(n + 1)
-    release = threading.Event()
-
-    def run(t: int) -> None:
-        try:
-            out[t] = work(t)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            with contextlib.suppress(threading.BrokenBarrierError):
-                done.wait(120)
-            release.wait(120)
-
-    threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(n)]
-    for thread in threads:
-        thread.start()
-    try:
-        done.wait(600)
-        parked = while_parked() if while_parked is not None else None
-    finally:
-        release.set()
-        for thread in threads:
-            thread.join(60)
-    if errors:
-        raise errors[0]
-    return out, parked
-
-
-def socket_fds() -> set[str]:
-    """This process's open sockets, as ``socket:[inode]``."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:"):
-            found.add(target)
-    return found
-
-
-def leaked_sockets(before: set[str], limit: float = 10.0) -> set[str]:
-    """Sockets opened since ``before`` that are still open (grpc closes its own a bit later)."""
-    end = time.monotonic() + limit
-    while (left := socket_fds() - before) and time.monotonic() < end:
-        time.sleep(0.05)
-    return left
-
-
-def server_connections(port: int) -> int:
-    """Established TCP connections whose server end is ``port`` (from /proc/net)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                lines = f.readlines()[1:]
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                count += 1
-    return count
-
-
 def thread_result(t: int, i: int) -> rb.RetrievalResult:
     """A result only thread ``t``'s request ``i`` sends, of a size that varies."""
     hits = [
@@ -653,8 +575,8 @@ N_REQUESTS = 50
 
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", ["inproc", *REMOTE])
-def test_threads_share_one_transport(started: list, kind: str) -> None:
-    before = socket_fds()
+def test_threads_share_one_transport(started: list, kind: str, sockets) -> None:
+    before = sockets.now()
     transport = start(started, kind)
     codec = TinyJsonCodec()
 
@@ -667,9 +589,9 @@ def test_threads_share_one_transport(started: list, kind: str) -> None:
 
     def look() -> tuple[int, int]:
         port = getattr(transport, "port", 0)
-        return getattr(transport, "connections", 0), server_connections(port) if port else 0
+        return getattr(transport, "connections", 0), sockets.server_connections(port) if port else 0
 
-    out, (connections, at_server) = in_threads(N_THREADS, work, look)
+    out, (connections, at_server) = sockets.in_threads(N_THREADS, work, look)
     for replies in out:
         assert len(replies) == N_REQUESTS
         for result, far in replies:
@@ -682,12 +604,12 @@ def test_threads_share_one_transport(started: list, kind: str) -> None:
         assert at_server >= N_THREADS + 1
     transport.close()
     assert getattr(transport, "connections", 0) == 0
-    assert not leaked_sockets(before)
+    assert not sockets.leaked(before)
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", ["inproc", *REMOTE])
-def test_requests_from_threads_overlap_on_the_far_side(started: list, kind: str) -> None:
+def test_requests_from_threads_overlap_on_the_far_side(started: list, kind: str, sockets) -> None:
     # More threads than the grpc far side used to have workers (4).
     parties = 8
     transport = rb.transports.create(kind)
@@ -702,15 +624,15 @@ def test_requests_from_threads_overlap_on_the_far_side(started: list, kind: str)
         result = thread_result(t, 0)
         return transport.send(codec.encode(result), result.query)
 
-    out, _ = in_threads(parties, work)
+    out, _ = sockets.in_threads(parties, work)
     for t, far in enumerate(out):
         # Each decode waited for all the others: they were on the far side together.
         assert f"what did thread {t} ask in request 0? [{parties} at once]" in far.prompt
 
 
 @pytest.mark.integration
-def test_connections_of_ended_threads_are_closed(started: list) -> None:
-    before = socket_fds()
+def test_connections_of_ended_threads_are_closed(started: list, sockets) -> None:
+    before = sockets.now()
     transport = start(started, "http")
     assert transport.connections == 1
     result = results(1)[0]
@@ -721,16 +643,18 @@ def test_connections_of_ended_threads_are_closed(started: list) -> None:
         thread.join(60)
     # Each new thread's connection closed the previous, ended thread's one.
     assert transport.connections == 2
-    assert len(socket_fds() - before) == 2
+    assert len(sockets.now() - before) == 2
     transport.connect()  # the calling thread already has its own: nothing new
     assert transport.connections == 2
     transport.close()
-    assert not leaked_sockets(before)
+    assert not sockets.leaked(before)
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", REMOTE)
-def test_a_failed_request_closes_only_its_threads_connection(started: list, kind: str) -> None:
+def test_a_failed_request_closes_only_its_threads_connection(
+    started: list, kind: str, sockets
+) -> None:
     transport = rb.transports.create(kind, timeout=2.0)
     started.append(transport)
     transport.start("test-slow", {"seconds": 6.0}, dict(PROMPT_PARAMS))
@@ -746,7 +670,7 @@ def test_a_failed_request_closes_only_its_threads_connection(started: list, kind
             return "failed"
         return transport.send(codec.encode(result), result.query).prompt
 
-    out, connections = in_threads(3, work, lambda: transport.connections)
+    out, connections = sockets.in_threads(3, work, lambda: transport.connections)
     assert out[0] == "failed" and out[1] == out[2] == build_prompt(result, **PROMPT_PARAMS)[0]
     # Only thread 0's connection was closed: the starting thread's and threads 1, 2's remain.
     assert connections == 3

@@ -231,7 +231,9 @@ def test_settings_are_checked_before_any_process() -> None:
         rb.transports.create("asgi", offload="yes")
     with pytest.raises(ConfigError, match="keep_alive_s"):
         rb.transports.create("asgi", keep_alive_s=0)
-    with pytest.raises(ConfigError, match="valid: host, http, keep_alive_s, loop, offload"):
+    with pytest.raises(
+        ConfigError, match="valid: host, http, http2, keep_alive, keep_alive_s, loop, offload"
+    ):
         rb.transports.create("asgi", workers=2)
     explicit = rb.transports.create("asgi", http="h11", loop="asyncio")
     assert (explicit.http, explicit.loop) == ("h11", "asyncio")

@@ -27,6 +27,7 @@ from .options import (
     split_list,
     threads_option,
 )
+from .payloads import PAYLOAD_AXES, payload_axes, set_axis
 
 __all__ = ["AXES", "backend_options", "configurations", "otel_option", "re_embed_option"]
 
@@ -64,7 +65,11 @@ def backend_options(fn: F) -> F:
             help="Comma-separated payload shapes the codecs write: row (one message per hit), "
             "columnar (parallel columns). [serialize] shape; default row.",
         ),
-        click.option("--transport", help="Comma-separated transports, e.g. inproc,http,grpc,asgi."),
+        click.option(
+            "--transport",
+            help="Comma-separated transports, e.g. inproc,http,grpc,asgi; settings after a +, "
+            "e.g. http+tls=true,grpc+compression=gzip+reply=stream ([transport] keys).",
+        ),
         click.option("--generate", help="Generator backend (none, stub, openai)."),
         k_option(),
         click.option(
@@ -83,6 +88,18 @@ def backend_options(fn: F) -> F:
             "filter_strategy",
             help="Comma-separated filter strategies, e.g. pre,post,in-graph ([retrieve] "
             "filter_strategy).",
+        ),
+        click.option(
+            "--payload-k",
+            "payload_k",
+            help="Comma-separated hit counts per payload, one row each, e.g. 10,100,1000 "
+            "([run] k; k_candidates raised to k where lower).",
+        ),
+        click.option(
+            "--payload-embeddings",
+            "payload_embeddings",
+            help="Comma-separated: without,with -- payloads without and with chunk embeddings, "
+            "one row each ([serialize] with_embeddings).",
         ),
         click.option(
             "--with-embeddings/--without-embeddings",
@@ -175,6 +192,7 @@ def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
             axes += [("payload_shape", shapes)] if shapes else []
     kc = counts(opts["k_candidates"], "--k-candidates")
     axes += [("k_candidates", kc)] if kc else []
+    axes += payload_axes(opts)
     sels = [
         parse_value(v) for v in split_list(opts.get("filter_selectivity"), "--filter-selectivity")
     ]
@@ -206,6 +224,10 @@ def configurations(
             if axis == "k_candidates":
                 cfg["run"]["k_candidates"] = value
                 parts += [f"kc={value}"] if len(values) > 1 else []
+                continue
+            if axis in PAYLOAD_AXES or axis == "transport":
+                label = set_axis(cfg, axis, value)
+                parts += label if len(values) > 1 else []
                 continue
             if axis == "payload_shape":
                 cfg["serialize"]["shape"] = value

@@ -166,6 +166,28 @@ def repeat_option(
     return click.option("--repeat", type=click.IntRange(min=1), help=help)
 
 
+def fast_build_option() -> Callable[[F], F]:
+    return click.option(
+        "--fast-build",
+        "fast_build",
+        is_flag=True,
+        default=None,
+        help="Build indexes on every core: faster, not deterministic (the record says so). "
+        "Default: one build thread and the seeds, the same index every time.",
+    )
+
+
+def rebuilds_option() -> Callable[[F], F]:
+    return click.option(
+        "--rebuilds",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="Build each index this many times (seed, seed+1, ...); recall's interval "
+        "then covers the build-to-build spread.",
+    )
+
+
 def out_option(help: str) -> Callable[[F], F]:
     return click.option("--out", type=click.Path(dir_okay=False), help=help)
 

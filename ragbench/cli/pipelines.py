@@ -21,6 +21,7 @@ from .options import (
     echo,
     executor_from,
     executor_options,
+    fast_build_option,
     finish_outputs,
     out_option,
     plot_option,
@@ -63,6 +64,7 @@ __all__ = ["compare", "run"]
     help="Payload shape the codec writes (overrides [serialize] shape; default row).",
 )
 @set_option()
+@fast_build_option()
 @plot_option("Write a PNG chart of the run's stages.")
 def run(
     config: str,
@@ -76,6 +78,7 @@ def run(
     re_embed: bool | None,
     payload_shape: str | None,
     overrides: Sequence[str],
+    fast_build: bool | None,
     plot: str | None,
 ) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
@@ -98,6 +101,8 @@ def run(
             extra.setdefault("run", {})[key] = value
     if re_embed:
         extra.setdefault("embed", {})["re_embed"] = True
+    if fast_build:
+        extra.setdefault("retrieve", {})["fast_build"] = True
     if payload_shape is not None:
         extra.setdefault("serialize", {})["shape"] = payload_shape
     with Pipeline.from_config(merge(cfg, extra)) as pipe:
@@ -171,6 +176,7 @@ def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[A
     help="Seed of the balanced order (recorded in each record).",
 )
 @plot_option("Write a PNG chart of the configurations' stages.")
+@fast_build_option()
 @executor_options
 def compare(**opts: Any) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process.
@@ -189,6 +195,9 @@ def compare(**opts: Any) -> None:
     check_outputs(opts["out"], opts["plot"])
     run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     combos, varying = configurations(opts, run_over)
+    if opts["fast_build"]:
+        for cfg, _ in combos:
+            cfg["retrieve"]["fast_build"] = True
     # every combination is created (and so checked) before anything is set up
     pipelines = [Pipeline(cfg, label=label) for cfg, label in combos]
     if opts["executor"] == "ray":

@@ -20,6 +20,7 @@ from .options import (
     echo,
     executor_from,
     executor_options,
+    fast_build_option,
     finish_outputs,
     grid,
     index_option,
@@ -30,6 +31,7 @@ from .options import (
     plot_option,
     progress,
     queries_option,
+    rebuilds_option,
     repeat_option,
     split_list,
     threads_option,
@@ -113,6 +115,8 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
     show_default=True,
     help="Recall under which a filtered line has fallen off its cliff.",
 )
+@fast_build_option()
+@rebuilds_option()
 @executor_options
 def sweep(
     dataset: str,
@@ -135,6 +139,8 @@ def sweep(
     filter_attribute: str | None,
     filter_correlated: bool,
     recall_target: float,
+    fast_build: bool | None,
+    rebuilds: int,
     executor: str,
     ray_address: str | None,
 ) -> None:
@@ -152,7 +158,6 @@ def sweep(
     check_outputs(out, plot)
     names = _index_names(index)
     sels, strategies = _filter_axes(filter_selectivity, filter_strategy, recall_target)
-    filter_table = {"attribute": filter_attribute, "correlated": filter_correlated}
     query_grid, build_grid = grid(params, "--param"), grid(builds, "--build")
     # parameter names are checked before the data is loaded or embedded
     check_grid(names, dim or indexes.PROBE_DIM, "ip", build_grid, query_grid)
@@ -163,11 +168,10 @@ def sweep(
     with executor_from(executor, ray_address) as ex:
         size = parse_count(n, "--n") if n else None
         ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
-        options: dict[str, Any] = {"embedder": embed, "re_embed": bool(re_embed)}
-        options["filter_table"] = filter_table
-        data = SweepData.from_dataset(
-            ds, k=k, n_queries=queries, filter_selectivities=sels, **options
-        )
+        table = {"attribute": filter_attribute, "correlated": filter_correlated}
+        options: dict[str, Any] = {"embedder": embed, "re_embed": bool(re_embed), "k": k}
+        options.update(filter_table=table, n_queries=queries, filter_selectivities=sels)
+        data = SweepData.from_dataset(ds, **options)
         dim_ = int(data.vectors.shape[1])
         try:
             grids = (build_grid, query_grid)
@@ -175,19 +179,10 @@ def sweep(
                 names, dim_, data.metric, *grids, selectivities=len(sels), strategies=strategies
             )
             with progress(total, "sweep points") as advance:
-                sweep_points(
-                    data,
-                    names,
-                    k=k,
-                    build_grid=build_grid,
-                    query_grid=query_grid,
-                    on_point=writer,
-                    progress=advance,
-                    repeat=repeat or 1,
-                    executor=ex,
-                    strategies=strategies,
-                    recall_target=recall_target,
-                )
+                run: dict[str, Any] = {"repeat": repeat or 1, "rebuilds": rebuilds, "k": k}
+                run.update(fast_build=bool(fast_build), build_grid=build_grid, executor=ex)
+                run.update(query_grid=query_grid, on_point=writer, progress=advance)
+                sweep_points(data, names, strategies=strategies, recall_target=recall_target, **run)
         except KeyboardInterrupt:
             if writer.records:
                 echo(render(writer.records))
@@ -255,6 +250,8 @@ def _per_index_build(builds: Sequence[str]) -> dict[str, dict[str, Any]]:
 @threads_option("Threads for builds and batch QPS.")
 @out_option("Append one JSON record per (index, n).")
 @plot_option("Write a log-log plot of p50 vs n.")
+@fast_build_option()
+@rebuilds_option()
 @executor_options
 def scale(
     index: str,
@@ -268,6 +265,8 @@ def scale(
     threads: int | None,
     out: str | None,
     plot: str | None,
+    fast_build: bool | None,
+    rebuilds: int,
     executor: str,
     ray_address: str | None,
 ) -> None:
@@ -309,5 +308,7 @@ def scale(
             on_point=writer,
             progress=advance,
             executor=ex,
+            rebuilds=rebuilds,
+            fast_build=bool(fast_build),
         )
     _finish(writer, plot)

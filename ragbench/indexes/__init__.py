@@ -38,6 +38,7 @@ __all__ = [
     "names",
     "register",
     "registry",
+    "with_dsn",
 ]
 
 
@@ -82,6 +83,11 @@ registry: Registry[Index] = Registry(
         # Qdrant's engine, embedded (qdrant-edge-py), not the Qdrant server
         "usearch": "ragbench.indexes.usearch_index:UsearchIndex",
         "qdrant-edge": "ragbench.indexes.qdrant_edge_index:QdrantEdgeIndex",
+        # LanceDB (a table in a temporary folder) and Chroma (a PersistentClient), embedded
+        "lancedb": "ragbench.indexes.lancedb_index:LanceDbIndex",
+        "chroma": "ragbench.indexes.chroma_index:ChromaIndex",
+        # PostgreSQL + pgvector, a real server (ragbench's own, or [retrieve] build dsn=)
+        "pgvector": "ragbench.indexes.pgvector_index:PgvectorIndex",
     },
 )
 create = registry.create
@@ -91,6 +97,19 @@ create = registry.create
 PROBE_DIM = 64
 names = registry.names
 register = registry.register
+
+
+def with_dsn(name: str, build: dict[str, Any], dsn: str | None) -> dict[str, Any]:
+    """``build`` plus ``dsn`` (``[retrieve] dsn``) for a backend that takes one (``pgvector``).
+
+    Backends without a ``dsn`` build parameter get ``build`` unchanged, so one
+    config can compare ``hnsw`` with ``pgvector`` on an existing server; a
+    ``dsn`` in ``build`` itself wins.
+    """
+    if dsn is None or "dsn" in build:
+        return build
+    defaults = getattr(registry.factory(name), "build_defaults", {})
+    return {**build, "dsn": dsn} if "dsn" in defaults else build
 
 
 def build_timed(index: Index, data: Any) -> tuple[int, int]:

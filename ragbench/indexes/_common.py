@@ -125,6 +125,8 @@ class BaseIndex:
         self.query_params = frozenset(self.query_defaults)
         self.default_query_params = dict(self.query_defaults)
         self.build_seconds = None
+        # How the last build ran ("build" in info(); see ragbench.indexes.builds).
+        self.build_record: dict[str, Any] | None = None
         self.compile_ns = 0
         # The header's "data" record once saved or loaded (see save()); None otherwise.
         self.saved_data: dict[str, Any] | None = None
@@ -180,8 +182,18 @@ class BaseIndex:
 
     def _timed_build(self, fn: Callable[[], None]) -> None:
         start = time.perf_counter_ns()
+        used = get_threads()
         fn()
         self.build_seconds = (time.perf_counter_ns() - start) / 1e9
+        # On one thread every bundled backend builds the same index from the
+        # same data and seeds; ragbench.indexes.builds.build fills in the rest.
+        self.build_record = {
+            "deterministic": used == 1,
+            "threads": used,
+            "seed": self.build_params.get("seed"),
+            "cached": False,
+            "seconds": self.build_seconds,
+        }
 
     def library_version(self) -> str:
         from importlib.metadata import PackageNotFoundError, version
@@ -211,6 +223,8 @@ class BaseIndex:
             "ntotal": self._n,
             "build_seconds": self.build_seconds,
         }
+        if self.build_record is not None:
+            out["build"] = dict(self.build_record)
         out.update(self.extra_info())
         return out
 

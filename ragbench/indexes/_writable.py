@@ -78,6 +78,9 @@ WRITE_BACKENDS = (
     "binary-hnsw",
     "usearch",
     "qdrant-edge",
+    "lancedb",
+    "chroma",
+    "pgvector",
 )
 DELETE_BACKENDS = (
     "flat",
@@ -90,6 +93,9 @@ DELETE_BACKENDS = (
     "binary-flat",
     "usearch",
     "qdrant-edge",
+    "lancedb",
+    "chroma",
+    "pgvector",
 )
 
 

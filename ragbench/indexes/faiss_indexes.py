@@ -459,7 +459,9 @@ class FaissHnswIndex(_FaissIndex):
     """faiss ``IndexHNSWFlat``.
 
     Build parameters: ``M`` (graph degree, default 16), ``ef_construction``
-    (default 200). Query parameter: ``ef`` (faiss ``efSearch``, default 64),
+    (default 200), ``seed`` (faiss's level generator ``hnsw.rng``, default
+    12345 as in faiss; on one build thread the graph depends only on it and
+    the data). Query parameter: ``ef`` (faiss ``efSearch``, default 64),
     passed per call through ``faiss.SearchParametersHNSW``; ``ef < k`` is
     raised to ``k`` (a smaller beam cannot return ``k`` results) and ``ef``
     above ``ntotal`` lowered to it (same answer; faiss allocates by ``ef``).
@@ -470,7 +472,7 @@ class FaissHnswIndex(_FaissIndex):
         "faiss's IndexHNSWFlat has no remove_ids (its graph links cannot be undone)"
     )
     chunked_add: ClassVar[bool] = False
-    build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200}
+    build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 200, "seed": 12345}
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -479,6 +481,8 @@ class FaissHnswIndex(_FaissIndex):
         params["ef_construction"] = positive_int(
             owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
         )
+        if "seed" in params:
+            params["seed"] = positive_int(owner, "seed", params["seed"], lo=0, hi=2**31 - 1)
         return params
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
@@ -507,6 +511,7 @@ class FaissHnswIndex(_FaissIndex):
     def _new_index(self, vectors: np.ndarray) -> Any:
         index = faiss.IndexHNSWFlat(self.dim, self.build_params["M"], _METRIC[self.metric])
         index.hnsw.efConstruction = self.build_params["ef_construction"]
+        index.hnsw.rng = faiss.RandomGenerator(self.build_params["seed"])  # type: ignore[attr-defined]
         return index
 
     def _check_loaded(self, index: Any) -> None:
@@ -538,6 +543,7 @@ class IvfIndex(_FaissIndex):
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         self._sp_cache: dict[int, Any] = {}
         self._nlist = 0
+        self._train_rows = 0
         super().__init__(dim, metric, **build_params)
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -567,6 +573,7 @@ class IvfIndex(_FaissIndex):
         index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, _METRIC[self.metric])
         index.cp.seed = self.build_params["seed"]
         index.cp.min_points_per_centroid = max(1, min(39, n // nlist))
+        self._train_rows = min(n, nlist * int(index.cp.max_points_per_centroid))
         self._quantizer = quantizer  # the IVF index borrows it
         return index
 
@@ -609,7 +616,12 @@ class IvfIndex(_FaissIndex):
     def extra_info(self) -> dict[str, Any]:
         if not self._nlist:
             return {}
-        return {"nlist": self._nlist, "points_per_list": self._n / self._nlist}
+        out: dict[str, Any] = {"nlist": self._nlist, "points_per_list": self._n / self._nlist}
+        if self._train_rows:
+            # faiss's k-means trains on a sample of at most max_points_per_centroid
+            # rows per list, drawn with cp.seed (the build's seed)
+            out.update(train_rows=self._train_rows, train_seed=self.build_params["seed"])
+        return out
 
     def _check_loaded(self, index: Any) -> None:
         self._expect(index, faiss.IndexIVFFlat, "IndexIVFFlat")

@@ -2,7 +2,9 @@
 
 Build parameters: ``M`` (default 16), ``ef_construction`` (default 200),
 ``seed`` (hnswlib ``random_seed`` for level assignment, default 100; with
-more than one build thread the graph still depends on thread timing).
+more than one build thread the graph still depends on thread timing, so
+the drivers build on one thread unless told otherwise: see
+:mod:`ragbench.indexes.builds`).
 Query parameter: ``ef`` (default 64).
 
 Metric spaces: ``ip`` → hnswlib ``'ip'`` (distance ``1 - dot``), ``cosine`` →

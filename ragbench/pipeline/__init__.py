@@ -48,7 +48,7 @@ from ..transports import Transport
 from . import samples, tracing
 from .build import Built, build, check_index_file, load_index
 from .cache import CacheStage, LruTtlCache
-from .capabilities import InProcess
+from .capabilities import Closes, InProcess
 from .context import NO_IDS, STAGES, RequestContext, RequestRecord
 from .interleaving import interleave
 from .parts import Components, Embedding, SharedParts, freeze
@@ -61,6 +61,7 @@ from .stages import (
     RetrieveStage,
     SerializeStage,
     Stage,
+    TextRerankStage,
     TransportStage,
     TruncateStage,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "SerializeStage",
     "SharedParts",
     "Stage",
+    "TextRerankStage",
     "TransportStage",
     "TruncateStage",
     "build",
@@ -217,8 +219,13 @@ class Pipeline:
             return
         self._threads_before = threads.get_threads()
         threads.set_threads(self.build_threads)
+        parts = shared if shared is not None else SharedParts()
         try:
-            self._adopt(self._build(dataset, shared if shared is not None else SharedParts()))
+            self._adopt(self._build(dataset, parts))
+            if shared is None:  # indexes of ours holding a server or files (pgvector) stop with us
+                self._closers.extend(
+                    i.close for i in parts.indexes.values() if isinstance(i, Closes)
+                )
         except BaseException:
             self.close()
             raise
@@ -305,7 +312,7 @@ class Pipeline:
         Decodes the tokens after the first (when the generator streams them)
         now, after the stamps were taken.
         """
-        rest = ctx.decode_rest
+        rest, exact = ctx.decode_rest, ctx.exact_top
         return RequestRecord(
             stamps,
             cpu,
@@ -316,6 +323,8 @@ class Pipeline:
             ctx.index,
             ctx.model_prompt_tokens,
             rest() if rest is not None else (),
+            ctx.retrieve_parts,
+            exact()[0] if exact is not None else None,
         )
 
     def serve(self, i: int) -> RequestRecord:
@@ -461,6 +470,7 @@ class Pipeline:
             caveats=list(self.caveats),
             model_prompt_tokens=samples.model_prompt_tokens(recs),
             inter_token_ns=samples.inter_token_ns(recs),
+            connection_ns=samples.connection_ns(recs),
             dataset={
                 "name": ds.name,
                 "n": len(ds.corpus.ids),
@@ -468,20 +478,33 @@ class Pipeline:
                 "n_queries": len(ds.queries.ids),
                 "content_hash": ds.content_hash,
             },
-            info=dict(self.info),
+            info={**samples.with_retrieve_parts(self.info, recs), **self._rerank_recall(recs)},
             cache_events=list(self.cache_events),
             error=self.error,
             repetition=self.repetitions(),
         )
 
-    def recall(self, records: Sequence[RequestRecord] | None = None) -> np.ndarray:
-        """Tie-aware recall@k of each record's final hits against exact search (default: this run's)."""
+    def recall(
+        self, records: Sequence[RequestRecord] | None = None, *, final: bool = False
+    ) -> np.ndarray:
+        """Tie-aware recall@k of each record's final hits against exact search (default: this run's).
+
+        After a reranker of texts (a cross-encoder) it is the recall of the
+        exact top k of the same candidates (the retriever's), unless ``final``:
+        then of the reranker's own k.
+        """
         recs = self._records if records is None else records
         if not recs:
             return np.zeros(0)
         built = self.built
         k = self.config["run"]["k"]
-        return samples.recall(recs, k, built.truth, built.embedding, built.metric)
+        return samples.recall(recs, k, built.truth, built.embedding, built.metric, final=final)
+
+    def _rerank_recall(self, recs: Sequence[RequestRecord]) -> dict[str, Any]:
+        """``rerank_recall``: mean recall of a text reranker's own final k (``{}`` otherwise)."""
+        if not any(rec.exact_ids is not None for rec in recs):
+            return {}
+        return {"rerank_recall": float(self.recall(recs, final=True).mean())}
 
     # ---- OpenTelemetry: after timing, never inside serve()
 

@@ -25,8 +25,9 @@ from ..datasets import Dataset
 from ..errors import ConfigError, IndexFileError, KTooLargeError, RagbenchError
 from ..files import check_writable
 from ..generators import Generator
-from ..indexes import Index
+from ..indexes import Index, builds
 from ..metrics import rerank_metric
+from ..rerankers.texts import start_text_reranker
 from ..timing import SetupTimes
 from ..transports import Transport
 from .cache import CacheStage, LruTtlCache
@@ -36,6 +37,7 @@ from .capabilities import (
     FilteredSearch,
     HasDim,
     IndexInfo,
+    RanksTexts,
     RecordsData,
     Shaped,
 )
@@ -49,6 +51,7 @@ from .stages import (
     RetrieveStage,
     SerializeStage,
     Stage,
+    TextRerankStage,
     TransportStage,
     TruncateStage,
 )
@@ -122,6 +125,7 @@ class _SetUp:
         self.times = setup_times
         self.closers = closers
         self.cache_events: list[dict[str, Any]] = []
+        self.caveats: list[str] = []  # a text reranker's (random weights), then the LLM's
 
     def run(self, ds: Dataset, cpu_time: bool, threads: tuple[int, int]) -> Built:
         cfg = self.config
@@ -142,7 +146,7 @@ class _SetUp:
         if cache is not None:
             stages.append(CacheStage(cache))
         stages.append(self._retrieve_stage(index, k_cand, filters))
-        stages.append(self._rerank_stage(metric, emb.corpus, cache))
+        stages.append(self._rerank_stage(ds, metric, emb.corpus, cache))
         stages.append(self._serialize_stage(ds, emb.corpus))
         transport = self._start_transport(cpu_time)
         stages.append(TransportStage(transport))
@@ -167,7 +171,7 @@ class _SetUp:
             generator=generator,
             info=self._describe_parts(parts),
             simulated=self._simulated(generator),
-            caveats=_caveats(generator),
+            caveats=(*self.caveats, *(c for c in _caveats(generator) if c not in self.caveats)),
             cache_events=tuple(self.cache_events),
         )
 
@@ -207,19 +211,23 @@ class _SetUp:
 
     def _index(self, ds: Dataset, emb: Embedding, metric: str) -> Index:
         r = self.config["retrieve"]
-        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key)
+        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key, r["fast_build"])
         if key not in self.shared.indexes:
             dim = int(emb.corpus.shape[1])
-            index = indexes.create(r["backend"], dim=dim, metric=metric, **r["build"])
+            build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
+            index = indexes.create(r["backend"], dim=dim, metric=metric, **build)
             data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
             source = _data_source(ds, emb, index.input_kind)
             path = r["index_file"]
             if path is not None and Path(path).exists():
                 index = self.times.time("index_load", load_index, path, index, data, source)
             else:
-                build_ns, compile_ns = indexes.build_timed(index, data)
-                self.times.add("index_build", build_ns)
-                self.times.add("jit_compile", compile_ns)
+                # deterministic unless [retrieve] fast_build; slow builds cached
+                built = builds.build(index, data, fast=r["fast_build"], source=source)
+                index = built.index
+                step = "index_load" if built.load_ns else "index_build"
+                self.times.add(step, built.load_ns or built.build_ns)
+                self.times.add("jit_compile", built.compile_ns)
                 if path is not None:
                     self.times.time("index_save", index.save, path, data=data, source=source)
             self.shared.indexes[key] = index
@@ -267,7 +275,9 @@ class _SetUp:
             )
         return self.shared.truth[key]
 
-    def _rerank_stage(self, metric: str, corpus: np.ndarray, cache: LruTtlCache | None) -> Stage:
+    def _rerank_stage(
+        self, ds: Dataset, metric: str, corpus: np.ndarray, cache: LruTtlCache | None
+    ) -> Stage:
         k = self.config["run"]["k"]
         reranker = self.components.reranker
         if reranker is None:
@@ -275,6 +285,10 @@ class _SetUp:
         if reranker.metric != rerank_metric(metric):
             params = backend_params(self.config, "rerank")
             reranker = rerankers.create(reranker.name, metric=rerank_metric(metric), **params)
+        if isinstance(reranker, RanksTexts) and reranker.input_kind == "texts":
+            self.closers.append(reranker.close)
+            exact = start_text_reranker(reranker, self.times.add, self.caveats)
+            return TextRerankStage(reranker, exact, ds.corpus.texts, corpus, k, cache)
         self.times.add("jit_compile", reranker.warmup(int(corpus.shape[1])))
         return RerankStage(reranker, corpus, k, cache)
 
@@ -323,6 +337,7 @@ class _SetUp:
             "rerank": cfg["rerank"]["backend"],
             "request_threads": parts.threads[0],
             "build_threads": parts.threads[1],
+            **_described("reranker_info", self.components.reranker),
             **_described("generator_info", self.components.generator),
             **_described("transport_info", self.components.transport),
             **self._filter_info(parts.filters),

@@ -11,8 +11,10 @@ capability by having the attribute; it registers nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from ..generators import FirstToken
 from ..transports import FarSide
@@ -20,7 +22,11 @@ from ..transports import FarSide
 __all__ = [
     "AwaitableStage",
     "ClosesAsync",
+    "Closes",
     "CompressedCodes",
+    "RanksTexts",
+    "RecordsBuild",
+    "SplitsSearch",
     "ConnectsAsync",
     "CountsAsyncRequests",
     "InstantStage",
@@ -69,6 +75,40 @@ class FilteredSearch(Protocol):
     """An index that searches with a filter; the strategies it offers (``pre``, ``post``, ...)."""
 
     filter_strategies: tuple[str, ...]
+
+
+@runtime_checkable
+class SplitsSearch(Protocol):
+    """An index behind a client (pgvector): this thread's last search as (send, server, decode) ns."""
+
+    def last_parts(self) -> tuple[int, int, int] | None: ...
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """A part holding a server, connections or files that must be stopped (``close()``)."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RanksTexts(Protocol):
+    """A reranker of texts (a cross-encoder; ``input_kind == "texts"``): the query and the
+    candidates' passages in, ``(ids int64 (k,), scores float32 (k,))`` out."""
+
+    input_kind: str
+
+    def rerank_texts(
+        self, query: str, candidate_ids: np.ndarray, texts: Sequence[str], k: int
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RecordsBuild(Protocol):
+    """An index that records how it was built (``build_record``: seed, seconds, cache; or None)."""
+
+    build_record: dict[str, Any] | None
 
 
 @runtime_checkable

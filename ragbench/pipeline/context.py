@@ -64,6 +64,8 @@ class RequestContext:
         "first_token",
         "model_prompt_tokens",
         "decode_rest",
+        "retrieve_parts",
+        "exact_top",
     )
 
     def __init__(self, index: int, query_id: str, query: str) -> None:
@@ -80,6 +82,9 @@ class RequestContext:
         self.prompt_tokens = 0
         self.model_prompt_tokens = -1  # the LLM's own count, when its generator reports one
         self.decode_rest: Callable[[], tuple[int, ...]] | None = None
+        self.retrieve_parts: tuple[int, int, int] | None = None  # (send, server, decode) ns
+        # a text reranker's exact top k of the candidates, computed after the stamps (recall)
+        self.exact_top: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
 
 class RequestRecord(NamedTuple):
@@ -94,3 +99,5 @@ class RequestRecord(NamedTuple):
     query_row: int  # row of the query in the dataset
     model_prompt_tokens: int = -1  # the LLM's own prompt token count (-1: not reported)
     inter_token_ns: tuple[int, ...] = ()  # each next token's latency, decoded after the stamps
+    retrieve_parts: tuple[int, int, int] | None = None  # the index's (send, server, decode) ns
+    exact_ids: np.ndarray | None = None  # a text reranker's exact top k of the candidates (recall)

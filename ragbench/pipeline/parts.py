@@ -96,8 +96,9 @@ class Components:
         elif emb == "precomputed":
             embedders.registry.factory(emb)
         r = cfg["retrieve"]
+        build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
         probe = indexes.create(
-            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **r["build"]
+            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **build
         )
         if isinstance(probe, ChecksQueryParams):
             probe.check_query_params(r["search"])  # names and values

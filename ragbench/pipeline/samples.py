@@ -6,19 +6,21 @@ lists and the names of the stages that made them; nothing is timed here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..metrics import recall_at_k
-from ..transports import FarSide
+from ..transports import FarSide, connection_columns
 from ..validate import check_memory
 from .context import RequestRecord
 from .parts import Embedding
 
 __all__ = [
     "RECORD_BYTES",
+    "RETRIEVE_PARTS",
+    "connection_ns",
     "check_record_memory",
     "far_columns",
     "far_fields",
@@ -27,11 +29,15 @@ __all__ = [
     "recall",
     "repetitions",
     "stage_samples",
+    "with_retrieve_parts",
 ]
 
 #: Bytes a run keeps per measured request (its record and its share of the
 #: report): 2.8 kB measured with tracemalloc over 5000 requests of a flat/inproc run.
 RECORD_BYTES = 3000
+
+#: An index's split of its search (:class:`~ragbench.pipeline.capabilities.SplitsSearch`).
+RETRIEVE_PARTS = ("send", "server", "decode")
 
 
 def check_record_memory(queries: Any, repeat: Any) -> None:
@@ -113,15 +119,26 @@ def _split(
 
 
 def recall(
-    records: Sequence[RequestRecord], k: int, truth: np.ndarray, embedding: Embedding, metric: str
+    records: Sequence[RequestRecord],
+    k: int,
+    truth: np.ndarray,
+    embedding: Embedding,
+    metric: str,
+    *,
+    final: bool = False,
 ) -> np.ndarray:
-    """Tie-aware recall@k of each record's final hits against ``truth`` (int64 ``(nq, k)``)."""
+    """Tie-aware recall@k of each record's hits against ``truth`` (int64 ``(nq, k)``).
+
+    After a reranker of texts: of the exact top k of the same candidates
+    (``exact_ids``), unless ``final`` (then of the reranker's own k).
+    """
     if not records:
         return np.zeros(0)
     found = np.full((len(records), k), -1, dtype=np.int64)
     for r, rec in enumerate(records):
-        n = min(k, len(rec.hit_ids))
-        found[r, :n] = rec.hit_ids[:n]
+        ids = rec.hit_ids if final or rec.exact_ids is None else rec.exact_ids
+        n = min(k, len(ids))
+        found[r, :n] = ids[:n]
     rows = np.asarray([rec.query_row for rec in records], dtype=np.int64)
     return recall_at_k(
         found, truth, embedding.corpus, embedding.queries, k, metric, query_rows=rows
@@ -151,3 +168,22 @@ def inter_token_ns(records: Sequence[RequestRecord]) -> np.ndarray | None:
     if len(widths) != 1 or 0 in widths:  # none, mixed, or no next tokens decoded
         return None
     return np.asarray([r.inter_token_ns for r in records], dtype=np.int64)
+
+
+def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) -> dict[str, Any]:
+    """``info`` plus ``retrieve_parts`` (p50/mean ns of send, server, decode) when the index split them."""
+    out = dict(info)
+    parts = [r.retrieve_parts for r in recs if r.retrieve_parts is not None]
+    if parts:
+        a = np.asarray(parts, dtype=np.int64)
+        out["retrieve_parts"] = {
+            name: {"p50_ns": int(np.median(a[:, j])), "mean_ns": int(a[:, j].mean())}
+            for j, name in enumerate(RETRIEVE_PARTS)
+        }
+    return out
+
+
+def connection_ns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray] | None:
+    """:func:`ragbench.transports.connection_columns` of the records, as int64 arrays."""
+    columns = connection_columns([r.far for r in records])
+    return None if columns is None else {k: np.asarray(v, np.int64) for k, v in columns.items()}

@@ -9,7 +9,8 @@ generate stages also have ``acall(ctx)`` for a backend with an async client
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,10 +22,12 @@ from ..errors import ConfigError
 from ..generators import FirstToken, Generator
 from ..indexes import Index
 from ..rerankers import Reranker
+from ..rerankers.numpy_reranker import NumpyReranker
+from ..rerankers.texts import exact_hit_scores
 from ..transports import FarSide, Transport
 from ..types import Hit, RetrievalResult
 from .cache import LruTtlCache
-from .capabilities import SupportsAsyncFirstToken, SupportsAsyncSend
+from .capabilities import RanksTexts, SplitsSearch, SupportsAsyncFirstToken, SupportsAsyncSend
 from .context import RequestContext
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "RerankStage",
     "RetrieveStage",
     "SerializeStage",
+    "TextRerankStage",
     "Stage",
     "TransportStage",
     "TruncateStage",
@@ -66,6 +70,8 @@ class RetrieveStage:
         self._texts = index.input_kind == "texts"
         self._k = k_candidates
         self._params = dict(search_params)
+        # an index behind a client (pgvector): its (send, server, decode) split of the search
+        self._parts = index.last_parts if isinstance(index, SplitsSearch) else None
 
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
@@ -74,6 +80,8 @@ class RetrieveStage:
         ids, scores = self._search(query, self._k, **self._params)
         ctx.candidate_ids = ids[0]
         ctx.candidate_scores = scores[0]
+        if self._parts is not None:
+            ctx.retrieve_parts = self._parts()
 
 
 class FilteredRetrieveStage:
@@ -101,6 +109,7 @@ class FilteredRetrieveStage:
         if strategy is not None:
             self._params["strategy"] = strategy
         self._masks = masks
+        self._parts = index.last_parts if isinstance(index, SplitsSearch) else None
 
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
@@ -108,6 +117,8 @@ class FilteredRetrieveStage:
         query = [ctx.query] if self._texts else ctx.query_vector
         allowed = self._masks[ctx.index]
         ids, scores = self._search(query, self._k, filter=allowed, **self._params)
+        if self._parts is not None:
+            ctx.retrieve_parts = self._parts()
         ids, scores = ids[0], scores[0]
         keep = ids >= 0
         keep[keep] = allowed[ids[keep]]
@@ -132,6 +143,43 @@ class RerankStage:
         ctx.hit_ids, ctx.hit_scores = self._rerank(
             ctx.query_vector[0], ctx.candidate_ids, self._vectors, self._k
         )
+        if self._cache is not None:
+            self._cache.put(ctx.cache_key, ctx.hit_ids, ctx.hit_scores)
+
+
+class TextRerankStage:
+    """``rerank`` by a reranker of texts (a cross-encoder): the query and the candidates' passages.
+
+    The final k are in the reranker's order, each hit with its exact score
+    (the metric's); the exact top k of the same candidates is computed after
+    the request's stamps (``ctx.exact_top``), and recall is of it, so recall
+    stays the retriever's whatever the reranker's weights.
+    """
+
+    name = "rerank"
+
+    def __init__(
+        self,
+        reranker: RanksTexts,
+        exact: NumpyReranker,
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        k: int,
+        cache: LruTtlCache | None,
+    ) -> None:
+        self._rerank = reranker.rerank_texts
+        self._exact = exact.rerank
+        self._metric = exact.metric
+        self._texts, self._vectors, self._k, self._cache = texts, vectors, k, cache
+
+    def __call__(self, ctx: RequestContext) -> None:
+        if ctx.cached:
+            return
+        ids, _ = self._rerank(ctx.query, ctx.candidate_ids, self._texts, self._k)
+        query = ctx.query_vector[0]
+        ctx.hit_ids = ids
+        ctx.hit_scores = exact_hit_scores(query, ids, self._vectors, self._metric)
+        ctx.exact_top = partial(self._exact, query, ctx.candidate_ids, self._vectors, self._k)
         if self._cache is not None:
             self._cache.put(ctx.cache_key, ctx.hit_ids, ctx.hit_scores)
 

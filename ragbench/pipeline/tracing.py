@@ -18,6 +18,7 @@ from ..generators import Generator
 from .build import Built
 from .capabilities import ChatOrCompletion, HasModel, LimitsTokens, NamesModel
 from .context import RequestRecord
+from .samples import RETRIEVE_PARTS
 
 __all__ = ["TRACE_FLUSH_EVERY", "RequestTraces", "export", "llm_info"]
 
@@ -95,7 +96,18 @@ class RequestTraces:
                 ("deserialize", far.decode_ns, stages["deserialize"]),
                 ("prompt", far.prompt_ns, stages["prompt"]),
             ]
-            inner = {"transport": otel.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)}
+            spans = otel.centered_spans(rec.stamps[j], rec.stamps[j + 1], parts)
+            # keep_alive = false: the connection's set-up, from the transport's start
+            setup = [(f"transport.{n}", ns, None) for n, ns in far.connection_ns]
+            inner = {"transport": otel.leading_spans(rec.stamps[j], setup) + spans}
+        if rec.retrieve_parts is not None and "retrieve" in built.loop_names:
+            j = built.loop_names.index("retrieve")
+            split = [
+                (f"retrieve.{n}", ns, None)
+                for n, ns in zip(RETRIEVE_PARTS, rec.retrieve_parts, strict=True)
+            ]
+            spans = otel.centered_spans(rec.stamps[j], rec.stamps[j + 1], split)
+            inner = {**(inner or {}), "retrieve": spans}
         attributes = otel.request_attributes(
             label=self.label,
             query_id=built.dataset.queries.ids[rec.query_row],

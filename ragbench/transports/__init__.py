@@ -22,12 +22,45 @@ one client per loop, see :mod:`ragbench.transports.aio`), with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .._registry import Registry
 
-__all__ = ["FarSide", "Transport", "create", "names", "register", "registry"]
+__all__ = [
+    "ChildTransport",
+    "FarSide",
+    "FarSideProcessor",
+    "Transport",
+    "connection_columns",
+    "create",
+    "decode_reply",
+    "make_codec",
+    "names",
+    "read_child_config",
+    "register",
+    "registry",
+]
+
+# the base of a transport of your own, and the far side's parts its server needs (loaded lazily:
+# importing ragbench.transports starts nothing and loads no client library)
+_LAZY = {
+    "ChildTransport": "ragbench.transports.child",
+    "FarSideProcessor": "ragbench.transports._farside",
+    "decode_reply": "ragbench.transports._farside",
+    "make_codec": "ragbench.transports._farside",
+    "read_child_config": "ragbench.transports._farside",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +72,15 @@ class FarSide:
     ``prompt_cpu_ns`` the CPU time its thread spent on them
     (``time.thread_time_ns``), measured only when the transport was started
     with ``cpu_time=True`` and 0 otherwise.
+
+    ``connection_ns`` is empty on a kept-alive connection. With
+    ``keep_alive = false`` (a new connection inside every request) it splits
+    the request's set-up, in order, as ``(part, ns)`` pairs: ``("connect",
+    ns)`` (TCP), ``("tls", ns)`` (the TLS handshake, with ``tls = true``) and
+    ``("first_byte", ns)`` (from the request's first byte written to the
+    reply's first byte read); ``grpc`` reports ``("channel", ns)`` instead of
+    the first two (grpcio times TCP, TLS and the HTTP/2 preface only
+    together). Parts sum to at most the transport's round trip.
     """
 
     prompt: str
@@ -49,6 +91,7 @@ class FarSide:
     wire_bytes_received: int
     decode_cpu_ns: int = 0
     prompt_cpu_ns: int = 0
+    connection_ns: tuple[tuple[str, int], ...] = ()
 
 
 def _set_fields() -> tuple[Any, ...]:
@@ -64,6 +107,7 @@ def _set_fields() -> tuple[Any, ...]:
     _set_received,
     _set_decode_cpu,
     _set_prompt_cpu,
+    _set_connection,
 ) = _set_fields()
 
 
@@ -77,9 +121,10 @@ def _far_side_init(
     wire_bytes_received: int,
     decode_cpu_ns: int = 0,
     prompt_cpu_ns: int = 0,
+    connection_ns: tuple[tuple[str, int], ...] = (),
 ) -> None:
     # The generated __init__ of a frozen dataclass sets each field through
-    # object.__setattr__ (~620 ns for these 8 fields); the slots' own
+    # object.__setattr__ (~620 ns for 8 fields); the slots' own
     # descriptors do the same in ~340 ns. A FarSide is built on every send.
     _set_prompt(self, prompt)
     _set_prompt_tokens(self, prompt_tokens)
@@ -89,10 +134,30 @@ def _far_side_init(
     _set_received(self, wire_bytes_received)
     _set_decode_cpu(self, decode_cpu_ns)
     _set_prompt_cpu(self, prompt_cpu_ns)
+    _set_connection(self, connection_ns)
 
 
 # Same signature, fields and defaults as the generated one (a test checks).
 FarSide.__init__ = _far_side_init  # type: ignore[method-assign]
+
+
+def connection_columns(fars: Sequence[Any]) -> dict[str, list[int]] | None:
+    """Per part, the :attr:`FarSide.connection_ns` of every request, in order; ``None`` if none has any.
+
+    ``fars`` are FarSide records (or ``None``); a request without a part gets 0 there.
+    """
+    names: dict[str, None] = {}
+    for far in fars:
+        for part, _ in getattr(far, "connection_ns", ()) or ():
+            names[part] = None
+    if not names:
+        return None
+    out: dict[str, list[int]] = {name: [] for name in names}
+    for far in fars:
+        parts = dict(getattr(far, "connection_ns", ()) or ())
+        for name, column in out.items():
+            column.append(int(parts.get(name, 0)))
+    return out
 
 
 @runtime_checkable

@@ -47,25 +47,26 @@ import json
 import signal
 import struct
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigError, DecodeError, NotBuiltError, RagbenchError, TransportError
-from ..process import ChildProcess, watch_stdin
-from ..threads import ThreadConnections
-from ..validate import positive_number
+from ..errors import ConfigError, DecodeError, RagbenchError, TransportError
+from ..process import watch_stdin
+from .grpc_server import GRPC_MAX_WORKERS, GRPC_PATH, GRPC_STREAM_PATH, serve_grpc
 
 __all__ = [
     "GRPC_MAX_WORKERS",
+    "GRPC_PATH",
+    "GRPC_STREAM_PATH",
     "REPLY_VERSION",
-    "ChildTransport",
     "FarSideProcessor",
     "codec_spec",
     "cpu_time_flag",
     "decode_reply",
     "main",
+    "make_codec",
+    "read_child_config",
 ]
 
 #: Version of the reply layout (the first header byte); see the module docstring.
@@ -77,9 +78,6 @@ REPLY_CONFIG_ERROR = 3
 # version, status, prompt_tokens, decode_ns, prompt_ns, decode_cpu_ns, prompt_cpu_ns
 _HEAD = struct.Struct("<BBIQQQQ")
 HEAD_SIZE = _HEAD.size
-#: Most calls the ``grpc`` far side runs at once (threads are made as needed);
-#: the ``http`` far side has no limit (one thread per connection).
-GRPC_MAX_WORKERS = 64
 
 #: Content type of the far side's reply (the ``http`` transport sends it back).
 REPLY_CONTENT_TYPE = "application/x-ragbench-farside"
@@ -156,7 +154,8 @@ def codec_spec(codec_name: str, codec_params: dict[str, Any]) -> tuple[dict[str,
     return {"name": codec_name, "factory": target, "params": codec_params}, codec
 
 
-def _make_codec(spec: dict[str, Any]) -> Any:
+def make_codec(spec: dict[str, Any]) -> Any:
+    """The codec a far side decodes with, from the ``"codec"`` entry of its configuration."""
     from .. import codecs
 
     # Register what the parent resolved, even over a built-in name: the
@@ -291,241 +290,11 @@ def decode_reply(reply: bytes, where: str) -> tuple[str, int, int, int, int, int
     raise TransportError(f"{where}: reply has unknown status {status}")
 
 
-# ------------------------------------------------------------------ near side base
-
-
-class ChildTransport:
-    """Shared near-side life cycle of the ``http`` and ``grpc`` transports.
-
-    Parameters (keyword only; unknown ones raise :class:`ConfigError`):
-    ``host`` the far side binds and the near side dials (default
-    ``"127.0.0.1"``), ``timeout`` seconds one request may take before it
-    fails with :class:`TransportError` (default 30), ``startup_timeout``
-    seconds the child may take to report ready (default 30).
-
-    Threads: one started transport may be shared by many threads. Each
-    calling thread gets its own connection, opened on its first
-    :meth:`send` (or ahead of time, outside any clock, by :meth:`connect`)
-    and kept for its later requests; no lock is held across a request, so
-    the threads' requests overlap on the wire and on the far side, which
-    serves every connection in a thread of its own. A failed request closes
-    only its thread's connection. The connection of a thread that has ended
-    is closed when another thread next opens one; :meth:`close` closes every
-    thread's connection (:attr:`connections` counts the open ones).
-
-    ``alive`` says whether the far side still runs; after it died, every
-    ``send`` raises :class:`TransportError` at once.
-    """
-
-    name = ""
-    kind = ""
-
-    def __init__(
-        self,
-        *,
-        host: str = "127.0.0.1",
-        timeout: float = 30.0,
-        startup_timeout: float = 30.0,
-        **unknown: Any,
-    ) -> None:
-        from .._registry import check_params
-
-        check_params(f"{self.name} transport", unknown, {"host", "timeout", "startup_timeout"})
-        if not isinstance(host, str) or not host:
-            raise ConfigError(f"{self.name} transport: host must be a non-empty string")
-        owner = f"{self.name} transport"
-        self.host = host
-        self.timeout = positive_number(owner, "timeout", timeout)
-        self.startup_timeout = positive_number(owner, "startup_timeout", startup_timeout)
-        self.port = 0
-        self.content_type = "application/octet-stream"
-        self.codec_name = ""
-        self.cpu_time = False
-        self._child: ChildProcess | None = None
-        self._dead: str | None = None
-        # Every open connection, with the thread that owns it; its lock is
-        # only taken to open or close connections, never across a request.
-        self._conns: ThreadConnections[Any] = ThreadConnections()
-
-    @property
-    def pid(self) -> int | None:
-        """Process id of the far side's server, or ``None`` before start / after close."""
-        return None if self._child is None else self._child.pid
-
-    @property
-    def alive(self) -> bool:
-        """True while the far side's process runs and has not failed a request fatally."""
-        return self._child is not None and self._dead is None and self._child.alive
-
-    @property
-    def connections(self) -> int:
-        """How many connections to the far side are open now (at most one per thread)."""
-        return len(self._conns)
-
-    def start(
-        self,
-        codec_name: str,
-        codec_params: dict[str, Any],
-        prompt_params: dict[str, Any],
-        *,
-        cpu_time: bool = False,
-    ) -> int:
-        """Start the far side's server process; return the nanoseconds until it was ready.
-
-        The codec and the prompt parameters are checked here first, so a
-        configuration mistake is a :class:`ConfigError` from this process,
-        not a dead child. With ``cpu_time=True`` the far side also reports
-        its thread CPU time for decode and prompt building
-        (``FarSide.decode_cpu_ns``/``prompt_cpu_ns``; 0 otherwise). The
-        calling thread's connection is opened here, inside the time returned.
-        """
-        from ..prompt import PromptBuilder
-
-        if self._child is not None:
-            raise ConfigError(f"{self.name} transport: already started; close() it first")
-        t0 = time.perf_counter_ns()
-        cpu_time = cpu_time_flag(f"{self.name} transport", cpu_time)
-        spec, codec = codec_spec(codec_name, codec_params)
-        if not isinstance(prompt_params, dict):
-            raise ConfigError(f"{self.name} transport: prompt parameters must be a dict")
-        PromptBuilder(**prompt_params)
-        try:
-            json.dumps(prompt_params)
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"{self.name} transport: prompt parameters must be JSON-able"
-            ) from None
-        self.content_type = str(getattr(codec, "content_type", "application/octet-stream"))
-        self.codec_name = codec_name
-        self.cpu_time = cpu_time
-        limit = getattr(codec, "max_payload_bytes", None)
-        max_body = limit if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_BODY
-        config = {
-            "codec": spec,
-            "prompt": prompt_params,
-            "host": self.host,
-            "max_body": max_body,
-            "cpu_time": cpu_time,
-            **self._child_config(),
-        }
-        child = ChildProcess(
-            [sys.executable, "-m", "ragbench.transports._farside", self.kind],
-            f"{self.name} transport",
-            config,
-            error=TransportError,
-        )
-        try:
-            line = child.wait_ready(self.startup_timeout)
-            word, _, port = line.partition(" ")
-            if word != "READY" or not port.isdigit():
-                raise TransportError(f"{self.name} transport: unexpected ready line {line!r}")
-            self.port = int(port)
-            self._child = child
-            self._dead = None
-            self._adopt(self._open())
-        except BaseException:
-            self._child = None
-            self._disconnect_all()
-            child.stop(grace=0.0)
-            raise
-        return time.perf_counter_ns() - t0
-
-    def connect(self) -> None:
-        """Open the calling thread's connection now if it has none (outside any clock).
-
-        :meth:`send` opens it on the thread's first request otherwise, and
-        that request's time then includes the connection set-up.
-        """
-        self._check_usable()
-        if self._conns.current() is None:
-            self._attach("(connect)")
-
-    def _child_config(self) -> dict[str, Any]:
-        """Extra entries of the far side's configuration line (a subclass's server settings)."""
-        return {}
-
-    # -- connections: subclasses say how to open and close one
-
-    def _open(self) -> Any:
-        """A new connection to the far side (raises OSError or TransportError)."""
-        raise NotImplementedError
-
-    def _close_conn(self, conn: Any) -> None:
-        raise NotImplementedError
-
-    def _adopt(self, conn: Any) -> Any:
-        """Make ``conn`` the calling thread's connection; close those of ended threads."""
-        stale = self._conns.register_if(conn, lambda: self._child is not None)
-        if stale is None:  # closed while it was being opened
-            self._close_conn(conn)
-            raise NotBuiltError(f"{self.name} transport: closed while connecting")
-        for c in stale:
-            self._close_conn(c)
-        return conn
-
-    def _attach(self, query: str) -> Any:
-        """Open the calling thread's connection (the slow path of a thread's first send)."""
-        try:
-            conn = self._open()
-        except OSError as exc:
-            raise self._failed(f"cannot connect: {exc}", query) from None
-        except TransportError as exc:
-            raise self._failed(str(exc), query) from None
-        return self._adopt(conn)
-
-    def _disconnect(self) -> None:
-        """Close the calling thread's connection, if it has one."""
-        conn = self._conns.drop_current()
-        if conn is not None:
-            self._close_conn(conn)
-
-    def _disconnect_all(self) -> None:
-        """Close every thread's connection."""
-        for conn in self._conns.take_all():
-            self._close_conn(conn)
-
-    def _check_usable(self) -> ChildProcess:
-        child = self._child
-        if child is None:
-            raise NotBuiltError(f"{self.name} transport: call start() before send()")
-        if self._dead is not None:
-            raise TransportError(f"{self.name} transport: the far side is dead: {self._dead}")
-        if not child.alive:
-            self._dead = child.death_note(0.0)
-            self._disconnect()
-            raise TransportError(f"{self.name} transport: the far side is dead: {self._dead}")
-        return child
-
-    def _failed(self, problem: str, query: str) -> TransportError:
-        """Build the error for a failed request; mark the far side dead if its process is gone."""
-        self._disconnect()
-        child = self._child
-        note = child.death_note(0.5) if child is not None else "not started"
-        if child is not None and not child.alive:
-            self._dead = note
-        return TransportError(
-            f"{self.name} transport to {self.host}:{self.port}: {problem} "
-            f"(query {query[:60]!r}); {note}"
-        )
-
-    def close(self) -> None:
-        """Close every thread's connection and stop the far side's process (idempotent)."""
-        child, self._child = self._child, None
-        self._disconnect_all()
-        if child is not None:
-            child.stop()
-
-    def __enter__(self) -> ChildTransport:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 # ------------------------------------------------------------------ child side
 
 
-def _read_config() -> dict[str, Any]:
+def read_child_config() -> dict[str, Any]:
+    """The far side's configuration: the one JSON line its parent wrote to stdin."""
     line = sys.stdin.buffer.readline()
     if not line:
         raise SystemExit("far side: no configuration line on stdin")
@@ -535,7 +304,47 @@ def _read_config() -> dict[str, Any]:
     return config
 
 
-def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
+def _content_length(raw: str) -> int:
+    """A ``Content-Length`` value as an int; -1 when it is not a non-negative integer."""
+    try:
+        return max(int(raw), -1)
+    except ValueError:
+        return -1
+
+
+def _drain(rfile: Any, length: int) -> bool:
+    """Read and drop ``length`` bytes; False if the connection ended first."""
+    left = length
+    while left > 0:
+        got = len(rfile.read(min(left, 1 << 20)))
+        if not got:
+            return False
+        left -= got
+    return True
+
+
+def _tls_listener(sock: Any, tls: dict[str, str]) -> Any:
+    """``sock`` wrapped for TLS 1.3 with the certificate at ``tls``; handshakes left to
+    :func:`_handshake` in each connection's thread."""
+    from .tls import server_context
+
+    ctx = server_context(tls["cert"], tls["key"])
+    return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+
+def _handshake(conn: Any) -> None:
+    """Complete a TLS connection's handshake (in its own thread, not the accept loop)."""
+    if hasattr(conn, "do_handshake"):
+        try:
+            conn.do_handshake()
+        except (OSError, ValueError):
+            conn.close()
+            raise
+
+
+def _serve_http(
+    processor: FarSideProcessor, host: str, max_body: int, tls: dict[str, str] | None = None
+) -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
@@ -543,6 +352,10 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
         # Replies are one write each; no Nagle delay on a keep-alive socket.
         disable_nagle_algorithm = True
         server_version = "ragbench-farside"
+
+        def setup(self) -> None:
+            _handshake(self.request)
+            super().setup()
 
         def _reply(self, code: int, body: bytes, content_type: str, close: bool = False) -> None:
             head = (
@@ -567,11 +380,7 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
             if raw_length is None:
                 self._error(411, "Content-Length is required")
                 return
-            try:
-                length = int(raw_length)
-            except ValueError:
-                self._error(400, f"bad Content-Length {raw_length!r}")
-                return
+            length = _content_length(raw_length)
             if length < 0:
                 self._error(400, f"bad Content-Length {raw_length!r}")
                 return
@@ -582,13 +391,9 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
                     return
                 # Read and drop the body so the reply reaches the client
                 # (closing on unread data would reset the connection first).
-                left = length
-                while left > 0:
-                    got = len(self.rfile.read(min(left, 1 << 20)))
-                    if not got:
-                        self.close_connection = True
-                        return
-                    left -= got
+                if not _drain(self.rfile, length):
+                    self.close_connection = True
+                    return
                 self._reply(413, message.encode(), "text/plain; charset=utf-8")
                 return
             body = self.rfile.read(length)
@@ -611,53 +416,12 @@ def _serve_http(processor: FarSideProcessor, host: str, max_body: int) -> None:
         request_queue_size = 128  # threads connecting at once; a backlog of 5 drops SYNs
 
     server = Server((host, 0), Handler)
+    if tls is not None:
+        server.socket = _tls_listener(server.socket, tls)
     watch_stdin(server.shutdown)
     print(f"READY {server.server_address[1]}", flush=True)
     server.serve_forever(poll_interval=0.2)
     server.server_close()
-
-
-def _serve_grpc(processor: FarSideProcessor, host: str, max_body: int) -> None:
-    from concurrent import futures
-
-    import grpc
-
-    def process(request: bytes, context: Any) -> bytes:
-        return processor.reply(request)
-
-    handler = grpc.method_handlers_generic_handler(
-        GRPC_SERVICE, {GRPC_METHOD: grpc.unary_unary_rpc_method_handler(process)}
-    )
-    server = grpc.server(
-        # Enough workers that concurrent near-side threads are served side by
-        # side, as the http server does, rather than queued here.
-        futures.ThreadPoolExecutor(max_workers=GRPC_MAX_WORKERS),
-        handlers=(handler,),
-        options=[
-            ("grpc.max_receive_message_length", max_body),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    bind_host = f"[{host}]" if ":" in host else host
-    port = server.add_insecure_port(f"{bind_host}:0")
-    if port == 0:
-        raise SystemExit(f"far side: grpc could not bind {host}")
-    server.start()
-    done = threading.Event()
-
-    def stop() -> None:
-        server.stop(grace=0.5).wait(2.0)
-        done.set()
-
-    watch_stdin(stop)
-    print(f"READY {port}", flush=True)
-    done.wait()
-
-
-GRPC_SERVICE = "ragbench.v1.FarSide"
-GRPC_METHOD = "Process"
-GRPC_PATH = f"/{GRPC_SERVICE}/{GRPC_METHOD}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -668,9 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # The parent decides when we stop (stdin EOF); a terminal's Ctrl-C is its business.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    config = _read_config()
+    config = read_child_config()
     try:
-        codec = _make_codec(config["codec"])
+        codec = make_codec(config["codec"])
         processor = FarSideProcessor(
             codec,
             config["codec"]["name"],
@@ -682,14 +446,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     host = str(config.get("host", "127.0.0.1"))
     max_body = int(config.get("max_body", DEFAULT_MAX_BODY))
+    tls = config.get("tls")
     if args[0] == "http":
-        _serve_http(processor, host, max_body)
+        _serve_http(processor, host, max_body, tls)
     elif args[0] == "asgi":
         from .asgi_server import serve_asgi
 
-        serve_asgi(processor.reply, REPLY_CONTENT_TYPE, host, max_body, config.get("asgi", {}))
+        settings = {**config.get("asgi", {}), "tls": tls}
+        serve_asgi(processor.reply, REPLY_CONTENT_TYPE, host, max_body, settings)
     else:
-        _serve_grpc(processor, host, max_body)
+        serve_grpc(processor.reply, host, max_body, {**config.get("grpc", {}), "tls": tls})
     return 0
 
 

@@ -27,7 +27,9 @@ from typing import Any
 
 from ..errors import DecodeError, MissingDependencyError, TransportError
 from . import FarSide
-from ._farside import ChildTransport, decode_reply
+from ._farside import decode_reply
+from .child import ChildTransport
+from .tls import client_context
 
 __all__ = ["AsyncPost", "head_bytes", "require_httpx"]
 
@@ -56,6 +58,16 @@ class AsyncPost(ChildTransport):
         """What ``asend`` sends with (recorded beside each asyncio load record)."""
         return f"httpx.AsyncClient {require_httpx().__version__}"
 
+    def client_settings(self) -> dict[str, Any]:
+        """httpx client arguments for this transport's scheme and TLS (``base_url``, ``verify``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        out: dict[str, Any] = {
+            "base_url": f"{'https' if self.tls else 'http'}://{host}:{self.port}",
+        }
+        if self.tls:
+            out["verify"] = client_context(self.certificate.cert_pem)
+        return out
+
     def _loop_clients(self) -> dict[asyncio.AbstractEventLoop, Any]:
         clients: dict[asyncio.AbstractEventLoop, Any] | None = self.__dict__.get("_aclients")
         if clients is None:
@@ -68,9 +80,8 @@ class AsyncPost(ChildTransport):
         client = clients.get(loop)
         if client is None:
             httpx = require_httpx()
-            host = f"[{self.host}]" if ":" in self.host else self.host
             client = httpx.AsyncClient(
-                base_url=f"http://{host}:{self.port}",
+                **self.client_settings(),
                 headers={"Content-Type": self.content_type},
                 timeout=self.timeout,
                 # a connection per request in flight, kept however long it idles
@@ -84,14 +95,12 @@ class AsyncPost(ChildTransport):
 
     async def aconnect(self) -> None:
         """Make the running loop's client and open one connection (outside any clock)."""
-        self._check_usable()
+        self.check_usable()
         httpx = require_httpx()
         try:
             await self._client().get("/health")
         except httpx.HTTPError as exc:
-            raise self._failed(
-                f"cannot connect: {type(exc).__name__}: {exc}", "(connect)"
-            ) from None
+            raise self.failed(f"cannot connect: {type(exc).__name__}: {exc}", "(connect)") from None
 
     async def asend(self, payload: bytes, query: str) -> FarSide:
         """POST ``payload`` from the running loop; the far side's prompt, timings and wire bytes.
@@ -100,14 +109,14 @@ class AsyncPost(ChildTransport):
         for a payload the far side could not decode or found too large,
         :class:`TransportError` when it failed, died or did not answer in time.
         """
-        self._check_usable()
+        self.check_usable()
         httpx = require_httpx()
         try:
             resp = await self._client().post("/v1/process", content=payload)
         except httpx.TimeoutException:
-            raise self._failed(f"no reply within {self.timeout:g} s", query) from None
+            raise self.failed(f"no reply within {self.timeout:g} s", query) from None
         except httpx.HTTPError as exc:
-            raise self._failed(f"request failed: {type(exc).__name__}: {exc}", query) from None
+            raise self.failed(f"request failed: {type(exc).__name__}: {exc}", query) from None
         body = resp.content
         if resp.status_code != 200:
             text = body[:500].decode("utf-8", "replace")

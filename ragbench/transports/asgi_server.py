@@ -25,8 +25,15 @@ The socket is bound here before uvicorn starts (port 0: the kernel picks a
 free one) and ``READY <port>`` is printed once uvicorn serves it. The server
 stops when the parent closes our stdin (:func:`ragbench.process.watch_stdin`).
 
-Needs ``starlette`` and ``uvicorn`` (``pip install 'ragbench[serve]'``); this
-module imports them only inside :func:`serve_asgi` and :func:`make_app`.
+With ``"server": "hypercorn"`` in the settings (the ``asgi`` transport's
+``http2 = true``) the same app is served by hypercorn instead, which speaks
+HTTP/2: over TLS negotiated by ALPN, in clear text with prior knowledge
+(h2c). With ``"tls": {"cert": path, "key": path}`` either server speaks TLS
+1.3 only, with that certificate.
+
+Needs ``starlette`` and ``uvicorn`` (``pip install 'ragbench[serve]'``), and
+``hypercorn`` for HTTP/2; this module imports them only inside
+:func:`serve_asgi` and :func:`make_app`.
 """
 
 from __future__ import annotations
@@ -120,9 +127,13 @@ def serve_asgi(
     (``"asyncio"``/``"uvloop"``), ``offload`` (bool), ``keep_alive_s``
     (seconds an idle connection is kept).
     """
+    app = make_app(reply, content_type, max_body, offload=bool(settings.get("offload", True)))
+    if settings.get("server") == "hypercorn":
+        _serve_hypercorn(app, host, settings)
+        return
     import uvicorn
 
-    app = make_app(reply, content_type, max_body, offload=bool(settings.get("offload", True)))
+    tls = settings.get("tls") or {}
     config = uvicorn.Config(
         app,
         http=str(settings.get("http", "h11")),
@@ -134,7 +145,14 @@ def serve_asgi(
         log_level="warning",
         timeout_keep_alive=int(settings.get("keep_alive_s", 3600)),
         timeout_graceful_shutdown=2,
+        ssl_certfile=tls.get("cert"),
+        ssl_keyfile=tls.get("key"),
     )
+    config.load()
+    if config.ssl is not None:
+        from .tls import MIN_VERSION
+
+        config.ssl.minimum_version = MIN_VERSION
     sock = _bind(host)
     port = sock.getsockname()[1]
 
@@ -152,6 +170,53 @@ def serve_asgi(
     watch_stdin(stop)
     try:
         server.run(sockets=[sock])
+    finally:
+        sock.close()
+    sys.stdout.flush()
+
+
+def _serve_hypercorn(app: Any, host: str, settings: dict[str, Any]) -> None:
+    """Serve ``app`` with hypercorn (HTTP/2 and HTTP/1.1) until stdin reaches EOF."""
+    import asyncio
+    import ssl
+
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    from .tls import MIN_VERSION
+
+    class TLS13(Config):
+        def create_ssl_context(self) -> ssl.SSLContext | None:
+            ctx = super().create_ssl_context()
+            if ctx is not None:
+                ctx.minimum_version = MIN_VERSION
+            return ctx
+
+    tls = settings.get("tls") or {}
+    sock = _bind(host)
+    port = sock.getsockname()[1]
+    config = TLS13()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.certfile = tls.get("cert")
+    config.keyfile = tls.get("key")
+    config.accesslog = None
+    config.errorlog = None
+    config.keep_alive_timeout = float(settings.get("keep_alive_s", 3600))
+    config.graceful_timeout = 2.0
+
+    async def main() -> None:
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            loop.call_soon_threadsafe(stopped.set)
+
+        watch_stdin(stop)
+        print(f"READY {port}", flush=True)  # the socket listens; connections wait in its backlog
+        await serve(app, config, shutdown_trigger=stopped.wait)
+
+    try:
+        asyncio.run(main())
     finally:
         sock.close()
     sys.stdout.flush()

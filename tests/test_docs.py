@@ -1,0 +1,477 @@
+"""The documentation site: generated reference, findings, navigation, links, and the strict build.
+
+The generated sections come from ``tools/docs_hooks.py`` (the mkdocs hooks); these tests call
+it the way mkdocs does and check what it produces against the code it documents, and build
+the whole site with ``mkdocs build --strict`` into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+
+import ragbench.errors
+import ragbench.otel
+from ragbench import config
+from ragbench.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+FINDINGS = DOCS / "findings"
+#: Pages other branches are writing now: in the nav and the README, not yet in this checkout.
+PENDING = {"vectordb.md"}
+
+
+def _load_hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["docs_hooks"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+hooks = _load_hooks()
+
+
+def _env() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "NO_MKDOCS_2_WARNING": "1",
+    }
+
+
+def _nav_files(nav: object) -> list[str]:
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, list):
+        return [f for item in nav for f in _nav_files(item)]
+    if isinstance(nav, dict):
+        return [f for value in nav.values() for f in _nav_files(value)]
+    raise AssertionError(f"unexpected nav entry {nav!r}")
+
+
+def _mkdocs_config() -> dict:
+    # mkdocs.yml has no custom tags; the plain loader reads it
+    return yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- generated reference
+
+
+def test_cli_reference_has_every_command_and_option() -> None:
+    text = hooks.cli_markdown()
+    assert "gen: cli" in (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
+    assert len(cli.commands) >= 10
+    root = click.Context(cli, info_name="ragbench")
+    for name, cmd in cli.commands.items():
+        section = text.split(f"## `ragbench {name}`\n", 1)
+        assert len(section) == 2, f"ragbench {name} missing from the CLI reference"
+        body = section[1].split("\n## `ragbench ", 1)[0]
+        for param in cmd.get_params(click.Context(cmd, info_name=name, parent=root)):
+            if isinstance(param, click.Option):
+                for opt in param.opts:
+                    assert f"`{opt}`" in body, f"ragbench {name} {opt} missing"
+        if cmd.help:
+            assert cmd.help.strip().splitlines()[0] in body
+
+
+def test_cli_reference_follows_a_new_command() -> None:
+    """A command added to the group appears without anyone editing a page."""
+
+    @click.command("docs-probe")
+    @click.option("--probe-size", type=int, default=7, help="A probe option.")
+    def probe(probe_size: int) -> None:
+        """A command that exists only in this test."""
+
+    cli.add_command(probe)
+    try:
+        text = hooks.cli_markdown()
+    finally:
+        del cli.commands["docs-probe"]
+    assert "## `ragbench docs-probe`" in text
+    assert "| `--probe-size` | integer | `7` | A probe option. |" in text
+    assert "docs-probe" not in hooks.cli_markdown()
+
+
+def test_configuration_reference_has_every_table_and_key() -> None:
+    text = hooks.config_markdown()
+    for table, defaults in config.DEFAULTS.items():
+        for key in defaults:
+            assert f"| `[{table}]` | `{key}` |" in text
+    for table, keys in config.OWN_KEYS.items():
+        for key in keys:
+            assert f"| `[{table}]` | `{key}` |" in text
+    assert "| `[run]` | `queries` | `200` |" in text
+    for name in config.shipped_names():
+        assert f"`{name}`" in text
+    backends = hooks.backends_markdown()
+    for name in ("hnsw", "numba", "protobuf", "grpc", "stub", "minilm"):
+        assert f"`{name}`" in backends
+
+
+def test_errors_reference_has_every_error_class() -> None:
+    text = hooks.errors_markdown()
+    for name in ragbench.errors.__all__:
+        cls = getattr(ragbench.errors, name)
+        doc = inspect.getdoc(cls).split("\n\n")[0]
+        row = next((ln for ln in text.splitlines() if ln.startswith(f"| `{name}` |")), None)
+        assert row is not None, name
+        assert hooks._cell(doc) in row
+    assert "| `DimensionError` | InputError → RagbenchError | `ValueError` |" in text
+    assert "| `TransportError` | RagbenchError | `RuntimeError` |" in text
+
+
+def test_environment_names_are_found_and_every_one_is_described(tmp_path: Path) -> None:
+    names = hooks.environment_names()
+    assert {"RAGBENCH_CACHE_DIR", "RAGBENCH_THREADS", "RAGBENCH_PROGRESS_INTERVAL_S"} <= names
+    assert {"OTEL_SERVICE_NAME", "OPENAI_BASE_URL"} <= names
+    undescribed = names - set(hooks.ENVIRONMENT)
+    assert not undescribed, f"describe these in tools/docs_hooks.py ENVIRONMENT: {undescribed}"
+    text = hooks.environment_markdown()
+    for name in names:
+        assert f"| `{name}` | {hooks._cell(hooks.ENVIRONMENT[name])} |" in text
+    # a variable read anywhere in a package is found (so a new one fails the check above)
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "sub" / "m.py").write_text(
+        'import os\nx = os.environ.get("RAGBENCH_NEW_KNOB", "1")\ny = os.getenv("OTHER_VAR")\n'
+    )
+    assert hooks.environment_names(pkg) == {"RAGBENCH_NEW_KNOB", "OTHER_VAR"}
+
+
+def test_otel_attribute_table_has_every_attribute_of_the_docstring() -> None:
+    rows = hooks.otel_rows()
+    block = inspect.getdoc(ragbench.otel).split("\nAttributes\n", 1)[1].split("\nExport\n")[0]
+    table = block.split("=====", 1)[1]
+    named = set(re.findall(r"``((?:ragbench|gen_ai)\.[a-z_.]+)``", table))
+    assert len(named) >= 20
+    text = hooks.otel_markdown()
+    for name in named:
+        assert f"`{name}`" in text, name
+    assert all(len(r) == 3 and r[0] and r[1] for r in rows)
+    spans = {r[0] for r in rows}
+    assert {"request", "every stage", "embed", "retrieve", "generate"} <= spans
+    assert ["deserialize, prompt", "``ragbench.far_side``", "true: timed by the far side"] in rows
+
+
+def test_schemas_page_is_guarded_on_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "ragbench schema" in (DOCS / "reference" / "schemas.md").read_text(encoding="utf-8")
+    monkeypatch.setattr(hooks, "cli_commands", lambda: [("run", None)])
+    assert "no `ragbench schema` command yet" in hooks.schemas_markdown()
+
+
+def test_unknown_marker_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown generated section 'nope'"):
+        hooks.expand("text\n<!-- gen: nope -->\n", DOCS)
+
+
+# ---------------------------------------------------------------- findings
+
+
+def _finding_pages() -> list[Path]:
+    return sorted(p for p in FINDINGS.glob("*.md") if p.name != "index.md")
+
+
+def test_findings_are_dated_and_listed() -> None:
+    index = (FINDINGS / "index.md").read_text(encoding="utf-8")
+    nav = _nav_files(_mkdocs_config()["nav"])
+    pages = _finding_pages()
+    assert len(pages) >= 3
+    for page in pages:
+        date = re.match(r"(\d{4}-\d{2}-\d{2})-", page.name)
+        assert date, f"{page.name}: a findings page is named after its date"
+        title = page.read_text(encoding="utf-8").splitlines()[0]
+        assert title.startswith(f"# {date.group(1)}: "), title
+        assert f"({page.name})" in index
+        assert f"findings/{page.name}" in nav
+
+
+def test_findings_data_is_small_and_committed() -> None:
+    files = sorted((FINDINGS / "data").glob("*.json*"))
+    assert files
+    for f in files:
+        assert f.stat().st_size < 100_000, f"{f.name} is over 100 KB"
+    tracked = subprocess.run(
+        ["git", "ls-files", "docs/findings/data"], cwd=ROOT, capture_output=True, text=True
+    )
+    if tracked.returncode == 0 and tracked.stdout:
+        assert {Path(p).name for p in tracked.stdout.split()} >= {f.name for f in files}
+
+
+#: Markers whose content is generated from a committed results file in docs/findings/data/.
+DATA_MARKERS = ("report", "reading", "plot", "bench", "stats")
+
+
+def _page_markers(page: Path) -> list[tuple[str, list[str]]]:
+    text = page.read_text(encoding="utf-8")
+    return [(m.group("what"), m.group("args").split()) for m in hooks.markers(text)]
+
+
+def _data_files(page: Path) -> set[str]:
+    """The results files a page's markers read (``data/x.jsonl`` → ``x.jsonl``)."""
+    return {
+        Path(a).name
+        for what, args in _page_markers(page)
+        if what in DATA_MARKERS
+        for a in args
+        if a.startswith("data/")
+    }
+
+
+@pytest.mark.integration  # child processes: ragbench report
+def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
+    """Every findings page is generated from its data: each report table is exactly what
+    `ragbench report --format md FILE` prints, each bench/stats table holds every figure of
+    its JSON file, and a page has no table that is not generated."""
+    pages = _finding_pages()
+    assert len(pages) >= 8
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        found = _page_markers(page)
+        assert {w for w, _ in found} & {"report", "bench", "stats"}, f"{page.name}: no data"
+        expanded = hooks.expand(text, page.parent, Path("/nonexistent"))
+        hooks.PLOTS.clear()
+        assert "<!-- gen:" not in expanded
+        for what, args in found:
+            if what == "report":
+                done = subprocess.run(
+                    [sys.executable, "-m", "ragbench", "report", "--format", "md", *args],
+                    cwd=page.parent,
+                    capture_output=True,
+                    text=True,
+                    env=_env(),
+                    timeout=300,
+                )
+                assert done.returncode == 0, done.stderr
+                table = done.stdout.rstrip()
+                assert table.startswith("| kind |") and table.count("\n") >= 2  # a row
+                assert table in expanded, f"{page.name}: {args} is not ragbench's table"
+            elif what == "bench":
+                doc = json.loads((page.parent / args[0]).read_text(encoding="utf-8"))
+                assert doc["benchmarks"], args
+                for entry in doc["benchmarks"]:
+                    row = next(ln for ln in expanded.splitlines() if f"`{entry['fullname']}`" in ln)
+                    assert f"| {entry['stats']['rounds']} |" in row
+                    median_us = entry["stats"]["median"] * 1e6
+                    shown = float(row.split(" | ")[1].replace(",", ""))
+                    assert shown == pytest.approx(median_us, rel=0.01, abs=0.01)
+            elif what == "stats":
+                described = json.loads((page.parent / args[0]).read_text(encoding="utf-8"))
+                for key in ("lid@10", "contrast", "hubness"):
+                    row = next(ln for ln in expanded.splitlines() if ln.startswith(f"| `{key}` |"))
+                    cells = [float(c.replace(",", "")) for c in row.strip("| ").split(" | ")[1:]]
+                    assert cells == pytest.approx([d[key] for d in described], rel=0.01)
+        # what is left once the generated sections are gone holds no table
+        assert not _typed_tables(text), f"{page.name}: typed table {_typed_tables(text)[:1]}"
+
+
+def _typed_tables(text: str) -> list[str]:
+    """Markdown table rows of a page's source outside fenced code (generated ones are markers)."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return [ln for ln in prose.splitlines() if re.match(r"^\s*\|.*\|\s*$", ln)]
+
+
+#: A measured figure in prose: a number (``2 000``, ``12.5``) with a unit or a ratio sign.
+_FIGURE = re.compile(r"(?<![\w.,])\d+(?:[ ,.]\d+)*\s?(?:µs|ms|ns|s|×|%|QPS|B)(?![\w-])")
+#: What is not a measured figure: a target (``≤ 200 ns``) and the intervals' confidence.
+_NOT_FIGURES = re.compile(r"[≤≥<>]\s?\d[\d ,.]*\s?[^\s,;)]*|95 % (?:bootstrap )?intervals?")
+
+
+def _typed_figures(text: str) -> list[str]:
+    """Measured figures typed into a page's prose (outside code, code spans and markers)."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    return _FIGURE.findall(_NOT_FIGURES.sub("", prose))
+
+
+def test_findings_pages_hold_no_typed_tables_or_figures() -> None:
+    for page in _finding_pages():
+        text = page.read_text(encoding="utf-8")
+        assert not _typed_tables(text), f"{page.name}: {_typed_tables(text)[:2]}"
+        assert not _typed_figures(text), f"{page.name}: typed figures {_typed_figures(text)}"
+    # the checks find what they are for
+    typed = "# x\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n```\n| in | code |\n```\n"
+    assert len(_typed_tables(typed)) == 3
+    figures = (
+        "p50 was 12.5 µs, 3.6× faster, 0.4 % of it, 2 000 QPS; target ≤ 200 ns, 95 % intervals"
+    )
+    assert _typed_figures(figures) == ["12.5 µs", "3.6×", "0.4 %", "2 000 QPS"]
+
+
+def _manifest():
+    return hooks._findings_manifest()
+
+
+def test_every_findings_file_has_one_command_entry_and_a_page() -> None:
+    findings = _manifest().load()
+    on_disk = {p.name for p in (FINDINGS / "data").iterdir()}
+    assert on_disk == set(findings), "docs/findings/data/ and commands.toml disagree"
+    used: dict[str, str] = {}
+    for page in _finding_pages():
+        files = _data_files(page)
+        reproduced = {a for what, args in _page_markers(page) if what == "reproduce" for a in args}
+        assert files == reproduced, f"{page.name}: reproduce markers {reproduced} vs data {files}"
+        for f in files:
+            assert f not in used, f"{f} is used by {used[f]} and {page.name}"
+            used[f] = page.name
+    assert set(used) == set(findings)
+    commands = [c for f in findings.values() for c in f.commands]
+    assert len(commands) == len(set(commands))
+
+
+def test_reproduce_marker_prints_the_manifest_commands() -> None:
+    findings = _manifest().load()
+    text = hooks.reproduce_markdown("indexes-frontier-20k.jsonl")
+    assert text.startswith("Reproduce with")
+    flat = re.sub(r" \\\n\s+", " ", text)
+    for cmd in findings["indexes-frontier-20k.jsonl"].commands:
+        assert cmd in flat
+    with pytest.raises(ValueError, match="not in docs/findings/commands.toml"):
+        hooks.reproduce_markdown("nope.jsonl")
+
+
+def test_findings_manifest_refuses_malformed_entries(tmp_path: Path) -> None:
+    load = _manifest().load
+    bad = {
+        "no commands": '[[finding]]\nname = "a.jsonl"\ncommands = []\n',
+        "does not write": '[[finding]]\nname = "a.jsonl"\ncommands = ["ragbench sweep --out x"]\n',
+        "start with ragbench": '[[finding]]\nname = "a.json"\nstdout = true\ncommands = ["rm -rf x"]\n',
+        "plain file name": '[[finding]]\nname = "../a.jsonl"\ncommands = ["ragbench x"]\n',
+    }
+    for message, text in bad.items():
+        (tmp_path / "m.toml").write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=message):
+            load(tmp_path / "m.toml")
+    ok = '[[finding]]\nname = "a.json"\nstdout = true\ncommands = ["ragbench --version"]\n'
+    twice = ok + ok
+    (tmp_path / "m.toml").write_text(twice, encoding="utf-8")
+    with pytest.raises(ValueError, match="listed twice"):
+        load(tmp_path / "m.toml")
+
+
+@pytest.mark.integration  # child processes: the runner and a small sweep
+def test_findings_runner_rewrites_the_results_file(tmp_path: Path) -> None:
+    """`tools/findings.py` runs a finding's commands from the root, replacing its file."""
+    mod = _manifest()
+    out = "docs/findings/data/probe.jsonl"
+    cmd = f"ragbench sweep --dataset synthetic --n 500 --dim 8 --index flat --queries 5 --out {out}"
+    finding = mod.Finding("probe.jsonl", (cmd,))
+    target = finding.path(tmp_path)
+    target.parent.mkdir(parents=True)
+    target.write_text("stale\n", encoding="utf-8")
+    mod.run(finding, root=tmp_path)
+    records = [json.loads(ln) for ln in target.read_text(encoding="utf-8").splitlines()]
+    assert [r["kind"] for r in records] == ["sweep"] and records[0]["n"] == 500
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "findings.py"), "--list"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [c for f in mod.load().values() for c in f.commands]
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^findings: .*\n\t\$\(PY\) tools/findings.py$", makefile, re.M)
+
+
+# ---------------------------------------------------------------- navigation and links
+
+
+def test_every_nav_entry_exists_and_every_page_is_in_the_nav() -> None:
+    cfg = _mkdocs_config()
+    assert cfg["strict"] is True and cfg["theme"]["font"] is False
+    nav = _nav_files(cfg["nav"])
+    assert len(nav) == len(set(nav))
+    for entry in nav:
+        assert (DOCS / entry).is_file() or entry in PENDING, f"nav: {entry} does not exist"
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert pages <= set(nav), f"pages not in the nav: {pages - set(nav)}"
+    for moving in ("rerankers.md", "transports.md", "vectordb.md"):
+        assert moving in nav  # other branches write these where they are
+
+
+def test_readme_is_short_and_its_links_resolve() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", readme)
+    assert len(links) >= 20
+    for link in links:
+        target = ROOT / link
+        assert target.exists() or Path(link).name in PENDING, f"README links to missing {link}"
+    for section in ("getting-started", "how-to", "reference", "explanation", "findings"):
+        assert f"docs/{section}/" in readme
+
+
+def test_relative_links_between_pages_resolve() -> None:
+    """The same check mkdocs --strict makes, without building (fast, names the page)."""
+    for page in DOCS.rglob("*.md"):
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for link in re.findall(r"\]\(((?!https?:|mailto:)[^)#\s]+)(?:#[^)]*)?\)", text):
+            target = (page.parent / link).resolve()
+            assert target.exists() or target.name in PENDING, f"{page}: link to missing {link}"
+
+
+# ---------------------------------------------------------------- the build
+
+
+@pytest.mark.slow  # ~20 s: the whole site, mkdocstrings over the API, two charts
+@pytest.mark.integration
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
+    assert mkdocs is not None, "mkdocs is not installed (pip install 'ragbench[docs]')"
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [mkdocs, "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(site)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARNING" not in done.stderr
+    cli_page = (site / "reference" / "cli.html").read_text(encoding="utf-8")
+    for name in cli.commands:
+        assert f"ragbench {name}" in cli_page
+    assert "<!-- gen:" not in cli_page
+    api = (site / "reference" / "api" / "indexes.html").read_text(encoding="utf-8")
+    assert "ragbench.indexes" in api and "create" in api
+    for png in ("compare-pydocs.png", "sweep-synthetic-20k.png"):
+        assert (site / "findings" / png).stat().st_size > 10_000
+    assert "fonts.googleapis.com" not in (site / "index.html").read_text(encoding="utf-8")
+
+
+def test_benchmark_json_loses_raw_rounds_keeps_statistics(tmp_path: Path) -> None:
+    doc = {
+        "benchmarks": [
+            {
+                "fullname": "b.py::t",
+                "stats": {"median": 2e-6, "rounds": 3, "data": [1e-6, 2e-6, 3e-6]},
+                "extra_info": {"a_over_b": 2.5, "a_ns": 500},
+            }
+        ],
+        "machine_info": {"cpu": {"brand_raw": "cpu"}},
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    _manifest().strip_benchmark_samples(path)
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    assert kept["benchmarks"][0]["stats"] == {"median": 2e-6, "rounds": 3}
+    table = hooks.bench_markdown(tmp_path, "bench.json")
+    assert "| `b.py::t` | 2.00 | 3 | a_over_b 2.50 | a_ns 500 |" in table

@@ -1,0 +1,531 @@
+"""Engine-specific behaviour of the ``pgvector`` backend: PostgreSQL + pgvector, a real server.
+
+Most tests put their indexes on one server shared by the session (``dsn=``,
+tests/pgshared.py); the lifetime tests let ragbench start and stop its own,
+in child processes where the question is what is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pgshared
+import psutil
+import psycopg
+import pytest
+
+import ragbench as rb
+from ragbench.errors import ConfigError, DimensionError, IndexServerError, NotBuiltError
+from ragbench.indexes import _pg_server
+
+N, DIM, NQ = 3000, 32, 20
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _data(seed: int, n: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+X = _data(1, N)
+Q = _data(2, NQ)
+
+
+def _truth(metric: str, k: int, allow: np.ndarray | None = None) -> np.ndarray:
+    x, q = X.astype(np.float64), Q.astype(np.float64)
+    s = -((q**2).sum(1)[:, None] - 2 * q @ x.T + (x**2).sum(1)) if metric == "l2" else q @ x.T
+    if allow is not None:
+        s[:, ~allow] = -np.inf
+    return np.argsort(-s, axis=1)[:, :k]
+
+
+def _recall(ids: np.ndarray, truth: np.ndarray) -> float:
+    hits = sum(len(set(a) & set(b)) for a, b in zip(ids.tolist(), truth.tolist(), strict=True))
+    return hits / truth.size
+
+
+def shared(**params):  # type: ignore[no-untyped-def]
+    return rb.indexes.create("pgvector", dim=DIM, dsn=pgshared.dsn(), **params)
+
+
+def _tables(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT relname FROM pg_class WHERE relkind IN ('r', 'i')").fetchall()
+    return {r[0] for r in rows}
+
+
+def _our_postgres(marker: str) -> list[psutil.Process]:
+    """``postgres`` processes whose command line names a folder under ``marker``."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if proc.info["name"] == "postgres" and any(marker in part for part in cmd):
+            found.append(proc)
+    return found
+
+
+# -- scores, storage, index types ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric", ["ip", "cosine", "l2"])
+def test_scores_follow_the_ragbench_convention(metric: str) -> None:
+    """<#> negated ip, <=> cosine distance and <-> L2 distance become ragbench's scores."""
+    index = rb.indexes.create("pgvector", dim=DIM, metric=metric, dsn=pgshared.dsn())
+    index.build(X * np.float32(2.0) if metric == "cosine" else X)
+    ids, scores = index.search(Q, 10, ef=200)
+    assert _recall(ids, _truth(metric, 10)) >= 0.95
+    exact = (X[ids] @ Q[:, :, None])[:, :, 0]
+    want = exact if metric != "l2" else -np.square(X[ids] - Q[:, None, :]).sum(-1)
+    np.testing.assert_allclose(scores, want, atol=2e-5)
+    assert (scores[:, :-1] >= scores[:, 1:]).all()
+
+
+@pytest.mark.parametrize(("storage", "floor"), [("halfvec", 0.95), ("bit", 0.5)])
+def test_quantized_storage_is_rescored_exactly(storage: str, floor: float) -> None:
+    index = shared(storage=storage)
+    index.build(X)
+    full = shared()
+    full.build(X)
+    assert index.memory_bytes() != full.memory_bytes()
+    ids, scores = index.search(Q, 10, ef=200, rescore=8)
+    # re-scored on the float4 rows: exact inner products, sorted
+    np.testing.assert_allclose(scores, (X[ids] @ Q[:, :, None])[:, :, 0], atol=2e-5)
+    assert (scores[:, :-1] >= scores[:, 1:]).all()
+    # 32 sign bits rank coarsely (measured 0.68 with rescore=8); halfvec ~1.0
+    assert _recall(ids, _truth("ip", 10)) >= floor
+    wider, _ = index.search(Q, 10, ef=400, rescore=40)
+    assert _recall(wider, _truth("ip", 10)) >= _recall(ids, _truth("ip", 10))
+    with pytest.raises(ConfigError, match="rescore"):
+        full.search(Q, 10, rescore=4)  # plain vector storage has nothing to re-score
+
+
+def test_ivfflat_probes() -> None:
+    index = shared(index="ivfflat", lists=30)
+    index.build(X)
+    assert set(index.query_params) == {"nprobe", "iterative_scan"}
+    every, _ = index.search(Q, 10, nprobe=30)
+    assert _recall(every, _truth("ip", 10)) == 1.0  # every list: exact
+    one, _ = index.search(Q, 10, nprobe=1)
+    assert _recall(one, _truth("ip", 10)) < 1.0
+    with pytest.raises(ConfigError, match="ef"):
+        index.search(Q, 10, ef=40)
+    with pytest.raises(ConfigError, match="strict_order"):
+        index.search(Q, 10, iterative_scan="strict_order")  # hnsw only
+    with pytest.raises(ConfigError, match="lists=5000 is larger than the corpus"):
+        shared(index="ivfflat", lists=5000).build(X)
+
+
+def test_the_plan_uses_the_vector_index() -> None:
+    """The search statement (ORDER BY the distance alias) is answered by the HNSW index."""
+    index = shared()
+    index.build(X)
+    index.search(Q[:1], 10)
+    conn = index._conn().conn
+    vec = "[" + ",".join(f"{v:.4f}" for v in Q[0]) + "]"
+    sql = index._sql[False].replace("%b", f"'{vec}'::vector", 1).replace("%b", "10")
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, prepare=False).fetchall())
+    assert "Index Scan using" in plan and "hnsw" not in "seq", plan
+
+
+def test_settings_are_sent_once_per_value_and_ef_covers_k() -> None:
+    index = shared()
+    index.build(X)
+    c = None
+    for ef, k, want in ((40, 10, "40"), (40, 100, "100"), (300, 10, "300"), (40, 10, "40")):
+        index.search(Q[:2], k, ef=ef)
+        c = index._conn()
+        shown = c.conn.execute("SHOW hnsw.ef_search", prepare=False).fetchone()[0]
+        assert shown == want == c.gucs["hnsw.ef_search"]
+    ids, _ = index.search(Q[:2], 150, ef=40)  # ef below k: raised to k, a full row
+    assert (ids >= 0).all()
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_prepare_is_pinned(prepare: bool) -> None:
+    """prepare=True prepares from the first execution, False never (psycopg's 5 is not used)."""
+    index = shared(prepare=prepare)
+    index.build(X)
+    conn = index._conn().conn
+    count = "SELECT count(*) FROM pg_prepared_statements"
+    assert conn.execute(count, prepare=False).fetchone()[0] == 0
+    index.search(Q[:1], 10)
+    assert conn.execute(count, prepare=False).fetchone()[0] == (1 if prepare else 0)
+    for _ in range(8):
+        index.search(Q[:1], 10)
+    assert conn.execute(count, prepare=False).fetchone()[0] == (1 if prepare else 0)
+    assert index.info()["prepare"] is prepare
+
+
+def test_filters_are_where_clauses_and_iterative_scans_fill_them() -> None:
+    index = shared()
+    index.build(X)
+    allow = np.zeros(N, dtype=bool)
+    allow[::50] = True  # 2 %
+    truth = _truth("ip", 10, allow)
+    for kw in ({}, {"iterative_scan": "strict_order"}, {"iterative_scan": "relaxed_order"}):
+        ids, scores = index.search(Q, 10, filter=allow, strategy="in-graph", **kw)
+        found = ids[ids >= 0]
+        assert allow[found].all()
+        assert (scores[:, :-1] >= scores[:, 1:]).all()
+        if kw:
+            assert (ids >= 0).all() and _recall(ids, truth) >= 0.9
+    per_query = [np.flatnonzero(allow)[i : i + 5] for i in range(NQ)]
+    ids, _ = index.search(Q, 10, filter=per_query)
+    for row, allowed in zip(ids, per_query, strict=True):
+        assert set(row[:5].tolist()) == set(allowed.tolist()) and (row[5:] == -1).all()
+
+
+def test_last_parts_split_the_search() -> None:
+    index = shared()
+    index.build(X)
+    assert index.last_parts() is None
+    t0 = time.perf_counter_ns()
+    index.search(Q[:1], 10)
+    wall = time.perf_counter_ns() - t0
+    send, server, decode = index.last_parts()  # type: ignore[misc]
+    assert send > 0 and server > 0 and decode > 0
+    assert send + server + decode <= wall
+    seen: list[object] = []
+    thread = threading.Thread(target=lambda: seen.append(index.last_parts()))
+    thread.start()
+    thread.join()
+    assert seen == [None]  # per thread
+
+
+def test_a_connection_per_thread() -> None:
+    index = shared()
+    index.build(X)
+    want, _ = index.search(Q, 10)
+    got: dict[int, np.ndarray] = {}
+    barrier = threading.Barrier(4)
+
+    def work(t: int) -> None:
+        barrier.wait()
+        for _ in range(5):
+            got[t] = index.search(Q, 10)[0]
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all((ids == want).all() for ids in got.values())
+    assert index.info()["connections"] == 5  # the building thread's and four more
+    backends = {c.conn.info.backend_pid for c in [index._conn()]}
+    assert len(backends) == 1
+
+
+# -- an existing server: dsn= -------------------------------------------------------------
+
+
+def test_dsn_leaves_the_server_as_it_found_it() -> None:
+    dsn = pgshared.dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS someone_elses (x int)")
+        conn.execute("INSERT INTO someone_elses VALUES (7)")
+    before = _tables(dsn)
+    a, b = shared(), shared(index="ivfflat", lists=10)
+    a.build(X)
+    b.build(X[:500])
+    a.add(X[:10], ids=np.arange(5000, 5010))
+    a.delete([5003])
+    assert a.info()["table"] != b.info()["table"]
+    assert a.info()["table"] in _tables(dsn)
+    a.close()
+    b.close()
+    assert _tables(dsn) == before
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT x FROM someone_elses").fetchall() == [(7,)]
+    with pytest.raises(NotBuiltError):
+        a.search(Q, 1)
+
+
+def test_table_names_are_checked() -> None:
+    for bad in ("Items", "1abc", "a-b", 'x"; DROP TABLE someone_elses; --', "", "a" * 52, 3):
+        with pytest.raises(ConfigError, match="table="):
+            shared(table=bad)
+    index = shared(table="pg_test_items")
+    index.build(X[:100])
+    # the same name again: refused at creation, before any data
+    with pytest.raises(ConfigError, match="already exists"):
+        shared(table="pg_test_items")
+    index.close()
+    with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE pg_test_wide (id int8, embedding vector(7))")
+    try:
+        with pytest.raises(DimensionError, match=r"vector\(7\).*dim=32"):
+            shared(table="pg_test_wide")
+    finally:
+        with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+            conn.execute("DROP TABLE pg_test_wide")
+
+
+def test_bad_servers_fail_at_creation() -> None:
+    with pytest.raises(ConfigError, match="cannot connect"):
+        rb.indexes.create("pgvector", dim=DIM, dsn="postgresql://u:secret@127.0.0.1:1/db")
+    try:
+        rb.indexes.create("pgvector", dim=DIM, dsn="postgresql://u:secret@127.0.0.1:1/db")
+    except ConfigError as exc:
+        assert "secret" not in str(exc)  # the password is not echoed
+    empty = tempfile.mkdtemp()
+    os.chmod(empty, 0o755)  # readable by the server's user when we are root
+    os.mkdir(os.path.join(empty, "extension"), 0o755)  # PostgreSQL 18 looks in <path>/extension
+    try:
+        no_ext = pgshared.dsn() + f" options='-c extension_control_path={empty}'"
+        with pytest.raises(ConfigError, match="no pgvector extension"):
+            rb.indexes.create("pgvector", dim=DIM, dsn=no_ext)
+    finally:
+        shutil.rmtree(empty)
+    with pytest.raises(ConfigError, match="dsn must be"):
+        rb.indexes.create("pgvector", dim=DIM, dsn="")
+    with pytest.raises(ConfigError, match="2 \\* M"):
+        rb.indexes.create("pgvector", dim=DIM, M=32, ef_construction=40)
+    with pytest.raises(ConfigError, match="storage="):
+        rb.indexes.create("pgvector", dim=DIM, storage="int8")
+    with pytest.raises(ConfigError, match="prepare"):
+        rb.indexes.create("pgvector", dim=DIM, prepare="yes")
+
+
+def test_pipeline_config_dsn_reaches_pgvector_only() -> None:
+    cfg = {
+        "dataset": {"name": "synthetic", "n": 300, "dim": 16, "n_queries": 10},
+        "run": {"queries": 5, "warmup": 1, "k": 5, "k_candidates": 20},
+        "retrieve": {"backend": "pgvector", "dsn": pgshared.dsn(), "search": {"ef": 40}},
+        "rerank": {"backend": "numpy"},
+    }
+    before = _tables(pgshared.dsn())
+    with rb.Pipeline.from_config(cfg) as pipe:
+        report = pipe.run()
+        assert report.info["index"]["server"] == "dsn"
+        # each request's retrieve split into send/server/decode, inside its retrieve time
+        j = pipe.stage_names.index("retrieve")
+        wall, _ = pipe.stage_samples()
+        parts = np.array([r.retrieve_parts for r in pipe._records])
+        assert parts.shape == (5, 3) and (parts > 0).all()
+        assert (parts.sum(axis=1) <= wall[:, j]).all()
+        split = report.info["retrieve_parts"]
+        assert split["server"]["p50_ns"] == int(np.median(parts[:, 1]))
+        record = report.to_records()[0]
+        note = rb.rendering.retrieve_parts_note(record)
+        assert note is not None and "send" in note and "server" in note and "decode" in note
+        assert rb.rendering.retrieve_parts_note({"info": {}}) is None
+        # and, in OpenTelemetry traces, three spans nested in the retrieve span
+        trace = pipe.trace_of(pipe._records[0], wall[0], 1.0, False)
+        spans = trace["inner"]["retrieve"]
+        assert [s.name for s in spans] == ["retrieve.send", "retrieve.server", "retrieve.decode"]
+        assert [s.end_ns - s.start_ns for s in spans] == parts[0].tolist()
+    hnsw = dict(cfg, retrieve={"backend": "hnsw", "dsn": pgshared.dsn()})
+    rb.Pipeline.from_config(hnsw).close()  # hnsw takes no dsn: not passed to it
+    bad = dict(cfg, retrieve={"backend": "pgvector", "dsn": "postgresql://x@127.0.0.1:1/d"})
+    with pytest.raises(ConfigError, match="cannot connect"):
+        rb.Pipeline.from_config(bad)  # at creation: before any dataset is embedded
+    import gc
+
+    gc.collect()
+    assert _tables(pgshared.dsn()) == before
+
+
+# -- ragbench's own server: root, lifetime, faults ----------------------------------------
+
+
+def test_server_user_choice() -> None:
+    assert _pg_server.server_user(euid=1000) is None  # not root: run as ourselves
+    if os.geteuid() == 0:
+        uid, gid = _pg_server.server_user(euid=0)  # type: ignore[misc]
+        import pwd
+
+        assert pwd.getpwuid(uid).pw_name in (_pg_server.PG_USER, "nobody")
+        assert uid != 0 and gid != 0
+
+
+def test_own_server_runs_unprivileged_and_stops_on_close() -> None:
+    index = rb.indexes.create("pgvector", dim=DIM)
+    index.build(X[:500])
+    folder = index._state.server.folder
+    procs = _our_postgres(folder)
+    assert procs, "no postgres process with our data folder"
+    owner = {p.uids().real for p in procs}
+    assert owner == ({os.geteuid()} if os.geteuid() != 0 else owner - {0}) and 0 not in owner
+    info = index.info()
+    assert info["server"] == "embedded" and info["server_start_seconds"] > 0
+    assert rb.env.environment()["engines"]["pgvector"] == info["pgvector_version"]
+    index.close()
+    assert not _our_postgres(folder) and not os.path.exists(folder)
+
+
+def test_a_dead_server_is_an_index_server_error() -> None:
+    index = rb.indexes.create("pgvector", dim=DIM)
+    index.build(X[:500])
+    folder = index._state.server.folder
+    os.kill(index._state.server.pid, signal.SIGKILL)  # the postmaster
+    deadline = time.monotonic() + 10
+    with pytest.raises(IndexServerError, match="PostgreSQL server"):
+        while time.monotonic() < deadline:
+            index.search(Q[:1], 5)
+            time.sleep(0.05)
+    index.close()
+    for _ in range(100):
+        if not _our_postgres(folder):
+            break
+        time.sleep(0.05)
+    assert not _our_postgres(folder)
+    index.build(X[:200])  # a new server
+    assert index.search(Q[:1], 3)[0].shape == (1, 3)
+    index.close()
+
+
+def _run_child(code: str, tmp: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, TMPDIR=tmp, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE
+    )
+
+
+@pytest.fixture
+def folder_tmp():  # type: ignore[no-untyped-def]
+    """A TMPDIR the unprivileged server user can traverse (pytest's tmp_path is 0700)."""
+    path = tempfile.mkdtemp(prefix="rb-pgtest-", dir="/tmp")
+    os.chmod(path, 0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("ending", ["exit", "exception", "sigkill"])
+def test_no_postgres_outlives_a_process(folder_tmp: str, ending: str) -> None:
+    """A normal exit, an uncaught exception and SIGKILL all leave no postgres behind."""
+    code = f"""
+        import os, signal, sys, numpy as np, ragbench as rb
+        idx = rb.indexes.create("pgvector", dim=8)
+        idx.build(np.random.default_rng(0).random((300, 8), dtype=np.float32))
+        idx.search(np.ones((1, 8), np.float32), 3)
+        print(idx._state.server.folder, flush=True)
+        if {ending!r} == "exception":
+            raise RuntimeError("a failed run")
+        if {ending!r} == "sigkill":
+            sys.stdin.read() if False else None
+            os.kill(os.getpid(), signal.SIGKILL)
+    """
+    child = _run_child(code, folder_tmp)
+    out, _ = child.communicate(timeout=120)
+    server_folder = out.decode().strip()
+    assert server_folder.startswith(folder_tmp), out
+    assert child.returncode == {"exit": 0, "exception": 1, "sigkill": -9}[ending]
+    for _ in range(300):  # the keeper stops the server on its stdin's EOF
+        if not _our_postgres(folder_tmp) and not os.path.exists(server_folder):
+            break
+        time.sleep(0.05)
+    assert not _our_postgres(folder_tmp)
+    assert not os.path.exists(server_folder)
+
+
+def test_ctrl_c_on_the_cli_leaves_no_postgres(folder_tmp: str, tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    env = dict(os.environ, TMPDIR=folder_tmp, PYTHONPATH=str(ROOT))
+    argv = [
+        sys.executable, "-m", "ragbench", "compare", "--index", "pgvector",
+        "--dataset", "synthetic", "--n", "2000", "--dim", "16", "--rerank", "none",
+        "--queries", "1000000", "--warmup", "0", "--out", str(out),
+    ]  # fmt: skip
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _our_postgres(folder_tmp):
+            assert child.poll() is None, child.communicate()
+            time.sleep(0.1)
+        assert _our_postgres(folder_tmp), "the server never started"
+        time.sleep(2.0)  # into the measured requests
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode != 0 and b"Traceback" not in err, err
+    for _ in range(300):
+        if not _our_postgres(folder_tmp):
+            break
+        time.sleep(0.05)
+    assert not _our_postgres(folder_tmp)
+    assert not [p for p in os.listdir(folder_tmp) if p.startswith("ragbench-pg-")]
+
+
+def test_a_server_dying_mid_run_stops_the_run_with_a_record(
+    folder_tmp: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", folder_tmp)  # the server's folder goes there
+    cfg = {
+        "dataset": {"name": "synthetic", "n": 1000, "dim": 16, "n_queries": 50},
+        "run": {"queries": 200000, "warmup": 0, "k": 5, "k_candidates": 20},
+        "retrieve": {"backend": "pgvector"},
+        "rerank": {"backend": "none"},
+    }
+    with rb.Pipeline.from_config(cfg) as pipe:
+        pipe.setup()
+        postmaster = [p for p in _our_postgres(folder_tmp) if p.ppid() != os.getpid()]
+        postmaster = [p for p in postmaster if p.parent() and p.parent().name() != "postgres"]
+        assert len(postmaster) == 1
+        killer = threading.Timer(1.0, os.kill, (postmaster[0].pid, signal.SIGKILL))
+        killer.start()
+        report = pipe.run()
+        killer.join()
+    assert report.error is not None and "IndexServerError" in report.error
+    assert 0 < report.samples_ns.shape[0] < 200000
+    assert "IndexServerError" in json.dumps(report.to_records())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a non-root user every test here takes this path")
+def test_the_non_root_path(folder_tmp: str) -> None:
+    """As a user that is not root, ragbench starts PostgreSQL as itself (no user switch).
+
+    Run in a user namespace (``unshare --user``), where this process is uid
+    65534 while keeping access to the interpreter under /root (0700 here, so
+    ``ragbench-pg`` itself cannot run it); postgres checks ``geteuid()`` and
+    the data folder's owner, both 65534 there.
+    """
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed to run the non-root path as root")
+    code = """
+        import os, numpy as np, ragbench as rb
+        from ragbench.indexes import _pg_server
+        assert os.geteuid() != 0 and _pg_server.server_user() is None
+        idx = rb.indexes.create("pgvector", dim=8)
+        idx.build(np.random.default_rng(0).random((300, 8), dtype=np.float32))
+        ids, _ = idx.search(np.ones((1, 8), np.float32), 3)
+        print(os.geteuid(), ids.shape, idx.info()["server_user"], flush=True)
+        idx.close()
+    """
+    env = dict(
+        os.environ, TMPDIR=folder_tmp, PYTHONPATH=str(ROOT),
+        RAGBENCH_CACHE_DIR=os.path.join(folder_tmp, "cache"),
+    )  # fmt: skip
+    done = subprocess.run(
+        ["unshare", "--user", sys.executable, "-c", textwrap.dedent(code)],
+        env=env, capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    euid, *shape, user = done.stdout.decode().split()
+    assert euid != "0" and shape == ["(1,", "3)"] and user == "self"
+    assert not _our_postgres(folder_tmp)
+    assert not [p for p in os.listdir(folder_tmp) if p.startswith("ragbench-pg-")]
+
+
+def test_the_split_travels_with_a_record_between_processes() -> None:
+    from ragbench.pipeline import RequestRecord
+    from ragbench.workers import pack_record, unpack_record
+
+    rec = RequestRecord([1, 5], None, None, np.arange(3), 10, 4, 2, retrieve_parts=(1, 2, 1))
+    back = unpack_record(pack_record(rec))
+    assert back is not None and back.retrieve_parts == (1, 2, 1)
+    plain = unpack_record(pack_record(rec._replace(retrieve_parts=None)))
+    assert plain is not None and plain.retrieve_parts is None

@@ -1,0 +1,601 @@
+"""mkdocs hooks: the generated parts of the documentation site.
+
+A page asks for generated Markdown with one HTML comment on a line of its own::
+
+    <!-- gen: cli -->                       every command of ``ragbench`` (click definitions)
+    <!-- gen: config -->                    every table and key of a pipeline config (ragbench.config)
+    <!-- gen: errors -->                    the error classes of ragbench.errors and their docstrings
+    <!-- gen: environment -->               every environment variable the package reads
+    <!-- gen: otel-attributes -->           the span attribute table of ragbench.otel
+    <!-- gen: schemas -->                   ``ragbench schema config|records``, if that command exists
+    <!-- gen: report data/x.jsonl [ARGS] --> ``ragbench report --format md`` of a committed results file
+    <!-- gen: reading data/x.jsonl -->      the reading ``ragbench report`` prints under its table
+    <!-- gen: plot data/x.jsonl x.png -->   ``ragbench report --plot`` drawn into the site
+    <!-- gen: bench data/x.json -->         a committed pytest-benchmark JSON: medians and extra_info
+    <!-- gen: stats data/x.json -->         ``ragbench datasets --stats ... --format json`` side by side
+    <!-- gen: reproduce NAME... -->         the commands.toml commands that wrote data/NAME
+
+The comment is replaced when the site is built (``make docs``), so nothing generated is
+typed into a page. ``report`` paths are relative to the page's folder and runs
+``python -m ragbench report --format md`` in a child process, exactly as a reader would.
+Every function here is also imported by ``tests/test_docs.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+MARKER = re.compile(r"^<!-- gen: (?P<what>[a-z-]+)(?P<args>[^>]*?) -->$", re.MULTILINE)
+
+
+def _cell(text: object) -> str:
+    """A value as one Markdown table cell: no newlines, pipes escaped, reST ````code```` as Markdown."""
+    return re.sub(r"``(.+?)``", r"`\1`", " ".join(str(text).split())).replace("|", "\\|")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def cli_commands() -> list[tuple[str, Any]]:
+    """``(name, click.Command)`` of every ``ragbench`` subcommand, in registration order."""
+    from ragbench.cli import cli
+
+    return list(cli.commands.items())
+
+
+def _param_row(param: Any, ctx: Any) -> list[str]:
+    import click
+
+    if isinstance(param, click.Argument):
+        return [f"`{param.human_readable_name}`", "argument", "", ""]
+    opts = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
+    record = param.get_help_record(ctx)
+    help_text = record[1] if record else ""
+    kind = "flag" if param.is_flag else param.type.name
+    if isinstance(param.type, click.Choice):
+        kind = " | ".join(str(c) for c in param.type.choices)
+    if param.multiple:
+        kind += ", repeatable"
+    default = ""
+    if param.default is not None and not param.is_flag and param.show_default is not False:
+        value = param.default() if callable(param.default) else param.default
+        if value not in ((), [], "") and "UNSET" not in repr(value):
+            default = f"`{value}`"
+    help_text = re.sub(r"\s*\[default: [^\]]*\]", "", help_text)
+    return [opts, kind, default, help_text]
+
+
+def cli_markdown() -> str:
+    """Usage, help and options of every command, from the click definitions."""
+    import click
+
+    from ragbench.cli import cli
+
+    root = click.Context(cli, info_name="ragbench")
+    out = [
+        "Generated from the click definitions in `ragbench/cli/` when the site is built; "
+        "`ragbench COMMAND --help` prints the same.",
+        "",
+    ]
+    for name, cmd in cli_commands():
+        ctx = click.Context(cmd, info_name=name, parent=root)
+        usage = " ".join(cmd.collect_usage_pieces(ctx))
+        out += [f"## `ragbench {name}`", "", f"```\nragbench {name} {usage}\n```", ""]
+        out += [inspect.cleandoc(cmd.help or "").replace("\b\n", ""), ""]
+        rows = [_param_row(p, ctx) for p in cmd.get_params(ctx)]
+        out += [_table(["option", "type", "default", "what"], rows), ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def config_markdown() -> str:
+    """Every table of a pipeline config with its defaults, from ragbench.config."""
+    from ragbench import config
+
+    rows = []
+    for table, defaults in config.DEFAULTS.items():
+        owned = config.OWN_KEYS.get(table)
+        keys = list(defaults) + sorted((owned or set()) - set(defaults))
+        for key in keys:
+            value = defaults.get(key, "")
+            shown = "(unset)" if value is None else f"`{value!r}`" if key in defaults else ""
+            rows.append([f"`[{table}]`", f"`{key}`", shown])
+        if owned is None:
+            rows.append([f"`[{table}]`", "*other keys*", "the backend's own parameters"])
+    closed = ", ".join(f"`[{t}]`" for t in config.OWN_KEYS)
+    return "\n".join(
+        [
+            "Generated from `ragbench.config.DEFAULTS` and `OWN_KEYS` when the site is built.",
+            f"Closed tables (any other key is a `ConfigError`): {closed}; in the others, keys "
+            "other than `backend` go to the backend, which refuses the ones it does not take.",
+            "",
+            _table(["table", "key", "default"], rows),
+            "",
+            f"`[retrieve] filter` keys: {', '.join(f'`{k}`' for k in sorted(config.FILTER_KEYS))}; "
+            f"`[retrieve] filter_strategy`: {', '.join(f'`{s}`' for s in config.FILTER_STRATEGIES)}.",
+            "",
+            f"Shipped configs (`ragbench run -c NAME`): "
+            f"{', '.join(f'`{n}`' for n in config.shipped_names())}.",
+        ]
+    )
+
+
+def backends_markdown() -> str:
+    """The registered backend names of every stage kind."""
+    import ragbench
+
+    rows = []
+    for kind in ("embedders", "indexes", "rerankers", "codecs", "transports", "generators"):
+        registry = getattr(ragbench, kind)
+        names = registry.names() if hasattr(registry, "names") else []
+        rows.append([f"`ragbench.{kind}`", ", ".join(f"`{n}`" for n in names)])
+    return _table(["registry", "backends"], rows)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def error_classes() -> list[type]:
+    """Every exception class of ragbench.errors, in the order it is defined."""
+    from ragbench import errors
+
+    found = [
+        obj
+        for obj in vars(errors).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, errors.RagbenchError)
+        and obj.__module__ == errors.__name__
+    ]
+    return sorted(found, key=lambda c: inspect.getsourcelines(c)[1])
+
+
+def errors_markdown() -> str:
+    """A table of the error classes: what each is, and which builtin it also is."""
+    from ragbench import errors
+
+    rows = []
+    for cls in error_classes():
+        parents = [b.__name__ for b in cls.__mro__[1:] if b.__module__ == errors.__name__]
+        builtin = [b.__name__ for b in cls.__mro__ if b.__module__ == "builtins"]
+        builtin = [b for b in builtin if b not in ("Exception", "BaseException", "object")]
+        doc = inspect.getdoc(cls) or ""
+        rows.append(
+            [
+                f"`{cls.__name__}`",
+                " → ".join(parents) or "—",
+                ", ".join(f"`{b}`" for b in builtin if b != cls.__name__),
+                doc.split("\n\n")[0],
+            ]
+        )
+    return "\n".join(
+        [
+            "Generated from `ragbench.errors` when the site is built. On the command line every "
+            "one of them is one line on stderr and exit status 2 (1: a run stopped early; 130: "
+            "Ctrl-C).",
+            "",
+            _table(["class", "ragbench parents", "also a", "what"], rows),
+        ]
+    )
+
+
+# ---------------------------------------------------------------- environment variables
+
+#: What each environment variable the package reads means. ``environment_names`` finds the
+#: names in the source; a test fails when one is found that is not described here.
+ENVIRONMENT = {
+    "RAGBENCH_CACHE_DIR": "where vectors, exact neighbours and cached arrays are kept "
+    "(default `~/.cache/ragbench`)",
+    "RAGBENCH_DATASETS_DIR": "the folder of the bundled datasets (default: `datasets/` of a "
+    "source checkout, or `share/ragbench/datasets` of an install)",
+    "RAGBENCH_THREADS": "threads each request's library calls may use when neither "
+    "`[run] threads` nor `--threads` says (default 1 per request; set-up uses every core)",
+    "RAGBENCH_INDEX_CACHE_MIN_S": "seconds a deterministic index build must take before it is "
+    "saved in the built-index cache under RAGBENCH_CACHE_DIR for the next run (default 10)",
+    "RAGBENCH_PROGRESS_INTERVAL_S": "seconds between the plain progress lines printed when "
+    "stderr is not a terminal (default 10)",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "OTLP collector for `--otel` (default `http://localhost:4318`)",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "OTLP endpoint for traces only (wins over the above)",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "`http/protobuf` (default) or `grpc`",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "the same, for traces only",
+    "OTEL_SERVICE_NAME": "the service name of exported spans (default `ragbench`)",
+    "OPENAI_BASE_URL": '`generate = "openai"`: the endpoint when the config gives no `base_url`',
+    "OPENAI_API_KEY": '`generate = "openai"`: the API key when the config gives none',
+    "HF_HUB_OFFLINE": "set to 1 by ragbench before a model loads (never downloads); "
+    "also read by Hugging Face libraries",
+    "TRANSFORMERS_OFFLINE": "set to 1 by ragbench before a model loads",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "set to 1 by ragbench: its own bars report model loads",
+    "OMP_NUM_THREADS": "set to 1 in worker processes (`ragbench load`); recorded in every record",
+    "OPENBLAS_NUM_THREADS": "set to 1 in worker processes; recorded in every record",
+}
+
+_ENV_PATTERNS = (
+    re.compile(r"environ(?:\.get|\.setdefault|\.pop)?\(\s*[\"']([A-Z][A-Z0-9_]+)[\"']"),
+    re.compile(r"environ\[\s*[\"']([A-Z][A-Z0-9_]+)[\"']"),
+    re.compile(r"getenv\(\s*[\"']([A-Z][A-Z0-9_]+)[\"']"),
+    re.compile(r"^[A-Z_]*ENV[A-Z_]* = [\"']([A-Z][A-Z0-9_]+)[\"']", re.MULTILINE),
+    re.compile(r"[\"']((?:RAGBENCH|OTEL)_[A-Z0-9_]+)[\"']"),
+)
+
+
+def environment_names(package: Path = ROOT / "ragbench") -> set[str]:
+    """Every environment variable name the package's source reads or sets, found by pattern."""
+    found: set[str] = set()
+    for path in package.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for pattern in _ENV_PATTERNS:
+            found.update(pattern.findall(text))
+    return found - {"RAGBENCH_VERSION"}  # a Python name (`__version__ as _RAGBENCH_VERSION`)
+
+
+def environment_markdown() -> str:
+    """A table of every environment variable the package reads, with its meaning."""
+    names = environment_names() | set(ENVIRONMENT)
+    rows = [[f"`{n}`", ENVIRONMENT.get(n, "(not yet described)")] for n in sorted(names)]
+    return "\n".join(
+        [
+            "Generated when the site is built: the names are those found in the package's "
+            "source (`os.environ`, `getenv`); `tests/test_docs.py` fails when one has no "
+            "meaning written here.",
+            "",
+            _table(["variable", "meaning"], rows),
+        ]
+    )
+
+
+# ---------------------------------------------------------------- OpenTelemetry
+
+
+def otel_rows() -> list[list[str]]:
+    """The rows of the span/attribute table in the ``ragbench.otel`` module docstring."""
+    import ragbench.otel as otel
+
+    doc = inspect.getdoc(otel) or ""
+    block = doc.split("\nAttributes\n", 1)[1].split("\nExport\n", 1)[0]
+    lines = [ln[4:] for ln in block.splitlines() if ln.startswith("    ")]
+    rules = [i for i, ln in enumerate(lines) if ln.startswith("=====")]
+    cols = [len(m.group(0)) for m in re.finditer(r"=+", lines[rules[0]])]
+    starts = [m.start() for m in re.finditer(r"=+", lines[rules[0]])]
+    rows: list[list[str]] = []
+    for ln in lines[rules[1] + 1 : rules[2]]:
+        cells = [ln[s : s + w + 2].strip() for s, w in zip(starts, cols, strict=True)]
+        cells[-1] = ln[starts[-1] :].strip()
+        if cells[1] or not rows:
+            rows.append(cells)
+        else:  # a continuation line
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+    return rows
+
+
+def otel_markdown() -> str:
+    """The span attributes ragbench sets, from the ``ragbench.otel`` docstring."""
+    import ragbench.otel as otel
+
+    return "\n".join(
+        [
+            "Generated from the `ragbench.otel` module docstring when the site is built. "
+            f"The request span is `{otel.REQUEST_SPAN}`; the first token is the "
+            f"`{otel.FIRST_TOKEN_EVENT}` event; OTLP protocols: "
+            f"{', '.join(f'`{p}`' for p in otel.PROTOCOLS)}.",
+            "",
+            _table(["span", "attribute", "value"], otel_rows()),
+        ]
+    )
+
+
+# ---------------------------------------------------------------- schemas
+
+
+def _ragbench(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``python -m ragbench ARGS`` in a child process, importing this checkout's ragbench."""
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+    return subprocess.run(
+        [sys.executable, "-m", "ragbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def schemas_markdown() -> str:
+    """``ragbench schema config`` and ``records`` as JSON blocks, when the command exists."""
+    if "schema" not in dict(cli_commands()):
+        return (
+            "!!! note\n    This version of ragbench has no `ragbench schema` command yet; "
+            "when it has one, this page shows its output."
+        )
+    out = []
+    for what in ("config", "records"):
+        done = _ragbench("schema", what)
+        if done.returncode != 0:
+            raise RuntimeError(f"ragbench schema {what} failed: {done.stderr.strip()}")
+        out += [f"## `ragbench schema {what}`", "", "```json", done.stdout.rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- findings
+
+
+def report_markdown(page_dir: Path, args: str) -> str:
+    """``ragbench report --format md`` of the files named in ``args`` (relative to ``page_dir``)."""
+    words = shlex.split(args)
+    if not words:
+        raise ValueError("<!-- gen: report FILE... --> names no file")
+    for w in words:
+        if not w.startswith("-") and not (page_dir / w).is_file():
+            raise FileNotFoundError(f"report: no results file {page_dir / w}")
+    done = _ragbench("report", "--format", "md", *words, cwd=page_dir)
+    if done.returncode != 0:
+        raise RuntimeError(f"ragbench report {args} failed: {done.stderr.strip()}")
+    return done.stdout.rstrip()
+
+
+def reading_markdown(page_dir: Path, args: str) -> str:
+    """The lines ``ragbench report FILE`` prints under its table (its reading), as a text block."""
+    done = _ragbench("report", *shlex.split(args), cwd=page_dir)
+    if done.returncode != 0:
+        raise RuntimeError(f"ragbench report {args} failed: {done.stderr.strip()}")
+    lines = done.stdout.rstrip().splitlines()
+    bottom = max(i for i, ln in enumerate(lines) if ln.startswith("└"))
+    return "```text\n" + "\n".join(lines[bottom + 1 :]) + "\n```"
+
+
+#: Charts asked for by the pages being built: (results files, PNG path in the site).
+PLOTS: list[tuple[list[Path], Path]] = []
+
+
+def plot_markdown(page_dir: Path, site_page_dir: Path, args: str) -> str:
+    """An ``<img>`` of ``ragbench report FILE... --plot NAME.png``, drawn into the site after the build."""
+    *files, name = shlex.split(args)
+    if not files or not name.endswith(".png"):
+        raise ValueError("<!-- gen: plot FILE... NAME.png --> needs results files and a .png name")
+    PLOTS.append(([page_dir / f for f in files], site_page_dir / name))
+    return f'<img src="{name}" alt="ragbench report {" ".join(files)} --plot {name}">'
+
+
+def draw_plots(plots: list[tuple[list[Path], Path]]) -> None:
+    """Run ``ragbench report FILE... --plot PATH`` for every chart a page asked for."""
+    for files, target in plots:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        done = _ragbench("report", *map(str, files), "--plot", str(target))
+        if done.returncode != 0 or not target.is_file():
+            raise RuntimeError(f"ragbench report --plot {target} failed: {done.stderr.strip()}")
+
+
+def _findings_manifest() -> Any:
+    """``tools/findings.py`` (the runner of ``make findings``), which reads the manifest."""
+    name = "ragbench_docs_findings"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "findings.py")
+        if spec is None or spec.loader is None:
+            raise ImportError("tools/findings.py is missing")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def reproduce_markdown(args: str) -> str:
+    """The commands of ``docs/findings/commands.toml`` that wrote the named results files."""
+    names = shlex.split(args)
+    if not names:
+        raise ValueError("<!-- gen: reproduce NAME... --> names no results file")
+    findings = _findings_manifest().load()
+    missing = [n for n in names if n not in findings]
+    if missing:
+        raise ValueError(f"reproduce: {missing} not in docs/findings/commands.toml")
+    commands = [c for n in names for c in findings[n].commands]
+    wrapped = [" \\\n    ".join(_wrap(c)) for c in commands]
+    return "\n".join(
+        [
+            f"Reproduce with (`make findings` re-measures every page; "
+            f"`python tools/findings.py {' '.join(names)}` only this):",
+            "",
+            "```sh",
+            *wrapped,
+            "```",
+        ]
+    )
+
+
+def _wrap(command: str, width: int = 92) -> list[str]:
+    """A long command as lines of at most ``width`` characters, broken between options."""
+    lines: list[str] = []
+    for word in re.split(r" (?=--?[a-zA-Z])", command):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def _num(value: float) -> str:
+    """Three significant digits, thousands separated (``12,300``, ``0.0123``)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{digits}f}"
+
+
+def _extra(info: dict[str, Any], prefix: str = "") -> list[str]:
+    """The numeric ``extra_info`` of a benchmark as ``key value`` items (nested keys dotted)."""
+    out = []
+    for key, value in info.items():
+        if isinstance(value, dict):
+            out += _extra(value, f"{prefix}{key}.")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        else:
+            out.append(f"{prefix}{key} {_num(float(value))}")
+    return out
+
+
+def _is_ratio(item: str) -> bool:
+    """An ``extra_info`` item that is a ratio measured side by side (``numba_over_floor``, ``a/b``)."""
+    key = item.rsplit(" ", 1)[0]
+    return "_over_" in key or "/" in key
+
+
+def bench_markdown(page_dir: Path, args: str) -> str:
+    """A pytest-benchmark JSON file (``--benchmark-json``): each benchmark's median and what it measured.
+
+    The ``measured`` column is the benchmark's ``extra_info``: the ratios and side-by-side
+    figures the bench suites record (and assert on) besides pytest-benchmark's own timing.
+    """
+    (name,) = shlex.split(args)
+    doc = json.loads((page_dir / name).read_text(encoding="utf-8"))
+    cpu = ((doc.get("machine_info") or {}).get("cpu") or {}).get("brand_raw", "?")
+    rows = []
+    for entry in doc.get("benchmarks") or []:
+        stats = entry.get("stats") or {}
+        measured = _extra(entry.get("extra_info") or {})
+        rows.append(
+            [
+                f"`{entry.get('fullname', entry.get('name'))}`",
+                _num(float(stats.get("median", float("nan"))) * 1e6),
+                str(stats.get("rounds", "")),
+                "; ".join(i for i in measured if _is_ratio(i)) or "—",
+                "; ".join(i for i in measured if not _is_ratio(i)),
+            ]
+        )
+    if not rows:
+        raise ValueError(f"bench: {name} holds no benchmarks")
+    when = doc.get("datetime", "?")
+    return "\n".join(
+        [
+            _table(
+                ["benchmark", "median µs", "rounds", "ratios", "other figures (extra_info)"], rows
+            ),
+            "",
+            f"From `{name}`: pytest-benchmark {doc.get('version', '?')}, {when}, {cpu}.",
+        ]
+    )
+
+
+def stats_markdown(page_dir: Path, args: str) -> str:
+    """``ragbench datasets --stats A --stats B --format json`` side by side, and how far B is from A."""
+    (name,) = shlex.split(args)
+    found = json.loads((page_dir / name).read_text(encoding="utf-8"))
+    if len(found) < 2:
+        raise ValueError(f"stats: {name} describes fewer than two datasets")
+    head = {"name", "embedder", "n", "dim", "sample", "hub points"}
+    keys = [k for k in found[0] if k not in head and isinstance(found[0][k], int | float)]
+    cols = [f"{d['name']} ({d['embedder']}, n={d['n']})" for d in found]
+    rows = [[f"`{k}`", *(_num(float(d[k])) for d in found)] for k in keys]
+    a, b = found[0], found[1]
+    gaps = sorted(
+        ((float(b[k]) - float(a[k])) / abs(float(a[k])), k) for k in keys if float(a[k]) != 0
+    )
+    worst = sorted(gaps, key=lambda g: -abs(g[0]))[:4]
+    return "\n".join(
+        [
+            _table(["statistic", *cols], rows),
+            "",
+            f"{b['name']} against {a['name']}: every statistic within "
+            f"{max(abs(g) for g, _ in gaps):.0%}; the largest gaps "
+            + ", ".join(f"`{k}` {g:+.0%}" for g, k in worst)
+            + ".",
+        ]
+    )
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "cli": cli_markdown,
+    "config": lambda: config_markdown() + "\n\n" + backends_markdown(),
+    "errors": errors_markdown,
+    "environment": environment_markdown,
+    "otel-attributes": otel_markdown,
+    "schemas": schemas_markdown,
+}
+
+
+def markers(text: str) -> Iterator[re.Match[str]]:
+    """Every ``<!-- gen: ... -->`` line of a page."""
+    return MARKER.finditer(text)
+
+
+def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
+    """The page with every marker replaced by what it asks for (unknown names are an error)."""
+
+    def one(m: re.Match[str]) -> str:
+        what, args = m.group("what"), m.group("args").strip()
+        if what == "report":
+            return report_markdown(page_dir, args)
+        if what == "reading":
+            return reading_markdown(page_dir, args)
+        if what == "reproduce":
+            return reproduce_markdown(args)
+        if what == "bench":
+            return bench_markdown(page_dir, args)
+        if what == "stats":
+            return stats_markdown(page_dir, args)
+        if what == "plot":
+            if site_page_dir is None:
+                raise ValueError("plot markers need the site folder of the page")
+            return plot_markdown(page_dir, site_page_dir, args)
+        if what not in GENERATORS:
+            known = ", ".join(
+                ["report", "reading", "plot", "reproduce", "bench", "stats", *GENERATORS]
+            )
+            raise ValueError(f"unknown generated section {what!r}; known: {known}")
+        return GENERATORS[what]()
+
+    return MARKER.sub(one, text)
+
+
+def on_startup(command: str, dirty: bool) -> None:  # noqa: ARG001 (mkdocs hook signature)
+    """Put this checkout first on the path, so the site documents this checkout's ragbench."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    importlib.invalidate_caches()
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:  # noqa: ARG001
+    """mkdocs hook: expand the generated sections of one page."""
+    src = Path(page.file.abs_src_path)
+    site_page_dir = Path(page.file.abs_dest_path).parent
+    return expand(markdown, src.parent, site_page_dir)
+
+
+_SPHINX_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):(?=<code>)")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:  # noqa: ARG001
+    """Drop the Sphinx roles (``:class:``) the docstrings use: mkdocstrings leaves them as text."""
+    return _SPHINX_ROLE.sub("", html)
+
+
+def on_pre_build(config: Any) -> None:  # noqa: ARG001
+    """Start every build with no charts pending (``mkdocs serve`` rebuilds in one process)."""
+    PLOTS.clear()
+
+
+def on_post_build(config: Any) -> None:  # noqa: ARG001
+    """Draw the charts the pages asked for into the built site."""
+    draw_plots(PLOTS)
+    PLOTS.clear()
