@@ -84,5 +84,10 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy ragbench
 
+# the five layers of DESIGN.md ([tool.importlinter] in pyproject.toml); the test suite runs it too
+.PHONY: layers
+layers: $(VENV)/.dev
+	$(VENV)/bin/lint-imports --no-cache
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

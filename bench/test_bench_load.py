@@ -622,7 +622,7 @@ def _bare_clock_ns(reps: int = 200_000) -> float:
 
 def _admission_ns(rate: float, timeout_ns: int, queue: int, service_ns: int) -> float:
     """take_next over a schedule at ``rate`` with a simulated worker; ns per turned-away arrival."""
-    import ragbench.workers as w
+    import ragbench.workers.board as w
 
     n = 100_000
     due = arrivals(rate, n, seed=5) + 1_000_000

@@ -212,7 +212,7 @@ def test_otel_export_cost(benchmark) -> None:
             traced.request(i)
         records = list(traced._records)
         kwargs = [
-            traced._trace_of(rec, row, 1.0, False)
+            traced.trace_of(rec, row, 1.0, False)
             for rec, row in zip(records, traced.stage_samples(records)[0], strict=True)
         ]
         names = traced._loop_names
