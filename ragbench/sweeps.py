@@ -57,6 +57,7 @@ from .errors import ConfigError
 from .executors import Executor, LocalExecutor, Unit
 from .indexes import builds
 from .metrics import recall_at_k, rerank_metric
+from .pipeline.capabilities import CompressedCodes, FilteredSearch, RecordsBuild
 from .rebuilds import merge_builds, recall_interval
 from .records import Collector, cliff_key, filter_cliffs, new_record
 from .timing import Stats, run_stages
@@ -417,17 +418,17 @@ def bytes_fields(index: Any, vectors: np.ndarray, rescore: int | None) -> dict[s
     for the others); ``rescore_bytes_per_vector`` is what re-scoring reads for
     each candidate (``dim`` × the vectors' item size: 4 for float32), 0 without it.
     """
-    code = getattr(index, "code_bytes_per_vector", None)
+    compressed = isinstance(index, CompressedCodes)
     n = max(1, int(index.ntotal))
     return {
         "bytes_per_vector": index.memory_bytes() / n,
-        "code_bytes_per_vector": int(code()) if callable(code) else None,
+        "code_bytes_per_vector": int(index.code_bytes_per_vector()) if compressed else None,
         "rescore_bytes_per_vector": int(vectors.shape[1]) * vectors.itemsize if rescore else 0,
     }
 
 
 def _point_fields(data: SweepData, k: int, name: str, index: Any, build_s: float) -> dict[str, Any]:
-    record = getattr(index, "build_record", None)
+    record = index.build_record if isinstance(index, RecordsBuild) else None
     return {
         "dataset": data.name,
         "n": int(data.vectors.shape[0]),
@@ -460,7 +461,7 @@ def _built(
     index = indexes.create(name, dim=dim, metric=metric, **params)
     corpus = data.texts if index.input_kind == "texts" else data.vectors
     done = builds.build(index, corpus, fast=fast_build, source=f"sweep data {data.name!r}")
-    record = getattr(done.index, "build_record", None) or {}
+    record = (done.index.build_record if isinstance(done.index, RecordsBuild) else None) or {}
     return done.index, float(record.get("seconds") or done.build_ns / 1e9)
 
 
@@ -553,7 +554,7 @@ def _build_points(
 
 def _usable_strategies(index: Any, wanted: Sequence[str]) -> list[str]:
     """The strategies of ``wanted`` that ``index`` has (``auto`` when it has any)."""
-    has = tuple(getattr(index, "filter_strategies", ()))
+    has = tuple(index.filter_strategies) if isinstance(index, FilteredSearch) else ()
     return [s for s in wanted if s in has or (s == "auto" and has)]
 
 

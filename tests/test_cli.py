@@ -187,6 +187,7 @@ def test_every_combination_is_checked_before_any_set_up(capsys, monkeypatch) -> 
         raise AssertionError("a dataset was loaded before the configs were checked")
 
     monkeypatch.setattr(datasets, "load", no_loading)
+    monkeypatch.setattr(datasets.catalogue, "load", no_loading)  # from_table calls it
     code, _, err = cli(capsys, "compare", *SYN, "--index", "flat,hnsw", "--codec", "json,xml")
     assert code == 2 and "xml" in err and "AssertionError" not in err
 

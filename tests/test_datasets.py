@@ -337,7 +337,7 @@ def test_exact_neighbors_match_independent_brute_force(
 ) -> None:
     ds = _int_dataset(seed=k)
     # Blocks of 9 rows: the cross-block merge and the tie handling both run.
-    monkeypatch.setattr(datasets, "_NEIGHBORS_BLOCK_BYTES", 4 * 12 * 9)
+    monkeypatch.setattr(datasets.neighbors, "_NEIGHBORS_BLOCK_BYTES", 4 * 12 * 9)
     got = ds.exact_neighbors(k, metric=metric)
     assert got.dtype == np.int64 and got.shape == (12, k)
     assert ds.vectors is not None and ds.query_vectors_precomputed is not None
@@ -374,12 +374,12 @@ def test_brute_force_property(
     rng = np.random.default_rng(seed)
     x = rng.integers(-2, 3, (n, d)).astype(np.float32)
     q = rng.integers(-2, 3, (nq, d)).astype(np.float32)
-    old = datasets._NEIGHBORS_BLOCK_BYTES
-    datasets._NEIGHBORS_BLOCK_BYTES = 4 * nq * block_rows
+    old = datasets.neighbors._NEIGHBORS_BLOCK_BYTES
+    datasets.neighbors._NEIGHBORS_BLOCK_BYTES = 4 * nq * block_rows
     try:
         got = datasets.brute_force_neighbors(q, x, k, metric)
     finally:
-        datasets._NEIGHBORS_BLOCK_BYTES = old
+        datasets.neighbors._NEIGHBORS_BLOCK_BYTES = old
     np.testing.assert_array_equal(got, _reference(q, x, k, metric))
 
 

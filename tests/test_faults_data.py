@@ -27,7 +27,7 @@ import pytest
 
 import ragbench as rb
 from ragbench import datasets, indexes
-from ragbench._cache import ArrayCache
+from ragbench.datasets.cache import ArrayCache
 from ragbench.errors import ConfigError, DatasetError, IndexFileError
 from ragbench.generators.stub_server import SERVER_OPTIONS, StubModel, StubServer
 from ragbench.indexes.persist import MAGIC, read_index_file, write_index_file
@@ -381,7 +381,7 @@ def test_cached_neighbour_ids_out_of_range_are_rebuilt(tmp_path: Path) -> None:
 
 
 def test_shipped_vectors_with_a_crafted_header_are_a_dataset_error(tmp_path: Path) -> None:
-    from ragbench._shipped import find_shipped, write_shipped
+    from ragbench.datasets.shipped import find_shipped, write_shipped
 
     write_shipped(
         tmp_path, "hashing", "fp", ("c", "q"), {"corpus": vectors(), "queries": vectors(5)}
@@ -458,7 +458,7 @@ def test_a_fifo_in_place_of_a_cache_entry_is_rebuilt(tmp_path: Path) -> None:
 
 
 def test_a_fifo_in_place_of_shipped_vectors_is_a_dataset_error(tmp_path: Path) -> None:
-    from ragbench._shipped import find_shipped, write_shipped
+    from ragbench.datasets.shipped import find_shipped, write_shipped
 
     write_shipped(
         tmp_path, "hashing", "fp", ("c", "q"), {"corpus": vectors(), "queries": vectors(5)}

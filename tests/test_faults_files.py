@@ -459,7 +459,7 @@ def test_an_oversized_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFi
 
 def _tiny_bundled(root: Path) -> Path:
     from ragbench import datasets, embedders
-    from ragbench._shipped import write_shipped
+    from ragbench.datasets.shipped import write_shipped
 
     folder = root / "tiny"
     folder.mkdir(parents=True)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ragbench import datasets
-from ragbench._formats import read_vecs
+from ragbench.datasets.formats import read_vecs
 from ragbench.errors import ConfigError, DatasetError, MissingDependencyError
 
 

@@ -321,7 +321,7 @@ def test_pipeline_config_dsn_reaches_pgvector_only() -> None:
         assert note is not None and "send" in note and "server" in note and "decode" in note
         assert rb.rendering.retrieve_parts_note({"info": {}}) is None
         # and, in OpenTelemetry traces, three spans nested in the retrieve span
-        trace = pipe._trace_of(pipe._records[0], wall[0], 1.0, False)
+        trace = pipe.trace_of(pipe._records[0], wall[0], 1.0, False)
         spans = trace["inner"]["retrieve"]
         assert [s.name for s in spans] == ["retrieve.send", "retrieve.server", "retrieve.decode"]
         assert [s.end_ns - s.start_ns for s in spans] == parts[0].tolist()

@@ -381,6 +381,7 @@ def test_bad_backends_fail_at_creation_before_any_set_up(monkeypatch) -> None:
         raise AssertionError("the dataset was loaded before the config was checked")
 
     monkeypatch.setattr(datasets, "load", no_loading)
+    monkeypatch.setattr(datasets.catalogue, "load", no_loading)  # from_table calls it
     for tables, word in (
         ({"retrieve": {"backend": "no-such"}}, "no-such"),
         ({"rerank": {"backend": "no-such"}}, "no-such"),

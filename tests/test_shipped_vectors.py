@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from ragbench import datasets, embedders, progress
-from ragbench._shipped import array_sha256, find_shipped, sidecar_path, write_shipped
 from ragbench.cli import main
 from ragbench.config import normalize
+from ragbench.datasets.shipped import array_sha256, find_shipped, sidecar_path, write_shipped
 from ragbench.errors import ConfigError, DatasetError
 from ragbench.pipeline import Pipeline
 from ragbench.rendering import event_text

@@ -317,7 +317,7 @@ def _board_run(
     """The same on a Board with a fake clock: take_next, or take() then admit() per request."""
     import threading
 
-    import ragbench.workers as w
+    import ragbench.workers.board as w
 
     clock = [0]
     monkeypatch.setattr(w, "perf_counter_ns", lambda: clock[0])

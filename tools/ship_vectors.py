@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(ROOT))
     from ragbench import datasets, embedders
-    from ragbench._shipped import write_shipped
+    from ragbench.datasets.shipped import write_shipped
 
     ds = datasets.load(args.dataset)
     folder = ds.shipped_dir

@@ -329,8 +329,8 @@ def _load_on_ray(
     writer: RecordWriter,
 ) -> None:
     """Load generators as Ray actors: each sets up its own pipelines and workers where it runs."""
-    from ..executors import ray_load_points
     from ..pipeline import Pipeline
+    from ..rayload import ray_load_points
 
     for cfg, label in combos:
         Pipeline(cfg, label=label).close()  # every config checked before any actor starts

@@ -64,6 +64,8 @@ class StubGenerator:
 
     name = "stub"
     simulated = True
+    #: the model name the stub server reports (its ``model`` is the latency model)
+    model_id = MODEL_ID
 
     def __init__(
         self,

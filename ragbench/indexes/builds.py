@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .._cache import cache_dir
+from ..datasets.cache import cache_dir
 from ..errors import IndexFileError
 from ..files import SIDECAR_LIMIT, open_regular
 from ..threads import get_threads, set_threads

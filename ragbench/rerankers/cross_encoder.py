@@ -52,8 +52,8 @@ from typing import Any
 import numpy as np
 
 from .. import threads as rb_threads
-from .._cache import cache_dir
 from .._registry import check_params
+from ..datasets.cache import cache_dir
 from ..errors import ConfigError, InputError, MissingDependencyError, NotBuiltError
 from ..validate import check_ids, check_k, check_metric, positive_int
 from . import CAVEAT_PREFIX

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import DatasetError
-from .files import DATA_LIMIT, open_regular, read_regular
+from ..errors import DatasetError
+from ..files import DATA_LIMIT, open_regular, read_regular
 
 __all__ = [
     "QUERY_FILES",

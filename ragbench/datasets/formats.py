@@ -28,7 +28,7 @@ Formats, picked by extension or folder layout:
 
 Text files must be UTF-8 and no passage or query may be empty or only
 whitespace (``drop_empty=True`` drops such rows instead); see
-:mod:`ragbench._texts`.
+:mod:`ragbench.datasets.texts`.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ._texts import QUERY_FILES, Columns, collect, find_queries, read_rows, text_folder_rows
-from .errors import DatasetError, MissingDependencyError
-from .files import DATA_LIMIT, open_regular
-from .validate import load_npy
+from ..errors import DatasetError, MissingDependencyError
+from ..files import DATA_LIMIT, open_regular
+from ..validate import load_npy
+from .texts import QUERY_FILES, Columns, collect, find_queries, read_rows, text_folder_rows
 
 __all__ = ["RawDataset", "read_path", "read_jsonl_folder", "read_vecs"]
 
@@ -141,7 +141,7 @@ def _read_dir(path: Path, drop_empty: bool = False) -> RawDataset:
 
 
 def _read_text_pair(corpus: Path, name: str, *, drop_empty: bool = False) -> RawDataset:
-    """A JSONL or CSV corpus file and the queries file beside it (:mod:`ragbench._texts`)."""
+    """A JSONL or CSV corpus file and the queries file beside it (:mod:`ragbench.datasets.texts`)."""
     queries = find_queries(corpus.parent, corpus.suffix.lower(), corpus)
     notes: list[str] = []
     rows = read_rows(corpus)

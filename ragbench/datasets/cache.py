@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .files import SIDECAR_LIMIT, open_regular
-from .validate import json_loads, load_npy
+from ..files import SIDECAR_LIMIT, open_regular
+from ..validate import json_loads, load_npy
 
 __all__ = ["CacheEvent", "ArrayCache", "cache_dir"]
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DatasetError
-from .files import SIDECAR_LIMIT, open_regular
-from .metrics import unit_rows
-from .validate import json_loads, load_npy
+from ..errors import DatasetError
+from ..files import SIDECAR_LIMIT, open_regular
+from ..metrics import unit_rows
+from ..validate import json_loads, load_npy
 
 __all__ = [
     "PARTS",

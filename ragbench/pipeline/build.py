@@ -1,0 +1,467 @@
+"""Set-up: load, embed, build, compile and start every part; returns a frozen :class:`Built`.
+
+:func:`build` runs the set-up steps of one pipeline in order, each timed as
+set-up (never as request latency) in the pipeline's
+:class:`~ragbench.timing.SetupTimes`, and reusing what a
+:class:`~ragbench.pipeline.parts.SharedParts` already holds. Every server it
+starts leaves its ``close`` in the caller's ``closers`` as soon as it is
+started, so a failing step stops what came before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import embedders, indexes, rerankers
+from ..attributes import QueryFilters
+from ..config import backend_params
+from ..datasets import Dataset
+from ..errors import ConfigError, IndexFileError, KTooLargeError, RagbenchError
+from ..files import check_writable
+from ..generators import Generator
+from ..indexes import Index, builds
+from ..metrics import rerank_metric
+from ..rerankers.texts import start_text_reranker
+from ..timing import SetupTimes
+from ..transports import Transport
+from .cache import CacheStage, LruTtlCache
+from .capabilities import (
+    Cautioned,
+    Describes,
+    FilteredSearch,
+    HasDim,
+    IndexInfo,
+    RanksTexts,
+    RecordsData,
+    Shaped,
+)
+from .context import STAGES
+from .parts import Components, Embedding, SharedParts, freeze
+from .stages import (
+    EmbedStage,
+    FilteredRetrieveStage,
+    GenerateStage,
+    RerankStage,
+    RetrieveStage,
+    SerializeStage,
+    Stage,
+    TextRerankStage,
+    TransportStage,
+    TruncateStage,
+)
+
+__all__ = ["Built", "build", "check_index_file", "load_index"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Built:
+    """Everything set-up made for one pipeline; requests only read it.
+
+    ``truth``: int64 ``(n_queries, k)`` exact neighbours; ``stages`` the
+    stage objects in request order, ``loop_names`` their names and
+    ``stage_names`` the reported columns (``deserialize`` and ``prompt``
+    split out of the transport's round trip).
+    """
+
+    dataset: Dataset
+    embedding: Embedding
+    metric: str
+    index: Index
+    filters: QueryFilters | None
+    truth: np.ndarray
+    cache: LruTtlCache | None
+    stages: tuple[Stage, ...]
+    loop_names: tuple[str, ...]
+    stage_names: tuple[str, ...]
+    transport: Transport
+    generator: Generator
+    info: Mapping[str, Any]
+    simulated: tuple[str, ...]
+    caveats: tuple[str, ...]
+    cache_events: tuple[dict[str, Any], ...]
+
+
+def build(
+    config: Mapping[str, Any],
+    components: Components,
+    dataset: Dataset | None,
+    shared: SharedParts,
+    *,
+    setup_times: SetupTimes,
+    closers: list[Callable[[], None]],
+    load_dataset: Callable[[], Dataset],
+    cpu_time: bool,
+    threads: tuple[int, int],
+) -> Built:
+    """Set up the pipeline ``config`` describes on ``dataset`` (``None``: ``load_dataset()``).
+
+    ``threads``: the request and build thread counts, for the record.
+    """
+    steps = _SetUp(config, components, shared, setup_times, closers)
+    ds = dataset if dataset is not None else steps.loaded(load_dataset)
+    return steps.run(ds, cpu_time, threads)
+
+
+class _SetUp:
+    """The set-up steps of one pipeline, in order; one builder per part."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        components: Components,
+        shared: SharedParts,
+        setup_times: SetupTimes,
+        closers: list[Callable[[], None]],
+    ) -> None:
+        self.config = config
+        self.components = components
+        self.shared = shared
+        self.times = setup_times
+        self.closers = closers
+        self.cache_events: list[dict[str, Any]] = []
+        self.caveats: list[str] = []  # a text reranker's (random weights), then the LLM's
+
+    def run(self, ds: Dataset, cpu_time: bool, threads: tuple[int, int]) -> Built:
+        cfg = self.config
+        run = cfg["run"]
+        if run["k"] > len(ds.corpus.ids):
+            raise KTooLargeError(
+                f"[run] k={run['k']} is larger than the corpus ({len(ds.corpus.ids)} items)"
+            )
+        emb = self._embedding(ds)
+        metric = cfg["retrieve"]["metric"] or ds.metric
+        index = self._index(ds, emb, metric)
+        filters = self._query_filters(ds, emb, metric)
+        truth = self._exact_neighbors(ds, emb, metric, filters)
+        c = cfg["cache"]
+        cache = LruTtlCache(c["size"], c["ttl_s"]) if c["backend"] == "lru" else None
+        k_cand = min(run["k_candidates"], len(ds.corpus.ids))
+        stages: list[Stage] = [EmbedStage(emb.embedder)]
+        if cache is not None:
+            stages.append(CacheStage(cache))
+        stages.append(self._retrieve_stage(index, k_cand, filters))
+        stages.append(self._rerank_stage(ds, metric, emb.corpus, cache))
+        stages.append(self._serialize_stage(ds, emb.corpus))
+        transport = self._start_transport(cpu_time)
+        stages.append(TransportStage(transport))
+        generator = self._start_generator()
+        stages.append(GenerateStage(generator))
+        loop_names = tuple(st.name for st in stages)
+        parts = _Described(index, emb, metric, k_cand, filters, threads)
+        return Built(
+            dataset=ds,
+            embedding=emb,
+            metric=metric,
+            index=index,
+            filters=filters,
+            truth=truth,
+            cache=cache,
+            stages=tuple(stages),
+            loop_names=loop_names,
+            stage_names=tuple(
+                n for n in STAGES if n in loop_names or n in ("deserialize", "prompt")
+            ),
+            transport=transport,
+            generator=generator,
+            info=self._describe_parts(parts),
+            simulated=self._simulated(generator),
+            caveats=(*self.caveats, *(c for c in _caveats(generator) if c not in self.caveats)),
+            cache_events=tuple(self.cache_events),
+        )
+
+    def loaded(self, load_dataset: Callable[[], Dataset]) -> Dataset:
+        """The config's dataset: a shared one, else loaded (timed as ``dataset_load``)."""
+        key = freeze(self.config["dataset"])
+        if key not in self.shared.datasets:
+            self.shared.datasets[key] = self.times.time("dataset_load", load_dataset)
+        return self.shared.datasets[key]
+
+    def _embedding(self, ds: Dataset) -> Embedding:
+        cfg, shared = self.config, self.shared
+        name = cfg["embed"]["backend"] or ds.default_embedder
+        params = backend_params(cfg, "embed")
+        if name == "precomputed":
+            return _precomputed(ds, params)
+        ekey = (name, freeze(params))
+        if ekey not in shared.embedders:
+            made = self.components.embedder
+            shared.embedders[ekey] = made if made is not None else embedders.create(name, **params)
+        embedder = shared.embedders[ekey]
+        self.times.time("model_load", embedder.load)
+        vkey = (ds.content_hash, ekey)
+        if vkey not in shared.vectors:
+            n_events = len(ds.cache_events)
+            re_embed = cfg["embed"]["re_embed"]
+            corpus = self.times.time(
+                "corpus_vectors", ds.corpus_vectors, embedder, re_embed=re_embed
+            )
+            queries = self.times.time(
+                "query_vectors", ds.query_vectors, embedder, re_embed=re_embed
+            )
+            shared.vectors[vkey] = (corpus, queries)
+            self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
+        corpus, queries = shared.vectors[vkey]
+        return Embedding(name, params, embedder, corpus, queries)
+
+    def _index(self, ds: Dataset, emb: Embedding, metric: str) -> Index:
+        r = self.config["retrieve"]
+        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key, r["fast_build"])
+        if key not in self.shared.indexes:
+            dim = int(emb.corpus.shape[1])
+            build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
+            index = indexes.create(r["backend"], dim=dim, metric=metric, **build)
+            data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
+            source = _data_source(ds, emb, index.input_kind)
+            path = r["index_file"]
+            if path is not None and Path(path).exists():
+                index = self.times.time("index_load", load_index, path, index, data, source)
+            else:
+                # deterministic unless [retrieve] fast_build; slow builds cached
+                built = builds.build(index, data, fast=r["fast_build"], source=source)
+                index = built.index
+                step = "index_load" if built.load_ns else "index_build"
+                self.times.add(step, built.load_ns or built.build_ns)
+                self.times.add("jit_compile", built.compile_ns)
+                if path is not None:
+                    self.times.time("index_save", index.save, path, data=data, source=source)
+            self.shared.indexes[key] = index
+        return self.shared.indexes[key]
+
+    def _retrieve_stage(self, index: Index, k_cand: int, filters: QueryFilters | None) -> Stage:
+        r = self.config["retrieve"]
+        if filters is None:
+            return RetrieveStage(index, k_cand, r["search"])
+        strategy = r["filter_strategy"]
+        can = tuple(index.filter_strategies) if isinstance(index, FilteredSearch) else ()
+        if not can or (strategy not in (None, "auto") and strategy not in can):
+            raise ConfigError(
+                f"[retrieve] index {index.name!r} has no filter strategy {strategy or 'at all'}; "
+                f"it has: {', '.join(can) or 'none (filtered search is for dense indexes)'}"
+            )
+        return FilteredRetrieveStage(index, k_cand, r["search"], filters.masks, strategy)
+
+    def _query_filters(self, ds: Dataset, emb: Embedding, metric: str) -> QueryFilters | None:
+        """The filter of every query when ``[retrieve] filter`` asks for them (timed as set-up)."""
+        table = self.config["retrieve"]["filter"]
+        if table is None:
+            return None
+        embedder = None if emb.name == "precomputed" else emb.embedder
+        filters: QueryFilters = self.times.time(
+            "query_filters", ds.query_filters, table, embedder=embedder, metric=metric
+        )
+        return filters
+
+    def _exact_neighbors(
+        self, ds: Dataset, emb: Embedding, metric: str, filters: QueryFilters | None
+    ) -> np.ndarray:
+        k = self.config["run"]["k"]
+        key = (ds.content_hash, emb.key, k, metric, None if filters is None else filters.key)
+        if key not in self.shared.truth:
+            embedder = None if emb.name == "precomputed" else emb.embedder
+            self.shared.truth[key] = self.times.time(
+                "exact_neighbors",
+                ds.exact_neighbors,
+                k,
+                embedder=embedder,
+                metric=metric,
+                re_embed=self.config["embed"]["re_embed"] and embedder is not None,
+                filters=filters,
+            )
+        return self.shared.truth[key]
+
+    def _rerank_stage(
+        self, ds: Dataset, metric: str, corpus: np.ndarray, cache: LruTtlCache | None
+    ) -> Stage:
+        k = self.config["run"]["k"]
+        reranker = self.components.reranker
+        if reranker is None:
+            return TruncateStage(k, cache)
+        if reranker.metric != rerank_metric(metric):
+            params = backend_params(self.config, "rerank")
+            reranker = rerankers.create(reranker.name, metric=rerank_metric(metric), **params)
+        if isinstance(reranker, RanksTexts) and reranker.input_kind == "texts":
+            self.closers.append(reranker.close)
+            exact = start_text_reranker(reranker, self.times.add, self.caveats)
+            return TextRerankStage(reranker, exact, ds.corpus.texts, corpus, k, cache)
+        self.times.add("jit_compile", reranker.warmup(int(corpus.shape[1])))
+        return RerankStage(reranker, corpus, k, cache)
+
+    def _serialize_stage(self, ds: Dataset, corpus: np.ndarray) -> SerializeStage:
+        s = self.config["serialize"]
+        return SerializeStage(
+            self.components.codec, ds, corpus, bool(s["with_embeddings"]), bool(s["with_metadata"])
+        )
+
+    def _start_transport(self, cpu_time: bool) -> Transport:
+        cfg = self.config
+        transport = self.components.transport
+        prompt_params = {k: v for k, v in cfg["prompt"].items() if v is not None}
+        self.closers.append(transport.close)
+        args = (cfg["serialize"]["backend"], backend_params(cfg, "serialize"), prompt_params)
+        # the far side measures its own CPU time only when asked (it costs inside the transport)
+        started = transport.start(*args, cpu_time=True) if cpu_time else transport.start(*args)
+        self.times.add("transport_start", started)
+        return transport
+
+    def _start_generator(self) -> Generator:
+        generator = self.components.generator
+        self.closers.append(generator.close)
+        self.times.add("generator_start", generator.start())
+        return generator
+
+    def _simulated(self, generator: Generator) -> tuple[str, ...]:
+        if not generator.simulated:
+            return ()
+        return (f"generate={self.config['generate']['backend']}",)
+
+    def _describe_parts(self, parts: _Described) -> dict[str, Any]:
+        cfg = self.config
+        codec = self.components.codec
+        return {
+            "index": _index_info(parts.index),
+            "embedder": parts.embedding.name,
+            "metric": parts.metric,
+            "k": cfg["run"]["k"],
+            "k_candidates": parts.k_candidates,
+            "codec": cfg["serialize"]["backend"],
+            # row or columnar for the built-in codecs; None for codecs without shapes
+            "payload_shape": codec.shape if isinstance(codec, Shaped) else None,
+            "transport": cfg["transport"]["backend"],
+            "generator": cfg["generate"]["backend"],
+            "rerank": cfg["rerank"]["backend"],
+            "request_threads": parts.threads[0],
+            "build_threads": parts.threads[1],
+            **_described("reranker_info", self.components.reranker),
+            **_described("generator_info", self.components.generator),
+            **_described("transport_info", self.components.transport),
+            **self._filter_info(parts.filters),
+        }
+
+    def _filter_info(self, filters: QueryFilters | None) -> dict[str, Any]:
+        """``filter``: the request, achieved selectivity (mean/min/max) and strategy; or nothing."""
+        if filters is None:
+            return {}
+        strategy = self.config["retrieve"]["filter_strategy"]
+        return {"filter": {**filters.summary(), "strategy": strategy or "auto"}}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Described:
+    """What the ``info`` block of a record says about the built parts."""
+
+    index: Index
+    embedding: Embedding
+    metric: str
+    k_candidates: int
+    filters: QueryFilters | None
+    threads: tuple[int, int]  # request, build
+
+
+def _precomputed(ds: Dataset, params: dict[str, Any]) -> Embedding:
+    """``[embed] backend = "precomputed"``: the dataset's own corpus and query vectors."""
+    if ds.vectors is None or ds.query_vectors_precomputed is None:
+        raise ConfigError(
+            f"[embed] backend 'precomputed' needs a dataset with vectors; {ds.name!r} has "
+            "texts only: use 'minilm' or 'hashing'"
+        )
+    embedder = embedders.create(
+        "precomputed",
+        texts=ds.queries.texts,
+        vectors=ds.query_vectors_precomputed,
+        **params,
+    )
+    return Embedding("precomputed", params, embedder, ds.vectors, ds.query_vectors_precomputed)
+
+
+def check_index_file(path: str | None) -> None:
+    """A ``[retrieve] index_file`` to write must be writable, one to read a regular file."""
+    if path is None:
+        return
+    if Path(path).exists():
+        if not Path(path).is_file():
+            raise ConfigError(f"[retrieve] index_file {path}: not a regular file")
+    else:
+        check_writable(path, "[retrieve] index_file")
+
+
+def load_index(path: str, like: Index, data: Any, source: str) -> Index:
+    """The index saved at ``path``, checked to be the one this config builds of ``data``.
+
+    Same backend, metric, dim, build parameters and item count, and the
+    fingerprint of the data it was built on equal to that of ``data``
+    (the corpus vectors, or texts); a file without a fingerprint (older
+    ragbench, or ``Index.save`` without ``data=``) is refused too.
+    """
+    index = indexes.load(path)
+    want = (like.name, like.metric, _dim(like), dict(like.build_params), len(data))
+    got = (index.name, index.metric, _dim(index), dict(index.build_params), index.ntotal)
+    if got != want:
+        raise IndexFileError(
+            f"[retrieve] index_file {path}: holds (backend, metric, dim, build params, "
+            f"items) {got}, but this config builds {want}; delete the file or point "
+            "index_file elsewhere"
+        )
+    saved = index.saved_data if isinstance(index, RecordsData) else None
+    if not saved:
+        raise IndexFileError(
+            f"[retrieve] index_file {path}: the file does not record which data it was "
+            "built on (written by an older ragbench, or by Index.save() without data=); "
+            "delete it so it is rebuilt"
+        )
+    fingerprint = indexes.data_fingerprint(data)
+    if saved["fingerprint"] != fingerprint:
+        raise IndexFileError(
+            f"[retrieve] index_file {path}: built for {saved.get('source') or 'other data'} "
+            f"(data {saved['fingerprint'][:12]}), but used with {source} (data "
+            f"{fingerprint[:12]}); delete the file or point index_file elsewhere"
+        )
+    return index
+
+
+def _dim(index: Index) -> int | None:
+    return index.dim if isinstance(index, HasDim) else None
+
+
+def _caveats(generator: Generator) -> tuple[str, ...]:
+    """What every report of this generator must say (random-weight LLM, ...)."""
+    caveat = generator.caveat if isinstance(generator, Cautioned) else None
+    return (caveat,) if isinstance(caveat, str) else ()
+
+
+def _described(key: str, component: object) -> dict[str, Any]:
+    """``{key: component.describe()}`` for a part that describes itself (asgi's server, ...), or nothing."""
+    return {key: dict(component.describe())} if isinstance(component, Describes) else {}
+
+
+def _data_source(ds: Dataset, emb: Embedding, kind: str) -> str:
+    """What an index is built on, for index-file messages: dataset, content, embedder."""
+    what = f"dataset {ds.name!r} (content {ds.content_hash[:12]})"
+    if kind == "texts":
+        return f"the texts of {what}"
+    params = ", ".join(f"{k}={v!r}" for k, v in sorted(emb.params.items()))
+    return f"{what} embedded with {emb.name}" + (f"({params})" if params else "")
+
+
+def _index_info(index: Index) -> dict[str, Any]:
+    if isinstance(index, IndexInfo):
+        try:
+            return dict(index.info())
+        except RagbenchError:
+            pass
+    return {"backend": index.name, "params": index.build_params}
+
+
+def _event_dict(event: object) -> dict[str, Any]:
+    if isinstance(event, Mapping):
+        return dict(event)
+    if dataclasses.is_dataclass(event) and not isinstance(event, type):
+        return {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    if isinstance(event, Sequence):
+        return {"event": list(event)}
+    return {"event": str(event)}

@@ -1,0 +1,122 @@
+"""The parts of a pipeline: its backends (:class:`Components`) and what pipelines share.
+
+:class:`Components` creates every backend a config names when the pipeline
+is created, typed with each stage package's Protocol, so a bad name or
+parameter fails before any expensive set-up. :class:`SharedParts` lets
+pipelines set up together (``ragbench compare``) reuse datasets, vectors,
+built indexes and exact neighbours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import codecs, embedders, generators, indexes, rerankers, transports
+from .._registry import check_params
+from ..codecs import Codec
+from ..config import backend_params
+from ..datasets import Dataset
+from ..embedders import Embedder
+from ..generators import Generator
+from ..indexes import Index
+from ..metrics import rerank_metric
+from ..rerankers import Reranker
+from ..transports import Transport
+from .capabilities import ChecksQueryParams
+
+__all__ = ["Components", "Embedding", "SharedParts", "freeze"]
+
+
+def freeze(value: Any) -> Hashable:
+    """A hashable, order-independent key for nested config values."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value if isinstance(value, Hashable) else repr(value)
+
+
+@dataclass
+class SharedParts:
+    """Parts that pipelines set up together can share (``ragbench compare``).
+
+    Each table is keyed by what determines its part, so two pipelines share
+    a built index only when dataset, embedder and build parameters all match.
+    """
+
+    datasets: dict[Hashable, Dataset] = field(default_factory=dict)
+    embedders: dict[Hashable, Embedder] = field(default_factory=dict)
+    vectors: dict[Hashable, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    indexes: dict[Hashable, Index] = field(default_factory=dict)
+    truth: dict[Hashable, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class Embedding:
+    """The query-time embedder and the corpus and query vectors it implies.
+
+    ``corpus``: float32 ``(n, d)``; ``queries``: float32 ``(n_queries, d)``.
+    """
+
+    name: str
+    params: dict[str, Any]
+    embedder: Embedder
+    corpus: np.ndarray
+    queries: np.ndarray
+
+    @property
+    def key(self) -> Hashable:
+        return (self.name, freeze(self.params))
+
+
+@dataclass
+class Components:
+    """Every backend of a config, created (not started) when the pipeline is.
+
+    Creating them checks each backend name and parameter, so a bad config
+    fails before any expensive set-up step.
+    """
+
+    embedder: Embedder | None  # None: the dataset's default, or "precomputed" (made at set-up)
+    reranker: Reranker | None  # None: rerank = "none", the retriever's own top k
+    codec: Codec
+    transport: Transport
+    generator: Generator
+
+    @classmethod
+    def create(cls, cfg: Mapping[str, Any]) -> Components:
+        emb = cfg["embed"]["backend"]
+        embedder = None
+        if emb is not None and emb != "precomputed":
+            embedder = embedders.create(emb, **backend_params(cfg, "embed"))
+        elif emb == "precomputed":
+            embedders.registry.factory(emb)
+        r = cfg["retrieve"]
+        build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
+        probe = indexes.create(
+            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **build
+        )
+        if isinstance(probe, ChecksQueryParams):
+            probe.check_query_params(r["search"])  # names and values
+        else:  # a third-party index: names only
+            check_params(f"index {r['backend']!r} search", r["search"], probe.query_params)
+        rr = cfg["rerank"]["backend"]
+        reranker = None
+        if rr != "none":
+            metric = rerank_metric(r["metric"] or "ip")
+            reranker = rerankers.create(rr, metric=metric, **backend_params(cfg, "rerank"))
+        return cls(
+            embedder=embedder,
+            reranker=reranker,
+            codec=codecs.create(cfg["serialize"]["backend"], **backend_params(cfg, "serialize")),
+            transport=transports.create(
+                cfg["transport"]["backend"], **backend_params(cfg, "transport")
+            ),
+            generator=generators.create(
+                cfg["generate"]["backend"], **backend_params(cfg, "generate")
+            ),
+        )

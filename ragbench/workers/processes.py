@@ -1,0 +1,430 @@
+"""``n`` processes each with its own pipeline built from the same config (:class:`ProcessWorkers`).
+
+Like the worker processes of a Python service; give the config a
+``[retrieve] index_file`` so the index is built once and loaded by every
+worker. Records travel back as plain values (:func:`pack_record`), once per
+level; a worker that dies or hangs is killed and named in the level's result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from collections.abc import Mapping
+from multiprocessing import shared_memory
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from .. import threads
+from ..errors import ConfigError, TransportError
+from ..pipeline import Pipeline, RequestRecord, far_fields
+from ..transports import FarSide
+from ..validate import positive_int
+from .board import (
+    FAILED,
+    GRACE_NS,
+    STOP_GRACE_NS,
+    Board,
+    OpenRun,
+    Result,
+    WorkerFault,
+    run_open_worker,
+    serve_timed,
+)
+from .closed import ClosedResult, ClosedRun, closed_result, run_closed_worker, split_clients
+
+__all__ = ["ProcessWorkers", "WORKER_ENV", "pack_record", "process_worker", "unpack_record"]
+
+
+def _pack(rec: RequestRecord | None) -> tuple[Any, ...] | None:
+    if rec is None:
+        return None
+    far = far_fields(rec.far) if rec.far is not None else None
+    ids = np.asarray(rec.hit_ids, dtype=np.int64).tobytes()
+    return (
+        rec.stamps,
+        rec.cpu_stamps,
+        far,
+        ids,
+        rec.payload_bytes,
+        rec.prompt_tokens,
+        rec.query_row,
+        rec.retrieve_parts,
+        None if rec.exact_ids is None else np.asarray(rec.exact_ids, dtype=np.int64).tobytes(),
+    )
+
+
+def _unpack(packed: tuple[Any, ...] | None) -> RequestRecord | None:
+    if packed is None:
+        return None
+    stamps, cpu, far, ids, payload, tokens, row, parts, exact = packed
+    # the prompt itself stays in the worker: the report needs only the numbers
+    far_side = FarSide("", tokens, *far) if far is not None else None
+    hits = np.frombuffer(ids, dtype=np.int64)
+    split = tuple(parts) if parts is not None else None
+    exact_ids = None if exact is None else np.frombuffer(exact, dtype=np.int64)
+    return RequestRecord(
+        stamps, cpu, far_side, hits, payload, tokens, row, retrieve_parts=split, exact_ids=exact_ids
+    )
+
+
+#: A record as plain values for a pipe to another process, and back (the prompt stays behind).
+pack_record, unpack_record = _pack, _unpack
+
+
+def _open_in_process(conn: Any, pipe: Pipeline, lock: Any, job: tuple[Any, ...]) -> None:
+    _, shm_name, n, run, worker = job
+    shm = shared_memory.SharedMemory(name=shm_name)
+    kept: list[tuple[int, RequestRecord | None, str | None]] = []
+    try:
+        board = Board(shm.buf, n, lock)
+        board.tag = worker + 1
+        # held here, packed and sent once at the end: the parent does no work per request,
+        # and the worker none between requests
+        run_open_worker(board, OpenRun(*run), pipe, lambda *k: kept.append(k), yield_gil=False)
+        del board
+    finally:
+        shm.close()
+    conn.send(("done", [(j, _pack(rec), err) for j, rec, err in kept]))
+
+
+def _closed_in_process(conn: Any, pipe: Pipeline, job: tuple[Any, ...]) -> None:
+    rows, records, errors = run_closed_worker(ClosedRun(*job[1]), pipe, stopped=lambda: False)
+    conn.send(("done", rows, [_pack(r) for r in records], errors))
+
+
+def process_worker(
+    config: Mapping[str, Any], conn: Any, lock: Any, warmup: int, core: int | None = None
+) -> None:
+    """Entry point of a worker process (``multiprocessing``, spawn): set up, warm, serve its pipe.
+
+    ``core``: the one CPU this worker then runs on (set-up may use every core).
+    Ctrl-C is the parent's: a worker ignores SIGINT and is stopped by it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        pipe = Pipeline(config)
+        pipe.setup()
+        if core is not None:
+            os.sched_setaffinity(0, {core})
+        pipe.warm(warmup)
+    except BaseException as exc:  # the parent turns this into an error of its own
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", os.getpid()))
+    threads.pin_thread(pipe.request_threads)
+    try:
+        while True:
+            try:
+                job = conn.recv()
+            except EOFError:  # the parent went away
+                break
+            if job is None:
+                break
+            if job[0] == "open":
+                _open_in_process(conn, pipe, lock, job)
+            elif job[0] == "closed":
+                _closed_in_process(conn, pipe, job)
+            else:
+                slot, i = job
+                t0, t1, rec, err = serve_timed(pipe, i)
+                conn.send((slot, t0, t1, _pack(rec), err))
+    finally:
+        pipe.close()
+
+
+#: Library pools a worker process keeps to one thread: each worker is one
+#: request at a time on one core, and an idle pool's spinning would steal
+#: the core another worker needs.
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _proc_state(pid: int | None) -> str:
+    """The kernel's one-letter state of a process ('T': stopped), '' if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class ProcessWorkers:
+    """``n`` worker processes, each with its own pipeline built from ``config`` (see the module docstring).
+
+    A worker that dies or hangs during a level is a fault: it is killed, its
+    requests count as failed, the level's result names it (``faults``) and
+    the pool goes on with the others. An exception while a level runs
+    (Ctrl-C) kills every worker at once.
+    """
+
+    kind = "process"
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        n: int,
+        *,
+        warmup: int = 20,
+        startup_timeout: float = 600.0,
+        pin: bool = True,
+    ) -> None:
+        self.size = positive_int("process workers", "n", n)
+        cores = threads.usable_cores()
+        # one core each when there are enough: a worker sleeping until its next arrival then
+        # wakes on time instead of behind a sibling spinning on the same core (measured: p99
+        # dispatch delay at 200 QPS 386 -> 74 µs with two workers on 2 cores)
+        self.pinned = bool(pin and self.size <= len(cores))
+        ctx = multiprocessing.get_context("spawn")
+        self._lock = ctx.Lock()
+        self._conns: list[Any] = []
+        self._procs: list[Any] = []
+        self.dead: set[int] = set()
+        saved = {k: os.environ.get(k) for k in WORKER_ENV}
+        os.environ.update(WORKER_ENV)  # read by each child at its start, before numpy loads
+        # SIGINT blocked while starting: each child is born with it blocked (it then ignores
+        # it), and a Ctrl-C meanwhile reaches this process when it is unblocked
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for w in range(self.size):
+                parent, child = ctx.Pipe(duplex=True)
+                core = cores[w] if self.pinned else None
+                proc = ctx.Process(
+                    target=process_worker,
+                    args=(dict(config), child, self._lock, warmup, core),
+                    daemon=True,
+                    name=f"ragbench-worker-{w}",
+                )
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            self._wait_ready(startup_timeout)
+        except BaseException:
+            self.close(now=True)
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        for w, conn in enumerate(self._conns):
+            if not conn.poll(timeout):
+                raise TransportError(f"worker process {w} was not ready after {timeout:.0f} s")
+            word, detail = self._recv(w)
+            if word != "ready":
+                raise ConfigError(f"worker process {w} failed to set up: {detail}")
+
+    def _recv(self, w: int) -> Any:
+        try:
+            return self._conns[w].recv()
+        except EOFError:
+            code = self._procs[w].exitcode
+            raise TransportError(f"worker process {w} died (exit code {code})") from None
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def live(self) -> list[int]:
+        """The workers still serving (not dead or killed)."""
+        return [w for w in range(len(self._procs)) if w not in self.dead]
+
+    def dispatch(self, worker: int, slot: int, request: int) -> None:
+        self._conns[worker].send((slot, request))
+
+    def poll(self, timeout_s: float) -> list[Result]:
+        out = []
+        owner = {id(self._conns[w]): w for w in self.live()}
+        ready: list[Any] = multiprocessing.connection.wait(
+            [self._conns[w] for w in self.live()], timeout=max(timeout_s, 0.0)
+        )
+        for conn in ready:
+            w = owner[id(conn)]
+            while conn.poll():
+                slot, t0, t1, packed, err = self._recv(w)
+                out.append(Result(w, slot, t0, t1, _unpack(packed), err))
+        return out
+
+    def run_open(self, due_ns: np.ndarray, run: OpenRun) -> tuple[Board, list[Any], list[str]]:
+        """Serve an open-loop schedule (absolute ``due_ns``) on every worker; (board, records, errors).
+
+        The board's ``faults`` name any worker that died or hung (killed); what it held is failed.
+        """
+        n = len(due_ns)
+        if not self.live():
+            raise WorkerFault("every worker process has died")
+        shm = shared_memory.SharedMemory(create=True, size=Board.size(n))
+        try:
+            return self._open_on(shm, due_ns, run)
+        except BaseException:
+            self._kill_all()
+            raise
+        finally:
+            with contextlib.suppress(BufferError):  # a view kept by a traceback
+                shm.close()
+            shm.unlink()
+
+    def _open_on(
+        self, shm: Any, due_ns: np.ndarray, run: OpenRun
+    ) -> tuple[Board, list[Any], list[str]]:
+        n = len(due_ns)
+        board = Board(shm.buf, n, self._lock)
+        board.reset(due_ns)
+        live = self.live()
+        for w in live:
+            self._conns[w].send(("open", shm.name, n, tuple(run), w))
+        last = int(due_ns[-1]) if n else perf_counter_ns()
+        replies, faults = self._collect(live, last + run.timeout_ns + GRACE_NS, board)
+        records: list[Any] = [None] * n
+        errors: list[str] = []
+        for (kept,) in replies.values():
+            for j, packed, err in kept:
+                records[j] = _unpack(packed)
+                if err is not None:
+                    errors.append(err)
+        # a private copy: the shared block goes away
+        private = bytearray(Board.size(n))
+        private[:] = memoryview(shm.buf)[: Board.size(n)]
+        del board  # no view may outlive the shared block
+        out = Board(private, n, None)
+        out.faults = faults
+        out.settle()
+        return out, records, errors
+
+    def serve_closed(
+        self, concurrency: int, duration_ns: int, timeout_ns: int, first_request: int
+    ) -> ClosedResult:
+        """``concurrency`` closed-loop clients shared out over the live workers, each run inside its worker."""
+        live = self.live()
+        if not live:
+            raise WorkerFault("every worker process has died")
+        shares = split_clients(concurrency, len(live))
+        start = perf_counter_ns()
+        end = start + duration_ns
+        try:
+            for k, w in enumerate(live):
+                run = ClosedRun(shares[k], start, end, timeout_ns, first_request + k, len(live))
+                self._conns[w].send(("closed", tuple(run)))
+            replies, faults = self._collect(live, end + timeout_ns + GRACE_NS, None)
+        except BaseException:
+            self._kill_all()
+            raise
+        parts: list[Any] = []
+        for k, w in enumerate(live):
+            if w in replies:
+                rows, packed, errors = replies[w]
+                parts.append((rows, [_unpack(p) for p in packed], errors))
+            else:  # its clients' requests went with it: one failed request each
+                parts.append(([(start, -1, -1, FAILED)] * shares[k], [None] * shares[k], []))
+        return closed_result(parts, faults)
+
+    def _collect(
+        self, live: list[int], deadline_ns: int, board: Board | None
+    ) -> tuple[dict[int, tuple[Any, ...]], list[dict[str, Any]]]:
+        """Each of ``live``'s reply to the job just sent, watching for faults.
+
+        A worker whose process ends first is a fault ("died"). At
+        ``deadline_ns`` the board (if any) is stopped and a worker the kernel
+        has stopped (SIGSTOP) is killed at once; one still silent
+        :data:`STOP_GRACE_NS` later is killed too ("stuck"). The parent
+        blocks on the pipes and process sentinels meanwhile: no polling.
+        """
+        replies: dict[int, tuple[Any, ...]] = {}
+        faults: list[dict[str, Any]] = []
+        waiting = set(live)
+        stopped_at: int | None = None
+        while waiting:
+            now = perf_counter_ns()
+            limit = deadline_ns if stopped_at is None else stopped_at + STOP_GRACE_NS
+            if now >= limit:
+                if stopped_at is not None:
+                    faults += [self._fault(w, "stuck", board) for w in sorted(waiting)]
+                    break
+                stopped_at = now
+                if board is not None:
+                    board.stop()
+                for w in sorted(waiting):
+                    if _proc_state(self._procs[w].pid) in ("T", "t"):
+                        faults.append(self._fault(w, "stuck", board))
+                        waiting.discard(w)
+                continue
+            objs: dict[Any, int] = {self._conns[w]: w for w in waiting}
+            objs.update({self._procs[w].sentinel: w for w in waiting})
+            ready = multiprocessing.connection.wait(list(objs), timeout=(limit - now) / 1e9)
+            for w in sorted({objs[o] for o in ready}):
+                with contextlib.suppress(EOFError, OSError):
+                    if self._conns[w].poll():
+                        replies[w] = tuple(self._conns[w].recv()[1:])
+                        waiting.discard(w)
+                        continue
+                faults.append(self._fault(w, "died", board))
+                waiting.discard(w)
+        return replies, faults
+
+    def _fault(self, w: int, what: str, board: Board | None) -> dict[str, Any]:
+        """Kill worker ``w`` if alive, free the board's lock if it held it; what to record."""
+        proc = self._procs[w]
+        state = _proc_state(proc.pid)
+        if proc.is_alive():
+            proc.kill()
+        proc.join(2.0)
+        if board is not None and board.holder == w + 1:  # it died inside take_next
+            board.clear_holder()
+            with contextlib.suppress(ValueError):
+                self._lock.release()
+        self.dead.add(w)
+        with contextlib.suppress(OSError):
+            self._conns[w].close()
+        if what == "died":
+            detail = f"died ({_exit_text(proc.exitcode)})"
+        else:
+            how = "stopped (SIGSTOP)" if state in ("T", "t") else "still busy"
+            detail = f"{how} at the level's end + timeout + grace: killed"
+        return {"worker": w, "pid": proc.pid, "what": what, "detail": detail}
+
+    def _kill_all(self) -> None:
+        for w in self.live():
+            proc = self._procs[w]
+            proc.kill()
+            proc.join(1.0)
+            self.dead.add(w)
+
+    def close(self, *, now: bool = False) -> None:
+        """Ask every worker to end (``now``: kill them) and reap them; at most ~5 s."""
+        if not now:
+            for w in self.live():
+                with contextlib.suppress(OSError, ValueError):
+                    self._conns[w].send(None)
+            end = time.monotonic() + 5.0
+            for w in self.live():
+                self._procs[w].join(max(0.0, end - time.monotonic()))
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        self._conns, self._procs = [], []
