@@ -140,6 +140,11 @@ def test_int8_keeps_most_of_the_order(measured: dict[str, Any]) -> None:
         assert measured["agree"]["onnx-int8", n]["spearman"] > 0.75, measured["agree"]
 
 
+@pytest.mark.xfail(
+    reason="unmet here: int8 was 1.01x and 1.03x torch at 100 and 300 candidates on a quiet "
+    "machine 2026-12-01 (CI bench-quick); the findings page says int8 does not pay on this CPU",
+    strict=False,
+)
 @pytest.mark.parametrize("n", [100, 300])
 def test_int8_is_faster_than_torch(measured: dict[str, Any], n: int) -> None:
     ms = measured["ms"]
