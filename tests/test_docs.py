@@ -236,7 +236,7 @@ def test_findings_data_is_small_and_committed() -> None:
 
 
 #: Markers whose content is generated from a committed results file in docs/findings/data/.
-DATA_MARKERS = ("report", "reading", "plot", "bench", "stats")
+DATA_MARKERS = ("report", "reading", "plot", "bench", "stats", "engines")
 
 
 def _page_markers(page: Path) -> list[tuple[str, list[str]]]:
@@ -292,6 +292,8 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                     median_us = entry["stats"]["median"] * 1e6
                     shown = float(row.split(" | ")[1].replace(",", ""))
                     assert shown == pytest.approx(median_us, rel=0.01, abs=0.01)
+            elif what == "engines":
+                _check_engines_table(page.parent, args, expanded)
             elif what == "stats":
                 described = json.loads((page.parent / args[0]).read_text(encoding="utf-8"))
                 for key in ("lid@10", "contrast", "hubness"):
@@ -300,6 +302,71 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                     assert cells == pytest.approx([d[key] for d in described], rel=0.01)
         # what is left once the generated sections are gone holds no table
         assert not _typed_tables(text), f"{page.name}: typed table {_typed_tables(text)[:1]}"
+
+
+def _check_engines_table(page_dir: Path, args: list[str], expanded: str) -> None:
+    """Each run of an engines table's file has its row: recall, retrieve p50 and the ratio."""
+    runs = [json.loads(ln) for ln in (page_dir / args[0]).read_text().splitlines() if ln]
+    base = runs[0]["summary"]["retrieve"]["p50_us"]
+    for rec in runs:
+        row = next(ln for ln in expanded.splitlines() if ln.startswith(f"| `{rec['label']}` |"))
+        cells = row.strip("| ").split(" | ")
+        assert float(cells[1]) == pytest.approx(rec["recall_at_k"], abs=5e-4)
+        p50 = float(cells[3].split(" [")[0].replace(",", ""))
+        assert p50 == pytest.approx(rec["summary"]["retrieve"]["p50_us"], rel=0.01)
+        if rec is not runs[0]:
+            ratio = float(cells[5].split(" [")[0])
+            assert ratio == pytest.approx(rec["summary"]["retrieve"]["p50_us"] / base, rel=0.01)
+
+
+def _engine_run(label: str, retrieve_ns: list[int], dataset: str, **index: object) -> dict:
+    p50 = sorted(retrieve_ns)[(len(retrieve_ns) - 1) // 2] / 1e3
+    return {
+        "kind": "run",
+        "label": label,
+        "time": "2026-12-01T00:00:00Z",
+        "dataset": {"name": dataset},
+        "requests": len(retrieve_ns),
+        "recall_at_k": 0.95,
+        "recall_p10": 0.9,
+        "setup_s": {"index_build": 12.5},
+        "summary": {"retrieve": {"p50_us": p50, "p50_us_ci": [p50, p50], "p99_us": p50}},
+        "samples_ns": {"retrieve": retrieve_ns},
+        "info": {"index": {**index, "build": {"deterministic": True, "cached": False}}},
+    }
+
+
+def test_engines_marker_rows_ratio_split_and_memory_of_the_same_build(tmp_path: Path) -> None:
+    """`<!-- gen: engines RUNS SWEEPS -->`: one row per run, the ratio to the first run's
+    retrieve p50, the client's split, and memory only from a sweep of the same build and data."""
+    hnsw = {"backend": "hnsw", "params": {"M": 16}}
+    pg = {"backend": "pgvector", "params": {"M": 16, "index": "hnsw"}}
+    runs = [
+        _engine_run("hnsw+ef=20", [100_000, 200_000, 300_000], "d", **hnsw),
+        _engine_run("pgvector+ef=20", [400_000, 600_000, 800_000], "d", **pg),
+    ]
+    runs[1]["info"]["retrieve_parts"] = {
+        name: {"p50_ns": ns, "mean_ns": ns}
+        for name, ns in (("send", 20_000), ("server", 500_000), ("decode", 30_000))
+    }
+    sweep = {"kind": "sweep", "index": "hnsw", "build": {"M": 16}, "dataset": "d"}
+    other = {**sweep, "dataset": "another", "memory_bytes": 1, "bytes_per_vector": 1}
+    with_memory = {**sweep, "memory_bytes": 37_400_000, "bytes_per_vector": 1872}
+    pg_other_build = {**sweep, "index": "pgvector", "build": {"M": 32, "index": "hnsw"}}
+    (tmp_path / "runs.jsonl").write_text("\n".join(map(json.dumps, runs)) + "\n")
+    sweeps = [other, with_memory, pg_other_build | {"memory_bytes": 9, "bytes_per_vector": 9}]
+    (tmp_path / "sweep.jsonl").write_text("\n".join(map(json.dumps, sweeps)) + "\n")
+    table = hooks.expand("<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path)
+    rows = {ln.split(" | ")[0]: ln.strip("| ").split(" | ") for ln in table.splitlines()}
+    first, second = rows["| `hnsw+ef=20`"], rows["| `pgvector+ef=20`"]
+    assert first[3].startswith("200 [") and first[5] == "1 (reference)"
+    assert first[6] == "—" and first[8] == "37.4" and first[9] == "1,872"
+    assert second[3].startswith("600 [") and second[5].startswith("3.00 [")
+    assert second[6] == "20.0 / 500 / 30.0" and second[8] == "—"  # no sweep of its build
+    assert first[7] == "12.5" and "builds deterministic (one thread)" in table
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no run records"):
+        hooks.expand("<!-- gen: engines empty.jsonl -->", tmp_path)
 
 
 def _typed_tables(text: str) -> list[str]:

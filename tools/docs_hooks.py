@@ -16,6 +16,10 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
                                             (``bench/transport_settings.py``, ``compare --payload-k``)
     <!-- gen: bench data/x.json -->         a committed pytest-benchmark JSON: medians and extra_info
     <!-- gen: stats data/x.json -->         ``ragbench datasets --stats ... --format json`` side by side
+    <!-- gen: engines data/run.jsonl [data/sweep.jsonl...] -->  one row per index of a compare file:
+                                            retrieve p50/p99, × the first row, the client's split,
+                                            build s, recall mean/p10; memory from sweep records of
+                                            the same build (``ragbench sweep``)
     <!-- gen: reproduce NAME... -->         the commands.toml commands that wrote data/NAME
 
 The comment is replaced when the site is built (``make docs``), so nothing generated is
@@ -610,6 +614,112 @@ def stats_markdown(page_dir: Path, args: str) -> str:
     )
 
 
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a results file."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(ln) for ln in lines if ln.strip()]
+
+
+def _memory_of(run: dict[str, Any], sweeps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first sweep record of the same index built with the same parameters on the same data."""
+    index = (run.get("info") or {}).get("index") or {}
+    key = (index.get("backend"), index.get("params"), (run.get("dataset") or {}).get("name"))
+    for rec in sweeps:
+        if (rec.get("index"), rec.get("build"), rec.get("dataset")) == key:
+            return rec
+    return None
+
+
+def _retrieve_ns(rec: dict[str, Any]) -> Any:
+    import numpy as np
+
+    return np.asarray((rec.get("samples_ns") or {}).get("retrieve") or [], dtype=np.float64)
+
+
+def _engine_row(
+    rec: dict[str, Any], first: dict[str, Any], sweeps: list[dict[str, Any]]
+) -> list[str]:
+    """One engine's cells of :func:`engines_markdown`."""
+    from ragbench import intervals
+
+    retrieve = rec["summary"]["retrieve"]
+    lo, hi = retrieve.get("p50_us_ci") or (float("nan"), float("nan"))
+    if rec is first:
+        ratio = "1 (reference)"
+    else:
+        iv = intervals.ratio(_retrieve_ns(first), _retrieve_ns(rec), "p50")
+        ratio = f"{iv.value:.2f} [{iv.low:.2f}–{iv.high:.2f}]"
+    parts = (rec.get("info") or {}).get("retrieve_parts") or {}
+    split = " / ".join(
+        _num(parts[p]["p50_ns"] / 1e3) for p in ("send", "server", "decode") if p in parts
+    )
+    build = ((rec.get("info") or {}).get("index") or {}).get("build") or {}
+    built = _num(float((rec.get("setup_s") or {}).get("index_build", float("nan"))))
+    if build.get("cached"):
+        built += " (cached)"
+    mem = _memory_of(rec, sweeps)
+    return [
+        f"`{rec.get('label')}`",
+        f"{rec['recall_at_k']:.3f}",
+        f"{rec['recall_p10']:.2f}",
+        f"{_num(retrieve['p50_us'])} [{_num(lo)}–{_num(hi)}]",
+        _num(retrieve["p99_us"]),
+        ratio,
+        split or "—",
+        built,
+        _num(mem["memory_bytes"] / 1e6) if mem else "—",
+        _num(mem["bytes_per_vector"]) if mem else "—",
+    ]
+
+
+#: The columns of :func:`engines_markdown`.
+ENGINE_COLUMNS = [
+    "index",
+    "recall@10 mean",
+    "recall@10 p10",
+    "retrieve p50 µs [95 % CI]",
+    "retrieve p99 µs",
+    "× first row's retrieve p50 [95 % CI]",
+    "send / server / decode p50 µs",
+    "build s",
+    "memory MB",
+    "bytes / vector",
+]
+
+
+def engines_markdown(page_dir: Path, args: str) -> str:
+    """One row per index of a ``ragbench compare`` results file, the figures a user compares
+    engines by: recall@10 (mean and the 10th percentile over queries), the retrieve stage's
+    p50 with its interval and p99, its p50 over the first row's with a bootstrap interval of
+    the ratio (``ragbench.intervals.ratio`` over the two rows' requests), the index's own
+    send/server/decode split where it gives one, the build's seconds in that run, and the
+    memory of the same build from ``ragbench sweep`` records (files after the first)."""
+    run_file, *sweep_files = shlex.split(args)
+    runs = [r for r in _records(page_dir / run_file) if r.get("kind") == "run"]
+    if not runs:
+        raise ValueError(f"engines: {run_file} holds no run records")
+    sweeps = [r for f in sweep_files for r in _records(page_dir / f) if r.get("kind") == "sweep"]
+    rows = [_engine_row(r, runs[0], sweeps) for r in runs]
+    builds = {
+        bool((((r.get("info") or {}).get("index") or {}).get("build") or {}).get("deterministic"))
+        for r in runs
+    }
+    how = {
+        frozenset({True}): "deterministic (one thread)",
+        frozenset({False}): "on every core (`--fast-build`)",
+    }
+    datasets = sorted({(r.get("dataset") or {}).get("name", "?") for r in runs})
+    source = f"`{run_file}`" + "".join(f", memory from `{f}`" for f in sweep_files)
+    return "\n".join(
+        [
+            _table(ENGINE_COLUMNS, rows),
+            "",
+            f"From {source}: {', '.join(datasets)}, {runs[0].get('requests')} requests per row, "
+            f"builds {how.get(frozenset(builds), 'mixed')}; recorded {runs[0].get('time', '?')}.",
+        ]
+    )
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "cli": cli_markdown,
     "config": lambda: config_markdown() + "\n\n" + backends_markdown(),
@@ -641,13 +751,15 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return bench_markdown(page_dir, args)
         if what == "stats":
             return stats_markdown(page_dir, args)
+        if what == "engines":
+            return engines_markdown(page_dir, args)
         if what == "plot":
             if site_page_dir is None:
                 raise ValueError("plot markers need the site folder of the page")
             return plot_markdown(page_dir, site_page_dir, args)
         if what not in GENERATORS:
             known = ", ".join(
-                ["report", "reading", "plot", "reproduce", "bench", "stats", *GENERATORS]
+                ["report", "reading", "plot", "reproduce", "bench", "stats", "engines", *GENERATORS]
             )
             raise ValueError(f"unknown generated section {what!r}; known: {known}")
         return GENERATORS[what]()
