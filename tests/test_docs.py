@@ -364,6 +364,10 @@ def test_engines_marker_rows_ratio_split_and_memory_of_the_same_build(tmp_path: 
     assert second[3].startswith("600 [") and second[5].startswith("3.00 [")
     assert second[6] == "20.0 / 500 / 30.0" and second[8] == "—"  # no sweep of its build
     assert first[7] == "12.5" and "builds deterministic (one thread)" in table
+    runs[1]["info"]["index"]["build"] = {"deterministic": True, "cached": True, "seconds": 104.0}
+    (tmp_path / "runs.jsonl").write_text("\n".join(map(json.dumps, runs)) + "\n")
+    table = hooks.expand("<!-- gen: engines runs.jsonl -->", tmp_path)
+    assert "| 104 (cached) |" in table  # the original build's seconds, not this run's set-up
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(ValueError, match="no run records"):
         hooks.expand("<!-- gen: engines empty.jsonl -->", tmp_path)
