@@ -41,6 +41,7 @@ import contextlib
 import http.client
 import json
 import os
+import select
 import socket
 import time
 import urllib.parse
@@ -64,13 +65,48 @@ _MAX_LINE = 1024 * 1024
 
 
 class _ThreadConn:
-    """One thread's keep-alive connection and whether it has carried a request."""
+    """One thread's keep-alive connection and whether it is idle.
 
-    __slots__ = ("http", "used")
+    ``idle``: it was open before the request now starting (it carried an
+    earlier one and was kept, or :meth:`StreamClient.connect` opened it
+    ahead of time), so the server may have closed it meanwhile.
+    """
+
+    __slots__ = ("http", "idle")
 
     def __init__(self, conn: http.client.HTTPConnection) -> None:
         self.http = conn
-        self.used = False
+        self.idle = False
+
+
+class NoReply(ConnectionError):
+    """The connection closed (or was reset) before a single byte of the reply arrived."""
+
+
+class _Response(http.client.HTTPResponse):
+    """An :class:`http.client.HTTPResponse` telling "no byte of a reply" apart (:class:`NoReply`).
+
+    Before the status line is parsed, one read waits for the reply's first
+    bytes; an end of stream or a reset there means the server answered
+    nothing. Any failure after a byte arrived is the response's own.
+    """
+
+    def begin(self) -> None:
+        if self.headers is None:
+            try:
+                first = self.fp.peek(1) if self.fp is not None else b""
+            except ConnectionResetError:
+                first = b""
+            if not first:
+                raise NoReply("closed before any byte of the reply")
+        super().begin()
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """Whether an idle connection's socket is readable: the server closed it (or sent stray bytes)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def split_base_url(base_url: object, what: str) -> tuple[urllib.parse.SplitResult, int | None]:
@@ -145,11 +181,12 @@ class StreamClient:
 
     def connect(self) -> None:
         """Open the calling thread's connection now if it is not open (outside any TTFT clock)."""
-        self._connection()
+        self._connection().idle = True  # open before the next request: it may go stale
 
     def _new_conn(self) -> _ThreadConn:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
         tc = _ThreadConn(cls(self.host, self.port, timeout=self.timeout))
+        tc.http.response_class = _Response
         for c in self._conns.register(tc):
             c.http.close()
         return tc
@@ -160,6 +197,8 @@ class StreamClient:
         if tc is None:
             tc = self._new_conn()
         conn = tc.http
+        if conn.sock is not None and tc.idle and _peer_closed(conn.sock):
+            conn.close()  # the server dropped it while idle: reconnect now, before any clock
         if conn.sock is None:
             try:
                 conn.connect()
@@ -181,7 +220,7 @@ class StreamClient:
                 ) from None
             if conn.sock is not None and self.scheme == "http":
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            tc.used = False
+            tc.idle = False
         return tc
 
     def _drop(self) -> None:
@@ -203,35 +242,48 @@ class StreamClient:
     # -- requests
 
     def _request(self, method: str, path: str, body: bytes | None) -> http.client.HTTPResponse:
-        """Send one request and return its response; retries once on a stale keep-alive socket."""
+        """Send one request and return its response.
+
+        Retried once, on a fresh connection, when an idle keep-alive
+        connection turns out closed before any byte of the reply arrived
+        (the server dropped it while idle: nothing was answered); never once
+        a byte of the reply is in, nor on a connection opened for this request.
+        """
         for attempt in (0, 1):
             tc = self._connection()
-            conn = tc.http
-            reused = tc.used
-            tc.used = True
-            try:
-                conn.request(method, self.prefix + path, body=body, headers=self.headers)
-                return conn.getresponse()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                # An idle keep-alive connection the server already dropped:
-                # nothing was processed, so one fresh try is safe.
-                self._drop()
-                if reused and attempt == 0:
-                    continue
+            reused = tc.idle
+            tc.idle = True  # kept after this request, it is idle before the next
+            resp = self._send(tc.http, method, path, body)
+            if resp is not None:
+                return resp
+            self._drop()
+            if not (reused and attempt == 0):
                 raise GeneratorError(
                     f"{self.what}: {self.base_url} closed the connection without answering"
-                ) from None
-            except TimeoutError:
-                self._drop()
-                raise GeneratorError(
-                    f"{self.what}: no answer from {self.base_url} within {self.timeout:g} s"
-                ) from None
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop()
-                raise GeneratorError(
-                    f"{self.what}: request to {self.base_url} failed: {exc}"
-                ) from None
+                )
         raise GeneratorError(f"{self.what}: request to {self.base_url} failed")  # pragma: no cover
+
+    def _send(
+        self, conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None
+    ) -> http.client.HTTPResponse | None:
+        """Send the request and read the reply's head; ``None``: no byte of a reply came."""
+        try:
+            try:
+                conn.request(method, self.prefix + path, body=body, headers=self.headers)
+            except (ConnectionResetError, BrokenPipeError):
+                return None  # refused while sending: no reply can have come
+            try:
+                return conn.getresponse()
+            except NoReply:
+                return None
+        except TimeoutError:
+            self._drop()
+            raise GeneratorError(
+                f"{self.what}: no answer from {self.base_url} within {self.timeout:g} s"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop()
+            raise GeneratorError(f"{self.what}: request to {self.base_url} failed: {exc}") from None
 
     def _check_status(self, resp: http.client.HTTPResponse, path: str) -> None:
         if resp.status == 200:
@@ -271,7 +323,7 @@ class StreamClient:
     ) -> FirstToken:
         """Stream ``body`` to ``path``; return the first content token and the client-side TTFT."""
         payload = json.dumps(body).encode()
-        self.connect()
+        self._connection()  # opened (or found stale and reopened) before the clock starts
         t0 = time.perf_counter_ns()
         resp = self._request("POST", path, payload)
         try:
@@ -290,6 +342,9 @@ class StreamClient:
                 # can carry the next request.
                 while resp.read1(65536):
                     pass
+                # read1 never marks a Content-Length body done (only a chunked one):
+                # read() does, so the connection can carry the next request
+                resp.read()
                 if resp.will_close:
                     self._drop()
             else:
