@@ -41,7 +41,6 @@ import contextlib
 import http.client
 import json
 import os
-import select
 import socket
 import time
 import urllib.parse
@@ -53,6 +52,7 @@ from ..threads import ThreadConnections
 from ..validate import positive_int, positive_number
 from . import FirstToken
 from .aio import AsyncSdkClient, AsyncStreamClient, make_async_client
+from .keepalive import KeepAliveResponse, NoReply, ThreadConn, peer_closed
 from .openai_sdk import SdkClient
 from .sse import sse_text
 
@@ -62,51 +62,6 @@ __all__ = ["CLIENTS", "OpenAIGenerator", "StreamClient", "make_client"]
 CLIENTS = ("minimal", "openai")
 
 _MAX_LINE = 1024 * 1024
-
-
-class _ThreadConn:
-    """One thread's keep-alive connection and whether it is idle.
-
-    ``idle``: it was open before the request now starting (it carried an
-    earlier one and was kept, or :meth:`StreamClient.connect` opened it
-    ahead of time), so the server may have closed it meanwhile.
-    """
-
-    __slots__ = ("http", "idle")
-
-    def __init__(self, conn: http.client.HTTPConnection) -> None:
-        self.http = conn
-        self.idle = False
-
-
-class NoReply(ConnectionError):
-    """The connection closed (or was reset) before a single byte of the reply arrived."""
-
-
-class _Response(http.client.HTTPResponse):
-    """An :class:`http.client.HTTPResponse` telling "no byte of a reply" apart (:class:`NoReply`).
-
-    Before the status line is parsed, one read waits for the reply's first
-    bytes; an end of stream or a reset there means the server answered
-    nothing. Any failure after a byte arrived is the response's own.
-    """
-
-    def begin(self) -> None:
-        if self.headers is None:
-            try:
-                first = self.fp.peek(1) if self.fp is not None else b""
-            except ConnectionResetError:
-                first = b""
-            if not first:
-                raise NoReply("closed before any byte of the reply")
-        super().begin()
-
-
-def _peer_closed(sock: socket.socket) -> bool:
-    """Whether an idle connection's socket is readable: the server closed it (or sent stray bytes)."""
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
 
 
 def split_base_url(base_url: object, what: str) -> tuple[urllib.parse.SplitResult, int | None]:
@@ -170,7 +125,7 @@ class StreamClient:
             self.headers["Authorization"] = f"Bearer {api_key}"
         # Each thread's connection; the registry's lock is taken only to add
         # or remove one, never across a request.
-        self._conns: ThreadConnections[_ThreadConn] = ThreadConnections()
+        self._conns: ThreadConnections[ThreadConn] = ThreadConnections()
 
     # -- connection
 
@@ -183,21 +138,21 @@ class StreamClient:
         """Open the calling thread's connection now if it is not open (outside any TTFT clock)."""
         self._connection().idle = True  # open before the next request: it may go stale
 
-    def _new_conn(self) -> _ThreadConn:
+    def _new_conn(self) -> ThreadConn:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        tc = _ThreadConn(cls(self.host, self.port, timeout=self.timeout))
-        tc.http.response_class = _Response
+        tc = ThreadConn(cls(self.host, self.port, timeout=self.timeout))
+        tc.http.response_class = KeepAliveResponse
         for c in self._conns.register(tc):
             c.http.close()
         return tc
 
-    def _connection(self) -> _ThreadConn:
+    def _connection(self) -> ThreadConn:
         """The calling thread's connection, connected now if it is not."""
         tc = self._conns.current()
         if tc is None:
             tc = self._new_conn()
         conn = tc.http
-        if conn.sock is not None and tc.idle and _peer_closed(conn.sock):
+        if conn.sock is not None and tc.idle and peer_closed(conn.sock):
             conn.close()  # the server dropped it while idle: reconnect now, before any clock
         if conn.sock is None:
             try:
