@@ -50,14 +50,11 @@ def _struct_name(base: type[Stage], backend: str) -> str:
     return base.__name__ + "".join(p.title() for p in re.split(r"[^a-zA-Z0-9]+", backend))
 
 
-def _define(table: str, backend: str, fields: Mapping[str, Any]) -> type[Stage]:
-    """The Struct of ``backend`` of stage ``table``: its parameters, each unset unless given."""
-    base = STAGES[table]
-    specs: list[tuple[str, Any, Any]] = [("backend", Literal[backend], backend)]
-    specs += [(key, typ | UnsetType, UNSET) for key, typ in fields.items()]
+def _typed(base: type[Stage], backend: str, specs: list[tuple[str, Any, Any]]) -> type[Stage]:
+    """The Struct of typed ``backend`` on ``base``: ``backend`` its one value, unknown keys refused."""
     cls = msgspec.defstruct(
         _struct_name(base, backend),
-        specs,
+        [("backend", Literal[backend], backend), *specs],
         bases=(base,),
         module=__name__,
         frozen=True,
@@ -67,22 +64,22 @@ def _define(table: str, backend: str, fields: Mapping[str, Any]) -> type[Stage]:
     return cast("type[Stage]", cls)
 
 
-def _define_index(backend: str, build: type[Params], search: type[Params]) -> type[Stage]:
-    specs: list[tuple[str, Any, Any]] = [
-        ("backend", Literal[backend], backend),
-        ("build", build, field(default_factory=build)),
-        ("search", search, field(default_factory=search)),
-    ]
-    cls = msgspec.defstruct(
-        _struct_name(Retrieve, backend),
-        specs,
-        bases=(Retrieve,),
-        module=__name__,
-        frozen=True,
-        kw_only=True,
-        forbid_unknown_fields=True,
+def _define(table: str, backend: str, fields: Mapping[str, Any]) -> type[Stage]:
+    """The Struct of ``backend`` of stage ``table``: its parameters, each unset unless given."""
+    return _typed(
+        STAGES[table], backend, [(key, typ | UnsetType, UNSET) for key, typ in fields.items()]
     )
-    return cast("type[Stage]", cls)
+
+
+def _define_index(backend: str, build: type[Params], search: type[Params]) -> type[Stage]:
+    return _typed(
+        Retrieve,
+        backend,
+        [
+            ("build", build, field(default_factory=build)),
+            ("search", search, field(default_factory=search)),
+        ],
+    )
 
 
 def _define_open(table: str) -> type[Stage]:
