@@ -287,6 +287,7 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
             "timeout": Seconds,
             "startup_timeout": Seconds,
             "client": Annotated[str, _d("minimal")],
+            "read_timeout_s": Seconds | None,
         },
         "openai": {
             "base_url": str | None,

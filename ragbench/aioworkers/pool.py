@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import multiprocessing
 import multiprocessing.connection
-import os
 from collections.abc import Mapping
 from multiprocessing import shared_memory
 from time import perf_counter_ns
@@ -16,17 +14,12 @@ import numpy as np
 
 from .. import threads
 from ..config import load_config
-from ..errors import ConfigError, TransportError
+from ..errors import ConfigError
 from ..pipeline import RequestRecord
 from ..traffic import Traffic
 from ..validate import positive_int
-from ..workers import (
-    COMPLETED,
-    WORKER_ENV,
-    Board,
-    OpenRun,
-    unpack_record,
-)
+from ..workers import COMPLETED, Board, OpenRun, unpack_record
+from ..workers.spawn import ask_to_stop, board_copy, recv_from, spawn, wait_ready
 from .loop import Settings, check_offload
 from .runs import aio_worker
 
@@ -90,27 +83,21 @@ class AsyncWorkers:
         self._conns: list[Any] = []
         self._procs: list[Any] = []
         atexit.register(self.close)
-        saved = {k: os.environ.get(k) for k in WORKER_ENV}
-        os.environ.update(WORKER_ENV)  # read by each child at its start, before numpy loads
-        try:
-            for w in range(self.size):
-                parent, child = ctx.Pipe(duplex=True)
-                core = cores[w] if self.pinned else None
-                proc = ctx.Process(
-                    target=aio_worker,
-                    args=(dict(config), child, self._lock, self.settings, core),
-                    name=f"ragbench-aio-worker-{w}",
-                )
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(proc)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        spawn(
+            ctx,
+            self.size,
+            aio_worker,
+            lambda w, child: (
+                dict(config),
+                child,
+                self._lock,
+                self.settings,
+                cores[w] if self.pinned else None,
+            ),
+            name="ragbench-aio-worker",
+            conns=self._conns,
+            procs=self._procs,
+        )
         try:
             self._wait_ready(timeout)
         except BaseException:
@@ -118,20 +105,12 @@ class AsyncWorkers:
             raise
 
     def _wait_ready(self, timeout: float) -> None:
-        for w, conn in enumerate(self._conns):
-            if not conn.poll(timeout):
-                raise TransportError(f"asyncio worker {w} was not ready after {timeout:.0f} s")
-            reply = self._recv(w)
-            if reply[0] != "ready":
-                raise ConfigError(f"asyncio worker {w} failed to set up: {reply[1]}")
-            self.info = reply[2]
+        replies = wait_ready(self._conns, self._recv, timeout, "asyncio worker")
+        if replies:
+            self.info = replies[-1][2]
 
     def _recv(self, w: int) -> Any:
-        try:
-            return self._conns[w].recv()
-        except EOFError:
-            code = self._procs[w].exitcode
-            raise TransportError(f"asyncio worker {w} died (exit code {code})") from None
+        return recv_from(self._conns, self._procs, w, "asyncio worker")
 
     def describe(self) -> dict[str, Any]:
         """What load records keep about this pool: offload, tasks per loop, async clients."""
@@ -174,8 +153,7 @@ class AsyncWorkers:
                 replies = self._collect()
             finally:
                 del board  # no view may outlive the shared block
-            private = bytearray(Board.size(n))
-            private[:] = memoryview(shm.buf)[: Board.size(n)]  # type: ignore[arg-type]
+            private = board_copy(shm, n)
         finally:
             shm.close()
             shm.unlink()
@@ -228,9 +206,7 @@ class AsyncWorkers:
     def close(self) -> None:
         """Stop every worker (and its pools); idempotent."""
         atexit.unregister(self.close)
-        for conn in self._conns:
-            with contextlib.suppress(OSError, ValueError):
-                conn.send(None)
+        ask_to_stop(self._conns)
         for proc in self._procs:
             proc.join(timeout=30)
             if proc.is_alive():

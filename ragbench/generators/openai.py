@@ -52,6 +52,7 @@ from ..threads import ThreadConnections
 from ..validate import positive_int, positive_number
 from . import FirstToken
 from .aio import AsyncSdkClient, AsyncStreamClient, make_async_client
+from .keepalive import KeepAliveResponse, NoReply, ThreadConn, peer_closed
 from .openai_sdk import SdkClient
 from .sse import sse_text
 
@@ -61,16 +62,6 @@ __all__ = ["CLIENTS", "OpenAIGenerator", "StreamClient", "make_client"]
 CLIENTS = ("minimal", "openai")
 
 _MAX_LINE = 1024 * 1024
-
-
-class _ThreadConn:
-    """One thread's keep-alive connection and whether it has carried a request."""
-
-    __slots__ = ("http", "used")
-
-    def __init__(self, conn: http.client.HTTPConnection) -> None:
-        self.http = conn
-        self.used = False
 
 
 def split_base_url(base_url: object, what: str) -> tuple[urllib.parse.SplitResult, int | None]:
@@ -134,7 +125,7 @@ class StreamClient:
             self.headers["Authorization"] = f"Bearer {api_key}"
         # Each thread's connection; the registry's lock is taken only to add
         # or remove one, never across a request.
-        self._conns: ThreadConnections[_ThreadConn] = ThreadConnections()
+        self._conns: ThreadConnections[ThreadConn] = ThreadConnections()
 
     # -- connection
 
@@ -145,21 +136,24 @@ class StreamClient:
 
     def connect(self) -> None:
         """Open the calling thread's connection now if it is not open (outside any TTFT clock)."""
-        self._connection()
+        self._connection().idle = True  # open before the next request: it may go stale
 
-    def _new_conn(self) -> _ThreadConn:
+    def _new_conn(self) -> ThreadConn:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        tc = _ThreadConn(cls(self.host, self.port, timeout=self.timeout))
+        tc = ThreadConn(cls(self.host, self.port, timeout=self.timeout))
+        tc.http.response_class = KeepAliveResponse
         for c in self._conns.register(tc):
             c.http.close()
         return tc
 
-    def _connection(self) -> _ThreadConn:
+    def _connection(self) -> ThreadConn:
         """The calling thread's connection, connected now if it is not."""
         tc = self._conns.current()
         if tc is None:
             tc = self._new_conn()
         conn = tc.http
+        if conn.sock is not None and tc.idle and peer_closed(conn.sock):
+            conn.close()  # the server dropped it while idle: reconnect now, before any clock
         if conn.sock is None:
             try:
                 conn.connect()
@@ -181,7 +175,7 @@ class StreamClient:
                 ) from None
             if conn.sock is not None and self.scheme == "http":
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            tc.used = False
+            tc.idle = False
         return tc
 
     def _drop(self) -> None:
@@ -203,35 +197,48 @@ class StreamClient:
     # -- requests
 
     def _request(self, method: str, path: str, body: bytes | None) -> http.client.HTTPResponse:
-        """Send one request and return its response; retries once on a stale keep-alive socket."""
+        """Send one request and return its response.
+
+        Retried once, on a fresh connection, when an idle keep-alive
+        connection turns out closed before any byte of the reply arrived
+        (the server dropped it while idle: nothing was answered); never once
+        a byte of the reply is in, nor on a connection opened for this request.
+        """
         for attempt in (0, 1):
             tc = self._connection()
-            conn = tc.http
-            reused = tc.used
-            tc.used = True
-            try:
-                conn.request(method, self.prefix + path, body=body, headers=self.headers)
-                return conn.getresponse()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                # An idle keep-alive connection the server already dropped:
-                # nothing was processed, so one fresh try is safe.
-                self._drop()
-                if reused and attempt == 0:
-                    continue
+            reused = tc.idle
+            tc.idle = True  # kept after this request, it is idle before the next
+            resp = self._send(tc.http, method, path, body)
+            if resp is not None:
+                return resp
+            self._drop()
+            if not (reused and attempt == 0):
                 raise GeneratorError(
                     f"{self.what}: {self.base_url} closed the connection without answering"
-                ) from None
-            except TimeoutError:
-                self._drop()
-                raise GeneratorError(
-                    f"{self.what}: no answer from {self.base_url} within {self.timeout:g} s"
-                ) from None
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop()
-                raise GeneratorError(
-                    f"{self.what}: request to {self.base_url} failed: {exc}"
-                ) from None
+                )
         raise GeneratorError(f"{self.what}: request to {self.base_url} failed")  # pragma: no cover
+
+    def _send(
+        self, conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None
+    ) -> http.client.HTTPResponse | None:
+        """Send the request and read the reply's head; ``None``: no byte of a reply came."""
+        try:
+            try:
+                conn.request(method, self.prefix + path, body=body, headers=self.headers)
+            except (ConnectionResetError, BrokenPipeError):
+                return None  # refused while sending: no reply can have come
+            try:
+                return conn.getresponse()
+            except NoReply:
+                return None
+        except TimeoutError:
+            self._drop()
+            raise GeneratorError(
+                f"{self.what}: no answer from {self.base_url} within {self.timeout:g} s"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop()
+            raise GeneratorError(f"{self.what}: request to {self.base_url} failed: {exc}") from None
 
     def _check_status(self, resp: http.client.HTTPResponse, path: str) -> None:
         if resp.status == 200:
@@ -271,7 +278,7 @@ class StreamClient:
     ) -> FirstToken:
         """Stream ``body`` to ``path``; return the first content token and the client-side TTFT."""
         payload = json.dumps(body).encode()
-        self.connect()
+        self._connection()  # opened (or found stale and reopened) before the clock starts
         t0 = time.perf_counter_ns()
         resp = self._request("POST", path, payload)
         try:
@@ -290,6 +297,9 @@ class StreamClient:
                 # can carry the next request.
                 while resp.read1(65536):
                     pass
+                # read1 never marks a Content-Length body done (only a chunked one):
+                # read() does, so the connection can carry the next request
+                resp.read()
                 if resp.will_close:
                     self._drop()
             else:

@@ -51,7 +51,9 @@ class StubGenerator:
     ``"127.0.0.1"``); ``timeout`` seconds per read (30);
     ``startup_timeout`` seconds for the server to come up (30); ``client``
     the streaming client, ``"minimal"`` (default) or ``"openai"`` (the
-    official SDK), as for the ``openai`` generator.
+    official SDK), as for the ``openai`` generator; ``read_timeout_s`` the
+    server's (``--read-timeout-s``: how long it keeps an idle connection;
+    default ``None``, the server's 30 s).
 
     Thread-safe: once started, :meth:`first_token` may be called from
     several threads at once. Each thread streams over its own keep-alive
@@ -78,6 +80,7 @@ class StubGenerator:
         timeout: float = 30.0,
         startup_timeout: float = 30.0,
         client: str = "minimal",
+        read_timeout_s: float | None = None,
         **unknown: Any,
     ) -> None:
         check_params(
@@ -92,6 +95,7 @@ class StubGenerator:
                 "timeout",
                 "startup_timeout",
                 "client",
+                "read_timeout_s",
             },
         )
         if client not in CLIENTS:
@@ -113,6 +117,11 @@ class StubGenerator:
         self.host = host
         self.timeout = positive_number("stub generator", "timeout", timeout)
         self.startup_timeout = positive_number("stub generator", "startup_timeout", startup_timeout)
+        self.read_timeout_s = (
+            None
+            if read_timeout_s is None
+            else positive_number("stub generator", "read_timeout_s", read_timeout_s)
+        )
         self.url: str | None = None
         self._child: ChildProcess | None = None
         self._client: StreamClient | SdkClient | None = None
@@ -148,7 +157,7 @@ class StubGenerator:
             "--max-tokens",
             str(self.max_tokens),
             "--exit-on-stdin-eof",
-        ]
+        ] + ([] if self.read_timeout_s is None else ["--read-timeout-s", repr(self.read_timeout_s)])
 
     def start(self) -> int:
         """Start the stub server process and connect; return the nanoseconds it took."""

@@ -34,22 +34,40 @@ is answered 503 with ``Retry-After: 1`` and closed (refused, not queued).
 Run it with ``ragbench stub-llm [--host H] [--port P] [model options]``
 (:func:`run_forever`; the ``stub`` generator runs that command as its child
 process); it prints one line with its base URL.
+
+The timing model, the defaults and :data:`SERVER_OPTIONS` are in
+:mod:`~ragbench.generators.stub_model`, the request checks and JSON answers
+in :mod:`~ragbench.generators.stub_api`; every public name of both is
+importable from here as before.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..errors import ConfigError
 from ..process import watch_stdin
 from ..validate import positive_int, positive_number
+from .stub_api import MODEL_ID, STUB_HEADER, BadRequest, Completion
+from .stub_model import (
+    BASE_MS,
+    HOST,
+    INTER_TOKEN_MS,
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS,
+    MAX_TOKENS,
+    PORT,
+    PREFILL_MS_PER_1K_TOKENS,
+    READ_TIMEOUT_S,
+    SERVER_OPTIONS,
+    ServerOption,
+    StubModel,
+)
 
 __all__ = [
     "BASE_MS",
@@ -70,306 +88,7 @@ __all__ = [
     "serve",
 ]
 
-# The defaults of the server and of its timing model (used by StubModel,
-# serve, run_forever, the ``stub`` generator and ``ragbench stub-llm``).
-HOST = "127.0.0.1"
-PORT = 0
-PREFILL_MS_PER_1K_TOKENS = 100.0
-BASE_MS = 5.0
-INTER_TOKEN_MS = 20.0
-MAX_TOKENS = 16
-# Limits that bound what clients can make the server hold: seconds a connection
-# may stay silent while a request is read (and the whole body's deadline),
-# bytes of one request body, connections served at once (more are refused 503).
-READ_TIMEOUT_S = 30.0
-MAX_BODY_BYTES = 1 << 20
-MAX_CONNECTIONS = 256
-
-MODEL_ID = "ragbench-stub (simulated)"
-STUB_HEADER = "X-Ragbench-Stub"
 _BODY_BLOCK = 1 << 16  # bytes read per recv while a body arrives
-_MAX_TOKENS_CAP = 4096
-# The stub's "generated" text: deterministic words, one token each.
-_WORDS = (
-    "Based",
-    " on",
-    " the",
-    " retrieved",
-    " context",
-    ",",
-    " the",
-    " answer",
-    " is",
-    " as",
-    " follows",
-    ":",
-    " this",
-    " text",
-    " is",
-    " simulated",
-    ".",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ServerOption:
-    """One option of the stub server's command line (``ragbench stub-llm``).
-
-    ``flag`` is the command-line spelling, ``keyword`` the parameter of
-    :func:`run_forever` it feeds, ``type`` its Python type (``bool``: a flag
-    that is off unless given), ``default`` its default, ``help`` one line of
-    help, and ``hidden`` true for options meant for the ``stub`` generator
-    only.
-    """
-
-    flag: str
-    keyword: str
-    type: type[str] | type[int] | type[float] | type[bool]
-    default: str | int | float | bool
-    help: str
-    hidden: bool = False
-
-
-#: The stub server's command-line options, in order; their defaults are the
-#: server's and the timing model's.
-SERVER_OPTIONS: tuple[ServerOption, ...] = (
-    ServerOption("--host", "host", str, HOST, "Address to bind."),
-    ServerOption("--port", "port", int, PORT, "Port to listen on (0: any free port)."),
-    ServerOption(
-        "--prefill-ms-per-1k-tokens",
-        "prefill_ms_per_1k_tokens",
-        float,
-        PREFILL_MS_PER_1K_TOKENS,
-        "Modelled prefill time per 1000 prompt tokens (ms).",
-    ),
-    ServerOption(
-        "--base-ms", "base_ms", float, BASE_MS, "Modelled fixed time before the first token (ms)."
-    ),
-    ServerOption(
-        "--inter-token-ms",
-        "inter_token_ms",
-        float,
-        INTER_TOKEN_MS,
-        "Modelled time between two generated tokens (ms).",
-    ),
-    ServerOption(
-        "--max-tokens",
-        "max_tokens",
-        int,
-        MAX_TOKENS,
-        "Completion length when a request does not say (capped at 4096).",
-    ),
-    ServerOption(
-        "--read-timeout-s",
-        "read_timeout_s",
-        float,
-        READ_TIMEOUT_S,
-        "Close a connection that sends nothing for this long while a request is awaited or "
-        "read, or whose body takes longer than this in all (s).",
-    ),
-    ServerOption(
-        "--max-body-bytes",
-        "max_body_bytes",
-        int,
-        MAX_BODY_BYTES,
-        "Largest request body; a larger Content-Length gets 413 and the connection is closed "
-        "before the body is read.",
-    ),
-    ServerOption(
-        "--max-connections",
-        "max_connections",
-        int,
-        MAX_CONNECTIONS,
-        "Connections served at once; one more is answered 503 (Retry-After: 1) and closed.",
-    ),
-    ServerOption("--verbose", "verbose", bool, False, "Log every request to stderr."),
-    ServerOption(
-        "--exit-on-stdin-eof",
-        "exit_on_stdin_eof",
-        bool,
-        False,
-        "Stop when stdin reaches EOF (the parent process closed it or died).",
-        hidden=True,
-    ),
-)
-
-
-class StubModel:
-    """The timing model: how long prefill and each decode step take.
-
-    All parameters are keyword-only, non-negative and finite
-    (:class:`ConfigError` otherwise): ``prefill_ms_per_1k_tokens`` (default
-    :data:`PREFILL_MS_PER_1K_TOKENS`, 100.0), ``base_ms`` (:data:`BASE_MS`,
-    5.0), ``inter_token_ms`` (:data:`INTER_TOKEN_MS`, 20.0), ``max_tokens``
-    (:data:`MAX_TOKENS`, 16: the completion length when a request does not
-    say; capped at 4096).
-    """
-
-    __slots__ = ("base_ms", "inter_token_ms", "max_tokens", "prefill_ms_per_1k_tokens")
-
-    def __init__(
-        self,
-        *,
-        prefill_ms_per_1k_tokens: float = PREFILL_MS_PER_1K_TOKENS,
-        base_ms: float = BASE_MS,
-        inter_token_ms: float = INTER_TOKEN_MS,
-        max_tokens: int = MAX_TOKENS,
-        **unknown: Any,
-    ) -> None:
-        if unknown:
-            from .._registry import check_params
-
-            check_params(
-                "stub model",
-                unknown,
-                {"prefill_ms_per_1k_tokens", "base_ms", "inter_token_ms", "max_tokens"},
-            )
-        for key, value in (
-            ("prefill_ms_per_1k_tokens", prefill_ms_per_1k_tokens),
-            ("base_ms", base_ms),
-            ("inter_token_ms", inter_token_ms),
-        ):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise ConfigError(f"stub model: {key} must be a finite number >= 0, got {value!r}")
-        self.prefill_ms_per_1k_tokens = float(prefill_ms_per_1k_tokens)
-        self.base_ms = float(base_ms)
-        self.inter_token_ms = float(inter_token_ms)
-        self.max_tokens = min(positive_int("stub model", "max_tokens", max_tokens), _MAX_TOKENS_CAP)
-
-    def prefill_seconds(self, prompt_tokens: int) -> float:
-        """Modelled time to the first token for a prompt of ``prompt_tokens`` tokens."""
-        return (self.base_ms + self.prefill_ms_per_1k_tokens * prompt_tokens / 1000.0) / 1000.0
-
-    def params(self) -> dict[str, float | int]:
-        return {
-            "prefill_ms_per_1k_tokens": self.prefill_ms_per_1k_tokens,
-            "base_ms": self.base_ms,
-            "inter_token_ms": self.inter_token_ms,
-            "max_tokens": self.max_tokens,
-        }
-
-
-class _BadRequest(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _prompt_text(body: dict[str, Any], chat: bool) -> str:
-    if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _BadRequest(400, "'messages' must be a non-empty list")
-        texts: list[str] = []
-        for message in messages:
-            content = message.get("content") if isinstance(message, dict) else None
-            if isinstance(content, str):
-                texts.append(content)
-            elif isinstance(content, list):
-                # Content parts: [{"type": "text", "text": "..."}, ...]
-                texts.extend(
-                    part["text"]
-                    for part in content
-                    if isinstance(part, dict) and isinstance(part.get("text"), str)
-                )
-            elif content is not None:
-                raise _BadRequest(400, "each message 'content' must be a string or a list of parts")
-        return "\n".join(texts)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        return "\n".join(prompt)
-    if not isinstance(prompt, str):
-        raise _BadRequest(400, "'prompt' must be a string")
-    return prompt
-
-
-def _completion_tokens(body: dict[str, Any], default: int) -> int:
-    """The completion length a request asks for, capped; ``default`` when it does not say."""
-    n_tokens = body.get("max_tokens", body.get("max_completion_tokens", default))
-    if n_tokens is None:
-        n_tokens = default
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-        raise _BadRequest(400, "'max_tokens' must be a positive integer")
-    return min(n_tokens, _MAX_TOKENS_CAP)
-
-
-@dataclass(frozen=True, slots=True)
-class _Completion:
-    """One completion request, checked, and the JSON objects of its answer."""
-
-    chat: bool
-    ident: str
-    created: int
-    prompt_tokens: int
-    words: list[str]
-    stream: bool
-    include_usage: bool
-
-    @classmethod
-    def from_request(cls, body: dict[str, Any], chat: bool, server: StubServer) -> _Completion:
-        """Check ``body``; :class:`_BadRequest` (status 400) for what the API would reject."""
-        from ..prompt import count_tokens
-
-        prompt_tokens = count_tokens(_prompt_text(body, chat))
-        n_tokens = _completion_tokens(body, server.model.max_tokens)
-        options = body.get("stream_options")
-        return cls(
-            chat=chat,
-            ident=f"{'chatcmpl' if chat else 'cmpl'}-ragbench-{server.next_id()}",
-            created=int(time.time()),
-            prompt_tokens=prompt_tokens,
-            words=[_WORDS[i % len(_WORDS)] for i in range(n_tokens)],
-            stream=bool(body.get("stream", False)),
-            include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
-        )
-
-    def usage(self) -> dict[str, int]:
-        n_tokens = len(self.words)
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": n_tokens,
-            "total_tokens": self.prompt_tokens + n_tokens,
-        }
-
-    def chunk(self, delta: dict[str, Any] | str | None, finish: str | None) -> dict[str, Any]:
-        """One streamed event carrying ``delta`` (chat) or text (completions)."""
-        if self.chat:
-            choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish}
-        return {
-            "id": self.ident,
-            "object": "chat.completion.chunk" if self.chat else "text_completion",
-            "created": self.created,
-            "model": MODEL_ID,
-            "choices": [choice],
-        }
-
-    def whole(self) -> dict[str, Any]:
-        """The answer to a non-streaming request."""
-        text = "".join(self.words)
-        if self.chat:
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "length",
-            }
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
-        return {
-            "id": self.ident,
-            "object": "chat.completion" if self.chat else "text_completion",
-            "created": self.created,
-            "model": MODEL_ID,
-            "choices": [choice],
-            "usage": self.usage(),
-        }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -450,7 +169,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._read_body()
             self._complete(body, chat=path == "/v1/chat/completions")
-        except _BadRequest as exc:
+        except BadRequest as exc:
             self._send_error_json(exc.code, exc.message, close=exc.code in (408, 411, 413))
         except TimeoutError:
             self.close_connection = True  # a stalled client: drop it
@@ -461,22 +180,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _read_body(self) -> dict[str, Any]:
         raw = self.headers.get("Content-Length")
         if raw is None:
-            raise _BadRequest(411, "Content-Length is required")
+            raise BadRequest(411, "Content-Length is required")
         try:
             length = int(raw)
         except ValueError:
-            raise _BadRequest(400, f"bad Content-Length {raw!r}") from None
+            raise BadRequest(400, f"bad Content-Length {raw!r}") from None
         limit = self.server.max_body_bytes
         if length < 0 or length > limit:
             # refused before a byte of the body is read; the connection is closed after
-            raise _BadRequest(413, f"request body must be 0..{limit} bytes, got {length}")
+            raise BadRequest(413, f"request body must be 0..{limit} bytes, got {length}")
         data = self._read_exactly(length)
         try:
             body = json.loads(data)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise _BadRequest(400, f"request body is not JSON: {type(exc).__name__}") from None
+            raise BadRequest(400, f"request body is not JSON: {type(exc).__name__}") from None
         if not isinstance(body, dict):
-            raise _BadRequest(400, "request body must be a JSON object")
+            raise BadRequest(400, "request body must be a JSON object")
         return body
 
     def _read_exactly(self, length: int) -> bytes:
@@ -491,16 +210,16 @@ class _Handler(BaseHTTPRequestHandler):
         while left:
             part = self.rfile.read1(min(left, _BODY_BLOCK))
             if not part:
-                raise _BadRequest(400, f"request body ended {left} bytes short")
+                raise BadRequest(400, f"request body ended {left} bytes short")
             parts.append(part)
             left -= len(part)
             if left and time.monotonic() > deadline:
-                raise _BadRequest(408, "request body took longer than the read timeout")
+                raise BadRequest(408, "request body took longer than the read timeout")
         return b"".join(parts)
 
     def _complete(self, body: dict[str, Any], chat: bool) -> None:
         model = self.server.model
-        completion = _Completion.from_request(body, chat, self.server)
+        completion = Completion.from_request(body, chat, model.max_tokens, self.server.next_id)
         time.sleep(model.prefill_seconds(completion.prompt_tokens))
         step = model.inter_token_ms / 1000.0
         if completion.stream:
@@ -510,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(step * (len(completion.words) - 1))
             self._send_json(200, completion.whole())
 
-    def _stream(self, completion: _Completion, step: float) -> None:
+    def _stream(self, completion: Completion, step: float) -> None:
         """Send ``completion`` as server-sent events, one token every ``step`` seconds."""
         self.wfile.write(
             (

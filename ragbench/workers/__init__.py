@@ -30,7 +30,8 @@ requests failed, named in the level's result.
 The package: :mod:`~ragbench.workers.board` (the open-loop board, outcome
 codes, the wait), :mod:`~ragbench.workers.closed` (the closed loop in a
 worker), :mod:`~ragbench.workers.threaded` and
-:mod:`~ragbench.workers.processes` (the two pools).
+:mod:`~ragbench.workers.processes` (the two pools), :mod:`~ragbench.workers.spawn`
+(starting, greeting and reading spawned workers; the asyncio pool uses it too).
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from .. import threads
-from ..errors import ConfigError, TransportError
 from ..pipeline import Pipeline, RequestRecord, far_fields
 from ..transports import FarSide
 from ..validate import positive_int
@@ -38,6 +37,7 @@ from .board import (
     serve_timed,
 )
 from .closed import ClosedResult, ClosedRun, closed_result, run_closed_worker, split_clients
+from .spawn import WORKER_ENV, ask_to_stop, board_copy, recv_from, spawn, wait_ready
 
 __all__ = ["ProcessWorkers", "WORKER_ENV", "pack_record", "process_worker", "unpack_record"]
 
@@ -140,12 +140,6 @@ def process_worker(
         pipe.close()
 
 
-#: Library pools a worker process keeps to one thread: each worker is one
-#: request at a time on one core, and an idle pool's spinning would steal
-#: the core another worker needs.
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
 def _proc_state(pid: int | None) -> str:
     """The kernel's one-letter state of a process ('T': stopped), '' if gone."""
     try:
@@ -196,32 +190,28 @@ class ProcessWorkers:
         self._conns: list[Any] = []
         self._procs: list[Any] = []
         self.dead: set[int] = set()
-        saved = {k: os.environ.get(k) for k in WORKER_ENV}
-        os.environ.update(WORKER_ENV)  # read by each child at its start, before numpy loads
         # SIGINT blocked while starting: each child is born with it blocked (it then ignores
         # it), and a Ctrl-C meanwhile reaches this process when it is unblocked
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            for w in range(self.size):
-                parent, child = ctx.Pipe(duplex=True)
-                core = cores[w] if self.pinned else None
-                proc = ctx.Process(
-                    target=process_worker,
-                    args=(dict(config), child, self._lock, warmup, core),
-                    daemon=True,
-                    name=f"ragbench-worker-{w}",
-                )
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(proc)
+            spawn(
+                ctx,
+                self.size,
+                process_worker,
+                lambda w, child: (
+                    dict(config),
+                    child,
+                    self._lock,
+                    warmup,
+                    cores[w] if self.pinned else None,
+                ),
+                name="ragbench-worker",
+                conns=self._conns,
+                procs=self._procs,
+                daemon=True,
+            )
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         try:
             self._wait_ready(startup_timeout)
         except BaseException:
@@ -229,19 +219,10 @@ class ProcessWorkers:
             raise
 
     def _wait_ready(self, timeout: float) -> None:
-        for w, conn in enumerate(self._conns):
-            if not conn.poll(timeout):
-                raise TransportError(f"worker process {w} was not ready after {timeout:.0f} s")
-            word, detail = self._recv(w)
-            if word != "ready":
-                raise ConfigError(f"worker process {w} failed to set up: {detail}")
+        wait_ready(self._conns, self._recv, timeout, "worker process")
 
     def _recv(self, w: int) -> Any:
-        try:
-            return self._conns[w].recv()
-        except EOFError:
-            code = self._procs[w].exitcode
-            raise TransportError(f"worker process {w} died (exit code {code})") from None
+        return recv_from(self._conns, self._procs, w, "worker process")
 
     @property
     def pids(self) -> list[int]:
@@ -304,9 +285,7 @@ class ProcessWorkers:
                 records[j] = _unpack(packed)
                 if err is not None:
                     errors.append(err)
-        # a private copy: the shared block goes away
-        private = bytearray(Board.size(n))
-        private[:] = memoryview(shm.buf)[: Board.size(n)]
+        private = board_copy(shm, n)  # the shared block goes away
         del board  # no view may outlive the shared block
         out = Board(private, n, None)
         out.faults = faults
@@ -414,9 +393,7 @@ class ProcessWorkers:
     def close(self, *, now: bool = False) -> None:
         """Ask every worker to end (``now``: kill them) and reap them; at most ~5 s."""
         if not now:
-            for w in self.live():
-                with contextlib.suppress(OSError, ValueError):
-                    self._conns[w].send(None)
+            ask_to_stop([self._conns[w] for w in self.live()])
             end = time.monotonic() + 5.0
             for w in self.live():
                 self._procs[w].join(max(0.0, end - time.monotonic()))
