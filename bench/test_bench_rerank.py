@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import subprocess
 import sys
@@ -247,8 +248,21 @@ TABLE_GATES = {
 }
 
 
+#: The gates carried by parallel=True (CARRIES), by their TABLE_GATES name.
+PARALLEL_GATES = {"numpy/numba N=10000", "gather/numba N=100000"}
+
+
 def _judge_table(runs: list[Attempt[Any]], gate: str) -> float:
     value, bound, higher = TABLE_GATES[gate]
+    if gate in PARALLEL_GATES:
+        # A split on one thread is the one-thread kernel: judging it here would judge the
+        # wrong way of running (as happened while another file left the setting at 1).
+        threads = min(get_threads(), numba.config.NUMBA_NUM_THREADS)
+        cores = len(os.sched_getaffinity(0))
+        assert threads > 1 or cores < 2, (
+            f"{gate}: carried by parallel=True, but the split would run on {threads} thread "
+            f"of {cores} cores (ragbench.threads.get_threads() = {get_threads()})"
+        )
     return judge(gate, runs, value, bound=bound, higher_is_better=higher)
 
 
