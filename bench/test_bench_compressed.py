@@ -34,6 +34,7 @@ from time import perf_counter_ns
 import faiss
 import numpy as np
 import pytest
+from _data import clustered
 from _quick import attempts, env_n, judge, pick, until_met
 
 import ragbench as rb
@@ -48,20 +49,6 @@ CASES = {
     "ivfpq": ({"nlist": 1024, "m": 48, "nbits": 8}, 16),
     "ivf-sq8": ({"nlist": 1024}, 16),
 }
-
-
-def clustered(n: int, dim: int, n_queries: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Normalized vectors around 1 000 Gaussian centres; queries from the same mixture."""
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((1000, dim)).astype(np.float32)
-
-    def draw(m: int) -> np.ndarray:
-        out = centres[rng.integers(0, len(centres), m)]
-        out += 0.35 * rng.standard_normal((m, dim)).astype(np.float32)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out
-
-    return draw(n), draw(n_queries)
 
 
 def recall(found: np.ndarray, truth: np.ndarray) -> float:

@@ -24,9 +24,22 @@ torch's top 10 it keeps.
 Asserted (ratios measured side by side, never a wall-clock time): ONNX
 Runtime's float32 scores rank the passages as torch's do (Spearman > 0.999);
 int8 keeps most of the order (Spearman > 0.75; 0.91-0.94 measured per query
-on this workload) and is faster than torch from 100 candidates on (ratio <
-1.0: about 0.46 measured on a quiet machine, 0.91 at 100 candidates with a
-load average of 10 on the 2 cores, where every runtime waits for a core).
+on this workload); and int8 costs no more time than torch from 100
+candidates on (ratio ≤ 1.1, :data:`INT8_BOUND`). That last bound is what the
+findings page claims: int8 does **not** pay on this CPU. It was "faster than
+torch" (< 1.0) until 2026-12-01, when CI's quiet runs (other processes
+≤ 0.01 core) measured 1.01x and 1.03x at 100 and 300 candidates and this
+file's quick run 0.97x and 0.94x; the gate now asserts parity within 10 %,
+judged like every timing gate on a quiet attempt (bench/_quick.py), so a
+regression that makes int8 slower than torch still fails.
+
+Quick mode (``RAGBENCH_BENCH_QUICK=1``) drops the 300-candidate size (a
+request there is tens of seconds on one thread; the int8/torch ratio at 100
+is the same within noise: 0.97 vs 0.94 measured): 20 and 100 candidates, the
+int8 gate judged at 100, one timed round, and only torch and int8 timed
+(ONNX float32's gate is its score agreement, computed as in a full run). The score agreement is computed on the warm-up
+request's pairs (a query no timed round uses), so no runtime scores any
+pair more than once beyond the timed rounds.
 """
 
 from __future__ import annotations
@@ -35,10 +48,12 @@ import gc
 import random
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from _quick import QUICK, attempts, judge, until_met
 
 import ragbench as rb
 from ragbench import threads
@@ -47,8 +62,15 @@ pytest.importorskip("torch", reason="the embed extra (torch) is not installed")
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
 
 RUNTIMES = ("torch", "onnx", "onnx-int8")
-SIZES = (20, 100, 300)
-ROUNDS = 2
+SIZES = (20, 100) if QUICK else (20, 100, 300)
+#: Sizes the int8 speed gate is judged at ("from 100 candidates on").
+GATED = tuple(n for n in SIZES if n >= 100)
+#: int8 / torch, ms per request: at most this (parity within 10 %: int8 does not pay here).
+INT8_BOUND = 1.1
+ROUNDS = 1 if QUICK else 2
+#: The runtimes timed: quick mode times only the gated pair (ONNX float32's gate is its
+#: score agreement, computed in every mode).
+TIMED = ("torch", "onnx-int8") if QUICK else RUNTIMES
 K = 10
 
 
@@ -68,9 +90,17 @@ def rank_correlations(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 @pytest.fixture(scope="module")
-def measured() -> dict[str, Any]:
+def measured() -> Iterator[dict[str, Any]]:
     """Median ms per request of every (runtime, N), and score agreement with torch."""
+    before = threads.get_threads()
     threads.set_threads(1)
+    try:
+        yield _measure()
+    finally:
+        threads.set_threads(before)
+
+
+def _measure() -> dict[str, Any]:
     ds = rb.datasets.load("pydocs")
     texts = ds.corpus.texts
     rerankers = {}
@@ -82,36 +112,44 @@ def measured() -> dict[str, Any]:
     rng = np.random.default_rng(0)
     queries = [ds.queries.texts[i] for i in range(ROUNDS + 1)]
     cands = {n: [rng.choice(len(texts), n, replace=False) for _ in queries] for n in SIZES}
-    for rt in RUNTIMES:  # warm-up: one request of each size
-        for n in SIZES:
-            rerankers[rt].rerank_texts(queries[-1], cands[n][-1], texts, K)
-    samples: dict[tuple[str, int], list[float]] = {(rt, n): [] for rt in RUNTIMES for n in SIZES}
-    order = list(samples)
-    rnd = random.Random(1)
-    gc.disable()
-    try:
-        for r in range(ROUNDS):
-            rnd.shuffle(order)
-            for rt, n in order:
-                t0 = time.perf_counter_ns()
-                rerankers[rt].rerank_texts(queries[r], cands[n][r], texts, K)
-                samples[rt, n].append((time.perf_counter_ns() - t0) / 1e6)
-    finally:
-        gc.enable()
+    # Warm-up and score agreement at once: every runtime scores the spare query's pairs
+    # (queries[-1], no timed round uses it) of every size, torch's scores the reference.
     agree: dict[tuple[str, int], dict[str, float]] = {}
     for n in SIZES:
-        rows = cands[n][0]
-        passages = [texts[i] for i in rows]
-        base = rerankers["torch"].score(queries[0], passages)
+        passages = [texts[i] for i in cands[n][-1]]
+        base = rerankers["torch"].score(queries[-1], passages)
         top = set(np.argsort(-base)[:K].tolist())
         for rt in RUNTIMES[1:]:
-            got = rerankers[rt].score(queries[0], passages)
+            got = rerankers[rt].score(queries[-1], passages)
             rho, tau = rank_correlations(base, got)
             kept = len(top & set(np.argsort(-got)[:K].tolist()))
             agree[rt, n] = {"spearman": rho, "kendall": tau, "top10_kept": kept}
-    ms = {key: statistics.median(v) for key, v in samples.items()}
+
+    def measure() -> dict[tuple[str, int], float]:
+        samples: dict[tuple[str, int], list[float]] = {(rt, n): [] for rt in TIMED for n in SIZES}
+        order = list(samples)
+        rnd = random.Random(1)
+        gc.disable()
+        try:
+            for r in range(ROUNDS):
+                rnd.shuffle(order)
+                for rt, n in order:
+                    t0 = time.perf_counter_ns()
+                    rerankers[rt].rerank_texts(queries[r], cands[n][r], texts, K)
+                    samples[rt, n].append((time.perf_counter_ns() - t0) / 1e6)
+        finally:
+            gc.enable()
+        return {key: statistics.median(v) for key, v in samples.items()}
+
+    # One attempt is seconds to minutes: attempts() stops after the first past the budget.
+    runs = attempts(measure, until_met(*((_int8_ratio(n), INT8_BOUND, False) for n in GATED)))
+    ms = min((a.value for a in runs if a.quiet), key=_int8_ratio(GATED[-1]), default=runs[-1].value)
     print_table(ms, agree)
-    return {"ms": ms, "agree": agree, "setup": setup}
+    return {"ms": ms, "agree": agree, "setup": setup, "runs": runs}
+
+
+def _int8_ratio(n: int) -> Any:
+    return lambda ms: ms["onnx-int8", n] / ms["torch", n]
 
 
 def print_table(
@@ -122,7 +160,7 @@ def print_table(
         f"{'runtime':<10} {'N':>4} {'ms':>9} {'× torch':>8} {'spearman':>9} {'kendall':>8} {'top10':>6}"
     )
     for n in SIZES:
-        for rt in RUNTIMES:
+        for rt in TIMED:
             a = agree.get((rt, n), {"spearman": 1.0, "kendall": 1.0, "top10_kept": K})
             print(
                 f"{rt:<10} {n:>4} {ms[rt, n]:>9.1f} {ms[rt, n] / ms['torch', n]:>8.2f} "
@@ -140,15 +178,15 @@ def test_int8_keeps_most_of_the_order(measured: dict[str, Any]) -> None:
         assert measured["agree"]["onnx-int8", n]["spearman"] > 0.75, measured["agree"]
 
 
-@pytest.mark.xfail(
-    reason="unmet here: int8 was 1.01x and 1.03x torch at 100 and 300 candidates on a quiet "
-    "machine 2026-12-01 (CI bench-quick); the findings page says int8 does not pay on this CPU",
-    strict=False,
-)
-@pytest.mark.parametrize("n", [100, 300])
-def test_int8_is_faster_than_torch(measured: dict[str, Any], n: int) -> None:
-    ms = measured["ms"]
-    assert ms["onnx-int8", n] / ms["torch", n] < 1.0, ms
+@pytest.mark.parametrize("n", GATED)
+def test_int8_costs_no_more_than_torch(measured: dict[str, Any], n: int) -> None:
+    judge(
+        f"cross-encoder int8 / torch, ms per request at {n} candidates",
+        measured["runs"],
+        _int8_ratio(n),
+        bound=INT8_BOUND,
+        higher_is_better=False,
+    )
 
 
 def test_record(benchmark: Any, measured: dict[str, Any]) -> None:

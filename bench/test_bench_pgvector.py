@@ -20,6 +20,10 @@ connect, ``SELECT 1``), and ``SET LOCAL hnsw.ef_search`` in a transaction per
 query (what a caller that cannot trust the connection's state does: BEGIN,
 SET LOCAL, SELECT, COMMIT) against ragbench's ``SET`` once per distinct value.
 
+Quick mode (``RAGBENCH_BENCH_QUICK=1``): 10 000 vectors, the same set as
+bench/test_bench_vectordb.py's quick run (bench/_data.py draws it once per
+session), and the server's start timed once instead of 3 times.
+
 Run (a minute or two on 2 cores, mostly the HNSW build)::
 
     .venv/bin/pytest bench/test_bench_pgvector.py --benchmark-only -s -p no:cacheprovider
@@ -34,30 +38,17 @@ import time
 from time import perf_counter_ns
 
 import numpy as np
-from _quick import attempts, judge, until_met
+from _data import clustered
+from _quick import attempts, env_n, judge, pick, until_met
 
 import ragbench as rb
 from ragbench import threads
 
-N = int(os.environ.get("RAGBENCH_BENCH_N", "20000"))
+N = env_n("RAGBENCH_BENCH_N", 20_000, 10_000)  # quick: the vectordb file's size and data
 DIM, N_QUERIES, K, EF = 384, 300, 10, 40
 SEED = 20240601
 BUILD = {"M": 16, "ef_construction": 64}
 TARGET, ASSERTED = 1.05, 1.25
-
-
-def clustered(n: int, dim: int, n_queries: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Normalized vectors around 1 000 Gaussian centres; queries from the same mixture."""
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((1000, dim)).astype(np.float32)
-
-    def draw(m: int) -> np.ndarray:
-        out = centres[rng.integers(0, len(centres), m)]
-        out += 0.35 * rng.standard_normal((m, dim)).astype(np.float32)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out
-
-    return draw(n), draw(n_queries)
 
 
 def _interleaved(fns, rows, rounds: int) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -94,7 +85,7 @@ def _start_to_first_query() -> list[float]:
     from ragbench.indexes._pg_server import EmbeddedServer
 
     out = []
-    for _ in range(3):
+    for _ in range(pick(3, 1)):  # printed, not asserted: one start in quick mode
         t0 = time.perf_counter()
         server = EmbeddedServer()
         try:

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import subprocess
 import sys
@@ -247,8 +248,21 @@ TABLE_GATES = {
 }
 
 
+#: The gates carried by parallel=True (CARRIES), by their TABLE_GATES name.
+PARALLEL_GATES = {"numpy/numba N=10000", "gather/numba N=100000"}
+
+
 def _judge_table(runs: list[Attempt[Any]], gate: str) -> float:
     value, bound, higher = TABLE_GATES[gate]
+    if gate in PARALLEL_GATES:
+        # A split on one thread is the one-thread kernel: judging it here would judge the
+        # wrong way of running (as happened while another file left the setting at 1).
+        threads = min(get_threads(), numba.config.NUMBA_NUM_THREADS)
+        cores = len(os.sched_getaffinity(0))
+        assert threads > 1 or cores < 2, (
+            f"{gate}: carried by parallel=True, but the split would run on {threads} thread "
+            f"of {cores} cores (ragbench.threads.get_threads() = {get_threads()})"
+        )
     return judge(gate, runs, value, bound=bound, higher_is_better=higher)
 
 
@@ -428,11 +442,19 @@ def _bench_numba(benchmark: Any, data: dict[str, Any], n: int, mode: str = "defa
     )
 
 
-# Unmet on this VM kind: measured on a quiet machine in CI's bench-quick (2026-12-01, every
-# attempt judged, other processes <= 0.01 core): 2.94-2.99x at N=10k against the 3x target.
-# Kept running and reported (xfail, not strict: it shows XPASS once met); open in the issue note.
+# Measured unmet on a quiet machine in CI's bench-quick (2026-12-01, every attempt judged,
+# other processes <= 0.01 core): 2.94-2.99x at N=10k against the 3x target, and gather 3.81-
+# 3.87x against 5x. Both are carried by parallel=True, and in those runs the split ran on ONE
+# thread: the cross-encoder file, collected before this one, left ragbench.threads pinned to 1
+# (the table's header said "split with parallel=True on 1"), so what was judged was the
+# one-thread kernel against numpy on one BLAS thread. bench/conftest.py now restores the
+# setting after every file. Not yet re-measured on a quiet machine with the split on 2
+# threads (the machine stayed busy, load 7-11, through 2026-12-01 afternoon): kept xfail, not
+# strict, so a quiet run shows XPASS; remove both marks once one does.
 UNMET_10K = pytest.mark.xfail(
-    reason="unmet here: 2.94-2.99x measured on a quiet machine 2026-12-01, target 3x", strict=False
+    reason="2.94-2.99x measured on a quiet machine 2026-12-01 with the split on 1 thread "
+    "(threads leaked by another bench file, fixed); target 3x; re-measure on 2 threads",
+    strict=False,
 )
 
 
@@ -467,8 +489,8 @@ def test_fixed_cost_at_100(benchmark, data, table) -> None:
 
 
 @pytest.mark.xfail(
-    reason="unmet here: 3.81-3.87x measured on a quiet machine 2026-12-01 (CI bench-quick), "
-    "target 5x",
+    reason="3.81-3.87x measured on a quiet machine 2026-12-01 (CI bench-quick) with the split "
+    "on 1 thread (threads leaked by another bench file, fixed); target 5x; re-measure on 2",
     strict=False,
 )
 def test_random_ids_vs_numpy_fancy_indexing(benchmark, data, table) -> None:

@@ -94,11 +94,15 @@ def test_shipped_architectures_have_their_published_sizes() -> None:
 
 @pytest.mark.slow
 def test_ttft_grows_with_prompt_length() -> None:
-    """smollm2-135m: 2048 prompt tokens take at least 4x as long as 256 (medians, interleaved)."""
+    """smollm2-135m: 1024 prompt tokens take at least 4x as long as 128 (medians, interleaved).
+
+    8x the tokens, as 256 vs 2048 before at half the prefill time (PERF.md: 0.27 s at 128,
+    1.0 s at 512, 4.7 s at 2048 on this machine); the shorter pair carries more of the fixed
+    cost per call, so the same 4x bound is no easier to meet."""
     gen = TransformersGenerator(architecture="smollm2-135m", threads=1)
     gen.start()
     try:
-        times: dict[int, list[int]] = {256: [], 2048: []}
+        times: dict[int, list[int]] = {128: [], 1024: []}
         for _ in range(3):
             for n in times:
                 first = gen.first_token(words(n), n)
@@ -106,7 +110,7 @@ def test_ttft_grows_with_prompt_length() -> None:
                 times[n].append(first.ttft_ns)
     finally:
         gen.close()
-    ratio = statistics.median(times[2048]) / statistics.median(times[256])
+    ratio = statistics.median(times[1024]) / statistics.median(times[128])
     assert ratio >= 4, ratio
 
 
