@@ -26,7 +26,7 @@ import numpy as np
 from ..attributes import attribute_kind
 from ..errors import ConfigError, DatasetError
 
-__all__ = ["AttributeColumns", "Term", "spec_terms"]
+__all__ = ["AttributeColumns", "Term", "spec_terms", "where_text"]
 
 #: column dtype kind -> the name used in messages
 _KINDS = {"i": "int64", "f": "float64", "U": "str"}
@@ -147,3 +147,35 @@ def _clamp(v: float) -> int:
     if v == -math.inf:
         return _INT64[0]
     return int(min(max(v, _INT64[0]), _INT64[1]))
+
+
+def _literal(kind: str, value: Any) -> str:
+    """A SQL literal: an int, a float (``repr``, round-trips), or a string with ``'`` doubled."""
+    if kind == "i":
+        return str(int(value))
+    if kind == "f":
+        return repr(float(value))
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def where_text(terms: tuple[Term, ...]) -> str | None:
+    """A SQL filter of the terms, ANDed, for LanceDB's ``where`` (``None`` for no terms).
+
+    Columns in backticks; values as literals (:func:`_literal`): a string's
+    ``'`` doubled; an int or float bound at infinity (or int64's extremes) left out.
+    """
+    parts = []
+    for t in terms:
+        col = f"`{t.column}`"
+        if t.op == "in":
+            values = ", ".join(_literal(t.kind, v) for v in t.values.tolist())
+            parts.append(f"{col} IN ({values})" if values else "FALSE")
+            continue
+        lo, hi = t.values
+        bounds = []
+        if np.isfinite(lo) and abs(lo) < 2**63 - 1:
+            bounds.append(f"{col} >= {_literal(t.kind, lo)}")
+        if np.isfinite(hi) and abs(hi) < 2**63 - 1:
+            bounds.append(f"{col} <= {_literal(t.kind, hi)}")
+        parts.append(" AND ".join(bounds) if bounds else f"{col} IS NOT NULL")
+    return " AND ".join(f"({p})" for p in parts) if parts else None

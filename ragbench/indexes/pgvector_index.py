@@ -58,13 +58,14 @@ binary ``COPY`` as the vectors) a search with ``where=spec`` (the query's
 filter, :mod:`ragbench.indexes.attribute_filters`) sends ``WHERE "tenant"
 = ANY($1) AND "year" BETWEEN $2 AND $3``; a filter given only as a mask or
 ids sends ``WHERE id = ANY($ids)`` (the fallback). The SQL is built in
-:mod:`ragbench.indexes._pg_sql`; a counter of the
-query rows each path ran (``where``, ``ids``) is :attr:`PgvectorIndex.filter_paths`;
-``info()["filter_path"]`` (and a record's ``info.filter.path``) says which a spec takes. PostgreSQL's planner chooses between the vector
-index (which filters what it finds: use ``iterative_scan`` for selective
+:mod:`ragbench.indexes._pg_sql`. :attr:`PgvectorIndex.filter_paths`
+counts the query rows each path ran (``where``, ``ids``);
+``info()["filter_path"]`` (and a record's ``info.filter.path``) says which
+a spec takes. PostgreSQL's planner chooses between the vector index
+(which filters what it finds: use ``iterative_scan`` for selective
 filters), a btree index on an attribute (``attribute_index``) or an exact
-scan of the allowed rows. Rows added later by ``add`` have NULL attributes:
-no ``where`` filter returns them. Writes: ``add``
+scan of the allowed rows. Rows added later by ``add`` have NULL
+attributes: no ``where`` filter returns them. Writes: ``add``
 copies rows in with ``COPY``, ``delete`` is ``DELETE ... WHERE id =
 ANY(...)``.
 
