@@ -134,7 +134,7 @@ def test_the_plan_uses_the_vector_index() -> None:
     index.search(Q[:1], 10)
     conn = index._conn().conn
     vec = "[" + ",".join(f"{v:.4f}" for v in Q[0]) + "]"
-    sql = index._sql[False].replace("%b", f"'{vec}'::vector", 1).replace("%b", "10")
+    sql = index._sql[()].replace("%b", f"'{vec}'::vector", 1).replace("%b", "10")
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, prepare=False).fetchall())
     assert "Index Scan using" in plan and "hnsw" not in "seq", plan
 
@@ -706,3 +706,68 @@ def test_cli_run_and_compare_filter_through_where(tmp_path: Path) -> None:
         assert rec["recall_at_k"] == 1.0  # flat: exact among the allowed rows
     sel = sorted(r["info"]["filter"]["achieved_mean"] for r in records[1:])
     assert sel[0] < 0.05 < sel[1]
+
+
+def _cfg(tmp_path: Path, retrieve: str) -> Path:
+    cfg = tmp_path / "pg.toml"
+    cfg.write_text(
+        textwrap.dedent("""
+        [dataset]
+        name = "synthetic"
+        n = 600
+        dim = 16
+        n_queries = 20
+        [run]
+        queries = 10
+        warmup = 0
+        k = 5
+        k_candidates = 10
+        [rerank]
+        backend = "none"
+        """)
+        + retrieve
+    )
+    return cfg
+
+
+def test_cli_load_threads_each_open_a_connection(tmp_path: Path) -> None:
+    """Under ``load`` with thread workers: one connection per worker thread, in the record."""
+    retrieve = f'[retrieve]\nbackend = "pgvector"\ndsn = "{pgshared.dsn()}"\n'
+    cfg = _cfg(tmp_path, retrieve)
+    args = ["load", "-c", str(cfg), "--worker-kind", "thread", "--workers", "3"]
+    done = _cli([*args, "--concurrency", "3", "--duration", "1", "--out", "l.jsonl"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert rec["workers"] == 3 and rec["worker_kind"] == "thread"
+    # the set-up thread's connection and one per worker thread (each searched)
+    assert rec["index_connections"] == 4
+
+
+def test_cli_bad_servers_and_names_are_one_line_exit_2(tmp_path: Path) -> None:
+    """Each refused before any dataset is embedded: one line on stderr, exit 2, no traceback."""
+    with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")  # a server that has it already
+        conn.execute("CREATE TABLE IF NOT EXISTS pg_cli_wide (id int8, embedding vector(7))")
+    empty = tempfile.mkdtemp()
+    os.chmod(empty, 0o755)
+    os.mkdir(os.path.join(empty, "extension"), 0o755)
+    no_ext = pgshared.dsn() + f" options='-c extension_control_path={empty}'"
+    cases = {
+        "cannot connect to postgresql://u:***@127.0.0.1:1/db": 'dsn = "postgresql://u:pw@127.0.0.1:1/db"',
+        "is not a plain table name": f'dsn = "{pgshared.dsn()}"\n[retrieve.build]\ntable = "Bad-Name"',
+        "holds vector(7) rows": f'dsn = "{pgshared.dsn()}"\n[retrieve.build]\ntable = "pg_cli_wide"',
+    }
+    cases["no pgvector extension"] = f"dsn = {json.dumps(no_ext)}"  # a TOML basic string
+    try:
+        for want, line in cases.items():
+            cfg = _cfg(tmp_path, f'[retrieve]\nbackend = "pgvector"\n{line}\n')
+            done = _cli(["run", "-c", str(cfg)], tmp_path)
+            assert done.returncode == 2, (want, done.stderr[-2000:])
+            lines = done.stderr.strip().splitlines()
+            assert len(lines) == 1 and want in lines[0], (want, done.stderr[-2000:])
+            assert "Traceback" not in done.stderr and "pw@" not in done.stderr
+            assert not (tmp_path / "cache" / "arrays").exists()  # nothing embedded or cached
+    finally:
+        shutil.rmtree(empty)
+        with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+            conn.execute("DROP TABLE pg_cli_wide")
