@@ -389,6 +389,9 @@ def test_lancedb_where_fallbacks_and_added_rows() -> None:
     assert plain.filter_path == "ids"
     with pytest.raises(ConfigError, match="set_attributes before build"):
         plain.search(Q, 10, where={"tenant": 3})
+    allow = ATTRS["tenant"] == 3
+    ids, _ = plain.search(Q, 10, where={"tenant": 3}, filter=allow)  # the mask decides
+    np.testing.assert_array_equal(ids, plain.search(Q, 10, filter=allow, strategy="in-graph")[0])
     index = rb.indexes.create("lancedb", dim=DIM)
     with pytest.raises(ConfigError, match="backtick"):
         index.set_attributes({"a`b": ATTRS["tenant"]})
@@ -402,3 +405,16 @@ def test_lancedb_where_fallbacks_and_added_rows() -> None:
     index.delete([int(ids[0, 0])])
     again, _ = index.search(X[:5], 3, where={"tenant": list(range(15))})
     assert int(ids[0, 0]) not in again
+
+
+def test_lancedb_saved_with_attribute_columns(tmp_path: Path) -> None:
+    """Loaded from a file, the table's columns are used only when set_attributes names them."""
+    index = rb.indexes.create("lancedb", dim=DIM)
+    index.set_attributes(ATTRS)
+    index.build(X)
+    index.save(tmp_path / "l.rbi")
+    loaded = rb.indexes.load(tmp_path / "l.rbi")
+    assert loaded.filter_path == "ids"  # no set_attributes: the allow-list
+    allow = ATTRS["tenant"] == 3
+    want, _ = index.search(Q, 10, where={"tenant": 3})
+    np.testing.assert_array_equal(loaded.search(Q, 10, where={"tenant": 3}, filter=allow)[0], want)

@@ -650,6 +650,10 @@ def test_without_attribute_columns_the_allow_list_runs() -> None:
     assert index.filter_path == "ids" and index.info()["attribute_columns"] == {}
     with pytest.raises(ConfigError, match="set_attributes before build"):
         index.search(Q, 10, where={"tenant": 3})
+    allow = ATTRS["tenant"] == 3
+    ids, _ = index.search(Q, 10, where={"tenant": 3}, filter=allow)  # the mask decides
+    np.testing.assert_array_equal(ids, index.search(Q, 10, filter=allow)[0])
+    assert index.filter_paths == {"where": 0, "ids": 2 * NQ}
     with pytest.raises(ConfigError, match="taken by the table's own columns"):
         index.set_attributes({"embedding": np.zeros(N)})
     with pytest.raises(ConfigError, match="has 5 rows, not"):

@@ -378,7 +378,9 @@ class LanceDbIndex(LiveVectorIndex):
         attrs, space = self._attrs, self._space
         if space is None:
             raise self._not_built()
-        if attrs is None:
+        if attrs is None or not self._attr_kinds:
+            if allow is not None:  # the table has no attribute columns: the allow-list
+                return self._search_filtered(queries, k, compiled, allow, strategy)
             raise ConfigError(
                 f"index {self.name!r}: where= needs attribute columns (set_attributes before build)"
             )
@@ -392,8 +394,6 @@ class LanceDbIndex(LiveVectorIndex):
                 else:
                     masks[i] = True
             allow = masks if per_row else masks[0]
-        if not self._attr_kinds:
-            return self._search_filtered(queries, k, compiled, allow, strategy)
         texts = [where_text(spec_terms(attrs, spec)) for spec in specs]
         self._local.where = texts if per_row else texts[0]
         if strategy in (None, "auto"):
@@ -567,8 +567,8 @@ class LanceDbIndex(LiveVectorIndex):
             for f in table.schema
             if f.name not in _RESERVED and str(f.type) in kinds
         }
-        if self._attrs is not None and set(self._attrs.columns) != set(self._attr_kinds):
-            self._attr_kinds = {}  # not the columns asked for: the allow-list path
+        if self._attrs is None or set(self._attrs.columns) != set(self._attr_kinds):
+            self._attr_kinds = {}  # not the columns set_attributes gave: the allow-list path
         self._publish_built(int(ids.size))
 
 

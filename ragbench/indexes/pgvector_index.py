@@ -162,9 +162,11 @@ class PgvectorIndex(PgvectorBase):
     ) -> tuple[np.ndarray, np.ndarray]:
         """``where=``: the specs as SQL terms when the table has the columns, else the mask."""
         attrs = self._attrs
-        if attrs is None or self._space is None:
-            if self._space is None:
-                raise self._not_built()
+        if self._space is None:
+            raise self._not_built()
+        if attrs is None or not self._attrs_in_table:
+            if allow is not None:  # the table has no attribute columns: the allow-list
+                return self._search_filtered(queries, k, compiled, allow, strategy)
             raise ConfigError(
                 f"{_OWNER}: where= needs attribute columns (set_attributes before build)"
             )
@@ -179,8 +181,6 @@ class PgvectorIndex(PgvectorBase):
                 else:
                     masks[i] = True
             allow = masks if per_row else masks[0]
-        if not self._attrs_in_table:
-            return self._search_filtered(queries, k, compiled, allow, strategy)
         terms = [spec_terms(attrs, spec) for spec in specs]
         self._local.where = terms if per_row else terms[0]
         try:
