@@ -775,3 +775,44 @@ def test_cli_bad_servers_and_names_are_one_line_exit_2(tmp_path: Path) -> None:
         shutil.rmtree(empty)
         with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
             conn.execute("DROP TABLE pg_cli_wide")
+
+
+def test_cli_load_processes_each_open_their_own_index_and_connection(tmp_path: Path) -> None:
+    """Under ``load`` with process workers each worker has its own table and connection."""
+    retrieve = f'[retrieve]\nbackend = "pgvector"\ndsn = "{pgshared.dsn()}"\n'
+    cfg = _cfg(tmp_path, retrieve)
+    tables_q = "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE 'ragbench\\_%'"
+    seen: list[tuple[set[str], int]] = []
+    stop = threading.Event()
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+        "AND pid <> pg_backend_pid()"
+    )
+
+    def watch() -> None:
+        with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+            while not stop.is_set():
+                tables = {r[0] for r in conn.execute(tables_q).fetchall()}
+                tables = {t for t in tables if t.split("_")[1] != str(os.getpid())}  # not ours
+                seen.append((tables, int(conn.execute(query).fetchone()[0])))
+                time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        args = ["load", "-c", str(cfg), "--worker-kind", "process", "--workers", "2"]
+        done = _cli([*args, "--concurrency", "2", "--duration", "2", "--out", "p.jsonl"], tmp_path)
+    finally:
+        stop.set()
+        watcher.join()
+    assert done.returncode == 0, done.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert rec["workers"] == 2 and rec["worker_kind"] == "process"
+    # the two worker processes' tables (each its own index) at once, each connected
+    pids = {int(name.split("_")[1]) for tables, _ in seen for name in tables}
+    tables = max(len(t) for t, _ in seen)
+    assert len(pids) >= 2 and tables >= 2
+    assert max(n for _, n in seen) >= tables
+    with psycopg.connect(pgshared.dsn()) as conn:
+        left = {r[0] for r in conn.execute(tables_q).fetchall()}
+    assert not left & {name for tables, _ in seen for name in tables}  # dropped at the end
