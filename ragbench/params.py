@@ -163,7 +163,7 @@ class ChromaBuild(Params, frozen=True):
 class PgvectorBuild(Params, frozen=True):
     """Build parameters of ``pgvector`` (``dsn`` None: ragbench's own PostgreSQL server)."""
 
-    index: Annotated[Literal["hnsw", "ivfflat"], _d("hnsw")] | UnsetType = UNSET
+    index: Annotated[Literal["hnsw", "ivfflat", "flat"], _d("hnsw")] | UnsetType = UNSET
     M: Annotated[int, _d(16)] | UnsetType = UNSET
     ef_construction: Annotated[int, _d(64)] | UnsetType = UNSET
     lists: Annotated[int, _d(100)] | UnsetType = UNSET
@@ -171,6 +171,7 @@ class PgvectorBuild(Params, frozen=True):
     prepare: Annotated[bool, _d(True)] | UnsetType = UNSET
     dsn: Annotated[str | None, _d(None)] | UnsetType = UNSET
     table: Annotated[str | None, _d(None)] | UnsetType = UNSET
+    attribute_index: Annotated[bool, _d(False)] | UnsetType = UNSET
 
 
 class PgvectorSearch(Params, frozen=True):
@@ -208,7 +209,7 @@ INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
 }
 
 #: Search parameters an index takes only with some builds (pgvector: by index type, storage).
-BUILD_DEPENDENT: dict[str, frozenset[str]] = {"pgvector": frozenset({"nprobe", "rescore"})}
+BUILD_DEPENDENT: dict[str, frozenset[str]] = {"pgvector": frozenset({"ef", "nprobe", "rescore"})}
 
 Seconds = Annotated[float, Meta(gt=0)]
 _CODEC = {

@@ -655,6 +655,7 @@ def load_points(
                 "timeout_s": opts.timeout_s,
                 "queue_size": opts.queue_size,
                 **(pool.describe() if pool.kind == "asyncio" else {}),
+                **_index_connections(pipe, pool.kind),
                 **summarize(
                     done,
                     pipe,
@@ -675,6 +676,17 @@ def load_points(
             emit(new_record("load", fields))
         _stop_on_faults(runs)
     return emit.records
+
+
+def _index_connections(pipe: Pipeline, kind: str) -> dict[str, Any]:
+    """``index_connections``: a database index's open connections after a thread-pool level
+    (one per worker thread that searched, and the set-up thread's); a process pool's workers
+    each build their own index (one connection per process), not counted here."""
+    if kind != "thread":
+        return {}
+    info = getattr(pipe.built.index, "info", None)
+    count = info().get("connections") if callable(info) else None
+    return {} if count is None else {"index_connections": int(count)}
 
 
 def _stop_on_faults(runs: list[list[Traffic]]) -> None:

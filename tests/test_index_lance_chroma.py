@@ -316,3 +316,105 @@ def test_lancedb_beside_a_foreign_datasets_module(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["3", "False"]
+
+
+# -- lancedb: attribute columns, filters as a SQL prefilter -----------------------------------
+
+_NAMES = np.asarray(["plain", "it's", "o''k", 'say "hi"', "a\\b", "x') OR (1=1", "ünï"])
+_RNG = np.random.default_rng(11)
+_SCORE = _RNG.random(N)
+_SCORE[::9] = np.nan  # null in the table: never allowed (numpy's comparisons agree)
+ATTRS = {
+    "tenant": _RNG.integers(0, 15, N),
+    "year": _RNG.integers(1990, 2020, N),
+    "score": _SCORE,
+    "category": _NAMES[_RNG.integers(0, _NAMES.size, N)],
+}
+SPECS = [
+    {"tenant": 3},
+    {"tenant": [1, 4, 9]},
+    {"year": [2000, 2004]},
+    {"year": [2000.5, 2004.2]},
+    {"score": [0.25, 0.5]},
+    {"category": "it's"},
+    {"category": ["o''k", 'say "hi"']},
+    {"category": "a\\b", "tenant": [0, 1, 2, 3, 4, 5]},
+    {"category": "x') OR (1=1"},
+    {"category": "ünï", "year": [1990, 2010]},
+]
+
+
+def test_lancedb_where_prefilters_equal_the_allow_list_and_the_exact_neighbours() -> None:
+    from ragbench.attributes import mask_of
+
+    index = rb.indexes.create("lancedb", dim=DIM)
+    index.set_attributes(ATTRS)
+    index.build(X)
+    assert index.filter_path == "where"
+    assert index.info()["attribute_columns"] == {
+        "tenant": "int64", "year": "int64", "score": "float64", "category": "string",
+    }  # fmt: skip
+    for spec in SPECS:
+        allow = mask_of(ATTRS, spec)
+        assert 0 < allow.sum() < N, spec
+        ids, scores = index.search(Q, 10, where=spec)
+        by_ids, by_ids_scores = index.search(Q, 10, filter=allow, strategy="in-graph")
+        np.testing.assert_array_equal(ids, by_ids, err_msg=str(spec))
+        np.testing.assert_allclose(scores, by_ids_scores, atol=1e-6)
+        truth, _ = _truth("ip", 10, allow)
+        for row, want in zip(ids, truth, strict=True):
+            assert row[row >= 0].tolist() == want[: min(10, int(allow.sum()))].tolist(), spec
+    per_query = [SPECS[i % len(SPECS)] for i in range(NQ)]
+    ids, _ = index.search(Q, 10, where=per_query)
+    masks = np.stack([mask_of(ATTRS, s) for s in per_query])
+    np.testing.assert_array_equal(ids, index.search(Q, 10, filter=masks, strategy="in-graph")[0])
+
+
+def test_lancedb_where_text_is_escaped_sql() -> None:
+    from ragbench.indexes.attribute_filters import AttributeColumns, spec_terms, where_text
+
+    attrs = AttributeColumns("t", ATTRS, ("id", "vector"))
+    text = where_text(
+        spec_terms(attrs, {"category": ["it's", "x') OR (1=1"], "year": [2000.5, 2004]})
+    )
+    assert (
+        text == "(`category` IN ('it''s', 'x'') OR (1=1')) AND (`year` >= 2001 AND `year` <= 2004)"
+    )
+    assert where_text(spec_terms(attrs, {})) is None
+
+
+def test_lancedb_where_fallbacks_and_added_rows() -> None:
+    plain = rb.indexes.create("lancedb", dim=DIM)
+    plain.build(X)
+    assert plain.filter_path == "ids"
+    with pytest.raises(ConfigError, match="set_attributes before build"):
+        plain.search(Q, 10, where={"tenant": 3})
+    allow = ATTRS["tenant"] == 3
+    ids, _ = plain.search(Q, 10, where={"tenant": 3}, filter=allow)  # the mask decides
+    np.testing.assert_array_equal(ids, plain.search(Q, 10, filter=allow, strategy="in-graph")[0])
+    index = rb.indexes.create("lancedb", dim=DIM)
+    with pytest.raises(ConfigError, match="backtick"):
+        index.set_attributes({"a`b": ATTRS["tenant"]})
+    with pytest.raises(ConfigError, match="taken by the table's own columns"):
+        index.set_attributes({"vector": ATTRS["tenant"]})
+    index.set_attributes(ATTRS)
+    index.build(X)
+    index.add(X[:5], ids=np.arange(5000, 5005))  # no attributes: null, never allowed by where=
+    ids, _ = index.search(X[:5], 3, where={"tenant": [int(t) for t in range(15)]})
+    assert not np.isin(ids, np.arange(5000, 5005)).any()
+    index.delete([int(ids[0, 0])])
+    again, _ = index.search(X[:5], 3, where={"tenant": list(range(15))})
+    assert int(ids[0, 0]) not in again
+
+
+def test_lancedb_saved_with_attribute_columns(tmp_path: Path) -> None:
+    """Loaded from a file, the table's columns are used only when set_attributes names them."""
+    index = rb.indexes.create("lancedb", dim=DIM)
+    index.set_attributes(ATTRS)
+    index.build(X)
+    index.save(tmp_path / "l.rbi")
+    loaded = rb.indexes.load(tmp_path / "l.rbi")
+    assert loaded.filter_path == "ids"  # no set_attributes: the allow-list
+    allow = ATTRS["tenant"] == 3
+    want, _ = index.search(Q, 10, where={"tenant": 3})
+    np.testing.assert_array_equal(loaded.search(Q, 10, where={"tenant": 3}, filter=allow)[0], want)

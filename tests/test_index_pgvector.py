@@ -18,6 +18,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pgshared
@@ -133,7 +134,7 @@ def test_the_plan_uses_the_vector_index() -> None:
     index.search(Q[:1], 10)
     conn = index._conn().conn
     vec = "[" + ",".join(f"{v:.4f}" for v in Q[0]) + "]"
-    sql = index._sql[False].replace("%b", f"'{vec}'::vector", 1).replace("%b", "10")
+    sql = index._sql[()].replace("%b", f"'{vec}'::vector", 1).replace("%b", "10")
     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, prepare=False).fetchall())
     assert "Index Scan using" in plan and "hnsw" not in "seq", plan
 
@@ -529,3 +530,289 @@ def test_the_split_travels_with_a_record_between_processes() -> None:
     assert back is not None and back.retrieve_parts == (1, 2, 1)
     plain = unpack_record(pack_record(rec._replace(retrieve_parts=None)))
     assert plain is not None and plain.retrieve_parts is None
+
+
+# -- attribute columns: filters as WHERE clauses --------------------------------------------
+
+
+def _attrs(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    score = rng.random(n)
+    score[::10] = np.nan  # NULL in the table: no filter allows it (as numpy's comparisons)
+    names = np.asarray(["plain", "it's", 'say "hi"', "a\\b", "x'); DROP TABLE t; --"])
+    return {
+        "tenant": rng.integers(0, 20, n),
+        "year": rng.integers(1990, 2020, n),
+        "score": score,
+        "category": names[rng.integers(0, names.size, n)],
+    }
+
+
+ATTRS = _attrs(N)
+SPECS = [
+    {"tenant": 3},
+    {"tenant": [1, 4, 9]},
+    {"year": [2000, 2004]},
+    {"year": [2000.5, 2004.2]},  # an int column's bounds rounded inwards, as numpy compares
+    {"score": [0.25, 0.5]},
+    {"category": ["it's", 'say "hi"']},
+    {"category": "a\\b", "tenant": [0, 1, 2, 3, 4, 5]},
+    {"category": "x'); DROP TABLE t; --"},
+]
+
+
+def _statements(index: Any) -> list[str]:
+    rows = index._conn().conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+    return [r[0] for r in rows]
+
+
+def test_where_filters_give_the_exact_filtered_neighbours_on_a_flat_table() -> None:
+    """Every kind of spec, sent as SQL on typed columns, equals the allow-list path and exact."""
+    from ragbench.attributes import mask_of
+
+    index = shared(index="flat")
+    index.set_attributes(ATTRS)
+    index.build(X)
+    assert index.filter_path == "where"
+    assert index.info()["attribute_columns"] == {
+        "tenant": "int64", "year": "int64", "score": "float64", "category": "str",
+    }  # fmt: skip
+    for spec in SPECS:
+        allow = mask_of(ATTRS, spec)
+        where_ids, where_s = index.search(Q, 10, where=spec)
+        mask_ids, mask_s = index.search(Q, 10, filter=allow)
+        np.testing.assert_array_equal(where_ids, mask_ids, err_msg=str(spec))
+        np.testing.assert_array_equal(where_s, mask_s)
+        truth = _truth("ip", 10, allow)
+        for row, want in zip(where_ids, truth, strict=True):
+            got = row[row >= 0]
+            assert got.tolist() == want[: min(10, int(allow.sum()))].tolist(), spec
+    assert index.filter_paths == {"where": NQ * len(SPECS), "ids": NQ * len(SPECS)}
+    with pytest.raises(rb.errors.InputError, match="allow-list is empty"):
+        index.search(Q, 10, where={"category": "no such value"})  # as an empty mask
+    # one prepared statement per filter shape, on typed columns, values as parameters
+    texts = _statements(index)
+    assert any('"tenant" = ANY($2)' in t for t in texts)
+    assert any('"year" BETWEEN $2 AND $3' in t for t in texts)
+    assert any('"category" = ANY($2) AND "tenant" = ANY($3)' in t for t in texts)
+    assert any("id = ANY($2)" in t for t in texts)
+    assert not any("DROP" in t or "it's" in t for t in texts)
+    assert len(texts) == len(set(texts)) <= 8
+    assert index.info()["table"] in _tables(pgshared.dsn())  # the injected text was a value
+
+
+def test_where_per_query_specs_and_bad_specs() -> None:
+    from ragbench.attributes import filters_from_specs
+
+    index = shared(index="flat")
+    index.set_attributes(ATTRS)
+    index.build(X)
+    specs = [SPECS[i % len(SPECS)] for i in range(NQ)]
+    filters = filters_from_specs(ATTRS, specs)
+    ids, _ = index.search(Q, 10, where=specs)
+    want, _ = index.search(Q, 10, filter=filters.masks)
+    np.testing.assert_array_equal(ids, want)
+    with pytest.raises(ConfigError, match="where= has 2 filters for 20 queries"):
+        index.search(Q, 10, where=specs[:2], filter=filters.masks)
+    with pytest.raises(ConfigError, match="'colour' is not one of"):
+        index.search(Q, 10, where={"colour": "red"})
+    with pytest.raises(rb.errors.DatasetError, match="not a value"):
+        index.search(Q, 10, where={"tenant": "many"})
+
+
+def test_where_on_hnsw_with_iterative_scans_keeps_recall() -> None:
+    from ragbench.attributes import mask_of
+
+    index = shared(attribute_index=True)
+    index.set_attributes(ATTRS)
+    index.build(X)
+    spec = {"tenant": [2, 5], "year": [1990, 2010]}  # ~7 % of the rows
+    allow = mask_of(ATTRS, spec)
+    truth = _truth("ip", 10, allow)
+    for scan in ("strict_order", "relaxed_order"):
+        ids, scores = index.search(Q, 10, where=spec, iterative_scan=scan)
+        assert allow[ids[ids >= 0]].all()
+        assert (scores[:, :-1] >= scores[:, 1:]).all()
+        assert _recall(ids, truth) >= 0.9, scan
+    with psycopg.connect(pgshared.dsn()) as conn:
+        rows = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = %s", (index.info()["table"],)
+        ).fetchall()
+    defs = " ".join(r[0] for r in rows)
+    for col in ATTRS:
+        assert f"btree ({col})" in defs
+    assert "hnsw" in defs and index.info()["attribute_index"] is True
+
+
+def test_without_attribute_columns_the_allow_list_runs() -> None:
+    index = shared()
+    index.build(X)
+    assert index.filter_path == "ids" and index.info()["attribute_columns"] == {}
+    with pytest.raises(ConfigError, match="set_attributes before build"):
+        index.search(Q, 10, where={"tenant": 3})
+    allow = ATTRS["tenant"] == 3
+    ids, _ = index.search(Q, 10, where={"tenant": 3}, filter=allow)  # the mask decides
+    np.testing.assert_array_equal(ids, index.search(Q, 10, filter=allow)[0])
+    assert index.filter_paths == {"where": 0, "ids": 2 * NQ}
+    with pytest.raises(ConfigError, match="taken by the table's own columns"):
+        index.set_attributes({"embedding": np.zeros(N)})
+    with pytest.raises(ConfigError, match="has 5 rows, not"):
+        index.set_attributes({"a": np.zeros(N), "b": np.zeros(5)})
+    index.set_attributes({"tenant": ATTRS["tenant"][:10]})
+    with pytest.raises(ConfigError, match="attribute columns have 10 rows, the corpus 3000"):
+        index.build(X)
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RAGBENCH_CACHE_DIR=str(cwd / "cache"))
+    exe = [sys.executable, "-m", "ragbench"]
+    return subprocess.run(exe + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_run_and_compare_filter_through_where(tmp_path: Path) -> None:
+    """From a folder outside the repo: the records say the WHERE path ran, recall is exact."""
+    cfg = tmp_path / "pg.toml"
+    cfg.write_text(
+        textwrap.dedent(f"""
+        [dataset]
+        name = "synthetic"
+        n = 1500
+        dim = 16
+        n_queries = 20
+        [run]
+        queries = 20
+        warmup = 0
+        k = 5
+        k_candidates = 10
+        [retrieve]
+        backend = "pgvector"
+        dsn = "{pgshared.dsn()}"
+        filter = {{ attribute = "tenant", selectivity = 0.05 }}
+        [retrieve.build]
+        index = "flat"
+        [rerank]
+        backend = "none"
+        """)
+    )
+    done = _cli(["run", "-c", str(cfg), "--out", "run.jsonl"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = _cli(
+        ["compare", "-c", str(cfg), "--filter-selectivity", "0.2,0.02", "--out", "cmp.jsonl"],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for name in ("run.jsonl", "cmp.jsonl")
+               for line in (tmp_path / name).read_text().splitlines()]  # fmt: skip
+    assert len(records) == 3
+    for rec in records:
+        assert rec["info"]["filter"]["path"] == "where"
+        assert rec["info"]["index"]["attribute_columns"]["tenant"] == "int64"
+        assert rec["recall_at_k"] == 1.0  # flat: exact among the allowed rows
+    sel = sorted(r["info"]["filter"]["achieved_mean"] for r in records[1:])
+    assert sel[0] < 0.05 < sel[1]
+
+
+def _cfg(tmp_path: Path, retrieve: str) -> Path:
+    cfg = tmp_path / "pg.toml"
+    cfg.write_text(
+        textwrap.dedent("""
+        [dataset]
+        name = "synthetic"
+        n = 600
+        dim = 16
+        n_queries = 20
+        [run]
+        queries = 10
+        warmup = 0
+        k = 5
+        k_candidates = 10
+        [rerank]
+        backend = "none"
+        """)
+        + retrieve
+    )
+    return cfg
+
+
+def test_cli_load_threads_each_open_a_connection(tmp_path: Path) -> None:
+    """Under ``load`` with thread workers: one connection per worker thread, in the record."""
+    retrieve = f'[retrieve]\nbackend = "pgvector"\ndsn = "{pgshared.dsn()}"\n'
+    cfg = _cfg(tmp_path, retrieve)
+    args = ["load", "-c", str(cfg), "--worker-kind", "thread", "--workers", "3"]
+    done = _cli([*args, "--concurrency", "3", "--duration", "1", "--out", "l.jsonl"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert rec["workers"] == 3 and rec["worker_kind"] == "thread"
+    # the set-up thread's connection and one per worker thread (each searched)
+    assert rec["index_connections"] == 4
+
+
+def test_cli_bad_servers_and_names_are_one_line_exit_2(tmp_path: Path) -> None:
+    """Each refused before any dataset is embedded: one line on stderr, exit 2, no traceback."""
+    with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")  # a server that has it already
+        conn.execute("CREATE TABLE IF NOT EXISTS pg_cli_wide (id int8, embedding vector(7))")
+    empty = tempfile.mkdtemp()
+    os.chmod(empty, 0o755)
+    os.mkdir(os.path.join(empty, "extension"), 0o755)
+    no_ext = pgshared.dsn() + f" options='-c extension_control_path={empty}'"
+    cases = {
+        "cannot connect to postgresql://u:***@127.0.0.1:1/db": 'dsn = "postgresql://u:pw@127.0.0.1:1/db"',
+        "is not a plain table name": f'dsn = "{pgshared.dsn()}"\n[retrieve.build]\ntable = "Bad-Name"',
+        "holds vector(7) rows": f'dsn = "{pgshared.dsn()}"\n[retrieve.build]\ntable = "pg_cli_wide"',
+    }
+    cases["no pgvector extension"] = f"dsn = {json.dumps(no_ext)}"  # a TOML basic string
+    try:
+        for want, line in cases.items():
+            cfg = _cfg(tmp_path, f'[retrieve]\nbackend = "pgvector"\n{line}\n')
+            done = _cli(["run", "-c", str(cfg)], tmp_path)
+            assert done.returncode == 2, (want, done.stderr[-2000:])
+            lines = done.stderr.strip().splitlines()
+            assert len(lines) == 1 and want in lines[0], (want, done.stderr[-2000:])
+            assert "Traceback" not in done.stderr and "pw@" not in done.stderr
+            assert not (tmp_path / "cache" / "arrays").exists()  # nothing embedded or cached
+    finally:
+        shutil.rmtree(empty)
+        with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+            conn.execute("DROP TABLE pg_cli_wide")
+
+
+def test_cli_load_processes_each_open_their_own_index_and_connection(tmp_path: Path) -> None:
+    """Under ``load`` with process workers each worker has its own table and connection."""
+    retrieve = f'[retrieve]\nbackend = "pgvector"\ndsn = "{pgshared.dsn()}"\n'
+    cfg = _cfg(tmp_path, retrieve)
+    tables_q = "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE 'ragbench\\_%'"
+    seen: list[tuple[set[str], int]] = []
+    stop = threading.Event()
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+        "AND pid <> pg_backend_pid()"
+    )
+
+    def watch() -> None:
+        with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+            while not stop.is_set():
+                tables = {r[0] for r in conn.execute(tables_q).fetchall()}
+                tables = {t for t in tables if t.split("_")[1] != str(os.getpid())}  # not ours
+                seen.append((tables, int(conn.execute(query).fetchone()[0])))
+                time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        args = ["load", "-c", str(cfg), "--worker-kind", "process", "--workers", "2"]
+        done = _cli([*args, "--concurrency", "2", "--duration", "2", "--out", "p.jsonl"], tmp_path)
+    finally:
+        stop.set()
+        watcher.join()
+    assert done.returncode == 0, done.stderr[-2000:]
+    (rec,) = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert rec["workers"] == 2 and rec["worker_kind"] == "process"
+    # the two worker processes' tables (each its own index) at once, each connected
+    pids = {int(name.split("_")[1]) for tables, _ in seen for name in tables}
+    tables = max(len(t) for t, _ in seen)
+    assert len(pids) >= 2 and tables >= 2
+    assert max(n for _, n in seen) >= tables
+    with psycopg.connect(pgshared.dsn()) as conn:
+        left = {r[0] for r in conn.execute(tables_q).fetchall()}
+    assert not left & {name for tables, _ in seen for name in tables}  # dropped at the end

@@ -34,6 +34,16 @@ vector search, so a ``flat`` table gives the exact filtered top-k),
 ``auto`` uses ``pre`` below 5 % of the rows, else ``in-graph``. Per-query
 allow-lists are one LanceDB call per query.
 
+Attributes: ``set_attributes(columns)`` before ``build`` adds typed columns
+to the Arrow table (int64, float64 with NaN as null, str → utf8); a search
+with ``where=spec`` (the query's filter; see
+:mod:`ragbench.indexes.attribute_filters`) then prefilters with SQL on them,
+``(`tenant` IN (3, 7)) AND (`year` >= 2010 AND `year` <= 2015)`` (strings
+quoted with ``'`` doubled), as ``in-graph`` (``auto`` too: the filter runs in
+LanceDB); a filter given only as a mask or ids keeps ``id IN (...)``.
+``filter_path`` says which a spec takes (``where`` or ``ids``).
+Rows added later have null attributes: no ``where`` filter returns them.
+
 Live writes: ``add`` appends rows (``Table.add``; an IVF index does not
 cover them until rebuilt, LanceDB scans them exactly beside it),
 ``delete`` deletes by id (``Table.delete("id IN (...)")``). Both hold
@@ -60,19 +70,21 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
 
 from .. import progress
+from ..attributes import mask_of
 from ..errors import ConfigError, IndexFileError
 from ..validate import check_k
 from ..validate import positive_int as int_param
 from ._common import F32, I64, INF, INT32_MAX, batch_is_finite
-from ._live import IdSpace
+from ._live import FilterPlan, IdSpace
 from ._writable import LiveVectorIndex
+from .attribute_filters import AttributeColumns, spec_terms, where_text
 
 __all__ = ["INDEX_TYPES", "LanceDbIndex"]
 
@@ -118,13 +130,29 @@ def _lancedb() -> Any:
     return lancedb
 
 
-def _arrow_table(vectors: np.ndarray, ids: np.ndarray) -> Any:
-    """An Arrow table ``(id int64, vector fixed_size_list<float32>[dim])`` over the rows."""
+_RESERVED = ("id", "vector", "_distance", "query_index")
+_ARROW = {"i": "int64", "f": "float64", "U": "string"}
+
+
+def _arrow_table(
+    vectors: np.ndarray, ids: np.ndarray, attrs: Mapping[str, np.ndarray | str] | None = None
+) -> Any:
+    """An Arrow table ``(id int64, vector fixed_size_list<float32>[dim], *attrs)`` over the rows.
+
+    ``attrs``: name -> int64, float64 (NaN becomes null) or str ``(n,)``; a
+    name mapped to a dtype kind string instead (``"i"``) is a column of nulls.
+    """
     import pyarrow as pa
 
     flat = pa.array(np.ascontiguousarray(vectors, dtype=F32).reshape(-1))
     column = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
-    return pa.table({"id": pa.array(ids.astype(I64)), "vector": column})
+    cols: dict[str, Any] = {"id": pa.array(ids.astype(I64)), "vector": column}
+    for name, col in (attrs or {}).items():
+        if isinstance(col, str):
+            cols[name] = pa.nulls(vectors.shape[0], type=getattr(pa, _ARROW[col])())
+        else:
+            cols[name] = pa.array(col, from_pandas=col.dtype.kind == "f")
+    return pa.table(cols)
 
 
 def _id_list(positions: np.ndarray) -> str:
@@ -163,6 +191,8 @@ class LanceDbIndex(LiveVectorIndex):
         self._distance = _DISTANCE[metric]
         self._similarity = metric != "l2"
         self._local = threading.local()
+        self._attrs: AttributeColumns | None = None
+        self._attr_kinds: dict[str, str] = {}  # the attribute columns the table holds
         self._init_live()
 
     # -- parameters -------------------------------------------------------------------
@@ -219,11 +249,32 @@ class LanceDbIndex(LiveVectorIndex):
         }
         return classes[kind](**kw)
 
+    # -- attributes -------------------------------------------------------------------
+
+    def set_attributes(self, columns: Mapping[str, Any]) -> None:
+        """Attribute columns for the next ``build``: name -> int64, float64 or str ``(n,)``."""
+        owner = f"index {self.name!r}"
+        if any("`" in str(name) for name in columns):
+            raise ConfigError(f"{owner}: attribute names must not hold a backtick")
+        attrs = AttributeColumns(owner, columns, _RESERVED)
+        self._attrs = attrs if attrs.columns else None
+
+    @property
+    def filter_path(self) -> str:
+        """``where`` when the table holds attribute columns (a spec becomes SQL), else ``ids``."""
+        return "where" if self._attr_kinds else "ids"
+
     # -- build, open, close -----------------------------------------------------------
 
     def build(self, data: Any) -> None:
         """Index ``data``: float32 ``(n, dim)``, finite, n >= 1; row ``i`` gets id ``i``."""
         vectors = self._corpus(data)
+        attrs = self._attrs.columns if self._attrs is not None else {}
+        if self._attrs is not None and self._attrs.n != vectors.shape[0]:
+            raise ConfigError(
+                f"index {self.name!r}: the attribute columns have {self._attrs.n} rows, the "
+                f"corpus {vectors.shape[0]}"
+            )
 
         def run() -> None:
             folder = tempfile.mkdtemp(prefix="ragbench-lancedb-")
@@ -232,8 +283,9 @@ class LanceDbIndex(LiveVectorIndex):
             with progress.task(f"building {self.name}", n, unit="vectors") as advance:
                 db = _lancedb().connect(os.path.join(folder, "db"))
                 with _foreign_datasets_hidden():
-                    table = db.create_table(_TABLE, _arrow_table(vectors, np.arange(n)))
+                    table = db.create_table(_TABLE, _arrow_table(vectors, np.arange(n), attrs))
                 advance(n)
+            self._attr_kinds = {name: col.dtype.kind for name, col in attrs.items()}
             if self.build_params["index_type"] != "flat":
                 try:
                     table.create_index("vector", config=self._index_config())
@@ -256,6 +308,7 @@ class LanceDbIndex(LiveVectorIndex):
         """Drop the table and remove its temporary folder (the index is unbuilt after)."""
         finalizer, self._finalizer = self._finalizer, None
         self._table = self._folder = None
+        self._attr_kinds = {}
         self._space = None
         self._n = 0
         if finalizer is not None:
@@ -267,7 +320,13 @@ class LanceDbIndex(LiveVectorIndex):
     # -- search -----------------------------------------------------------------------
 
     def search(
-        self, queries: Any, k: int, filter: Any = None, strategy: Any = None, **params: Any
+        self,
+        queries: Any,
+        k: int,
+        filter: Any = None,
+        strategy: Any = None,
+        where: Any = None,
+        **params: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of each query.
 
@@ -275,6 +334,8 @@ class LanceDbIndex(LiveVectorIndex):
             queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
             k: results per query, ``1 <= k <= ntotal``.
             filter, strategy: an allow-list and how to apply it (see the module docstring).
+            where: the filter as a spec (a list: one per query row), SQL on the attribute
+                columns; ``filter`` is then the same rows as a mask (computed when left out).
             **params: ``nprobes``, ``refine_factor``, ``ef`` (ints; see the module docstring).
 
         Returns:
@@ -291,6 +352,8 @@ class LanceDbIndex(LiveVectorIndex):
             gate.wait_enter()
         try:
             compiled = self._default_compiled if not params else self._params(params)
+            if where is not None:
+                return self._search_where(queries, k, compiled, filter, strategy, where)
             if filter is not None or strategy is not None:
                 return self._search_filtered(queries, k, compiled, filter, strategy)
             space = self._space
@@ -307,6 +370,58 @@ class LanceDbIndex(LiveVectorIndex):
             return (pos if ext is None else space.to_ids(pos)), scores
         finally:
             active.pop()
+
+    def _search_where(
+        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any, where: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``where=``: the specs as a SQL prefilter when the table has the columns, else the mask."""
+        attrs, space = self._attrs, self._space
+        if space is None:
+            raise self._not_built()
+        if attrs is None or not self._attr_kinds:
+            if allow is not None:  # the table has no attribute columns: the allow-list
+                return self._search_filtered(queries, k, compiled, allow, strategy)
+            raise ConfigError(
+                f"index {self.name!r}: where= needs attribute columns (set_attributes before build)"
+            )
+        per_row = not isinstance(where, Mapping)
+        specs = list(where) if per_row else [where]
+        if allow is None:
+            masks = np.zeros((len(specs), space.id_bound), dtype=bool)
+            for i, spec in enumerate(specs):
+                if spec:
+                    masks[i, : attrs.n] = mask_of(attrs.columns, spec)
+                else:
+                    masks[i] = True
+            allow = masks if per_row else masks[0]
+        texts = [where_text(spec_terms(attrs, spec)) for spec in specs]
+        self._local.where = texts if per_row else texts[0]
+        if strategy in (None, "auto"):
+            strategy = "in-graph"  # the filter runs in LanceDB
+        try:
+            return self._search_filtered(queries, k, compiled, allow, strategy)
+        finally:
+            self._local.where = None
+
+    def _in_graph(
+        self, q: np.ndarray, k: int, compiled: Any, plan: FilterPlan
+    ) -> tuple[np.ndarray, np.ndarray]:
+        where = getattr(self._local, "where", None)
+        if where is None:
+            return super()._in_graph(q, k, compiled, plan)
+        if not isinstance(where, list):  # one filter (or none: "") for every row
+            return self._raw_search(q, k, compiled, None, where)
+        if len(where) != q.shape[0]:
+            raise ConfigError(
+                f"index {self.name!r}: where= has {len(where)} filters for {q.shape[0]} queries"
+            )
+        ids = np.empty((q.shape[0], k), I64)
+        scores = np.empty((q.shape[0], k), F32)
+        for r in range(q.shape[0]):
+            ids[r : r + 1], scores[r : r + 1] = self._raw_search(
+                q[r : r + 1], k, compiled, None, where[r]
+            )
+        return ids, scores
 
     def last_parts(self) -> dict[str, int] | None:
         """The calling thread's last unfiltered search in ns: ``prepare``, ``query``, ``decode``.
@@ -343,13 +458,20 @@ class LanceDbIndex(LiveVectorIndex):
         return out
 
     def _raw_search(
-        self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
+        self,
+        q: np.ndarray,
+        k: int,
+        compiled: Any,
+        allow: np.ndarray | None,
+        where: str | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         query = self._table.search(q, vector_column_name="vector")
         query = query.distance_type(self._distance).select(_COLUMNS).limit(k)
         for method, value in compiled:
             query = getattr(query, method)(value)
-        if allow is not None:
+        if where is not None:
+            query = query.where(where, prefilter=True)
+        elif allow is not None:
             query = query.where(_id_list(np.flatnonzero(allow)), prefilter=True)
         t1 = _perf()
         result = query.to_arrow()
@@ -391,7 +513,7 @@ class LanceDbIndex(LiveVectorIndex):
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
         with _foreign_datasets_hidden():
-            self._table.add(_arrow_table(vectors, positions))
+            self._table.add(_arrow_table(vectors, positions, self._attr_kinds))
 
     def _lib_delete(self, positions: np.ndarray) -> None:
         self._table.delete(_id_list(positions))
@@ -408,6 +530,8 @@ class LanceDbIndex(LiveVectorIndex):
         return {
             "engine": "LanceDB, embedded (a table in a temporary folder)",
             "index_type": self.build_params["index_type"],
+            "filter_path": self.filter_path,
+            "attribute_columns": {n: _ARROW[kd] for n, kd in self._attr_kinds.items()},
         }
 
     def _payload(self) -> bytes:
@@ -437,6 +561,14 @@ class LanceDbIndex(LiveVectorIndex):
             self.close()
             raise IndexFileError("lancedb: the table's ids are not the row ids 0..count-1")
         self._table = table
+        kinds = {"int64": "i", "double": "f", "string": "U", "large_string": "U"}
+        self._attr_kinds = {
+            f.name: kinds[str(f.type)]
+            for f in table.schema
+            if f.name not in _RESERVED and str(f.type) in kinds
+        }
+        if self._attrs is None or set(self._attrs.columns) != set(self._attr_kinds):
+            self._attr_kinds = {}  # not the columns set_attributes gave: the allow-list path
         self._publish_built(int(ids.size))
 
 

@@ -35,6 +35,7 @@ from .capabilities import (
     Cautioned,
     Describes,
     FilteredSearch,
+    FiltersOnAttributes,
     HasDim,
     IndexInfo,
     RanksTexts,
@@ -216,6 +217,8 @@ class _SetUp:
             dim = int(emb.corpus.shape[1])
             build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
             index = indexes.create(r["backend"], dim=dim, metric=metric, **build)
+            if isinstance(index, FiltersOnAttributes) and ds.corpus.attributes:
+                index.set_attributes(ds.corpus.attributes)  # typed columns beside the vectors
             data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
             source = _data_source(ds, emb, index.input_kind)
             path = r["index_file"]
@@ -244,7 +247,8 @@ class _SetUp:
                 f"[retrieve] index {index.name!r} has no filter strategy {strategy or 'at all'}; "
                 f"it has: {', '.join(can) or 'none (filtered search is for dense indexes)'}"
             )
-        return FilteredRetrieveStage(index, k_cand, r["search"], filters.masks, strategy)
+        specs = filters.specs if isinstance(index, FiltersOnAttributes) else None
+        return FilteredRetrieveStage(index, k_cand, r["search"], filters.masks, strategy, specs)
 
     def _query_filters(self, ds: Dataset, emb: Embedding, metric: str) -> QueryFilters | None:
         """The filter of every query when ``[retrieve] filter`` asks for them (timed as set-up)."""
@@ -340,15 +344,20 @@ class _SetUp:
             **_described("reranker_info", self.components.reranker),
             **_described("generator_info", self.components.generator),
             **_described("transport_info", self.components.transport),
-            **self._filter_info(parts.filters),
+            **self._filter_info(parts.filters, parts.index),
         }
 
-    def _filter_info(self, filters: QueryFilters | None) -> dict[str, Any]:
-        """``filter``: the request, achieved selectivity (mean/min/max) and strategy; or nothing."""
+    def _filter_info(self, filters: QueryFilters | None, index: Index) -> dict[str, Any]:
+        """``filter``: the request, achieved selectivity (mean/min/max), strategy and, for a
+        database index, the SQL path (``where`` on attribute columns or ``ids``); or nothing."""
         if filters is None:
             return {}
         strategy = self.config["retrieve"]["filter_strategy"]
-        return {"filter": {**filters.summary(), "strategy": strategy or "auto"}}
+        info = {**filters.summary(), "strategy": strategy or "auto"}
+        if isinstance(index, FiltersOnAttributes):
+            in_db = info["strategy"] in ("auto", "in-graph")
+            info["path"] = index.filter_path if in_db else info["strategy"]
+        return {"filter": info}
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -36,6 +36,7 @@ __all__ = [
     "ChecksQueryParams",
     "Describes",
     "FilteredSearch",
+    "FiltersOnAttributes",
     "HasDim",
     "HasModel",
     "InProcess",
@@ -75,6 +76,17 @@ class FilteredSearch(Protocol):
     """An index that searches with a filter; the strategies it offers (``pre``, ``post``, ...)."""
 
     filter_strategies: tuple[str, ...]
+
+
+@runtime_checkable
+class FiltersOnAttributes(Protocol):
+    """A database index that stores attribute columns (``set_attributes`` before ``build``)
+    and takes a query's filter as a spec, ``search(..., where=spec)``: SQL on those columns;
+    ``filter_path``: ``where`` when its table holds them, else ``ids`` (an id allow-list)."""
+
+    filter_path: str
+
+    def set_attributes(self, columns: Mapping[str, np.ndarray]) -> None: ...
 
 
 @runtime_checkable

@@ -117,8 +117,10 @@ class FilteredRetrieveStage:
         search_params: Mapping[str, Any],
         masks: np.ndarray,
         strategy: str | None,
+        specs: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         self._search = index.search
+        self._specs = specs  # the filters as specs: ``where=`` for a database index
         self._texts = index.input_kind == "texts"
         self._k = k_candidates
         self._params = dict(search_params)
@@ -132,7 +134,11 @@ class FilteredRetrieveStage:
             return
         query = [ctx.query] if self._texts else ctx.query_vector
         allowed = self._masks[ctx.index]
-        ids, scores = self._search(query, self._k, filter=allowed, **self._params)
+        if self._specs is None:
+            ids, scores = self._search(query, self._k, filter=allowed, **self._params)
+        else:
+            where = self._specs[ctx.index]
+            ids, scores = self._search(query, self._k, filter=allowed, where=where, **self._params)
         if self._parts is not None:
             ctx.retrieve_parts = parts_tuple(self._parts())
         ids, scores = ids[0], scores[0]
