@@ -18,13 +18,14 @@ The package's parts: :mod:`~ragbench.timing.stages` (the stamping loop,
 from __future__ import annotations
 
 from .background import Background
-from .stages import PERCENTILES as PERCENTILES
-from .stages import SetupTimes, Stats, run_stages, run_stages_cpu
-from .timer import Hook as Hook
-from .timer import Request, StageTimer
+from .background import log as log
+from .stages import PERCENTILES, SetupTimes, Stats, run_stages, run_stages_cpu
+from .timer import Hook, Request, StageTimer
 
 __all__ = [
+    "PERCENTILES",
     "Background",
+    "Hook",
     "Request",
     "SetupTimes",
     "StageTimer",
