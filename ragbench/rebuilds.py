@@ -24,19 +24,33 @@ spread), and the N measurements are merged into one record here:
   ``build_s`` is the mean build time (``build_s_builds`` each).
 
 A one-build point gets ``recall_ci`` from :func:`recall_interval` alone.
+
+``ragbench compare --rebuilds N`` runs every configuration side by side once
+per build (build ``i``'s ``[retrieve.build]`` with ``seed + i``,
+:func:`seeded_build`) and merges each configuration's N run records into one
+(:func:`merge_runs`) with the same meaning: ``recall_at_k`` the mean of the
+builds' mean recalls, ``recall_builds``, ``recall_build_spread``,
+``recall_ci`` the envelope of the builds' intervals, ``rebuilds``; every
+build's requests pooled for the stage statistics (``requests`` is N × the
+requests of one build, ``repetition`` labels each (build × repetition)
+group, so latency intervals resample builds, then requests), set-up times
+summed over the builds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from . import intervals
+from . import indexes, intervals
+from .report import Report
 from .timing import Stats
 
-__all__ = ["merge_builds", "recall_interval"]
+__all__ = ["merge_builds", "merge_runs", "recall_interval", "seeded_build"]
 
 
 def recall_interval(per_query: Sequence[float] | np.ndarray) -> list[float]:
@@ -104,4 +118,116 @@ def merge_builds(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = _median_of(points, key)
     if "recall_before_rescore" in first:
         out["recall_before_rescore"] = float(np.mean([p["recall_before_rescore"] for p in points]))
+    return out
+
+
+def seeded_build(backend: str | None, build: Any, i: int) -> Any:
+    """``[retrieve.build]`` of build ``i``: its ``seed`` (given, else the backend's default) + ``i``.
+
+    ``build`` is a mapping or the backend's typed build parameters (a
+    ``msgspec`` Struct, :mod:`ragbench.params`); the same kind comes back. A
+    backend without a ``seed`` build parameter (flat, LSH, ...) gets ``build``
+    unchanged: its N builds are the same index.
+    """
+    if not i or backend is None:
+        return build
+    given = build if isinstance(build, Mapping) else msgspec.to_builtins(build)
+    defaults = getattr(indexes.registry.factory(backend), "build_defaults", {})
+    if "seed" not in given and "seed" not in defaults:
+        return build
+    seed = int(given.get("seed", defaults.get("seed", 0))) + i
+    if isinstance(build, Mapping):
+        return {**build, "seed": seed}
+    if "seed" in getattr(build, "__struct_fields__", ()):
+        return msgspec.structs.replace(build, seed=seed)
+    return build
+
+
+def _stack(parts: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    """The builds' arrays one after the other; ``None`` if a build has none (or widths differ)."""
+    if any(p is None for p in parts):
+        return None
+    arrays = [np.asarray(p) for p in parts]
+    if len({a.shape[1:] for a in arrays}) > 1:
+        return None
+    return np.concatenate(arrays)
+
+
+def _groups(reports: Sequence[Report]) -> np.ndarray:
+    """int ``(requests,)``: one label per (build, repetition) over the pooled requests."""
+    labels, offset = [], 0
+    for r in reports:
+        rep = np.zeros(r.requests, np.int64) if r.repetition is None else np.asarray(r.repetition)
+        _, inverse = np.unique(rep, return_inverse=True)
+        labels.append(offset + inverse.astype(np.int64))
+        offset += int(inverse.max()) + 1 if inverse.size else 1
+    return np.concatenate(labels) if labels else np.zeros(0, np.int64)
+
+
+def _connection(reports: Sequence[Report]) -> dict[str, np.ndarray] | None:
+    parts = [r.connection_ns for r in reports]
+    if any(p is None for p in parts) or len({tuple(sorted(p or {})) for p in parts}) > 1:
+        return None
+    first: dict[str, np.ndarray] = parts[0] or {}
+    return {k: np.concatenate([(p or {})[k] for p in parts]) for k in first}
+
+
+def _pooled(reports: Sequence[Report]) -> Report:
+    """One report holding every build's requests (see the module docstring)."""
+    first = reports[0]
+    setup: dict[str, int] = {}
+    for r in reports:
+        for key, ns in r.setup_ns.items():
+            setup[key] = setup.get(key, 0) + ns
+    hits = [r.cache_hits for r in reports]
+    lookups = [r.cache_lookups for r in reports]
+    return dataclasses.replace(
+        first,
+        samples_ns=np.concatenate([r.samples_ns for r in reports]),
+        recall=np.concatenate([r.recall for r in reports]),
+        payload_bytes=np.concatenate([r.payload_bytes for r in reports]),
+        wire_bytes=np.concatenate([r.wire_bytes for r in reports]),
+        prompt_tokens=np.concatenate([r.prompt_tokens for r in reports]),
+        setup_ns=setup,
+        cache_hits=None if None in hits else sum(h or 0 for h in hits),
+        cache_lookups=None if None in lookups else sum(n or 0 for n in lookups),
+        cache_events=[ev for r in reports for ev in r.cache_events],
+        error=next((r.error for r in reports if r.error), None),
+        cpu_samples_ns=_stack([r.cpu_samples_ns for r in reports]),
+        repetition=_groups(reports),
+        model_prompt_tokens=_stack([r.model_prompt_tokens for r in reports]),
+        inter_token_ns=_stack([r.inter_token_ns for r in reports]),
+        connection_ns=_connection(reports),
+    )
+
+
+def merge_runs(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One ``run`` record of the same configuration run on each build in ``records`` (build order).
+
+    One record is returned as it is (``compare`` without ``--rebuilds``).
+    """
+    if len(records) == 1:
+        return dict(records[0])
+    reports = [Report.from_record(rec) for rec in records]
+    out = _pooled(reports).to_record()
+    recalls = [r.mean_recall for r in reports]
+    cis = [recall_interval(r.recall) for r in reports]
+    out.update(
+        recall_at_k=float(np.mean(recalls)),
+        recall_builds=recalls,
+        recall_build_spread=max(recalls) - min(recalls),
+        recall_ci=[min(c[0] for c in cis), max(c[1] for c in cis)],
+        rebuilds=len(records),
+        # --repeat of each build, as in sweep records; the intervals resample builds × repetitions
+        repeats=records[0].get("repeats", 1),
+        intervals=str(out["intervals"]).replace("repetitions", "(build × repetition) groups"),
+    )
+    built = [((rec.get("info") or {}).get("index") or {}).get("build") or {} for rec in records]
+    info = dict(out.get("info") or {})
+    index = info.get("index")
+    if isinstance(index, Mapping) and isinstance(index.get("build"), Mapping):
+        seeds = [b.get("seed") for b in built]
+        cached = sum(bool(b.get("cached")) for b in built)
+        build = {**index["build"], "seeds": seeds, "cached_builds": cached}
+        out["info"] = {**info, "index": {**index, "build": build}}
     return out

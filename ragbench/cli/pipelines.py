@@ -29,6 +29,7 @@ from .options import (
     plot_option,
     progress,
     queries_option,
+    rebuilds_option,
     repeat_option,
     set_option,
     set_pairs,
@@ -179,6 +180,7 @@ def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[A
 )
 @plot_option("Write a PNG chart of the configurations' stages.")
 @fast_build_option()
+@rebuilds_option()
 @executor_options
 def compare(**opts: Any) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process.
@@ -189,8 +191,11 @@ def compare(**opts: Any) -> None:
 
     With --executor ray each configuration runs as its own Ray task instead (set up, warmed
     and measured on its own, possibly at the same time as others): not interleaved.
+
+    With --rebuilds N the whole comparison runs N times, build i with each index's
+    seed + i, and each configuration's N runs are merged into one record.
     """
-    from ..pipeline import Pipeline
+    from ..rebuilds import merge_runs
 
     if opts["executor"] != "ray" and opts["ray_address"] is not None:
         raise click.UsageError("--ray-address needs --executor ray")
@@ -199,22 +204,18 @@ def compare(**opts: Any) -> None:
     combos, varying = configurations(opts, run_over)
     if opts["fast_build"]:
         combos = [(_fast_build(cfg), label) for cfg, label in combos]
-    # every combination is created (and so checked) before anything is set up
-    pipelines = [Pipeline(cfg, label=label) for cfg, label in combos]
-    if opts["executor"] == "ray":
-        labels = [p.label for p in pipelines]
-        for p in pipelines:
-            p.close()  # checked; each task makes its own
-        writer = RecordWriter(opts["out"])
-        records = _run_as_tasks(combos, labels, opts, writer)
+    writer = RecordWriter(opts["out"])
+    if opts["rebuilds"] == 1:
+        records = _measure(combos, opts, writer)
     else:
-        try:
-            reports = _run_side_by_side(pipelines, opts["order"], opts["order_seed"])
-        finally:
-            for p in pipelines:
-                p.close()
-        records = [rec for r in reports for rec in r.to_records()]
-        writer = RecordWriter(opts["out"])
+        runs = [_measure(combos, opts, RecordWriter())]  # build 0: the one-build run's
+        labels = [r["label"] for r in runs[0]]
+        for i in range(1, opts["rebuilds"]):
+            again = [
+                (_seeded(cfg, i), label) for (cfg, _), label in zip(combos, labels, strict=True)
+            ]
+            runs.append(_measure(again, opts, RecordWriter()))
+        records = [merge_runs(same) for same in zip(*runs, strict=True)]
         writer.write_all(records)
     echo(fixed_line(records, varying))
     echo(compare_table(records, stat=opts["stat"]))
@@ -223,6 +224,37 @@ def compare(**opts: Any) -> None:
     finish_outputs(writer, records, opts["plot"])
     if any(r.get("error") for r in records):  # compare_table names each and its error
         raise SystemExit(1)
+
+
+def _measure(
+    combos: Sequence[tuple[Config, str | None]], opts: Any, writer: RecordWriter
+) -> list[dict[str, Any]]:
+    """Every configuration run once (side by side, or as Ray tasks); its records, also in ``writer``."""
+    from ..pipeline import Pipeline
+
+    # every combination is created (and so checked) before anything is set up
+    pipelines = [Pipeline(cfg, label=label) for cfg, label in combos]
+    if opts["executor"] == "ray":
+        labels = [p.label for p in pipelines]
+        for p in pipelines:
+            p.close()  # checked; each task makes its own
+        return _run_as_tasks(combos, labels, opts, writer)
+    try:
+        reports = _run_side_by_side(pipelines, opts["order"], opts["order_seed"])
+    finally:
+        for p in pipelines:
+            p.close()
+    records = [rec for r in reports for rec in r.to_records()]
+    writer.write_all(records)
+    return records
+
+
+def _seeded(cfg: Config, i: int) -> Config:
+    """``cfg`` with build ``i``'s ``[retrieve.build]`` (seed + i, :func:`ragbench.rebuilds.seeded_build`)."""
+    from ..rebuilds import seeded_build
+
+    build = seeded_build(cfg.retrieve.backend, cfg.retrieve.build, i)
+    return msgspec.structs.replace(cfg, retrieve=msgspec.structs.replace(cfg.retrieve, build=build))
 
 
 def _fast_build(cfg: Config) -> Config:

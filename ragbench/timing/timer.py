@@ -1,156 +1,24 @@
-"""Nanosecond stage timing, usable on its own in a production request path.
+"""The per-request, per-stage timer of a service: :class:`StageTimer` and its :class:`Request` handles.
 
-The hot loop stamps ``time.perf_counter_ns()`` once between stages (n + 1
-calls for n stages, no context managers, no dict writes) and stores the
-stamps in a preallocated row; per-stage times are the differences, so they
-add up to the request total exactly.
-
-Statistics are derived from the raw samples, never stored instead of them.
-Percentiles use the nearest-rank method: every reported percentile is a
-latency that was actually observed.
+Each thread stores whole rows of int64 stage times in a buffer of its own;
+readers merge the buffers (see :class:`StageTimer`).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
-from queue import SimpleQueue
-from time import perf_counter_ns, thread_time_ns
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError, InputError
+from ..errors import ConfigError, InputError
+from .stages import Stats
 
-__all__ = [
-    "Background",
-    "Request",
-    "SetupTimes",
-    "StageTimer",
-    "Stats",
-    "run_stages",
-    "run_stages_cpu",
-]
-
-log = logging.getLogger("ragbench.timing")
-
-PERCENTILES = (50, 90, 95, 99)
-
-
-def run_stages(stages: Sequence[Callable[[Any], None]], ctx: Any, stamps: list[int]) -> None:
-    """Call every stage on ``ctx``, writing ``len(stages) + 1`` stamps into ``stamps``.
-
-    ``stamps[j + 1] - stamps[j]`` is the time of stage ``j`` in nanoseconds.
-    ``stamps`` must have room for ``len(stages) + 1`` values; it is reused
-    across requests so the loop allocates nothing.
-    """
-    clock = perf_counter_ns
-    j = 0
-    stamps[0] = clock()
-    for stage in stages:
-        stage(ctx)
-        j += 1  # noqa: SIM113 - cheaper than enumerate's tuples on the hot path
-        stamps[j] = clock()
-
-
-def run_stages_cpu(
-    stages: Sequence[Callable[[Any], None]], ctx: Any, stamps: list[int], cpu_stamps: list[int]
-) -> None:
-    """:func:`run_stages` that also stamps the calling thread's CPU time (``thread_time_ns``).
-
-    ``cpu_stamps[j + 1] - cpu_stamps[j]`` is the CPU time stage ``j`` used in
-    this thread: about its wall time for a CPU-bound stage (a sort, a codec),
-    about 0 for one that waits (a socket, an LLM). A ``thread_time_ns`` call
-    costs ~0.25 µs here, so this mode is off unless asked for.
-    """
-    clock = perf_counter_ns
-    cpu = thread_time_ns
-    j = 0
-    cpu_stamps[0] = cpu()
-    stamps[0] = clock()
-    for stage in stages:
-        stage(ctx)
-        j += 1  # noqa: SIM113
-        stamps[j] = clock()
-        cpu_stamps[j] = cpu()
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """Summary of raw nanosecond samples (nearest-rank percentiles)."""
-
-    count: int
-    mean_ns: float
-    p50_ns: float
-    p90_ns: float
-    p95_ns: float
-    p99_ns: float
-    max_ns: float
-    min_ns: float
-
-    @classmethod
-    def from_samples(cls, samples_ns: Any) -> Stats:
-        """Summarize a 1-D array of nanosecond samples."""
-        arr = np.asarray(samples_ns, dtype=np.float64).ravel()
-        if arr.size == 0:
-            nan = float("nan")
-            return cls(0, nan, nan, nan, nan, nan, nan, nan)
-        pct = np.percentile(arr, PERCENTILES, method="inverted_cdf")
-        return cls(
-            count=int(arr.size),
-            mean_ns=float(arr.mean()),
-            p50_ns=float(pct[0]),
-            p90_ns=float(pct[1]),
-            p95_ns=float(pct[2]),
-            p99_ns=float(pct[3]),
-            max_ns=float(arr.max()),
-            min_ns=float(arr.min()),
-        )
-
-    def as_dict(self, unit: str = "us") -> dict[str, float | int]:
-        """The statistics in ``unit`` (``ns``, ``us`` or ``ms``)."""
-        scale = {"ns": 1.0, "us": 1e-3, "ms": 1e-6}[unit]
-        return {
-            "count": self.count,
-            f"mean_{unit}": self.mean_ns * scale,
-            f"p50_{unit}": self.p50_ns * scale,
-            f"p90_{unit}": self.p90_ns * scale,
-            f"p95_{unit}": self.p95_ns * scale,
-            f"p99_{unit}": self.p99_ns * scale,
-            f"max_{unit}": self.max_ns * scale,
-            f"min_{unit}": self.min_ns * scale,
-        }
-
-
-class SetupTimes:
-    """Set-up steps (model load, index build, JIT compile, warm-up, ...) in nanoseconds.
-
-    One way to time set-up everywhere: ``times.time("index_build", index.build, X)``
-    runs the call and adds its ``perf_counter_ns`` duration to that step;
-    ``add`` adds a duration measured elsewhere. Steps keep their first-use
-    order. Never mixed into request latency.
-    """
-
-    __slots__ = ("ns",)
-
-    def __init__(self) -> None:
-        self.ns: dict[str, int] = {}
-
-    def add(self, step: str, ns: int) -> None:
-        self.ns[step] = self.ns.get(step, 0) + int(ns)
-
-    def time(self, step: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call ``fn(*args, **kwargs)``, add its duration to ``step``, return its value."""
-        t0 = perf_counter_ns()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.add(step, perf_counter_ns() - t0)
-
+__all__ = ["Hook", "Request", "StageTimer"]
 
 #: Leading values of a stored row: the request's start stamp.
 _HEAD = 1
@@ -621,112 +489,3 @@ class StageTimer:
         with self._lock:
             buffers = list(self._buffers)
         return sum(buf.count for buf in buffers)
-
-
-class Background:
-    """Runs ``on_request`` hooks on a thread of its own, off the requests' critical path.
-
-    ``Background(exporter.on_request, histogram.on_request)`` is itself a
-    hook: called in a request's thread it copies the stamps and puts the
-    request on a queue (a ``SimpleQueue.put``, under a microsecond), and one
-    daemon thread hands each to every sink in turn. That thread looks at the
-    queue every ``interval_s`` (default 0.05 s) and drains it; a put never
-    wakes it, so a request never pays for a thread switch (waking it per
-    request cost ~5 µs of GIL hand-over each time, measured). When
-    ``max_queued`` requests are waiting (the sinks cannot keep up), further
-    ones are dropped and counted in :attr:`dropped` rather than grow memory
-    or block a request. A sink that raises is logged once and counted in
-    :attr:`errors`; the others still run. :meth:`flush` waits until
-    everything queued so far is handed on; :meth:`close` (at shutdown) does
-    that and stops the thread.
-
-    The sinks' work still takes CPU (and the GIL) in this process, only not
-    between a request's stamps nor before its response.
-    """
-
-    def __init__(
-        self,
-        *sinks: Hook,
-        max_queued: int = 10_000,
-        interval_s: float = 0.05,
-        name: str = "ragbench-export",
-    ) -> None:
-        if not sinks or not all(callable(s) for s in sinks):
-            raise ConfigError(f"Background needs one or more callables, got {sinks!r}")
-        if max_queued < 1:
-            raise ConfigError(f"Background max_queued must be >= 1, got {max_queued}")
-        if not interval_s > 0:
-            raise ConfigError(f"Background interval_s must be > 0, got {interval_s}")
-        self._sinks = sinks
-        self._queue: SimpleQueue[Any] = SimpleQueue()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self.max_queued = max_queued
-        self.interval_s = interval_s
-        #: requests dropped because the queue was full (or the thread closed)
-        self.dropped = 0
-        #: sink calls that raised
-        self.errors = 0
-        #: requests handed to every sink
-        self.done = 0
-        self._closed = False
-        self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
-        self._thread.start()
-
-    def __call__(
-        self, names: list[str], stamps: Sequence[int], attributes: dict[str, Any] | None
-    ) -> None:
-        queue = self._queue
-        if self._closed or queue.qsize() >= self.max_queued:
-            with self._lock:
-                self.dropped += 1
-            return
-        queue.put((names, tuple(stamps), attributes))
-
-    def _drain(self) -> None:
-        queue, wake = self._queue, self._wake
-        while True:
-            wake.wait(self.interval_s)
-            wake.clear()
-            while not queue.empty():
-                item = queue.get()
-                if item is None:
-                    return
-                if isinstance(item, threading.Event):
-                    item.set()
-                else:
-                    self._hand_on(item)
-
-    def _hand_on(self, item: tuple[list[str], tuple[int, ...], dict[str, Any] | None]) -> None:
-        for sink in self._sinks:
-            try:
-                sink(*item)
-            except Exception:
-                if not self.errors:
-                    log.exception("ragbench.timing.Background: a sink raised (logged once)")
-                self.errors += 1
-        self.done += 1
-
-    def flush(self, timeout_s: float = 30.0) -> bool:
-        """Wait until every request queued before this call went to the sinks; False on timeout."""
-        if not self._thread.is_alive():
-            return self._queue.empty()
-        done = threading.Event()
-        self._queue.put(done)
-        self._wake.set()
-        return done.wait(timeout_s)
-
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Hand on what is queued, then stop the thread (later requests are dropped)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._queue.put(None)
-        self._wake.set()
-        self._thread.join(timeout_s)
-
-    def __enter__(self) -> Background:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

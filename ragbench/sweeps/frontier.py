@@ -1,0 +1,189 @@
+"""Recall–latency frontiers (:func:`sweep_points`): every (index, build, query parameters) point."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from .. import indexes
+from ..executors import Executor, LocalExecutor, Unit
+from ..pipeline.capabilities import FilteredSearch
+from ..rebuilds import merge_builds
+from ..records import Collector, cliff_key, filter_cliffs, new_record
+from ..validate import positive_int
+from .data import SweepData, index_param_names
+from .measure import measure
+from .points import build_index, bytes_fields, exact_reranker, point_fields
+
+__all__ = ["count_points", "sweep_points", "sweep_unit"]
+
+
+def _grid_axes(
+    name: str,
+    dim: int,
+    metric: str,
+    build_grid: Mapping[str, Sequence[Any]],
+    query_grid: Mapping[str, Sequence[Any]],
+) -> tuple[list[tuple[str, list[Any]]], list[tuple[str, list[Any]]]]:
+    """The (parameter, values) axes of ``name``'s build and query grids (others skipped)."""
+    build_names, query_names = index_param_names(name, dim, metric)
+    b_axes = [(p, list(v)) for p, v in build_grid.items() if p in build_names]
+    q_axes = [(p, list(v)) for p, v in query_grid.items() if p in query_names]
+    return b_axes, q_axes
+
+
+def _combos(axes: list[tuple[str, list[Any]]]) -> list[dict[str, Any]]:
+    names = [p for p, _ in axes]
+    return [
+        dict(zip(names, values, strict=True)) for values in itertools.product(*[v for _, v in axes])
+    ]
+
+
+def sweep_unit(
+    data: SweepData,
+    name: str,
+    build: Mapping[str, Any],
+    queries: Sequence[Mapping[str, Any]],
+    *,
+    k: int,
+    repeat: int = 1,
+    strategies: Sequence[str] = ("auto",),
+    recall_target: float = 0.9,
+    rebuilds: int = 1,
+    fast_build: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """Build index ``name`` with ``build``, then yield one sweep record per query-parameter point.
+
+    With filter cases in ``data``, each query-parameter point is followed by
+    its filtered points (each of ``strategies`` the index has, at each
+    selectivity), yielded once the line is complete, with ``filter_cliff``.
+    Builds are deterministic unless ``fast_build``; with ``rebuilds > 1`` the
+    index is built that many times (seed, seed + 1, ...) and each point's
+    records of every build are merged (:func:`ragbench.rebuilds.merge_builds`),
+    yielded once the last build is measured.
+    """
+    opts: dict[str, Any] = {"k": k, "repeat": repeat, "strategies": strategies}
+    opts["fast_build"] = fast_build
+    n = positive_int("sweep", "rebuilds", rebuilds)
+    if n == 1:
+        for point, line in _build_points(data, name, build, queries, i=0, **opts):
+            yield from _with_cliffs(point, line, recall_target)
+        return
+    per_build = [list(_build_points(data, name, build, queries, i=i, **opts)) for i in range(n)]
+    for same in zip(*per_build, strict=True):
+        point = merge_builds([p for p, _ in same])
+        line = [merge_builds(list(group)) for group in zip(*[ln for _, ln in same], strict=True)]
+        yield from _with_cliffs(point, line, recall_target)
+
+
+def _with_cliffs(
+    point: dict[str, Any], line: list[dict[str, Any]], recall_target: float
+) -> Iterator[dict[str, Any]]:
+    yield new_record("sweep", point)
+    cliffs = filter_cliffs(line, target=recall_target)
+    for p in line:
+        yield new_record("sweep", {**p, "filter_cliff": cliffs[cliff_key(p)]})
+
+
+def _build_points(
+    data: SweepData,
+    name: str,
+    build: Mapping[str, Any],
+    queries: Sequence[Mapping[str, Any]],
+    *,
+    k: int,
+    repeat: int,
+    strategies: Sequence[str],
+    fast_build: bool,
+    i: int,
+) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Build ``i`` of the unit; per query point its fields and its filtered line (no cliffs yet)."""
+    index, build_s = build_index(name, data, build, fast_build=fast_build, i=i)
+    fields = point_fields(data, k, name, index, build_s)
+    usable = _usable_strategies(index, strategies) if data.filter_cases else []
+    reranker = None
+    for point_params in queries:
+        params = dict(point_params)
+        rescore = params.pop("rescore", None)
+        if rescore is not None and reranker is None:
+            reranker = exact_reranker(data)
+        opts = {"rescore": rescore, "reranker": reranker, "repeat": repeat}
+        sizes = bytes_fields(index, data.vectors, rescore)
+        head = {**fields, **sizes, "query": params, "rescore": rescore}
+        point = {**head, **measure(index, data, k, params, **opts)}
+        line = [
+            head | measure(index, data, k, params, case=case, strategy=strategy, **opts)
+            for strategy in usable
+            for case in data.filter_cases
+        ]
+        yield point, line
+
+
+def _usable_strategies(index: Any, wanted: Sequence[str]) -> list[str]:
+    """The strategies of ``wanted`` that ``index`` has (``auto`` when it has any)."""
+    has = tuple(index.filter_strategies) if isinstance(index, FilteredSearch) else ()
+    return [s for s in wanted if s in has or (s == "auto" and has)]
+
+
+def sweep_points(
+    data: SweepData,
+    index_names: Sequence[str],
+    *,
+    k: int,
+    build_grid: Mapping[str, Sequence[Any]],
+    query_grid: Mapping[str, Sequence[Any]],
+    on_point: Callable[[dict[str, Any]], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+    repeat: int = 1,
+    executor: Executor | None = None,
+    strategies: Sequence[str] = ("auto",),
+    recall_target: float = 0.9,
+    rebuilds: int = 1,
+    fast_build: bool = False,
+) -> list[dict[str, Any]]:
+    """Measure every (index, build params, query params) point; ``on_point`` gets each record at once.
+
+    Builds are deterministic unless ``fast_build``; ``rebuilds``: builds per
+    (index, build params), merged per point (see :func:`sweep_unit`).
+
+    One unit of work per (index, build params) (:func:`sweep_unit`), run by
+    ``executor`` (default: in this process, in order); the data is shared
+    with the units once (:meth:`~ragbench.executors.Executor.share`: on Ray,
+    one copy in the object store, since embedding and exact search are done once here).
+    """
+    dim = int(data.vectors.shape[1])
+    ex = executor or LocalExecutor()
+    shared = ex.share(data)
+    units = []
+    for name in index_names:
+        b_axes, q_axes = _grid_axes(name, dim, data.metric, build_grid, query_grid)
+        queries = _combos(q_axes)
+        for build in _combos(b_axes):
+            opts = {"k": k, "repeat": repeat, "strategies": list(strategies)}
+            opts.update(recall_target=recall_target, rebuilds=rebuilds, fast_build=fast_build)
+            units.append(Unit(sweep_unit, (shared, name, build, queries), opts))
+    emit = Collector(on_point, progress)
+    ex.run(units, emit)
+    return emit.records
+
+
+def count_points(
+    index_names: Sequence[str],
+    dim: int,
+    metric: str,
+    build_grid: Mapping[str, Sequence[Any]],
+    query_grid: Mapping[str, Sequence[Any]],
+    *,
+    selectivities: int = 0,
+    strategies: Sequence[str] = ("auto",),
+) -> int:
+    """How many points :func:`sweep_points` will measure (``selectivities``: filter cases)."""
+    total = 0
+    for name in index_names:
+        b_axes, q_axes = _grid_axes(name, dim, metric, build_grid, query_grid)
+        probe = indexes.create(name, dim=dim, metric=metric) if selectivities else None
+        per = 1 + selectivities * len(_usable_strategies(probe, strategies) if probe else [])
+        total += math.prod(len(v) for _, v in b_axes) * math.prod(len(v) for _, v in q_axes) * per
+    return total

@@ -1,0 +1,213 @@
+"""One sweep point measured (:func:`measure`): recall, per-query latency, batch throughput."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from .. import intervals, threads
+from ..errors import ConfigError
+from ..metrics import recall_at_k
+from ..rebuilds import recall_interval
+from ..timing import Stats, run_stages
+from ..validate import positive_int
+from .data import FilterCase, SweepData
+
+__all__ = ["measure", "recall_fields"]
+
+
+class _Query:
+    """One sweep query on its way through the timed steps (search, then optional re-scoring)."""
+
+    __slots__ = ("query", "vector", "ids", "rescored", "allowed")
+
+    def __init__(self, query: Any, vector: np.ndarray, allowed: np.ndarray | None = None) -> None:
+        self.query = query
+        self.vector = vector
+        self.ids: np.ndarray = np.empty(0, np.int64)  # the index's candidates, its order
+        self.rescored: np.ndarray = self.ids  # the re-scored top k (when re-scoring)
+        self.allowed = allowed
+
+
+def _steps(
+    index: Any,
+    kk: int,
+    params: Mapping[str, Any],
+    k: int,
+    vectors: np.ndarray,
+    reranker: Any,
+    filtered: bool = False,
+) -> list[Callable[[_Query], None]]:
+    search = index.search
+
+    def search_step(q: _Query) -> None:
+        q.ids = search(q.query, kk, **params)[0][0]
+
+    def filtered_step(q: _Query) -> None:
+        q.ids = search(q.query, kk, filter=q.allowed, **params)[0][0]
+
+    if filtered:
+        search_step = filtered_step
+
+    if reranker is None:
+        return [search_step]
+    rerank = reranker.rerank
+
+    def rescore_step(q: _Query) -> None:
+        q.rescored = rerank(q.vector, q.ids, vectors, k)[0]
+
+    return [search_step, rescore_step]
+
+
+def measure(
+    index: Any,
+    data: SweepData,
+    k: int,
+    params: Mapping[str, Any],
+    *,
+    rescore: int | None = None,
+    reranker: Any = None,
+    repeat: int = 1,
+    case: FilterCase | None = None,
+    strategy: str | None = None,
+) -> dict[str, Any]:
+    """Recall, per-query latency (one query per call, one thread) and batch QPS of one point.
+
+    Each query is timed with :func:`ragbench.timing.run_stages` over its steps
+    (the search, then the exact re-scoring when ``rescore`` is set), like a
+    pipeline request; the point reports the total and each step's p50, with
+    bootstrap intervals for p50 and p99 (over ``repeat`` passes over the
+    queries, then queries within each, when ``repeat > 1``). With ``case``,
+    each query searches with its filter and ``strategy``; recall is against
+    the filtered truth, and a returned row outside the filter counts as a
+    miss (``filter_violations`` counts them).
+    """
+    kk = min(rescore or k, index.ntotal)
+    if kk < k:
+        raise ConfigError(f"rescore={rescore} must be >= k={k}")
+    texts = index.input_kind == "texts"
+    Q, X = data.queries, data.vectors
+    nq = len(Q)
+    masks = None if case is None else case.filters.masks
+    if case is not None and strategy is not None:
+        params = {**params, "strategy": strategy}
+    steps = _steps(index, kk, params, k, X, reranker if rescore else None, masks is not None)
+    batch_threads = threads.get_threads()
+    found, before, stamps = _time_queries(steps, data, masks, k, repeat, texts)
+    per_step = np.diff(stamps, axis=1)
+    totals = per_step.sum(axis=1)
+    lat = Stats.from_samples(totals)
+    groups = np.repeat(np.arange(repeat), nq) if repeat > 1 else None
+    cis = {s: intervals.bootstrap(totals, s, groups=groups) for s in ("p50", "p99")}
+    batch_s = _batch_seconds(index, data, kk, params, masks, reranker if rescore else None, k)
+    violations = _drop_outside(found, masks)
+    truth = data.truth if case is None else case.truth
+    recall = recall_at_k(found, truth, X, Q, k, data.metric)
+    point = {
+        **recall_fields(recall),
+        "recall_ci": recall_interval(recall),
+        "p50_us": lat.p50_ns / 1e3,
+        "p95_us": lat.p95_ns / 1e3,
+        "p99_us": lat.p99_ns / 1e3,
+        "mean_us": lat.mean_ns / 1e3,
+        "qps_single": 1e9 / lat.p50_ns if lat.p50_ns > 0 else float("inf"),
+        "qps_batch": nq / batch_s if batch_s > 0 else float("inf"),
+        "batch_threads": batch_threads,
+        "queries": nq,
+        "search_p50_us": Stats.from_samples(per_step[:, 0]).p50_ns / 1e3,
+        "latency_ns": totals.tolist(),  # raw, one query per call (diff, intervals)
+        "p50_us_ci": [cis["p50"].low / 1e3, cis["p50"].high / 1e3],
+        "p99_us_ci": [cis["p99"].low / 1e3, cis["p99"].high / 1e3],
+        "repeats": repeat,
+    }
+    if case is not None:
+        point.update(strategy=strategy or "auto", selectivity=case.selectivity)
+        point.update(filter=case.filters.summary(), filter_violations=violations)
+    if groups is not None:
+        point["repetition"] = groups.tolist()
+    if len(steps) > 1:
+        point["rescore_p50_us"] = Stats.from_samples(per_step[:, 1]).p50_ns / 1e3
+        _drop_outside(before, masks)
+        pre = recall_at_k(before, truth, X, Q, k, data.metric)
+        point["recall_before_rescore"] = float(pre.mean())
+        point["recall_before_rescore_p10"] = _p10(pre)
+    return point
+
+
+def _p10(recall: np.ndarray) -> float:
+    return float(np.percentile(recall, 10)) if recall.size else float("nan")
+
+
+def recall_fields(recall: np.ndarray) -> dict[str, Any]:
+    """``recall`` (mean), ``recall_p10`` and ``recall_per_query`` of per-query recalls ``(nq,)``."""
+    return {
+        "recall": float(recall.mean()) if recall.size else float("nan"),
+        "recall_p10": _p10(recall),
+        "recall_per_query": [round(float(v), 6) for v in recall],
+    }
+
+
+def _time_queries(
+    steps: list[Callable[[_Query], None]],
+    data: SweepData,
+    masks: np.ndarray | None,
+    k: int,
+    repeat: int,
+    texts: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query once per repeat through ``steps`` on one thread.
+
+    (found ids, the index's own top k before re-scoring, stamps); ids ``(nq, k)`` -1 padded.
+    """
+    Q = data.queries
+    nq = len(Q)
+    found = np.full((nq, k), -1, dtype=np.int64)
+    before = np.full((nq, k), -1, dtype=np.int64)
+    stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
+    row = [0] * (len(steps) + 1)
+    batch_threads = threads.get_threads()
+    threads.set_threads(1)
+    try:
+        for r in range(positive_int("sweep", "repeat", repeat)):
+            for i in range(nq):
+                allowed = None if masks is None else masks[i]
+                q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed)
+                run_stages(steps, q, row)
+                stamps[r * nq + i] = row
+                before[i, : min(k, len(q.ids))] = q.ids[:k]
+                final = q.rescored if len(steps) > 1 else q.ids
+                found[i, : min(k, len(final))] = final[:k]
+    finally:
+        threads.set_threads(batch_threads)
+    return found, before, stamps
+
+
+def _drop_outside(found: np.ndarray, masks: np.ndarray | None) -> int:
+    """In place: ``-1`` for found ids outside each query's filter; how many there were."""
+    if masks is None:
+        return 0
+    outside = (found >= 0) & ~np.take_along_axis(masks, np.maximum(found, 0), axis=1)
+    found[outside] = -1
+    return int(outside.sum())
+
+
+def _batch_seconds(
+    index: Any,
+    data: SweepData,
+    kk: int,
+    params: Mapping[str, Any],
+    masks: np.ndarray | None,
+    reranker: Any,
+    k: int,
+) -> float:
+    """Seconds for the whole query batch in one call (with every pinned thread)."""
+    texts = index.input_kind == "texts"
+    extra = {} if masks is None else {"filter": masks}
+    t0 = perf_counter_ns()
+    ids, _ = index.search(data.query_texts if texts else data.queries, kk, **params, **extra)
+    if reranker is not None:
+        reranker.rerank_batch(data.queries, ids, data.vectors, k)
+    return (perf_counter_ns() - t0) / 1e9

@@ -1,0 +1,79 @@
+"""What sweep and scale points share: an index built on the sweep data, its fields, bytes per vector."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import indexes, rerankers
+from ..indexes import builds
+from ..metrics import rerank_metric
+from ..pipeline.capabilities import CompressedCodes, RecordsBuild
+from .data import SweepData
+
+__all__ = ["build_index", "bytes_fields", "exact_reranker", "point_fields"]
+
+
+def bytes_fields(index: Any, vectors: np.ndarray, rescore: int | None) -> dict[str, Any]:
+    """Bytes per vector: the index's whole (serialized size / n), its code alone, and re-scoring's.
+
+    ``code_bytes_per_vector`` is the compressed backends' code size (``None``
+    for the others); ``rescore_bytes_per_vector`` is what re-scoring reads for
+    each candidate (``dim`` × the vectors' item size: 4 for float32), 0 without it.
+    """
+    compressed = isinstance(index, CompressedCodes)
+    n = max(1, int(index.ntotal))
+    return {
+        "bytes_per_vector": index.memory_bytes() / n,
+        "code_bytes_per_vector": int(index.code_bytes_per_vector()) if compressed else None,
+        "rescore_bytes_per_vector": int(vectors.shape[1]) * vectors.itemsize if rescore else 0,
+    }
+
+
+def point_fields(data: SweepData, k: int, name: str, index: Any, build_s: float) -> dict[str, Any]:
+    """The fields of a sweep or scale record about ``index`` built on ``data`` (build, memory)."""
+    record = index.build_record if isinstance(index, RecordsBuild) else None
+    return {
+        "dataset": data.name,
+        "n": int(data.vectors.shape[0]),
+        "dim": int(data.vectors.shape[1]),
+        "metric": data.metric,
+        "k": k,
+        "index": name,
+        "build": dict(index.build_params),
+        "build_s": build_s,
+        "build_info": dict(record) if record else None,
+        "memory_bytes": int(index.memory_bytes()),
+    }
+
+
+def build_index(
+    name: str, data: SweepData, build: Mapping[str, Any], *, fast_build: bool = False, i: int = 0
+) -> tuple[Any, float]:
+    """Index ``name`` built on ``data`` (:func:`ragbench.indexes.builds.build`): (index, build s).
+
+    ``i``: the rebuild number; build ``i`` uses ``seed + i`` where the index
+    has a ``seed``. The build seconds are the original build's for an index
+    loaded from the cache.
+    """
+    dim, metric = int(data.vectors.shape[1]), data.metric
+    params = dict(build)
+    if i:
+        probe = indexes.create(name, dim=dim, metric=metric, **params)
+        if "seed" in probe.build_params:
+            params["seed"] = int(probe.build_params["seed"]) + i
+    index = indexes.create(name, dim=dim, metric=metric, **params)
+    corpus = data.texts if index.input_kind == "texts" else data.vectors
+    done = builds.build(index, corpus, fast=fast_build, source=f"sweep data {data.name!r}")
+    record = (done.index.build_record if isinstance(done.index, RecordsBuild) else None) or {}
+    return done.index, float(record.get("seconds") or done.build_ns / 1e9)
+
+
+def exact_reranker(data: SweepData) -> Any:
+    """The numba reranker re-scoring candidates exactly in ``data``'s metric, compiled."""
+    # parallel across queries for batch QPS; single queries run on the one pinned thread
+    reranker = rerankers.create("numba", metric=rerank_metric(data.metric), parallel=True)
+    reranker.warmup(int(data.vectors.shape[1]))
+    return reranker
