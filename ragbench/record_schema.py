@@ -191,6 +191,7 @@ class LoadRecord(Record, frozen=True):
     stages: list[str] | None = None
     stage_p50_us: dict[str, Num] | None = None
     stage_share: dict[str, Num] | None = None
+    retrieve_parts: dict[str, dict[str, float]] | None = None  # an index behind a client
     simulated: list[str] | None = None
     caveats: list[str] | None = None
     config: Obj | None = None

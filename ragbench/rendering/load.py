@@ -147,6 +147,8 @@ def _stage_table(records: Sequence[Mapping[str, Any]], width: int) -> str:
     title = f"per-stage p50 µs under load (share of {what} in brackets)"
     cols = [("configuration", "left"), ("load", "right")] + [(s, "right") for s in stages]
     cols += [("CPU µs/request", "right")] if cpu else []
+    parts = retrieve_parts_of(records)  # an index behind a client: send, server, decode
+    cols += [(f"retrieve {name} µs", "right") for name in parts]
     rows = []
     for r in records:
         p50, share = r.get("stage_p50_us", {}), r.get(share_key, {})
@@ -156,5 +158,26 @@ def _stage_table(records: Sequence[Mapping[str, Any]], width: int) -> str:
         rows.append(
             [r["label"], num(load_level(r)), *cells]
             + ([num(r["cpu_per_request_us"])] if cpu else [])
+            + [retrieve_part_cell(r, name) for name in parts]
         )
-    return text_table(title, cols, rows, width=width)
+    table = text_table(title, cols, rows, width=width)
+    if parts:
+        table += (
+            f"\nretrieve {'/'.join(parts)}: the split of the retrieve stage the index's client "
+            "reports (p50 µs of each part under load; — for a level without it)"
+        )
+    return table
+
+
+def retrieve_parts_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The parts of ``retrieve`` (send, server, decode) any of the load records split it into."""
+    names: list[str] = []
+    for r in records:
+        names += [n for n in r.get("retrieve_parts") or {} if n not in names]
+    return names
+
+
+def retrieve_part_cell(rec: Mapping[str, Any], name: str) -> str:
+    """One part's p50 µs of a load level's retrieve split (``—`` when the level lacks it)."""
+    part = (rec.get("retrieve_parts") or {}).get(name)
+    return "—" if part is None else num(part["p50_ns"] / 1e3)
