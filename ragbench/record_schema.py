@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Struct
@@ -32,11 +32,14 @@ __all__ = [
     "UPGRADES",
     "RecordError",
     "check_record",
+    "need",
+    "read_struct",
     "records_schema",
     "schema_name",
     "schema_version",
 ]
 
+T = TypeVar("T")
 Num = float | None  # a statistic: NaN when nothing was measured, None when not applicable
 Obj = dict[str, Any]
 
@@ -90,6 +93,9 @@ class RunRecord(Record, frozen=True):
     inter_token_ns: list[list[int]] | None = None
     cpu_total: Obj | None = None
     cpu_samples_ns: dict[str, list[int]] | None = None
+    connection: dict[str, Obj] | None = None  # a new connection per request: its parts
+    connection_ns: dict[str, list[int]] | None = None
+    interleaved: bool | None = None  # False: each configuration in its own task
 
 
 class IndexPoint(Record, frozen=True):
@@ -126,6 +132,12 @@ class IndexPoint(Record, frozen=True):
     p99_us_ci: list[float] | None = None
     repeats: int | None = None
     repetition: list[int] | None = None
+    recall_ci: list[Num] | None = None
+    recall_before_rescore: Num = None
+    recall_before_rescore_p10: Num = None
+    rescore_p50_us: Num = None
+    build_info: Obj | None = None
+    rebuilds: int | None = None
 
 
 class SweepRecord(IndexPoint, frozen=True):
@@ -192,6 +204,24 @@ class LoadRecord(Record, frozen=True):
     stage_p50_us: dict[str, Num] | None = None
     stage_share: dict[str, Num] | None = None
     retrieve_parts: dict[str, dict[str, float]] | None = None  # an index behind a client
+    cpu_share: dict[str, Num] | None = None
+    cpu_per_request_us: Num = None
+    response_p50_us_ci: list[float] | None = None
+    response_p99_us_ci: list[float] | None = None
+    dispatch_delay_p50_us: Num = None
+    dispatch_delay_p99_us: Num = None
+    idle_dispatch_delay_p99_us: Num = None
+    ttft_p50_us: Num = None
+    ttft_p99_us: Num = None
+    loop_lag_p50_us: Num = None
+    loop_lag_p99_us: Num = None
+    slo_ms: Num = None
+    goodput_qps: Num = None
+    tasks_per_worker: int | None = None
+    offload: str | None = None
+    actors: int | None = None
+    nodes: list[str] | None = None
+    recall_per_query: list[float] | None = None
     simulated: list[str] | None = None
     caveats: list[str] | None = None
     config: Obj | None = None
@@ -227,6 +257,8 @@ class StreamRecord(Record, frozen=True):
     deleted_returned: int | None = None
 
 
+R = TypeVar("R", bound=Record)
+
 #: (kind, version) → the Struct that version of the kind is written and read with.
 SCHEMAS: dict[tuple[str, int], type[Record]] = {
     ("run", 1): RunRecord,
@@ -236,8 +268,12 @@ SCHEMAS: dict[tuple[str, int], type[Record]] = {
     ("stream", 1): StreamRecord,
 }
 
+#: The Struct of each kind's current version → its kind.
+_KIND_OF: dict[type[Record], str] = {}
+
 #: Kind → the version this ragbench writes.
 CURRENT: dict[str, int] = {kind: v for kind, v in sorted(SCHEMAS)}
+_KIND_OF.update({SCHEMAS[(kind, v)]: kind for kind, v in CURRENT.items()})
 
 #: (kind, version) → the function turning a record of that version into one of the next.
 UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -299,8 +335,21 @@ def validate(rec: Mapping[str, Any], cls: type[Record] | None = None) -> None:
         cls = SCHEMAS.get(parsed) if parsed else None
         if cls is None:
             return
+    convert(rec, cls)
+
+
+def convert(rec: Mapping[str, Any], cls: type[R]) -> R:
+    """``rec`` as an instance of ``cls``, or :class:`RecordError` naming the field that does not fit.
+
+    A record made in this process may hold numpy scalars or tuples: they are
+    read as the JSON values they are written as.
+    """
     try:
-        msgspec.convert(rec, cls, str_keys=True)
+        try:
+            return msgspec.convert(rec, cls, str_keys=True)
+        except msgspec.ValidationError:
+            plain = msgspec.to_builtins(rec, enc_hook=_plain, str_keys=True)
+            return msgspec.convert(plain, cls, str_keys=True)
     except msgspec.ValidationError as exc:
         text = str(exc).replace("`", "")
         msg, _, where = text.partition(" - at $")
@@ -309,6 +358,51 @@ def validate(rec: Mapping[str, Any], cls: type[Record] | None = None) -> None:
         raise RecordError(
             f"{rec.get('kind')} record ({rec.get('schema')}): {what}: {msg[:1].lower()}{msg[1:]}"
         ) from None
+
+
+def _plain(obj: Any) -> Any:
+    """A value msgspec does not know (numpy scalar or array, path) as the JSON value it is written as."""
+    tolist = getattr(obj, "tolist", None)
+    return tolist() if tolist is not None else str(obj)
+
+
+def read_struct(rec: Mapping[str, Any] | Record, cls: type[R]) -> R:
+    """A stored record (a dict) as the Struct of its kind's current version: how readers take records.
+
+    Older versions are read with their own Struct and upgraded, newer ones
+    refused, a field of the wrong type named (:func:`check_record`);
+    ``cls`` is the Struct the reader expects (a record of another kind is a
+    :class:`RecordError`). A field the record lacks is None on the Struct,
+    never a made-up value; a Struct passes through.
+    """
+    if isinstance(rec, Record):
+        if not isinstance(rec, cls):
+            raise RecordError(f"a {rec.kind} record where a {_kind_of(cls)} record was expected")
+        return rec
+    if "schema" not in rec and "kind" not in rec and cls in _KIND_OF:
+        # a partial record a driver has not stamped yet: read as the current version of cls
+        kind = _KIND_OF[cls]
+        return convert({**rec, "schema": schema_name(kind), "kind": kind}, cls)
+    parsed = schema_version(rec.get("schema"))
+    if parsed is not None and parsed[0] == rec.get("kind") and CURRENT.get(parsed[0]) == parsed[1]:
+        out = convert(rec, SCHEMAS[parsed])  # the current version: one conversion
+    else:
+        upgraded = check_record(rec)
+        out = convert(upgraded, SCHEMAS[(upgraded["kind"], CURRENT[upgraded["kind"]])])
+    if not isinstance(out, cls):
+        raise RecordError(f"a {out.kind} record where a {_kind_of(cls)} record was expected")
+    return out
+
+
+def _kind_of(cls: type[Record]) -> str:
+    return _KIND_OF.get(cls, cls.__name__)
+
+
+def need(value: T | None, name: str) -> T:
+    """``value``, or ``KeyError(name)`` when a record lacks a field its reader cannot do without."""
+    if value is None:
+        raise KeyError(name)
+    return value
 
 
 def records_schema(kind: str | None = None) -> dict[str, Any]:

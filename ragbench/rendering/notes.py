@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..records import caveats_of
+from ..record_schema import IndexPoint, LoadRecord, Record, RunRecord, read_struct
 from ..rerankers import CAVEAT_PREFIX
 from .cells import num
 
@@ -15,12 +15,17 @@ __all__ = [
     "connection_note",
     "filter_note",
     "hardware_note",
+    "record_caveats",
+    "typed",
     "llm_note",
     "retrieve_parts_note",
     "simulated_note",
     "stage_label",
 ]
 
+
+#: The kinds that carry ``simulated`` and ``caveats``.
+RunOrLoad = (RunRecord, LoadRecord)
 
 SETUP_LABELS = {
     "dataset_load": "dataset load",
@@ -37,63 +42,78 @@ SETUP_LABELS = {
 }
 
 
-def simulated_note(records: Iterable[Mapping[str, Any]]) -> str:
+def typed(records: Iterable[Mapping[str, Any] | Record]) -> list[Record]:
+    """Records of any kinds as their kinds' Structs (:func:`ragbench.record_schema.read_struct`)."""
+    return [read_struct(r, Record) for r in records]
+
+
+def record_caveats(records: Iterable[Record]) -> list[str]:
+    """Every caveat the run and load records carry (a random-weight LLM, ...), once each, sorted."""
+    return sorted({c for r in records if isinstance(r, RunOrLoad) for c in r.caveats or []})
+
+
+def simulated_note(records: Iterable[Mapping[str, Any] | Record]) -> str:
     """``  [SIMULATED: ...]`` and each caveat (``  [RANDOM WEIGHTS ...]``) of ``records``, for a title."""
-    recs = list(records)
-    sim = sorted({s for r in recs for s in r.get("simulated") or []})
+    recs = typed(records)
+    sim = sorted({s for r in recs if isinstance(r, RunOrLoad) for s in r.simulated or []})
     out = f"  [SIMULATED: {', '.join(sim)}]" if sim else ""
-    return out + "".join(f"  [{c}]" for c in caveats_of(recs))
+    return out + "".join(f"  [{c}]" for c in record_caveats(recs))
 
 
-def _generate_label(records: Sequence[Mapping[str, Any]], short: bool = False) -> str:
+def _generate_label(records: Sequence[Record], short: bool = False) -> str:
     """``generate``, marked when its timings are simulated or its model has random weights."""
-    if any(r.get("simulated") for r in records):
+    if any(isinstance(r, RunOrLoad) and r.simulated for r in records):
         return "generate (sim)" if short else "generate (simulated)"
-    if any(not c.startswith(CAVEAT_PREFIX) for c in caveats_of(records)):
+    if any(not c.startswith(CAVEAT_PREFIX) for c in record_caveats(records)):
         return "generate (rand. w.)" if short else "generate (random weights)"
     return "generate"
 
 
-def stage_label(name: str, records: Sequence[Mapping[str, Any]], short: bool = False) -> str:
+def stage_label(
+    name: str, records: Sequence[Mapping[str, Any] | Record], short: bool = False
+) -> str:
     """A stage's column or row name, marked when its timings or its model say so."""
+    recs = typed(records)
     if name == "generate":
-        return _generate_label(records, short)
-    if name == "rerank" and any(c.startswith(CAVEAT_PREFIX) for c in caveats_of(records)):
+        return _generate_label(recs, short)
+    if name == "rerank" and any(c.startswith(CAVEAT_PREFIX) for c in record_caveats(recs)):
         return "rerank (rand. w.)" if short else "rerank (random weights)"
     return name
 
 
-def llm_note(rec: Mapping[str, Any]) -> str:
+def llm_note(rec: Mapping[str, Any] | RunRecord) -> str:
     """The LLM's own prompt token count and the inter-token latency after the first token ("" if none)."""
+    run = read_struct(rec, RunRecord)
     parts = []
-    if rec.get("model_prompt_tokens_p50") is not None:
-        approx = rec.get("prompt_tokens") or []
+    if run.model_prompt_tokens_p50 is not None:
+        approx = run.prompt_tokens or []
         approx_p50 = sorted(approx)[len(approx) // 2] if approx else None
         parts.append(
-            f"prompt tokens p50: {num(rec['model_prompt_tokens_p50'])} by the model's tokenizer, "
+            f"prompt tokens p50: {num(run.model_prompt_tokens_p50)} by the model's tokenizer, "
             f"{num(approx_p50)} by the prompt budget's approximate count"
         )
-    itl = rec.get("inter_token")
+    itl = run.inter_token
     if itl:
         parts.append(
-            f"after the first token (not in the table): {rec.get('next_tokens')} next tokens, "
+            f"after the first token (not in the table): {run.next_tokens} next tokens, "
             f"inter-token p50 {num(itl.get('p50_us'))} µs, p99 {num(itl.get('p99_us'))} µs "
             "(greedy, KV cache)"
         )
     return "\n".join(parts)
 
 
-def hardware_note(records: Sequence[Mapping[str, Any]]) -> str:
+def hardware_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
     """A line under a table when its rows were measured on different machines ("" when not).
 
     A machine is a record's ``node`` with its environment's CPU model and
     cores; load records offered from several Ray nodes say so too.
     """
+    recs = typed(records)
     machines: dict[tuple[str, str, Any], int] = {}
-    for r in records:
-        env = r.get("env") or {}
+    for r in recs:
+        env = r.env or {}
         key = (
-            str(r.get("node") or env.get("node") or "?"),
+            str(r.node or env.get("node") or "?"),
             str(env.get("cpu") or "?"),
             env.get("cores"),
         )
@@ -109,7 +129,7 @@ def hardware_note(records: Sequence[Mapping[str, Any]]) -> str:
                 for (node, cpu, cores), n in machines.items()
             )
         )
-    senders = sorted({str(n) for r in records for n in (r.get("nodes") or [])})
+    senders = sorted({str(n) for r in recs if isinstance(r, LoadRecord) for n in (r.nodes or [])})
     if len(senders) > 1:
         lines.append(
             f"load offered from {len(senders)} nodes ({', '.join(senders)}); "
@@ -139,26 +159,31 @@ def filter_note(filt: Mapping[str, Any]) -> str:
     )
 
 
-def retrieve_parts_note(rec: Mapping[str, Any]) -> str | None:
+def retrieve_parts_note(rec: Mapping[str, Any] | RunRecord) -> str | None:
     """``retrieve p50 split: send 12 µs, server 480 µs, decode 9 µs`` for an index behind a client."""
-    parts = (rec.get("info") or {}).get("retrieve_parts")
+    run = read_struct(rec, RunRecord)
+    parts = (run.info or {}).get("retrieve_parts")
     if not parts:
         return None
     text = ", ".join(f"{name} {parts[name]['p50_ns'] / 1e3:,.1f} µs" for name in parts)
-    return f"{rec.get('label') or 'run'}: retrieve p50 split (the index's client): {text}"
+    return f"{run.label or 'run'}: retrieve p50 split (the index's client): {text}"
 
 
-def _build_of(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _build_of(rec: Record) -> Mapping[str, Any] | None:
     """How a record's index was built: ``build_info`` (sweep, scale) or ``info.index.build`` (run)."""
-    got = rec.get("build_info")
-    if got is None:
-        got = (((rec.get("info") or {}).get("index")) or {}).get("build")
+    got: Any = None
+    if isinstance(rec, IndexPoint):
+        got = rec.build_info
+    elif isinstance(rec, RunRecord):
+        got = ((rec.info or {}).get("index") or {}).get("build")
     return got if isinstance(got, Mapping) else None
 
 
-def build_note(records: Sequence[Mapping[str, Any]]) -> str:
+def build_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
     """One line on how the indexes were built: deterministic or not, cached, rebuilt ("" if unknown)."""
-    known = [b for b in (_build_of(r) for r in records) if b is not None]
+    recs = typed(records)
+    points = [r for r in recs if isinstance(r, IndexPoint)]
+    known = [b for b in (_build_of(r) for r in recs) if b is not None]
     if not known:
         return ""
     fast = sum(1 for b in known if not b.get("deterministic"))
@@ -171,12 +196,12 @@ def build_note(records: Sequence[Mapping[str, Any]]) -> str:
     cached = sum(1 for b in known if b.get("cached"))
     if cached:
         text += f"; {cached} loaded from the index cache (build s: the original build's)"
-    reps = max(int(r.get("rebuilds") or 1) for r in records)
+    reps = max(int(r.rebuilds or 1) if isinstance(r, IndexPoint) else 1 for r in recs)
     if reps > 1:
         text += (
             f"; {reps} builds per point (seed + i): recall = their mean, recall ± = the envelope "
             "of the builds' 95 % intervals over queries"
         )
-    elif any(r.get("recall_ci") for r in records):
+    elif any(r.recall_ci for r in points):
         text += "; recall ±: 95 % bootstrap interval over queries"
     return text

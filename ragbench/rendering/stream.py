@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..record_schema import StreamRecord, need, read_struct
 from .cells import num, text_table
 
 __all__ = [
@@ -12,12 +13,14 @@ __all__ = [
 ]
 
 
-def stream_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> str:
+def stream_table(records: Sequence[Mapping[str, Any] | StreamRecord], *, width: int = 400) -> str:
     """One row per stream checkpoint: live rows, recall, search/insert/delete latency, freshness."""
-    r0 = records[0]
+    recs = [read_struct(r, StreamRecord) for r in records]
+    r0 = recs[0]
     title = (
-        f"stream — {r0['dataset']} {r0['index']} n={r0['n']} k={r0['k']}, built on "
-        f"{r0['initial']} rows; µs per call, freshness in s"
+        f"stream — {need(r0.dataset, 'dataset')} {need(r0.index, 'index')} n={need(r0.n, 'n')} "
+        f"k={need(r0.k, 'k')}, built on {need(r0.initial, 'initial')} rows; µs per call, "
+        "freshness in s"
     )
     cols = [("checkpoint", "right")] + [
         (c, "right")
@@ -27,27 +30,27 @@ def stream_table(records: Sequence[Mapping[str, Any]], *, width: int = 400) -> s
             "searches ok/failed", "writes ok/failed", "deleted returned",
         )
     ]  # fmt: skip
-    rows = []
-    for r in records:
-        s, i, d, f = r["search"], r["insert"], r["delete"], r["freshness"]
-        rows.append(
-            [
-                str(r["checkpoint"]),
-                f"{r['elapsed_s']:.1f}",
-                num(r["live"]),
-                f"{r['recall']:.4f}",
-                f"{r['recall_p10']:.3f}",
-                num(s["p50_us"]),
-                num(s["p99_us"]),
-                num(i["p50_us"]),
-                num(i["p99_us"]),
-                num(d["p50_us"]),
-                num(d["p99_us"]),
-                "—" if f["p50_s"] is None else f"{f['p50_s']:.3f}",
-                "—" if f["p99_s"] is None else f"{f['p99_s']:.3f}",
-                f"{s['completed']}/{s['failed']}",
-                f"{i['completed'] + d['completed']}/{i['failed'] + d['failed']}",
-                str(r["deleted_returned"]),
-            ]
-        )
-    return text_table(title, cols, rows, width=width)
+    return text_table(title, cols, [_row(r) for r in recs], width=width)
+
+
+def _row(r: StreamRecord) -> list[str]:
+    s, i = need(r.search, "search"), need(r.insert, "insert")
+    d, f = need(r.delete, "delete"), need(r.freshness, "freshness")
+    return [
+        str(need(r.checkpoint, "checkpoint")),
+        f"{need(r.elapsed_s, 'elapsed_s'):.1f}",
+        num(need(r.live, "live")),
+        f"{need(r.recall, 'recall'):.4f}",
+        f"{need(r.recall_p10, 'recall_p10'):.3f}",
+        num(s["p50_us"]),
+        num(s["p99_us"]),
+        num(i["p50_us"]),
+        num(i["p99_us"]),
+        num(d["p50_us"]),
+        num(d["p99_us"]),
+        "—" if f["p50_s"] is None else f"{f['p50_s']:.3f}",
+        "—" if f["p99_s"] is None else f"{f['p99_s']:.3f}",
+        f"{s['completed']}/{s['failed']}",
+        f"{i['completed'] + d['completed']}/{i['failed'] + d['failed']}",
+        str(need(r.deleted_returned, "deleted_returned")),
+    ]
