@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Num = float | None  # a statistic: NaN when nothing was measured, None when not applicable
+Num = int | float | None  # a statistic (an int stays an int): NaN if nothing measured, None if n/a
 Obj = dict[str, Any]
 
 
