@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..record_schema import RunRecord, StreamRecord, need, read_struct
 from ..records import pareto, records_of
 from .cells import num
 from .points import params_text
@@ -16,46 +17,48 @@ __all__ = [
 ]
 
 
-def _retrieve_ratio(rec: Mapping[str, Any], first: Mapping[str, Any]) -> float | None:
+def _retrieve_ratio(rec: RunRecord, first: RunRecord) -> float | None:
     """``rec``'s retrieve p50 over that of ``first`` (the file's first run on the same dataset)."""
-    mine = (rec["summary"].get("retrieve") or {}).get("p50_us")
-    base = (first["summary"].get("retrieve") or {}).get("p50_us")
+    mine = (need(rec.summary, "summary").get("retrieve") or {}).get("p50_us")
+    base = (need(first.summary, "summary").get("retrieve") or {}).get("p50_us")
     return mine / base if mine and base else None
 
 
 def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    firsts: dict[Any, Mapping[str, Any]] = {}
-    for rec in records:
-        first = firsts.setdefault((rec.get("dataset") or {}).get("name"), rec)
+    firsts: dict[Any, RunRecord] = {}
+    for rec in (read_struct(r, RunRecord) for r in records):
+        dataset = (rec.dataset or {}).get("name")
+        first = firsts.setdefault(dataset, rec)
+        total = need(rec.total, "total")
         row = {
             "kind": "run",
-            "label": rec.get("label"),
-            "dataset": (rec.get("dataset") or {}).get("name"),
-            "requests": rec.get("requests"),
-            "total_p50_us": rec["total"].get("p50_us"),
-            "total_p50_us_ci": rec["total"].get("p50_us_ci"),
-            "total_p99_us": rec["total"].get("p99_us"),
-            "total_p99_us_ci": rec["total"].get("p99_us_ci"),
-            "recall_at_k": rec.get("recall_at_k"),
-            "recall_p10": rec.get("recall_p10"),
-            "index_build_s": (rec.get("setup_s") or {}).get("index_build"),
-            "payload_bytes_p50": rec.get("payload_bytes_p50"),
+            "label": rec.label,
+            "dataset": dataset,
+            "requests": rec.requests,
+            "total_p50_us": total.get("p50_us"),
+            "total_p50_us_ci": total.get("p50_us_ci"),
+            "total_p99_us": total.get("p99_us"),
+            "total_p99_us_ci": total.get("p99_us_ci"),
+            "recall_at_k": rec.recall_at_k,
+            "recall_p10": rec.recall_p10,
+            "index_build_s": (rec.setup_s or {}).get("index_build"),
+            "payload_bytes_p50": rec.payload_bytes_p50,
         }
-        for stage, stats in rec["summary"].items():
+        for stage, stats in need(rec.summary, "summary").items():
             row[f"{stage}_p50_us"] = stats.get("p50_us")
             row[f"{stage}_p50_us_ci"] = stats.get("p50_us_ci")
             row[f"{stage}_share"] = stats.get("share")
         # × the first row's retrieve p50 (put the reference index first: --index hnsw,...)
         row["retrieve_x_first"] = _retrieve_ratio(rec, first)
         row.update(_part_cells(rec))
-        row["simulated"] = ",".join(rec.get("simulated") or [])
-        row["caveats"] = "; ".join(rec.get("caveats") or [])
+        row["simulated"] = ",".join(rec.simulated or [])
+        row["caveats"] = "; ".join(rec.caveats or [])
         rows.append(row)
     return rows
 
 
-def _part_cells(rec: Mapping[str, Any]) -> dict[str, Any]:
+def _part_cells(rec: RunRecord) -> dict[str, Any]:
     """The parts of a stage a run record carries, as flat columns (only those it has).
 
     ``connection_NAME_p50_us`` (a new connection per request: connect, tls, first_byte;
@@ -63,9 +66,9 @@ def _part_cells(rec: Mapping[str, Any]) -> dict[str, Any]:
     decode) and ``rerank_recall`` (a cross-encoder's own k against exact search).
     """
     cells: dict[str, Any] = {}
-    for name, stats in (rec.get("connection") or {}).items():
+    for name, stats in (rec.connection or {}).items():
         cells[f"connection_{name}_p50_us"] = stats.get("p50_us")
-    info = rec.get("info") or {}
+    info = rec.info or {}
     for name, stats in (info.get("retrieve_parts") or {}).items():
         cells[f"retrieve_{name}_p50_us"] = stats["p50_ns"] / 1e3
     if info.get("rerank_recall") is not None:
@@ -74,6 +77,7 @@ def _part_cells(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Sweep and scale points as stored, every field (a Struct keeps only those it names)."""
     flags = pareto(records_of(records, "sweep"))
     it = iter(flags)
     rows = []
@@ -91,6 +95,7 @@ def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _load_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Load levels as stored, every field but the environment and config blocks."""
     return [
         {k: v for k, v in r.items() if k not in ("env", "config", "schema", "time")}
         for r in records
@@ -108,17 +113,27 @@ def flat_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def _stream_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One flat row per stream checkpoint: the columns of :func:`stream_table`, unrounded."""
     rows = []
-    for r in records:
+    for r in (read_struct(rec, StreamRecord) for rec in records):
         row: dict[str, Any] = {
-            k: r[k]
-            for k in ("kind", "dataset", "index", "n", "k", "initial", "checkpoint", "elapsed_s")
+            "kind": r.kind,
+            "dataset": need(r.dataset, "dataset"),
+            "index": need(r.index, "index"),
+            "n": need(r.n, "n"),
+            "k": need(r.k, "k"),
+            "initial": need(r.initial, "initial"),
+            "checkpoint": need(r.checkpoint, "checkpoint"),
+            "elapsed_s": need(r.elapsed_s, "elapsed_s"),
         }
-        row.update(live=r["live"], recall=r["recall"], recall_p10=r["recall_p10"])
-        for op in ("search", "insert", "delete"):
-            row.update({f"{op}_{q}": r[op][q] for q in ("p50_us", "p99_us")})
-            row[f"{op}_completed"], row[f"{op}_failed"] = r[op]["completed"], r[op]["failed"]
-        row["fresh_p50_s"], row["fresh_p99_s"] = r["freshness"]["p50_s"], r["freshness"]["p99_s"]
-        row["deleted_returned"] = r["deleted_returned"]
+        row.update(live=need(r.live, "live"), recall=need(r.recall, "recall"))
+        row["recall_p10"] = need(r.recall_p10, "recall_p10")
+        ops = {"search": r.search, "insert": r.insert, "delete": r.delete}
+        for op, got in ops.items():
+            stats = need(got, op)
+            row.update({f"{op}_{q}": stats[q] for q in ("p50_us", "p99_us")})
+            row[f"{op}_completed"], row[f"{op}_failed"] = stats["completed"], stats["failed"]
+        fresh = need(r.freshness, "freshness")
+        row["fresh_p50_s"], row["fresh_p99_s"] = fresh["p50_s"], fresh["p99_s"]
+        row["deleted_returned"] = need(r.deleted_returned, "deleted_returned")
         rows.append(row)
     return rows
 
