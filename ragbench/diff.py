@@ -38,13 +38,14 @@ import numpy as np
 
 from . import intervals
 from .errors import ConfigError, DatasetError
-from .records import iter_records, read_benchmark_json
+from .records import iter_records, new_record, read_benchmark_json
 from .rendering import num, text_table
 
 __all__ = [
     "Comparable",
     "DiffRow",
     "diff",
+    "diff_records",
     "diff_table",
     "env_differences",
     "read_comparables",
@@ -143,9 +144,14 @@ def _load(rec: Mapping[str, Any]) -> Comparable:
 
 _READERS = {"sweep": _sweep, "scale": _sweep, "load": _load}
 
+#: Record kinds that hold no timings of their own to compare (a saved diff).
+_NOT_COMPARED = frozenset({"diff"})
+
 
 def _comparable(rec: Mapping[str, Any], where: str) -> Comparable | None:
     """The comparable of one record (None for a run without raw samples), or an error naming the field."""
+    if rec["kind"] in _NOT_COMPARED:
+        return None
     try:
         if rec["kind"] == "run":
             return _runs(rec) if rec.get("samples_ns") else None
@@ -287,6 +293,45 @@ def diff(
         )
     rows = [row for k in keys for row in _rows(a[k], b[k], stat, threshold)]
     return rows, env, only
+
+
+def diff_records(
+    rows: Sequence[DiffRow],
+    env: Sequence[str],
+    sides: tuple[Mapping[str, Comparable], Mapping[str, Comparable]],
+    files: tuple[str, str],
+    *,
+    stat: str,
+    threshold: float,
+) -> list[dict[str, Any]]:
+    """One ``diff`` record per row of :func:`diff` (``ragbench diff A B --out F`` appends them).
+
+    ``sides`` are the comparables of A and B the rows came from (``runs``:
+    the records pooled on each side), ``files`` their paths.
+    """
+    a_side, b_side = sides
+    out = []
+    for r in rows:
+        fields = {
+            "key": r.key,
+            "part": r.part,
+            "compared": a_side[r.key].what,
+            "stat": stat,
+            "a": float(r.a),
+            "b": float(r.b),
+            "ratio": float(r.ratio.value),
+            "ratio_low": float(r.ratio.low),
+            "ratio_high": float(r.ratio.high),
+            "threshold": float(threshold),
+            "verdict": r.verdict,
+            "a_file": files[0],
+            "b_file": files[1],
+            "a_runs": a_side[r.key].runs,
+            "b_runs": b_side[r.key].runs,
+            "env_differences": list(env),
+        }
+        out.append(new_record("diff", fields))
+    return out
 
 
 def single_run_warning(a: Mapping[str, Comparable], b: Mapping[str, Comparable]) -> str | None:

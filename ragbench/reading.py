@@ -19,7 +19,8 @@ nothing is typed in, every figure comes from the records:
   recall every one of them reaches, or at the largest corpus.
 - :func:`load_reading`: the dominant stage under load, the highest level each
   configuration sustained, and the levels at capacity.
-- :func:`diff_reading`: the verdict in total and the largest sure change.
+- :func:`diff_reading`: the verdict in total and the largest sure change;
+  :func:`saved_diff_reading` says the same of saved ``diff`` records.
 
 :func:`reading` dispatches on record kinds, like :func:`ragbench.rendering.render`.
 """
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import intervals
+from .record_schema import DiffRecord, need, read_struct
 from .records import load_level, records_of
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "ranking",
     "reading",
     "run_reading",
+    "saved_diff_reading",
     "scale_reading",
     "sweep_reading",
 ]
@@ -537,6 +540,23 @@ def diff_reading(rows: Iterable[Any]) -> list[str]:
     return lines
 
 
+class _SavedRow:
+    """A saved diff record in the shape :func:`diff_reading` reads (key, part, ratio, verdict)."""
+
+    def __init__(self, rec: DiffRecord) -> None:
+        nan = float("nan")
+        self.key, self.part = need(rec.key, "key"), need(rec.part, "part")
+        low = nan if rec.ratio_low is None else rec.ratio_low
+        high = nan if rec.ratio_high is None else rec.ratio_high
+        self.ratio = intervals.Interval(need(rec.ratio, "ratio"), low, high)
+        self.verdict = need(rec.verdict, "verdict")
+
+
+def saved_diff_reading(records: Records) -> list[str]:
+    """:func:`diff_reading` of saved ``diff`` records (``ragbench diff A B --out F``)."""
+    return diff_reading([_SavedRow(read_struct(r, DiffRecord)) for r in records])
+
+
 def _diff_text(row: Any) -> str:
     iv = row.ratio
     if iv.value != iv.value or iv.value <= 0:
@@ -554,13 +574,14 @@ def _diff_text(row: Any) -> str:
 
 
 def reading(records: Records, *, stat: str = "p50") -> list[str]:
-    """The reading of records of any kinds, kind by kind (run, sweep, scale, load)."""
+    """The reading of records of any kinds, kind by kind (run, sweep, scale, load, diff)."""
     lines: list[str] = []
     for kind, read in (
         ("run", lambda rs: run_reading(rs, stat=stat)),
         ("sweep", sweep_reading),
         ("scale", scale_reading),
         ("load", load_reading),
+        ("diff", saved_diff_reading),
     ):
         of_kind = records_of(records, kind)
         if of_kind:

@@ -257,6 +257,34 @@ class StreamRecord(Record, frozen=True):
     deleted_returned: int | None = None
 
 
+class DiffRecord(Record, frozen=True):
+    """``ragbench.diff/1``: one compared (configuration, part) of ``ragbench diff A B --out F``.
+
+    ``a`` and ``b`` are the statistic ``stat`` of each side in ns (sweep, run
+    and load latencies alike); ``ratio`` is B / A with its 95 % bootstrap
+    interval ``ratio_low``..``ratio_high`` (NaN without raw samples on a side),
+    and ``verdict`` what ``ragbench diff`` concluded at ``threshold``.
+    """
+
+    kind: Literal["diff"] = "diff"
+    key: str | None = None
+    part: str | None = None
+    compared: str | None = None  # the records compared: run, sweep, load, pytest-benchmark
+    stat: str | None = None
+    a: Num = None
+    b: Num = None
+    ratio: Num = None
+    ratio_low: Num = None
+    ratio_high: Num = None
+    threshold: Num = None
+    verdict: str | None = None
+    a_file: str | None = None
+    b_file: str | None = None
+    a_runs: int | None = None
+    b_runs: int | None = None
+    env_differences: list[str] | None = None
+
+
 R = TypeVar("R", bound=Record)
 
 #: (kind, version) → the Struct that version of the kind is written and read with.
@@ -266,6 +294,7 @@ SCHEMAS: dict[tuple[str, int], type[Record]] = {
     ("scale", 1): ScaleRecord,
     ("load", 1): LoadRecord,
     ("stream", 1): StreamRecord,
+    ("diff", 1): DiffRecord,
 }
 
 #: The Struct of each kind's current version → its kind.

@@ -3,15 +3,15 @@
 Everything here reads records (the dicts of :mod:`ragbench.records`), never a
 live pipeline or index, so a saved results file renders exactly like the run
 that wrote it. :func:`render` is the one entry point: it dispatches on each
-record's ``kind`` (run, sweep, scale, load, stream) and on the format
+record's ``kind`` (run, sweep, scale, load, stream, diff) and on the format
 (``table``, ``md``, ``csv``, ``json``).
 
 The package, by concern: :mod:`.cells` (cells and the plain-text table),
 :mod:`.notes` (the lines under a table), :mod:`.runs` (run records, side by
 side), :mod:`.points` (sweep and scale points), :mod:`.load` (load levels),
-:mod:`.stream` (stream checkpoints), :mod:`.markdown` (flat rows for md, csv
-and json), :mod:`.listings` (benchmark files, datasets) and :mod:`.dispatch`
-(:func:`render`).
+:mod:`.stream` (stream checkpoints), :mod:`.diffs` (saved diffs),
+:mod:`.markdown` (flat rows for md, csv and json), :mod:`.listings`
+(benchmark files, datasets) and :mod:`.dispatch` (:func:`render`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .cells import (
     text_table,
     with_ci,
 )
+from .diffs import diff_records_table
 from .dispatch import FORMATS, render, render_checked
 from .listings import benchmark_table, datasets_table, stats_table
 from .load import INVALID_MARK, load_table
@@ -63,6 +64,7 @@ __all__ = [
     "connection_note",
     "cpu_cells",
     "datasets_table",
+    "diff_records_table",
     "event_text",
     "filter_note",
     "filtered_sweep_table",

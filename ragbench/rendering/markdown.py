@@ -107,6 +107,10 @@ def flat_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows += _point_rows([r for r in records if r.get("kind") in ("sweep", "scale")])
     rows += _load_rows(records_of(records, "load"))
     rows += _stream_rows(records_of(records, "stream"))
+    rows += [
+        {k: v for k, v in r.items() if k not in ("env", "schema", "time")}
+        for r in records_of(records, "diff")
+    ]
     return rows
 
 
