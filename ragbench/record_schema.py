@@ -54,28 +54,51 @@ class Record(Struct, kw_only=True, frozen=True):
     env: Obj | None = None
 
 
-class RunRecord(Record, frozen=True):
-    """``ragbench.run/1``: one pipeline run, per-stage statistics and the raw per-request samples."""
+class PipelineRecord(Record, frozen=True):
+    """The fields run and load records share: the pipeline measured, its stages, recall, caveats."""
 
-    kind: Literal["run"] = "run"
     label: str | None = None
     config: Obj | None = None
-    dataset: Obj | None = None
-    info: Obj | None = None
     stages: list[str] | None = None
-    summary: dict[str, Obj] | None = None
-    total: Obj | None = None
     repeats: int | None = None
-    intervals: str | None = None
-    requests: int | None = None
     k: int | None = None
     recall_at_k: Num = None
     recall_p10: Num = None
+    simulated: list[str] | None = None
+    caveats: list[str] | None = None
+
+
+class IndexRecord(Record, frozen=True):
+    """The fields index records share (sweep, scale, stream): the index, its data, its recall."""
+
+    dataset: str | None = None
+    n: int | None = None
+    dim: int | None = None
+    metric: str | None = None
+    k: int | None = None
+    index: str | None = None
+    build: Obj | None = None
+    query: Obj | None = None
+    build_s: Num = None
+    recall: Num = None
+    recall_p10: Num = None
+    recall_per_query: list[float] | None = None
+
+
+class RunRecord(PipelineRecord, frozen=True):
+    """``ragbench.run/1``: one pipeline run, per-stage statistics and the raw per-request samples."""
+
+    kind: Literal["run"] = "run"
+    dataset: Obj | None = None
+    info: Obj | None = None
+    summary: dict[str, Obj] | None = None
+    total: Obj | None = None
+    intervals: str | None = None
+    requests: int | None = None
     payload_bytes_p50: Num = None
     wire_bytes_p50: Num = None
     cache_hit_rate: Num = None
     setup_s: dict[str, float] | None = None
-    simulated: list[str] | None = None
     cache_events: list[Obj] | None = None
     error: str | None = None
     samples_ns: dict[str, list[int]] | None = None
@@ -85,7 +108,6 @@ class RunRecord(Record, frozen=True):
     prompt_tokens: list[int] | None = None
     cache: Obj | None = None
     repetition: list[int] | None = None
-    caveats: list[str] | None = None
     model_prompt_tokens: list[int] | None = None
     model_prompt_tokens_p50: Num = None
     next_tokens: int | None = None
@@ -98,26 +120,14 @@ class RunRecord(Record, frozen=True):
     interleaved: bool | None = None  # False: each configuration in its own task
 
 
-class IndexPoint(Record, frozen=True):
+class IndexPoint(IndexRecord, frozen=True):
     """The fields sweep and scale points share: the index, its data and its measured point."""
 
-    dataset: str | None = None
-    n: int | None = None
-    dim: int | None = None
-    metric: str | None = None
-    k: int | None = None
-    index: str | None = None
-    build: Obj | None = None
-    build_s: Num = None
     memory_bytes: Num = None
     bytes_per_vector: Num = None
     code_bytes_per_vector: Num = None
     rescore_bytes_per_vector: Num = None
-    query: Obj | None = None
     rescore: int | None = None
-    recall: Num = None
-    recall_p10: Num = None
-    recall_per_query: list[float] | None = None
     p50_us: Num = None
     p95_us: Num = None
     p99_us: Num = None
@@ -159,11 +169,10 @@ class ScaleRecord(IndexPoint, frozen=True):
     reached: bool | None = None
 
 
-class LoadRecord(Record, frozen=True):
+class LoadRecord(PipelineRecord, frozen=True):
     """``ragbench.load/1``: one (configuration, offered rate or concurrency) load level."""
 
     kind: Literal["load"] = "load"
-    label: str | None = None
     mode: str | None = None
     worker_kind: str | None = None
     workers: int | None = None
@@ -196,11 +205,6 @@ class LoadRecord(Record, frozen=True):
     generator_ok: bool | None = None
     generator_note: str | None = None
     errors: list[Any] | None = None
-    repeats: int | None = None
-    recall_at_k: Num = None
-    recall_p10: Num = None
-    k: int | None = None
-    stages: list[str] | None = None
     stage_p50_us: dict[str, Num] | None = None
     stage_share: dict[str, Num] | None = None
     retrieve_parts: dict[str, dict[str, float]] | None = None  # an index behind a client
@@ -222,34 +226,19 @@ class LoadRecord(Record, frozen=True):
     actors: int | None = None
     nodes: list[str] | None = None
     recall_per_query: list[float] | None = None
-    simulated: list[str] | None = None
-    caveats: list[str] | None = None
-    config: Obj | None = None
 
 
-class StreamRecord(Record, frozen=True):
+class StreamRecord(IndexRecord, frozen=True):
     """``ragbench.stream/1``: one checkpoint of a stream of inserts and deletes beside queries."""
 
     kind: Literal["stream"] = "stream"
-    dataset: str | None = None
-    n: int | None = None
-    dim: int | None = None
-    metric: str | None = None
-    k: int | None = None
-    index: str | None = None
-    build: Obj | None = None
-    query: Obj | None = None
     initial: int | None = None
-    build_s: Num = None
     options: Obj | None = None
     checkpoint: int | None = None
     elapsed_s: Num = None
     live: int | None = None
     inserted_total: int | None = None
     deleted_total: int | None = None
-    recall: Num = None
-    recall_p10: Num = None
-    recall_per_query: list[float] | None = None
     search: Obj | None = None
     insert: Obj | None = None
     delete: Obj | None = None

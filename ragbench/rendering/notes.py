@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..record_schema import IndexPoint, LoadRecord, Record, RunRecord, read_struct
+from ..record_schema import IndexPoint, LoadRecord, PipelineRecord, Record, RunRecord, read_struct
 from ..rerankers import CAVEAT_PREFIX
 from .cells import num
 
@@ -23,9 +23,6 @@ __all__ = [
     "stage_label",
 ]
 
-
-#: The kinds that carry ``simulated`` and ``caveats``.
-RunOrLoad = (RunRecord, LoadRecord)
 
 SETUP_LABELS = {
     "dataset_load": "dataset load",
@@ -49,20 +46,20 @@ def typed(records: Iterable[Mapping[str, Any] | Record]) -> list[Record]:
 
 def record_caveats(records: Iterable[Record]) -> list[str]:
     """Every caveat the run and load records carry (a random-weight LLM, ...), once each, sorted."""
-    return sorted({c for r in records if isinstance(r, RunOrLoad) for c in r.caveats or []})
+    return sorted({c for r in records if isinstance(r, PipelineRecord) for c in r.caveats or []})
 
 
 def simulated_note(records: Iterable[Mapping[str, Any] | Record]) -> str:
     """``  [SIMULATED: ...]`` and each caveat (``  [RANDOM WEIGHTS ...]``) of ``records``, for a title."""
     recs = typed(records)
-    sim = sorted({s for r in recs if isinstance(r, RunOrLoad) for s in r.simulated or []})
+    sim = sorted({s for r in recs if isinstance(r, PipelineRecord) for s in r.simulated or []})
     out = f"  [SIMULATED: {', '.join(sim)}]" if sim else ""
     return out + "".join(f"  [{c}]" for c in record_caveats(recs))
 
 
 def _generate_label(records: Sequence[Record], short: bool = False) -> str:
     """``generate``, marked when its timings are simulated or its model has random weights."""
-    if any(isinstance(r, RunOrLoad) and r.simulated for r in records):
+    if any(isinstance(r, PipelineRecord) and r.simulated for r in records):
         return "generate (sim)" if short else "generate (simulated)"
     if any(not c.startswith(CAVEAT_PREFIX) for c in record_caveats(records)):
         return "generate (rand. w.)" if short else "generate (random weights)"
