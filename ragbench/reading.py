@@ -34,7 +34,16 @@ from typing import Any
 import numpy as np
 
 from . import intervals
-from .record_schema import DiffRecord, need, read_struct
+from .record_schema import (
+    DiffRecord,
+    IndexPoint,
+    LoadRecord,
+    RunRecord,
+    ScaleRecord,
+    SweepRecord,
+    need,
+    read_struct,
+)
 from .records import load_level, records_of
 
 __all__ = [
@@ -63,9 +72,9 @@ SUSTAINED = 0.95
 SUGGESTED_REPEAT = 5
 
 
-def _cfg(*path: str) -> Callable[[Mapping[str, Any]], Any]:
-    def get(rec: Mapping[str, Any]) -> Any:
-        value: Any = rec.get("config") or {}
+def _cfg(*path: str) -> Callable[[RunRecord], Any]:
+    def get(rec: RunRecord) -> Any:
+        value: Any = rec.config or {}
         for key in path:
             value = value.get(key) if isinstance(value, Mapping) else None
         return value
@@ -74,14 +83,14 @@ def _cfg(*path: str) -> Callable[[Mapping[str, Any]], Any]:
 
 
 #: (what is varied, its plural, how to read it from a run record, the stages it acts on).
-AXES: tuple[tuple[str, str, Callable[[Mapping[str, Any]], Any], tuple[str, ...]], ...] = (
+AXES: tuple[tuple[str, str, Callable[[RunRecord], Any], tuple[str, ...]], ...] = (
     ("index", "indexes", _cfg("retrieve", "backend"), ("retrieve",)),
     ("reranker", "rerankers", _cfg("rerank", "backend"), ("rerank",)),
     ("codec", "codecs", _cfg("serialize", "backend"), ("serialize", "deserialize")),
     ("payload shape", "payload shapes", _cfg("serialize", "shape"), ("serialize", "deserialize")),
     ("transport", "transports", _cfg("transport", "backend"), ("transport",)),
     ("k_candidates", "candidate counts", _cfg("run", "k_candidates"), ("retrieve", "rerank")),
-    ("embedder", "embedders", lambda r: (r.get("info") or {}).get("embedder"), ("embed",)),
+    ("embedder", "embedders", lambda r: (r.info or {}).get("embedder"), ("embed",)),
 )
 
 
@@ -107,31 +116,43 @@ def _stat(stat: str) -> str:
 # ---------------------------------------------------------------- dominance
 
 
-def dominant_stage(records: Records, shares_key: str = "share") -> str | None:
+def _runs(records: Sequence[Mapping[str, Any] | RunRecord]) -> list[RunRecord]:
+    return [read_struct(r, RunRecord) for r in records]
+
+
+def _summary(rec: RunRecord) -> dict[str, dict[str, Any]]:
+    return need(rec.summary, "summary")
+
+
+def dominant_stage(
+    records: Sequence[Mapping[str, Any] | RunRecord], shares_key: str = "share"
+) -> str | None:
     """The stage with at least :data:`DOMINANT_SHARE` of the time in every run record, or ``None``."""
-    found = {_largest(r)[0] for r in records}
+    runs = _runs(records)
+    found = {_largest(r)[0] for r in runs}
     if len(found) != 1:
         return None
     stage = found.pop()
-    ok = all((r["summary"][stage].get(shares_key) or 0.0) >= DOMINANT_SHARE for r in records)
+    ok = all((_summary(r)[stage].get(shares_key) or 0.0) >= DOMINANT_SHARE for r in runs)
     return stage if ok else None
 
 
-def _largest(rec: Mapping[str, Any]) -> tuple[str, float]:
-    shares = {s: float(rec["summary"][s].get("share") or 0.0) for s in rec["stages"]}
+def _largest(rec: RunRecord) -> tuple[str, float]:
+    summary = _summary(rec)
+    shares = {s: float(summary[s].get("share") or 0.0) for s in need(rec.stages, "stages")}
     top = max(shares, key=lambda s: shares[s])
     return top, shares[top]
 
 
-def _simulated(records: Records) -> bool:
-    return any(r.get("simulated") for r in records)
+def _simulated(records: Sequence[RunRecord]) -> bool:
+    return any(r.simulated for r in records)
 
 
-def _share_line(records: Records) -> str:
+def _share_line(records: Sequence[RunRecord]) -> str:
     """Which stage the time before first token goes to, and what the others share."""
     tops = [_largest(r) for r in records]
     stages = {t for t, _ in tops}
-    n_other = max(len(r["stages"]) for r in records) - 1
+    n_other = max(len(need(r.stages, "stages")) for r in records) - 1
     if len(stages) == 1:
         stage = stages.pop()
         shares = [s for _, s in tops]
@@ -145,8 +166,8 @@ def _share_line(records: Records) -> str:
         if len(records) == 1:
             rest = sorted(
                 (
-                    (s, float(records[0]["summary"][s].get("share") or 0.0))
-                    for s in records[0]["stages"]
+                    (s, float(_summary(records[0])[s].get("share") or 0.0))
+                    for s in need(records[0].stages, "stages")
                     if s != stage
                 ),
                 key=lambda x: -x[1],
@@ -155,25 +176,27 @@ def _share_line(records: Records) -> str:
             if rest:
                 line += ", most of it " + ", ".join(f"{s} {_pct(v)}" for s, v in rest)
         return line
-    parts = [f"{r['label']}: {t} {_pct(s)}" for r, (t, s) in zip(records, tops, strict=True)]
+    parts = [f"{r.label}: {t} {_pct(s)}" for r, (t, s) in zip(records, tops, strict=True)]
     return "the largest stage differs between rows: " + "; ".join(parts)
 
 
 # ---------------------------------------------------------------- ranking
 
 
-def _pooled(records: Records, stages: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+def _pooled(
+    records: Sequence[RunRecord], stages: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The summed ns of ``stages`` per request, over every record, and each request's repetition."""
     xs, groups = [], []
-    have_reps = any(r.get("repetition") is not None for r in records)
+    have_reps = any(r.repetition is not None for r in records)
     for r in records:
-        cols = r.get("samples_ns") or {}
+        cols = r.samples_ns or {}
         present = [s for s in stages if s in cols]
         if not present:
             continue
         x = np.sum([np.asarray(cols[s], dtype=np.float64) for s in present], axis=0)
         xs.append(x)
-        reps = r.get("repetition")
+        reps = r.repetition
         groups.append(np.asarray(reps) if reps is not None else np.zeros(x.size, dtype=np.int64))
     if not xs:
         return np.zeros(0), None
@@ -206,13 +229,13 @@ def _step_text(fast: str, slow: str, iv: intervals.Interval) -> str:
 
 
 def _axis_lines(
-    records: Records,
+    records: Sequence[RunRecord],
     axis: tuple[str, str, Callable[..., Any], tuple[str, ...]],
     pooled: bool,
     stat: str,
 ) -> list[str]:
     what, plural, get, stages = axis
-    by: dict[str, list[Mapping[str, Any]]] = {}
+    by: dict[str, list[RunRecord]] = {}
     for r in records:
         by.setdefault(str(get(r)), []).append(r)
     levels = {name: _pooled(rs, stages) for name, rs in by.items()}
@@ -225,7 +248,7 @@ def _axis_lines(
         + ", ".join(_step_text(*step) for step in steps)
     ]
     values = [intervals.point(x, _stat(stat)) for x, _ in levels.values()]
-    total = float(np.mean([r["total"].get("p50_us") or np.nan for r in records])) * 1e3
+    total = float(np.mean([need(r.total, "total").get("p50_us") or np.nan for r in records])) * 1e3
     if total == total and total > 0:
         spread = max(values) - min(values)
         lines[0] += (
@@ -233,7 +256,7 @@ def _axis_lines(
             f"{_pct(spread / total)} of the time before first token"
         )
     if all(_within_noise(iv) for _, _, iv in steps):
-        reps = max(int(r.get("repeats") or 1) for r in records)
+        reps = max(int(r.repeats or 1) for r in records)
         how = (
             f"run with --repeat {SUGGESTED_REPEAT}"
             if reps < SUGGESTED_REPEAT
@@ -243,21 +266,24 @@ def _axis_lines(
     return lines
 
 
-def _varied(records: Records) -> list[tuple[str, str, Callable[..., Any], tuple[str, ...]]]:
+def _varied(
+    records: Sequence[RunRecord],
+) -> list[tuple[str, str, Callable[..., Any], tuple[str, ...]]]:
     return [a for a in AXES if len({repr(a[2](r)) for r in records}) > 1]
 
 
 # ---------------------------------------------------------------- notes
 
 
-def order_note(records: Records) -> str:
+def order_note(records: Sequence[Mapping[str, Any] | RunRecord]) -> str:
     """How the side-by-side order was balanced (or that it was not), from ``info["order"]``."""
-    if any(r.get("interleaved") is False for r in records):
+    runs = _runs(records)
+    if any(r.interleaved is False for r in runs):
         return (
             "order: not interleaved -- each configuration ran in its own task, so their "
             "differences include whatever else ran at the time"
         )
-    found = [(r.get("info") or {}).get("order") for r in records]
+    found = [(r.info or {}).get("order") for r in runs]
     orders = [o for o in found if o]
     if len(records) < 2 or not orders:
         return ""
@@ -287,16 +313,16 @@ def order_note(records: Records) -> str:
     return line
 
 
-def _model_note(records: Records) -> str:
+def _model_note(records: Sequence[RunRecord]) -> str:
     """Why retrieval reads slower here than in ``sweep`` when a model embeds each query first."""
     if not records or dominant_stage(records) != "embed":
         return ""
-    embedders = sorted({str((r.get("info") or {}).get("embedder")) for r in records})
+    embedders = sorted({str((r.info or {}).get("embedder")) for r in records})
     by_index: dict[str, list[float]] = {}
     for r in records:
-        if "retrieve" in r["summary"]:
+        if "retrieve" in _summary(r):
             name = str(_cfg("retrieve", "backend")(r))
-            by_index.setdefault(name, []).append(float(r["summary"]["retrieve"]["p50_us"]))
+            by_index.setdefault(name, []).append(float(_summary(r)["retrieve"]["p50_us"]))
     example = ""
     if by_index:
         parts = [f"{name} {_us(float(np.median(v)))}" for name, v in by_index.items()]
@@ -309,9 +335,9 @@ def _model_note(records: Records) -> str:
     )
 
 
-def _total_line(records: Records) -> str:
+def _total_line(records: Sequence[RunRecord]) -> str:
     """End to end: the fastest and slowest rows by total p50, or that no row is surely faster."""
-    totals = {str(r["label"]): _pooled([r], r["stages"]) for r in records if r.get("samples_ns")}
+    totals = {str(r.label): _pooled([r], need(r.stages, "stages")) for r in records if r.samples_ns}
     if len(totals) < 2:
         return ""
     order = sorted(totals, key=lambda k: intervals.point(totals[k][0], "p50"))
@@ -323,7 +349,7 @@ def _total_line(records: Records) -> str:
         for k in order[1:]
     ]
     if all(_within_noise(iv) for iv in ivs):
-        reps = max(int(r.get("repeats") or 1) for r in records)
+        reps = max(int(r.repeats or 1) for r in records)
         how = (
             f"run with --repeat {SUGGESTED_REPEAT}"
             if reps < SUGGESTED_REPEAT
@@ -335,7 +361,7 @@ def _total_line(records: Records) -> str:
         )
         top = dominant_stage(records)
         if top is not None:
-            widths = [_half_width(r["summary"][top]) for r in records]
+            widths = [_half_width(_summary(r)[top]) for r in records]
             line += f" -- {top}'s own p50 alone is ±{max(widths):.0f} % in one row"
         return line
     slow = ivs[-1]
@@ -352,9 +378,11 @@ def _half_width(summary: Mapping[str, Any]) -> float:
     return 100.0 * (float(ci[1]) - float(ci[0])) / 2.0 / float(value)
 
 
-def run_reading(records: Records, *, stat: str = "p50") -> list[str]:
+def run_reading(
+    records: Sequence[Mapping[str, Any] | RunRecord], *, stat: str = "p50"
+) -> list[str]:
     """The reading of run records (one run, or a comparison): see the module docstring."""
-    runs = [r for r in records if r.get("requests")]
+    runs = [r for r in _runs(records) if r.requests]
     if not runs:
         return []
     lines = [_share_line(runs)]

@@ -397,8 +397,9 @@ def read_struct(rec: Mapping[str, Any] | Record, cls: type[R]) -> R:
         if not isinstance(rec, cls):
             raise RecordError(f"a {rec.kind} record where a {_kind_of(cls)} record was expected")
         return rec
-    if "schema" not in rec and "kind" not in rec and cls in _KIND_OF:
-        # a partial record a driver has not stamped yet: read as the current version of cls
+    if "schema" not in rec and cls in _KIND_OF and rec.get("kind", _KIND_OF[cls]) == _KIND_OF[cls]:
+        # a record built in memory and not stamped yet: read as the current version of cls
+        # (files are read through check_record, which refuses a record without its schema)
         kind = _KIND_OF[cls]
         return convert({**rec, "schema": schema_name(kind), "kind": kind}, cls)
     parsed = schema_version(rec.get("schema"))
