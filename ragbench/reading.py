@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from . import intervals
@@ -401,20 +402,20 @@ def run_reading(
 # ---------------------------------------------------------------- sweeps and scale
 
 
-def _latency(rec: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
-    reps = rec.get("repetition")
-    x = np.asarray(rec.get("latency_ns") or [], dtype=np.float64)
+def _latency(rec: IndexPoint) -> tuple[np.ndarray, np.ndarray | None]:
+    reps = rec.repetition
+    x = np.asarray(rec.latency_ns or [], dtype=np.float64)
     return x, (np.asarray(reps) if reps is not None and len(reps) == x.size else None)
 
 
-def _point_name(rec: Mapping[str, Any]) -> str:
-    params = [f"{k}={v}" for k, v in (rec.get("query") or {}).items()]
-    params += [f"rescore={rec['rescore']}"] if rec.get("rescore") else []
-    return " ".join([str(rec["index"]), *params])
+def _point_name(rec: IndexPoint) -> str:
+    params = [f"{k}={v}" for k, v in (rec.query or {}).items()]
+    params += [f"rescore={rec.rescore}"] if rec.rescore else []
+    return " ".join([str(need(rec.index, "index")), *params])
 
 
-def _rank_points(best: Mapping[str, Mapping[str, Any]], what: str) -> list[str]:
-    if len(best) < 2 or any(not p.get("latency_ns") for p in best.values()):
+def _rank_points(best: Mapping[str, IndexPoint], what: str) -> list[str]:
+    if len(best) < 2 or any(not p.latency_ns for p in best.values()):
         return []
     levels = {_point_name(p): _latency(p) for p in best.values()}
     steps = ranking(levels)
@@ -426,16 +427,19 @@ def _rank_points(best: Mapping[str, Mapping[str, Any]], what: str) -> list[str]:
     return lines
 
 
-def sweep_reading(records: Records) -> list[str]:
+def sweep_reading(records: Sequence[Mapping[str, Any] | SweepRecord]) -> list[str]:
     """The indexes ranked at the best recall all of them reach; what sweep times."""
     if not records:
         return []
-    by: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        by.setdefault(str(r["index"]), []).append(r)
-    reach = min(max(float(p["recall"]) for p in pts) for pts in by.values())
+    by: dict[str, list[SweepRecord]] = {}
+    for r in (read_struct(rec, SweepRecord) for rec in records):
+        by.setdefault(str(need(r.index, "index")), []).append(r)
+    reach = min(max(float(need(p.recall, "recall")) for p in pts) for pts in by.values())
     best = {
-        name: min((p for p in pts if float(p["recall"]) >= reach), key=lambda p: p["p50_us"])
+        name: min(
+            (p for p in pts if float(need(p.recall, "recall")) >= reach),
+            key=lambda p: need(p.p50_us, "p50_us"),
+        )
         for name, pts in by.items()
     }
     lines = []
@@ -446,7 +450,7 @@ def sweep_reading(records: Records) -> list[str]:
     else:
         ((name, p),) = best.items()
         lines.append(
-            f"highest recall {reach:.4f} at {_point_name(p)}, p50 {_us(float(p['p50_us']))}"
+            f"highest recall {reach:.4f} at {_point_name(p)}, p50 {_us(float(need(p.p50_us, 'p50_us')))}"
         )
     lines.append(
         "these times are retrieval alone (one search call at a time, back to back, hot caches); "
@@ -455,17 +459,18 @@ def sweep_reading(records: Records) -> list[str]:
     return lines
 
 
-def scale_reading(records: Records) -> list[str]:
+def scale_reading(records: Sequence[Mapping[str, Any] | ScaleRecord]) -> list[str]:
     """The indexes ranked at the largest corpus size measured."""
     if not records:
         return []
-    n = max(int(r["n"]) for r in records)
-    at = {str(r["index"]): r for r in records if int(r["n"]) == n}
-    missed = sorted(name for name, r in at.items() if not r.get("reached", True))
+    points = [read_struct(r, ScaleRecord) for r in records]
+    n = max(int(need(r.n, "n")) for r in points)
+    at = {str(need(r.index, "index")): r for r in points if int(need(r.n, "n")) == n}
+    missed = sorted(name for name, r in at.items() if r.reached is False)
     lines = _rank_points(at, f"at n={n:,}")
     if missed:
         lines.append(
-            f"WARNING: {', '.join(missed)} did not reach recall {records[0].get('target_recall')} "
+            f"WARNING: {', '.join(missed)} did not reach recall {points[0].target_recall} "
             f"at n={n:,}: its time is not at the same recall as the others'"
         )
     return lines
@@ -474,18 +479,18 @@ def scale_reading(records: Records) -> list[str]:
 # ---------------------------------------------------------------- load
 
 
-def _capacity(rec: Mapping[str, Any]) -> str:
+def _capacity(rec: LoadRecord) -> str:
     """Why a load level was at capacity ("" when it was not)."""
     why = []
-    if rec.get("generator_ok") is False:
-        why.append(str(rec.get("generator_note") or "the load generator said it fell behind"))
-    offered = rec.get("offered_qps")
-    achieved = float(rec.get("achieved_qps") or 0.0)
+    if rec.generator_ok is False:
+        why.append(str(rec.generator_note or "the load generator said it fell behind"))
+    offered = rec.offered_qps
+    achieved = float(rec.achieved_qps or 0.0)
     if offered:
         if achieved < SUSTAINED * float(offered):
             why.append(f"achieved {achieved:,.0f} of {float(offered):,.0f} QPS offered")
         gap_us = 1e6 / float(offered)
-        delay = rec.get("dispatch_delay_p99_us")
+        delay = rec.dispatch_delay_p99_us
         if delay is not None and float(delay) > gap_us:
             why.append(
                 f"dispatch delay p99 {_us(float(delay))} > the {_us(gap_us)} between arrivals"
@@ -493,53 +498,55 @@ def _capacity(rec: Mapping[str, Any]) -> str:
     return "; ".join(why)
 
 
-def load_reading(records: Records) -> list[str]:
+def _level(rec: LoadRecord) -> float:
+    """:func:`ragbench.records.load_level` of a typed load record."""
+    return load_level(msgspec.structs.asdict(rec))
+
+
+def load_reading(records: Sequence[Mapping[str, Any] | LoadRecord]) -> list[str]:
     """The dominant stage under load, each configuration's highest sustained level, levels at capacity."""
     if not records:
         return []
-    closed = records[0].get("mode") == "closed"
+    levels = [read_struct(r, LoadRecord) for r in records]
+    closed = levels[0].mode == "closed"
     lines = []
-    cpu = all("cpu_share" in r for r in records)
-    key = "cpu_share" if cpu else "stage_share"
-    low = [
-        min((r for r in records if r["label"] == lab), key=load_level) for lab in _labels(records)
-    ]
-    shares = [r.get(key) or {} for r in low]
-    tops = {max(s, key=lambda k: s[k]) for s in shares if s}
+    cpu = all(r.cpu_share is not None for r in levels)
+    low = [min((r for r in levels if r.label == lab), key=_level) for lab in _labels(levels)]
+    shares = [(r.cpu_share if cpu else r.stage_share) or {} for r in low]
+    tops = {max(s, key=lambda k: s[k] or 0.0) for s in shares if s}
     if len(tops) == 1:
         top = tops.pop()
-        vals = [float(s[top]) for s in shares]
+        vals = [float(s[top] or 0.0) for s in shares]
         verb = "is" if min(vals) >= DOMINANT_SHARE else "is the largest stage at"
         lines.append(
             f"{top} {verb} {_span(vals, _pct)} of each request's {'CPU' if cpu else 'wall'} time "
             f"at the lowest load level; the other stages share {_span([1 - v for v in vals], _pct)}"
         )
     best = []
-    for lab in _labels(records):
-        pts = [r for r in records if r["label"] == lab]
+    for lab in _labels(levels):
+        pts = [r for r in levels if r.label == lab]
         if closed:
-            top_pt = max(pts, key=lambda r: float(r.get("achieved_qps") or 0.0))
+            top_pt = max(pts, key=lambda r: float(r.achieved_qps or 0.0))
             best.append(
-                f"{lab} {float(top_pt['achieved_qps']):,.0f} QPS at {load_level(top_pt):g} clients"
+                f"{lab} {float(need(top_pt.achieved_qps, 'achieved_qps')):,.0f} QPS at "
+                f"{_level(top_pt):g} clients"
             )
             continue
         ok = [r for r in pts if not _capacity(r)]
         best.append(
-            f"{lab} {max(load_level(r) for r in ok):,g} QPS" if ok else f"{lab} none of the levels"
+            f"{lab} {max(_level(r) for r in ok):,g} QPS" if ok else f"{lab} none of the levels"
         )
     head = "highest throughput" if closed else "highest offered rate sustained"
     lines.append(f"{head}: " + ", ".join(best))
     if not closed:
-        full = [
-            f"{r['label']} @ {load_level(r):,g}: {_capacity(r)}" for r in records if _capacity(r)
-        ]
+        full = [f"{r.label} @ {_level(r):,g}: {_capacity(r)}" for r in levels if _capacity(r)]
         if full:
             lines.append("at capacity (these rows measure a queue): " + " | ".join(full))
     return lines
 
 
-def _labels(records: Records) -> list[str]:
-    return list(dict.fromkeys(str(r["label"]) for r in records))
+def _labels(records: Sequence[LoadRecord]) -> list[str]:
+    return list(dict.fromkeys(str(need(r.label, "label")) for r in records))
 
 
 # ---------------------------------------------------------------- diff
