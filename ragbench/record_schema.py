@@ -15,6 +15,13 @@ records a driver stamps later) and a field a Struct does not name is kept:
 a minor addition does not change the version; renaming, removing or
 retyping a field does. The JSON Schema of every kind comes from these
 Structs (:func:`records_schema`, ``ragbench schema records``).
+
+Readers take a stored record as its kind's current Struct with
+:func:`read_struct` (the same checks, upgrades and refusals; a field the
+record lacks is None, and :func:`need` names one a reader cannot do
+without). Fields several kinds share live in :class:`PipelineRecord` (run,
+load) and :class:`IndexRecord` (sweep, scale, stream); ``diff`` records
+(:class:`DiffRecord`) are what ``ragbench diff A B --out F`` appends.
 """
 
 from __future__ import annotations
