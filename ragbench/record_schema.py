@@ -410,6 +410,8 @@ def read_struct(rec: Mapping[str, Any] | Record, cls: type[R]) -> R:
         kind = _KIND_OF[cls]
         return convert({**rec, "schema": schema_name(kind), "kind": kind}, cls)
     parsed = schema_version(rec.get("schema"))
+    if parsed is not None and "kind" not in rec:  # the schema names the kind
+        rec = {**rec, "kind": parsed[0]}
     if parsed is not None and parsed[0] == rec.get("kind") and CURRENT.get(parsed[0]) == parsed[1]:
         out = convert(rec, SCHEMAS[parsed])  # the current version: one conversion
     else:

@@ -263,8 +263,8 @@ class Report:
                 info=dict(need(run.info, "info")),
                 cache_events=list(run.cache_events or []),
                 error=run.error,
-                env=need(run.env, "env"),
-                time=need(run.time, "time"),
+                env=run.env,
+                time=run.time,
                 cpu_samples_ns=cpu,
                 repetition=np.asarray(run.repetition) if run.repetition is not None else None,
                 caveats=list(run.caveats or []),  # absent from records before caveats
