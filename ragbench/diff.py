@@ -38,13 +38,15 @@ import numpy as np
 
 from . import intervals
 from .errors import ConfigError, DatasetError
-from .records import iter_records, read_benchmark_json
+from .record_schema import IndexPoint, LoadRecord, RecordError, RunRecord, need, read_struct
+from .records import iter_records, new_record, read_benchmark_json
 from .rendering import num, text_table
 
 __all__ = [
     "Comparable",
     "DiffRow",
     "diff",
+    "diff_records",
     "diff_table",
     "env_differences",
     "read_comparables",
@@ -82,28 +84,29 @@ class DiffRow:
     verdict: str
 
 
-def _runs(rec: Mapping[str, Any]) -> Comparable:
-    cols = {n: np.asarray(v, dtype=np.float64) for n, v in rec["samples_ns"].items()}
-    cols["total"] = np.sum([cols[n] for n in rec["stages"]], axis=0)
-    groups = np.asarray(rec["repetition"]) if rec.get("repetition") is not None else None
-    return Comparable(str(rec["label"]), "run", cols, groups, {}, dict(rec.get("env") or {}))
+def _runs(rec: RunRecord) -> Comparable:
+    cols = {
+        n: np.asarray(v, dtype=np.float64) for n, v in need(rec.samples_ns, "samples_ns").items()
+    }
+    cols["total"] = np.sum([cols[n] for n in need(rec.stages, "stages")], axis=0)
+    groups = np.asarray(rec.repetition) if rec.repetition is not None else None
+    return Comparable(str(rec.label), "run", cols, groups, {}, dict(rec.env or {}))
 
 
-def _sweep(rec: Mapping[str, Any]) -> Comparable:
+def _sweep(rec: IndexPoint) -> Comparable:
     params = " ".join(
-        [f"{k}={v}" for k, v in sorted((rec.get("build") or {}).items())]
-        + [f"{k}={v}" for k, v in sorted((rec.get("query") or {}).items())]
-        + ([f"rescore={rec['rescore']}"] if rec.get("rescore") else [])
+        [f"{k}={v}" for k, v in sorted((rec.build or {}).items())]
+        + [f"{k}={v}" for k, v in sorted((rec.query or {}).items())]
+        + ([f"rescore={rec.rescore}"] if rec.rescore else [])
     )
     samples = {}
-    if rec.get("latency_ns"):
-        samples["latency"] = np.asarray(rec["latency_ns"], dtype=np.float64)
-    values = {
-        "latency": {s: rec[f"{s}_us"] * 1e3 for s in ("p50", "p95", "p99") if f"{s}_us" in rec}
-    }
-    key = f"{rec['index']} {params}".strip()
-    groups = np.asarray(rec["repetition"]) if rec.get("repetition") is not None else None
-    return Comparable(key, "sweep", samples, groups, values, dict(rec.get("env") or {}))
+    if rec.latency_ns:
+        samples["latency"] = np.asarray(rec.latency_ns, dtype=np.float64)
+    stats = {"p50": rec.p50_us, "p95": rec.p95_us, "p99": rec.p99_us}
+    values = {"latency": {s: us * 1e3 for s, us in stats.items() if us is not None}}
+    key = f"{need(rec.index, 'index')} {params}".strip()
+    groups = np.asarray(rec.repetition) if rec.repetition is not None else None
+    return Comparable(key, "sweep", samples, groups, values, dict(rec.env or {}))
 
 
 def _bench(entry: Mapping[str, Any], machine: Mapping[str, Any]) -> Comparable:
@@ -129,32 +132,46 @@ def _bench(entry: Mapping[str, Any], machine: Mapping[str, Any]) -> Comparable:
     return Comparable(key, "pytest-benchmark", samples, None, values, env)
 
 
-def _load(rec: Mapping[str, Any]) -> Comparable:
+def _load(rec: LoadRecord) -> Comparable:
     """A load record: response-time summaries only (no raw samples are kept), so no interval."""
-    level = rec.get("concurrency") if rec.get("mode") == "closed" else rec.get("offered_qps")
-    unit = "clients" if rec.get("mode") == "closed" else "QPS"
-    stats = ("mean", "p50", "p90", "p95", "p99", "max")
-    values = {
-        "response": {s: rec[f"response_{s}_us"] * 1e3 for s in stats if f"response_{s}_us" in rec}
+    level = rec.concurrency if rec.mode == "closed" else rec.offered_qps
+    unit = "clients" if rec.mode == "closed" else "QPS"
+    stats = {
+        "p50": rec.response_p50_us,
+        "p90": rec.response_p90_us,
+        "p99": rec.response_p99_us,
+        "max": rec.response_max_us,
     }
-    key = f"{rec['label']} at {level} {unit}"
-    return Comparable(key, "load", {}, None, values, dict(rec.get("env") or {}))
+    values = {"response": {s: us * 1e3 for s, us in stats.items() if us is not None}}
+    key = f"{need(rec.label, 'label')} at {level} {unit}"
+    return Comparable(key, "load", {}, None, values, dict(rec.env or {}))
 
 
-_READERS = {"sweep": _sweep, "scale": _sweep, "load": _load}
+#: Record kinds that hold no timings of their own to compare (a saved diff).
+_NOT_COMPARED = frozenset({"diff"})
 
 
 def _comparable(rec: Mapping[str, Any], where: str) -> Comparable | None:
     """The comparable of one record (None for a run without raw samples), or an error naming the field."""
+    kind = rec["kind"]
+    if kind in _NOT_COMPARED:
+        return None
     try:
-        if rec["kind"] == "run":
-            return _runs(rec) if rec.get("samples_ns") else None
-        return _READERS[rec["kind"]](rec)
+        if kind == "run":
+            run = read_struct(rec, RunRecord)
+            return _runs(run) if run.samples_ns else None
+        if kind in ("sweep", "scale"):
+            return _sweep(read_struct(rec, IndexPoint))
+        if kind == "load":
+            return _load(read_struct(rec, LoadRecord))
+        raise KeyError(kind)
     except KeyError as exc:
-        raise DatasetError(f"{where}: {rec['kind']} record lacks field {exc.args[0]!r}") from None
+        raise DatasetError(f"{where}: {kind} record lacks field {exc.args[0]!r}") from None
+    except RecordError as exc:
+        raise DatasetError(f"{where}: {exc}") from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise DatasetError(
-            f"{where}: {rec['kind']} record has a field of the wrong type or shape ({exc})"
+            f"{where}: {kind} record has a field of the wrong type or shape ({exc})"
         ) from None
 
 
@@ -287,6 +304,45 @@ def diff(
         )
     rows = [row for k in keys for row in _rows(a[k], b[k], stat, threshold)]
     return rows, env, only
+
+
+def diff_records(
+    rows: Sequence[DiffRow],
+    env: Sequence[str],
+    sides: tuple[Mapping[str, Comparable], Mapping[str, Comparable]],
+    files: tuple[str, str],
+    *,
+    stat: str,
+    threshold: float,
+) -> list[dict[str, Any]]:
+    """One ``diff`` record per row of :func:`diff` (``ragbench diff A B --out F`` appends them).
+
+    ``sides`` are the comparables of A and B the rows came from (``runs``:
+    the records pooled on each side), ``files`` their paths.
+    """
+    a_side, b_side = sides
+    out = []
+    for r in rows:
+        fields = {
+            "key": r.key,
+            "part": r.part,
+            "compared": a_side[r.key].what,
+            "stat": stat,
+            "a": float(r.a),
+            "b": float(r.b),
+            "ratio": float(r.ratio.value),
+            "ratio_low": float(r.ratio.low),
+            "ratio_high": float(r.ratio.high),
+            "threshold": float(threshold),
+            "verdict": r.verdict,
+            "a_file": files[0],
+            "b_file": files[1],
+            "a_runs": a_side[r.key].runs,
+            "b_runs": b_side[r.key].runs,
+            "env_differences": list(env),
+        }
+        out.append(new_record("diff", fields))
+    return out
 
 
 def single_run_warning(a: Mapping[str, Comparable], b: Mapping[str, Comparable]) -> str | None:

@@ -16,13 +16,26 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from .errors import ConfigError, MissingDependencyError
 from .files import replace_bytes
 from .reading import dominant_stage
+from .record_schema import (
+    IndexPoint,
+    LoadRecord,
+    PipelineRecord,
+    Record,
+    RunRecord,
+    ScaleRecord,
+    StreamRecord,
+    SweepRecord,
+    need,
+    read_struct,
+)
 from .records import (
-    caveats_of,
     generator_kept_up,
     growth_exponents,
     knees,
@@ -44,6 +57,22 @@ __all__ = [
 
 Records = Sequence[Mapping[str, Any]]
 
+R = TypeVar("R", bound=Record)
+
+#: The Struct each kind's records are drawn from.
+_STRUCTS: dict[str, type[Record]] = {
+    "run": RunRecord,
+    "sweep": SweepRecord,
+    "scale": ScaleRecord,
+    "load": LoadRecord,
+    "stream": StreamRecord,
+}
+
+
+def _plain(rec: Record) -> dict[str, Any]:
+    """A typed record as the mapping the set-wide helpers of :mod:`ragbench.records` take."""
+    return msgspec.structs.asdict(rec)
+
 
 def pyplot() -> Any:
     """``matplotlib.pyplot`` on the non-interactive Agg backend, or an install hint."""
@@ -57,24 +86,25 @@ def pyplot() -> Any:
     return plt
 
 
-def _runs(ax: Any, records: Records, skip: str | None = None) -> None:
+def _runs(ax: Any, records: Sequence[RunRecord], skip: str | None = None) -> None:
     """Stacked horizontal bars: each run's per-stage p50 (µs), simulated parts marked.
 
     ``skip`` leaves one stage out (its colour kept), so the others get the scale.
     """
     stages: list[str] = []
     for r in records:
-        stages += [s for s in r["stages"] if s not in stages]
+        stages += [s for s in need(r.stages, "stages") if s not in stages]
     cmap = pyplot().get_cmap("tab10")
     for row, r in enumerate(records):
         left = 0.0
+        summary = need(r.summary, "summary")
         for j, s in enumerate(stages):
             if s == skip:
                 continue
-            v = r["summary"][s]["p50_us"] if s in r["summary"] else 0.0
+            v = summary[s]["p50_us"] if s in summary else 0.0
             ax.barh(row, v, left=left, color=cmap(j % 10), label=s if row == 0 else None)
             left += v
-    labels = [r["label"] + _llm_mark(r) for r in records]
+    labels = [need(r.label, "label") + _llm_mark(r) for r in records]
     ax.set_yticks(range(len(records)), labels)
     ax.invert_yaxis()
     if skip is not None:
@@ -102,112 +132,118 @@ def _runs(ax: Any, records: Records, skip: str | None = None) -> None:
     )
 
 
-def _llm_mark(rec: Mapping[str, Any]) -> str:
-    if rec.get("simulated"):
+def _llm_mark(rec: RunRecord) -> str:
+    if rec.simulated:
         return " (simulated LLM)"
-    caveats = rec.get("caveats") or []
+    caveats = rec.caveats or []
     llm = any(not c.startswith(CAVEAT_PREFIX) for c in caveats)
     rerank = any(c.startswith(CAVEAT_PREFIX) for c in caveats)
     return (" (LLM random weights)" if llm else "") + (" (rerank random weights)" if rerank else "")
 
 
-def _caveat_text(records: Records) -> str:
+def _caveat_text(records: Sequence[PipelineRecord]) -> str:
     """Each caveat of ``records`` on a line of its own, for a chart title ("" without any)."""
-    caveats = caveats_of(records)
+    caveats = sorted({c for r in records for c in r.caveats or []})
     # wrapped: a long run label leaves the axes (and so the centred title) narrow
     return "".join("\n" + textwrap.fill(f"[{c}]", 40) for c in caveats)
 
 
-def _by(records: Records, key: str) -> dict[str, list[Mapping[str, Any]]]:
-    out: dict[str, list[Mapping[str, Any]]] = {}
+def _by(records: Sequence[R], key: Callable[[R], Any]) -> dict[str, list[R]]:
+    out: dict[str, list[R]] = {}
     for r in records:
-        out.setdefault(str(r[key]), []).append(r)
+        out.setdefault(str(key(r)), []).append(r)
     return out
 
 
-def _filter_lines(ax: Any, records: Records, key: str, label: str) -> None:
+def _index(rec: IndexPoint | StreamRecord) -> str:
+    return need(rec.index, "index")
+
+
+def _filter_lines(
+    ax: Any, records: Sequence[SweepRecord], key: Callable[[SweepRecord], Any], label: str
+) -> None:
     """``key`` against requested selectivity (log x), one line per (index, params, strategy)."""
-    lines: dict[str, list[Mapping[str, Any]]] = {}
+    lines: dict[str, list[SweepRecord]] = {}
     for r in records:
-        if r.get("strategy") is not None:
-            query = ",".join(f"{k}={v}" for k, v in sorted((r.get("query") or {}).items()))
-            lines.setdefault(f"{r['index']} {query} {r['strategy']}".replace("  ", " "), []).append(
-                r
-            )
+        if r.strategy is not None:
+            query = ",".join(f"{k}={v}" for k, v in sorted((r.query or {}).items()))
+            lines.setdefault(f"{r.index} {query} {r.strategy}".replace("  ", " "), []).append(r)
     for name, pts in lines.items():
-        pts = sorted(pts, key=lambda p: p["selectivity"])
-        (line,) = ax.plot([p["selectivity"] for p in pts], [p[key] for p in pts], marker="o")
+        pts = sorted(pts, key=lambda p: need(p.selectivity, "selectivity"))
+        (line,) = ax.plot([p.selectivity for p in pts], [key(p) for p in pts], marker="o")
         line.set_label(name)
-        cliff = (pts[0].get("filter_cliff") or {}).get("selectivity")
+        cliff = (pts[0].filter_cliff or {}).get("selectivity")
         for p in pts:
-            if cliff is not None and p["selectivity"] == cliff:
-                ax.plot([cliff], [p[key]], marker="x", markersize=12, color=line.get_color())
+            if cliff is not None and p.selectivity == cliff:
+                ax.plot([cliff], [key(p)], marker="x", markersize=12, color=line.get_color())
     r0 = records[0]
     ax.set_xscale("log")
     ax.set_xlabel("filter selectivity (fraction of the corpus allowed, log); x = filter cliff")
     ax.set_ylabel(label)
-    ax.set_title(f"{label} vs selectivity — {r0['dataset']} n={r0['n']}")
+    ax.set_title(f"{label} vs selectivity — {need(r0.dataset, 'dataset')} n={need(r0.n, 'n')}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
 
 
-def _filter_recall(ax: Any, records: Records) -> None:
-    _filter_lines(ax, records, "recall", f"recall@{records[0]['k']} (mean)")
+def _filter_recall(ax: Any, records: Sequence[SweepRecord]) -> None:
+    label = f"recall@{need(records[0].k, 'k')} (mean)"
+    _filter_lines(ax, records, lambda p: need(p.recall, "recall"), label)
 
 
-def _filter_p50(ax: Any, records: Records) -> None:
-    _filter_lines(ax, records, "p50_us", "p50 µs per query")
+def _filter_p50(ax: Any, records: Sequence[SweepRecord]) -> None:
+    _filter_lines(ax, records, lambda p: need(p.p50_us, "p50_us"), "p50 µs per query")
     ax.set_yscale("log")
 
 
-def _streams(ax: Any, records: Records) -> None:
+def _streams(ax: Any, records: Sequence[StreamRecord]) -> None:
     """Recall (left axis) and search p50 (right axis) at each checkpoint of a stream run."""
-    for name, pts in _by(records, "index").items():
-        pts = sorted(pts, key=lambda p: p["elapsed_s"])
-        t = [p["elapsed_s"] for p in pts]
-        ax.plot(t, [p["recall"] for p in pts], marker="o", label=f"{name} recall")
+    for name, pts in _by(records, _index).items():
+        pts = sorted(pts, key=lambda p: need(p.elapsed_s, "elapsed_s"))
+        t = [p.elapsed_s for p in pts]
+        ax.plot(t, [need(p.recall, "recall") for p in pts], marker="o", label=f"{name} recall")
     right = ax.twinx()
-    for name, pts in _by(records, "index").items():
-        pts = sorted(pts, key=lambda p: p["elapsed_s"])
-        t = [p["elapsed_s"] for p in pts]
-        right.plot(t, [p["search"]["p50_us"] for p in pts], ls="--", label=f"{name} search p50")
+    for name, pts in _by(records, _index).items():
+        pts = sorted(pts, key=lambda p: need(p.elapsed_s, "elapsed_s"))
+        t = [p.elapsed_s for p in pts]
+        p50 = [need(p.search, "search")["p50_us"] for p in pts]
+        right.plot(t, p50, ls="--", label=f"{name} search p50")
     r0 = records[0]
     ax.set_xlabel("seconds into the stream (checkpoints)")
-    ax.set_ylabel(f"recall@{r0['k']} over the live rows")
+    ax.set_ylabel(f"recall@{need(r0.k, 'k')} over the live rows")
     right.set_ylabel("search p50 µs")
-    ax.set_title(f"stream — {r0['dataset']} n={r0['n']}")
+    ax.set_title(f"stream — {need(r0.dataset, 'dataset')} n={need(r0.n, 'n')}")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower left")
     right.legend(loc="lower right")
 
 
-def _sweeps(ax: Any, records: Records) -> None:
+def _sweeps(ax: Any, records: Sequence[SweepRecord]) -> None:
     """Every point faintly, each index's own Pareto frontier as a line (like ann-benchmarks)."""
-    records = [r for r in records if r.get("strategy") is None] or list(records)
-    for name, pts in _by(records, "index").items():
-        sc = ax.scatter(
-            [p["recall"] for p in pts], [p["qps_single"] for p in pts], s=12, alpha=0.35
-        )
+    records = [r for r in records if r.strategy is None] or list(records)
+    for name, pts in _by(records, _index).items():
+        sc = ax.scatter([p.recall for p in pts], [p.qps_single for p in pts], s=12, alpha=0.35)
+        flags = pareto([_plain(p) for p in pts])
         front = sorted(
-            (p for p, f in zip(pts, pareto(pts), strict=True) if f), key=lambda r: r["recall"]
+            (p for p, f in zip(pts, flags, strict=True) if f),
+            key=lambda r: need(r.recall, "recall"),
         )
         ax.plot(
-            [p["recall"] for p in front],
-            [p["qps_single"] for p in front],
+            [p.recall for p in front],
+            [p.qps_single for p in front],
             marker="o",
             color=tuple(sc.get_facecolor()[0][:3]),
             label=name,
         )
     r0 = records[0]
     ax.set_yscale("log")
-    ax.set_xlabel(f"recall@{r0['k']}")
+    ax.set_xlabel(f"recall@{need(r0.k, 'k')}")
     ax.set_ylabel("queries per second, one query per call, 1 thread (log)")
-    ax.set_title(f"recall vs QPS — {r0['dataset']} n={r0['n']}")
+    ax.set_title(f"recall vs QPS — {need(r0.dataset, 'dataset')} n={need(r0.n, 'n')}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
 
 
-def _sweep_memory(ax: Any, records: Records) -> None:
+def _sweep_memory(ax: Any, records: Sequence[SweepRecord]) -> None:
     """Recall against the index's bytes per vector (log x), each index's frontier as a line.
 
     The frontier keeps the points no other point of the index beats on both
@@ -215,23 +251,23 @@ def _sweep_memory(ax: Any, records: Records) -> None:
     read ``dim × 4`` bytes per candidate from the float32 vectors (kept on
     disk or elsewhere), which the x axis does not count.
     """
-    pts_all = [r for r in records if r.get("bytes_per_vector")]
-    for name, pts in _by(pts_all, "index").items():
-        neg = [{"recall": p["recall"], "fewer": -float(p["bytes_per_vector"])} for p in pts]
+    pts_all = [r for r in records if r.bytes_per_vector]
+    for name, pts in _by(pts_all, _index).items():
+        neg = [{"recall": p.recall, "fewer": -float(need(p.bytes_per_vector, "b"))} for p in pts]
         front = sorted(
             (p for p, f in zip(pts, pareto(neg, y="fewer"), strict=True) if f),
-            key=lambda r: r["bytes_per_vector"],
+            key=lambda r: need(r.bytes_per_vector, "bytes_per_vector"),
         )
         (line,) = ax.plot(
-            [p["bytes_per_vector"] for p in front],
-            [p["recall"] for p in front],
+            [p.bytes_per_vector for p in front],
+            [p.recall for p in front],
             label=name,
         )
         for hollow in (False, True):
-            sel = [p for p in pts if bool(p.get("rescore")) is hollow]
+            sel = [p for p in pts if bool(p.rescore) is hollow]
             ax.scatter(
-                [p["bytes_per_vector"] for p in sel],
-                [p["recall"] for p in sel],
+                [p.bytes_per_vector for p in sel],
+                [p.recall for p in sel],
                 s=30,
                 alpha=0.85,
                 facecolors="none" if hollow else line.get_color(),
@@ -240,9 +276,9 @@ def _sweep_memory(ax: Any, records: Records) -> None:
     r0 = records[0]
     ax.set_xscale("log")
     ax.set_xlabel("index bytes per vector (serialized size / n, log)")
-    ax.set_ylabel(f"recall@{r0['k']}")
-    title = f"recall vs memory — {r0['dataset']} n={r0['n']}"
-    if any(p.get("rescore") for p in pts_all):
+    ax.set_ylabel(f"recall@{need(r0.k, 'k')}")
+    title = f"recall vs memory — {need(r0.dataset, 'dataset')} n={need(r0.n, 'n')}"
+    if any(p.rescore for p in pts_all):
         title += "\nhollow: re-scored, also reading dim×4 B per candidate"
     if not pts_all:
         title += "\n(no bytes per vector in these records)"
@@ -252,42 +288,46 @@ def _sweep_memory(ax: Any, records: Records) -> None:
         ax.legend()
 
 
-def _scales(ax: Any, records: Records) -> None:
-    exps = growth_exponents(records)
-    for name, pts in _by(records, "index").items():
-        pts = sorted(pts, key=lambda r: r["n"])
+def _scales(ax: Any, records: Sequence[ScaleRecord]) -> None:
+    exps = growth_exponents([_plain(r) for r in records])
+    for name, pts in _by(records, _index).items():
+        pts = sorted(pts, key=lambda r: need(r.n, "n"))
         ax.plot(
-            [p["n"] for p in pts],
-            [p["p50_us"] for p in pts],
+            [p.n for p in pts],
+            [p.p50_us for p in pts],
             marker="o",
             label=f"{name} (slope {exps.get(name, float('nan')):.2f})",
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("corpus size n")
-    ax.set_ylabel(f"p50 µs per query at recall ≥ {records[0]['target_recall']}")
+    ax.set_ylabel(f"p50 µs per query at recall ≥ {need(records[0].target_recall, 'target_recall')}")
     ax.set_title("cost as the corpus grows")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
 
 
-def _loads(ax: Any, records: Records) -> None:
+def _level(rec: LoadRecord) -> float:
+    return load_level(_plain(rec))
+
+
+def _loads(ax: Any, records: Sequence[LoadRecord]) -> None:
     """Response time p50 (solid) and p99 (dashed, failures at the timeout) against offered load."""
-    closed = records[0].get("mode") == "closed"
-    slo = next((r["slo_ms"] for r in records if r.get("slo_ms")), None)
-    knee_at = knees(records, slo) if slo is not None else {}
+    closed = records[0].mode == "closed"
+    slo = next((r.slo_ms for r in records if r.slo_ms), None)
+    knee_at = knees([_plain(r) for r in records], slo) if slo is not None else {}
     invalid = 0
-    for name, pts in _by(records, "label").items():
-        pts = sorted(pts, key=load_level)
-        xs = [load_level(p) for p in pts]
-        (line,) = ax.plot(
-            xs, [p["response_p50_us"] / 1e3 for p in pts], marker="o", label=f"{name} p50"
-        )
-        p99 = [p["response_all_p99_us"] / 1e3 for p in pts]
+    for name, pts in _by(records, lambda r: need(r.label, "label")).items():
+        pts = sorted(pts, key=_level)
+        xs = [_level(p) for p in pts]
+        p50 = [need(p.response_p50_us, "response_p50_us") / 1e3 for p in pts]
+        (line,) = ax.plot(xs, p50, marker="o", label=f"{name} p50")
+        p99 = [need(p.response_all_p99_us, "response_all_p99_us") / 1e3 for p in pts]
         ax.plot(xs, p99, marker="^", linestyle="--", color=line.get_color(), label=f"{name} p99")
         invalid += _hollow(ax, pts, xs, p99, line.get_color())
-        if all(p.get("loop_lag_p99_us") is not None for p in pts):  # asyncio workers
-            lag = [max(p["loop_lag_p99_us"], 1.0) / 1e3 for p in pts]
+        lags = [p.loop_lag_p99_us for p in pts]
+        if all(v is not None for v in lags):  # asyncio workers
+            lag = [max(v or 0.0, 1.0) / 1e3 for v in lags]
             ax.plot(
                 xs,
                 lag,
@@ -321,24 +361,27 @@ def _loads(ax: Any, records: Records) -> None:
             linestyle="none",
             label="hollow: load generator did not keep up (invalid)",
         )
-    sim = sorted({s for r in records for s in r.get("simulated") or []})
+    sim = sorted({s for r in records for s in r.simulated or []})
     r0 = records[0]
     how = "closed loop" if closed else "open loop"
     ax.set_yscale("log")
     ax.set_xlabel("concurrent clients (closed loop)" if closed else "offered QPS (open loop)")
     ax.set_ylabel("response time ms (from scheduled arrival, log)")
-    title = f"response time under load — {how}, {r0.get('workers', 1)} {r0.get('worker_kind', '')} workers"
+    workers = 1 if r0.workers is None else r0.workers
+    title = f"response time under load — {how}, {workers} {r0.worker_kind or ''} workers"
     title += f" [SIMULATED: {', '.join(sim)}]" if sim else ""
     ax.set_title(title + _caveat_text(records), fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
 
 
-def _hollow(ax: Any, pts: Records, xs: list[float], p99: list[float], color: Any) -> int:
+def _hollow(
+    ax: Any, pts: Sequence[LoadRecord], xs: list[float], p99: list[float], color: Any
+) -> int:
     """Hollow markers over the levels whose load generator did not keep up; how many."""
-    bad = [i for i, p in enumerate(pts) if not generator_kept_up(p)]
+    bad = [i for i, p in enumerate(pts) if not generator_kept_up(_plain(p))]
     if bad:
-        p50 = [pts[i]["response_p50_us"] / 1e3 for i in bad]
+        p50 = [need(pts[i].response_p50_us, "response_p50_us") / 1e3 for i in bad]
         for ys, marker in ((p50, "o"), ([p99[i] for i in bad], "^")):
             ax.plot(
                 [xs[i] for i in bad],
@@ -353,22 +396,22 @@ def _hollow(ax: Any, pts: Records, xs: list[float], p99: list[float], color: Any
     return len(bad)
 
 
-def _load_shares(ax: Any, records: Records) -> None:
+def _load_shares(ax: Any, records: Sequence[LoadRecord]) -> None:
     """Per (configuration, load level): each stage's share of CPU time (or wall time), stacked."""
-    cpu = all("cpu_share" in r for r in records)
-    key = "cpu_share" if cpu else "stage_share"
+    cpu = all(r.cpu_share is not None for r in records)
     stages: list[str] = []
     for r in records:
-        stages += [s for s in r.get("stages", []) if s not in stages]
-    rows = sorted(records, key=lambda r: (str(r["label"]), load_level(r)))
+        stages += [s for s in r.stages or [] if s not in stages]
+    rows = sorted(records, key=lambda r: (str(r.label), _level(r)))
     cmap = pyplot().get_cmap("tab10")
     for row, r in enumerate(rows):
         left = 0.0
+        shares = (r.cpu_share if cpu else r.stage_share) or {}
         for j, s in enumerate(stages):
-            v = float((r.get(key) or {}).get(s) or 0.0) * 100
+            v = float(shares.get(s) or 0.0) * 100
             ax.barh(row, v, left=left, color=cmap(j % 10), label=s if row == 0 else None)
             left += v
-    ax.set_yticks(range(len(rows)), [f"{r['label']} @ {load_level(r):g}" for r in rows])
+    ax.set_yticks(range(len(rows)), [f"{r.label} @ {_level(r):g}" for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel(f"% of {'CPU' if cpu else 'wall'} time per request, by stage")
@@ -385,7 +428,7 @@ def _load_shares(ax: Any, records: Records) -> None:
     )
 
 
-PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
+PANELS: dict[str, list[Callable[[Any, Any], None]]] = {
     "run": [_runs],
     "sweep": [_sweeps, _sweep_memory, _filter_recall, _filter_p50],
     "scale": [_scales],
@@ -394,35 +437,37 @@ PANELS: dict[str, list[Callable[[Any, Records], None]]] = {
 }
 
 
-def transport_setting(rec: Mapping[str, Any]) -> str:
+def transport_setting(rec: Mapping[str, Any] | RunRecord) -> str:
     """A run's transport with the settings its config gives: ``grpc compression=gzip``."""
-    table = dict((rec.get("config") or {}).get("transport") or {})
+    table = dict((read_struct(rec, RunRecord).config or {}).get("transport") or {})
     name = str(table.pop("backend", "?"))
     return " ".join([name, *(f"{k}={v}" for k, v in sorted(table.items()))])
 
 
-def varies_payload(records: Records) -> bool:
+def varies_payload(records: Sequence[Mapping[str, Any] | RunRecord]) -> bool:
     """True when runs differ in the hits or embeddings their payloads carry (``--payload-k``)."""
+    runs = [read_struct(r, RunRecord) for r in records]
     shapes = {
         (
-            (r.get("config") or {}).get("run", {}).get("k"),
-            (r.get("config") or {}).get("serialize", {}).get("with_embeddings"),
+            (r.config or {}).get("run", {}).get("k"),
+            (r.config or {}).get("serialize", {}).get("with_embeddings"),
         )
-        for r in records
+        for r in runs
     }
-    return len(shapes) > 1 and all("transport" in r.get("summary", {}) for r in records)
+    return len(shapes) > 1 and all("transport" in (r.summary or {}) for r in runs)
 
 
-def _payload_transport(ax: Any, records: Records) -> None:
+def _payload_transport(ax: Any, records: Sequence[RunRecord]) -> None:
     """Transport p50 µs against payload bytes (log-log), one colour per transport setting.
 
     Solid lines join the payloads without embeddings, dashed ones those with them.
     """
     groups: dict[tuple[str, bool], list[tuple[float, float]]] = {}
     for r in records:
-        if r.get("payload_bytes_p50") and r["summary"]["transport"].get("p50_us"):
-            point = (float(r["payload_bytes_p50"]), float(r["summary"]["transport"]["p50_us"]))
-            emb = bool((r.get("config") or {}).get("serialize", {}).get("with_embeddings"))
+        transport = need(r.summary, "summary")["transport"]
+        if r.payload_bytes_p50 and transport.get("p50_us"):
+            point = (float(r.payload_bytes_p50), float(transport["p50_us"]))
+            emb = bool((r.config or {}).get("serialize", {}).get("with_embeddings"))
             groups.setdefault((transport_setting(r), emb), []).append(point)
     markers = "osD^v<>ph*"
     settings = sorted({name for name, _ in groups})
@@ -452,7 +497,7 @@ def _payload_transport(ax: Any, records: Records) -> None:
 
 def payload_figure(records: Records) -> Any:
     """Only the transport-vs-payload panel of the run records (``compare --payload-k``)."""
-    runs = [r for r in records_of(records, "run") if r.get("requests")]
+    runs = [r for r in _typed(records, "run") if isinstance(r, RunRecord) and r.requests]
     if not runs or not varies_payload(runs):
         raise ConfigError("nothing to plot: no runs varying the payload (compare --payload-k)")
     fig, ax = pyplot().subplots(figsize=(9, 6))
@@ -461,8 +506,8 @@ def payload_figure(records: Records) -> Any:
     return fig
 
 
-def _without_dominant(stage: str) -> Callable[[Any, Records], None]:
-    def draw(ax: Any, records: Records) -> None:
+def _without_dominant(stage: str) -> Callable[[Any, Sequence[RunRecord]], None]:
+    def draw(ax: Any, records: Sequence[RunRecord]) -> None:
         _runs(ax, records, skip=stage)
 
     return draw
@@ -475,15 +520,16 @@ def figure(records: Records) -> Any:
     a model's embed is ~97 % of a pydocs request), the runs get a second panel
     without it, so the differences between the varied stages can be seen.
     """
-    filtered = any(r.get("strategy") is not None for r in records_of(records, "sweep"))
-    panels = [
+    typed = {kind: _typed(records, kind) for kind in PANELS}
+    filtered = any(isinstance(r, SweepRecord) and r.strategy is not None for r in typed["sweep"])
+    panels: list[tuple[str, Callable[[Any, Any], None]]] = [
         (k, draw)
         for k in PANELS
-        if records_of(records, k)
+        if typed[k]
         for draw in PANELS[k]
         if filtered or draw not in (_filter_recall, _filter_p50)
     ]
-    runs = [r for r in records_of(records, "run") if r.get("requests")]
+    runs = [r for r in typed["run"] if isinstance(r, RunRecord) and r.requests]
     dominant = dominant_stage(runs) if runs else None
     if dominant is not None:
         at = [k for k, _ in panels].index("run") + 1
@@ -493,13 +539,18 @@ def figure(records: Records) -> Any:
     if not panels:
         raise ConfigError("nothing to plot: no run, sweep, scale, load or stream records")
     plt = pyplot()
-    rows = max(len(records_of(records, "run")), len(records_of(records, "load")))
+    rows = max(len(typed["run"]), len(typed["load"]))
     height = max(5.0, 2.2 + 0.4 * rows)
     fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), height), squeeze=False)
     for ax, (kind, draw) in zip(axes[0], panels, strict=True):
-        draw(ax, records_of(records, kind))
+        draw(ax, typed[kind])
     fig.tight_layout()
     return fig
+
+
+def _typed(records: Records, kind: str) -> list[Record]:
+    """The records of one kind as that kind's Struct (older versions read, newer ones refused)."""
+    return [read_struct(r, _STRUCTS[kind]) for r in records_of(records, kind)]
 
 
 def chart_path(path: str | PathLike[str]) -> Path:

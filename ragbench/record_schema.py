@@ -15,13 +15,20 @@ records a driver stamps later) and a field a Struct does not name is kept:
 a minor addition does not change the version; renaming, removing or
 retyping a field does. The JSON Schema of every kind comes from these
 Structs (:func:`records_schema`, ``ragbench schema records``).
+
+Readers take a stored record as its kind's current Struct with
+:func:`read_struct` (the same checks, upgrades and refusals; a field the
+record lacks is None, and :func:`need` names one a reader cannot do
+without). Fields several kinds share live in :class:`PipelineRecord` (run,
+load) and :class:`IndexRecord` (sweep, scale, stream); ``diff`` records
+(:class:`DiffRecord`) are what ``ragbench diff A B --out F`` appends.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Struct
@@ -32,12 +39,15 @@ __all__ = [
     "UPGRADES",
     "RecordError",
     "check_record",
+    "need",
+    "read_struct",
     "records_schema",
     "schema_name",
     "schema_version",
 ]
 
-Num = float | None  # a statistic: NaN when nothing was measured, None when not applicable
+T = TypeVar("T")
+Num = int | float | None  # a statistic (an int stays an int): NaN if nothing measured, None if n/a
 Obj = dict[str, Any]
 
 
@@ -51,28 +61,51 @@ class Record(Struct, kw_only=True, frozen=True):
     env: Obj | None = None
 
 
-class RunRecord(Record, frozen=True):
-    """``ragbench.run/1``: one pipeline run, per-stage statistics and the raw per-request samples."""
+class PipelineRecord(Record, frozen=True):
+    """The fields run and load records share: the pipeline measured, its stages, recall, caveats."""
 
-    kind: Literal["run"] = "run"
     label: str | None = None
     config: Obj | None = None
-    dataset: Obj | None = None
-    info: Obj | None = None
     stages: list[str] | None = None
-    summary: dict[str, Obj] | None = None
-    total: Obj | None = None
     repeats: int | None = None
-    intervals: str | None = None
-    requests: int | None = None
     k: int | None = None
     recall_at_k: Num = None
     recall_p10: Num = None
+    simulated: list[str] | None = None
+    caveats: list[str] | None = None
+
+
+class IndexRecord(Record, frozen=True):
+    """The fields index records share (sweep, scale, stream): the index, its data, its recall."""
+
+    dataset: str | None = None
+    n: int | None = None
+    dim: int | None = None
+    metric: str | None = None
+    k: int | None = None
+    index: str | None = None
+    build: Obj | None = None
+    query: Obj | None = None
+    build_s: Num = None
+    recall: Num = None
+    recall_p10: Num = None
+    recall_per_query: list[float] | None = None
+
+
+class RunRecord(PipelineRecord, frozen=True):
+    """``ragbench.run/1``: one pipeline run, per-stage statistics and the raw per-request samples."""
+
+    kind: Literal["run"] = "run"
+    dataset: Obj | None = None
+    info: Obj | None = None
+    summary: dict[str, Obj] | None = None
+    total: Obj | None = None
+    intervals: str | None = None
+    requests: int | None = None
     payload_bytes_p50: Num = None
     wire_bytes_p50: Num = None
     cache_hit_rate: Num = None
     setup_s: dict[str, float] | None = None
-    simulated: list[str] | None = None
     cache_events: list[Obj] | None = None
     error: str | None = None
     samples_ns: dict[str, list[int]] | None = None
@@ -82,7 +115,6 @@ class RunRecord(Record, frozen=True):
     prompt_tokens: list[int] | None = None
     cache: Obj | None = None
     repetition: list[int] | None = None
-    caveats: list[str] | None = None
     model_prompt_tokens: list[int] | None = None
     model_prompt_tokens_p50: Num = None
     next_tokens: int | None = None
@@ -90,28 +122,19 @@ class RunRecord(Record, frozen=True):
     inter_token_ns: list[list[int]] | None = None
     cpu_total: Obj | None = None
     cpu_samples_ns: dict[str, list[int]] | None = None
+    connection: dict[str, Obj] | None = None  # a new connection per request: its parts
+    connection_ns: dict[str, list[int]] | None = None
+    interleaved: bool | None = None  # False: each configuration in its own task
 
 
-class IndexPoint(Record, frozen=True):
+class IndexPoint(IndexRecord, frozen=True):
     """The fields sweep and scale points share: the index, its data and its measured point."""
 
-    dataset: str | None = None
-    n: int | None = None
-    dim: int | None = None
-    metric: str | None = None
-    k: int | None = None
-    index: str | None = None
-    build: Obj | None = None
-    build_s: Num = None
     memory_bytes: Num = None
     bytes_per_vector: Num = None
     code_bytes_per_vector: Num = None
     rescore_bytes_per_vector: Num = None
-    query: Obj | None = None
     rescore: int | None = None
-    recall: Num = None
-    recall_p10: Num = None
-    recall_per_query: list[float] | None = None
     p50_us: Num = None
     p95_us: Num = None
     p99_us: Num = None
@@ -126,6 +149,12 @@ class IndexPoint(Record, frozen=True):
     p99_us_ci: list[float] | None = None
     repeats: int | None = None
     repetition: list[int] | None = None
+    recall_ci: list[Num] | None = None
+    recall_before_rescore: Num = None
+    recall_before_rescore_p10: Num = None
+    rescore_p50_us: Num = None
+    build_info: Obj | None = None
+    rebuilds: int | None = None
 
 
 class SweepRecord(IndexPoint, frozen=True):
@@ -147,11 +176,10 @@ class ScaleRecord(IndexPoint, frozen=True):
     reached: bool | None = None
 
 
-class LoadRecord(Record, frozen=True):
+class LoadRecord(PipelineRecord, frozen=True):
     """``ragbench.load/1``: one (configuration, offered rate or concurrency) load level."""
 
     kind: Literal["load"] = "load"
-    label: str | None = None
     mode: str | None = None
     worker_kind: str | None = None
     workers: int | None = None
@@ -184,47 +212,76 @@ class LoadRecord(Record, frozen=True):
     generator_ok: bool | None = None
     generator_note: str | None = None
     errors: list[Any] | None = None
-    repeats: int | None = None
-    recall_at_k: Num = None
-    recall_p10: Num = None
-    k: int | None = None
-    stages: list[str] | None = None
     stage_p50_us: dict[str, Num] | None = None
     stage_share: dict[str, Num] | None = None
-    simulated: list[str] | None = None
-    caveats: list[str] | None = None
-    config: Obj | None = None
+    retrieve_parts: dict[str, dict[str, float]] | None = None  # an index behind a client
+    cpu_share: dict[str, Num] | None = None
+    cpu_per_request_us: Num = None
+    response_p50_us_ci: list[float] | None = None
+    response_p99_us_ci: list[float] | None = None
+    dispatch_delay_p50_us: Num = None
+    dispatch_delay_p99_us: Num = None
+    idle_dispatch_delay_p99_us: Num = None
+    ttft_p50_us: Num = None
+    ttft_p99_us: Num = None
+    loop_lag_p50_us: Num = None
+    loop_lag_p99_us: Num = None
+    slo_ms: Num = None
+    goodput_qps: Num = None
+    tasks_per_worker: int | None = None
+    offload: str | None = None
+    actors: int | None = None
+    nodes: list[str] | None = None
+    recall_per_query: list[float] | None = None
 
 
-class StreamRecord(Record, frozen=True):
+class StreamRecord(IndexRecord, frozen=True):
     """``ragbench.stream/1``: one checkpoint of a stream of inserts and deletes beside queries."""
 
     kind: Literal["stream"] = "stream"
-    dataset: str | None = None
-    n: int | None = None
-    dim: int | None = None
-    metric: str | None = None
-    k: int | None = None
-    index: str | None = None
-    build: Obj | None = None
-    query: Obj | None = None
     initial: int | None = None
-    build_s: Num = None
     options: Obj | None = None
     checkpoint: int | None = None
     elapsed_s: Num = None
     live: int | None = None
     inserted_total: int | None = None
     deleted_total: int | None = None
-    recall: Num = None
-    recall_p10: Num = None
-    recall_per_query: list[float] | None = None
     search: Obj | None = None
     insert: Obj | None = None
     delete: Obj | None = None
     freshness: Obj | None = None
     deleted_returned: int | None = None
 
+
+class DiffRecord(Record, frozen=True):
+    """``ragbench.diff/1``: one compared (configuration, part) of ``ragbench diff A B --out F``.
+
+    ``a`` and ``b`` are the statistic ``stat`` of each side in ns (sweep, run
+    and load latencies alike); ``ratio`` is B / A with its 95 % bootstrap
+    interval ``ratio_low``..``ratio_high`` (NaN without raw samples on a side),
+    and ``verdict`` what ``ragbench diff`` concluded at ``threshold``.
+    """
+
+    kind: Literal["diff"] = "diff"
+    key: str | None = None
+    part: str | None = None
+    compared: str | None = None  # the records compared: run, sweep, load, pytest-benchmark
+    stat: str | None = None
+    a: Num = None
+    b: Num = None
+    ratio: Num = None
+    ratio_low: Num = None
+    ratio_high: Num = None
+    threshold: Num = None
+    verdict: str | None = None
+    a_file: str | None = None
+    b_file: str | None = None
+    a_runs: int | None = None
+    b_runs: int | None = None
+    env_differences: list[str] | None = None
+
+
+R = TypeVar("R", bound=Record)
 
 #: (kind, version) → the Struct that version of the kind is written and read with.
 SCHEMAS: dict[tuple[str, int], type[Record]] = {
@@ -233,10 +290,15 @@ SCHEMAS: dict[tuple[str, int], type[Record]] = {
     ("scale", 1): ScaleRecord,
     ("load", 1): LoadRecord,
     ("stream", 1): StreamRecord,
+    ("diff", 1): DiffRecord,
 }
+
+#: The Struct of each kind's current version → its kind.
+_KIND_OF: dict[type[Record], str] = {}
 
 #: Kind → the version this ragbench writes.
 CURRENT: dict[str, int] = {kind: v for kind, v in sorted(SCHEMAS)}
+_KIND_OF.update({SCHEMAS[(kind, v)]: kind for kind, v in CURRENT.items()})
 
 #: (kind, version) → the function turning a record of that version into one of the next.
 UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -298,8 +360,21 @@ def validate(rec: Mapping[str, Any], cls: type[Record] | None = None) -> None:
         cls = SCHEMAS.get(parsed) if parsed else None
         if cls is None:
             return
+    convert(rec, cls)
+
+
+def convert(rec: Mapping[str, Any], cls: type[R]) -> R:
+    """``rec`` as an instance of ``cls``, or :class:`RecordError` naming the field that does not fit.
+
+    A record made in this process may hold numpy scalars or tuples: they are
+    read as the JSON values they are written as.
+    """
     try:
-        msgspec.convert(rec, cls, str_keys=True)
+        try:
+            return msgspec.convert(rec, cls, str_keys=True)
+        except msgspec.ValidationError:
+            plain = msgspec.to_builtins(rec, enc_hook=_plain, str_keys=True)
+            return msgspec.convert(plain, cls, str_keys=True)
     except msgspec.ValidationError as exc:
         text = str(exc).replace("`", "")
         msg, _, where = text.partition(" - at $")
@@ -308,6 +383,54 @@ def validate(rec: Mapping[str, Any], cls: type[Record] | None = None) -> None:
         raise RecordError(
             f"{rec.get('kind')} record ({rec.get('schema')}): {what}: {msg[:1].lower()}{msg[1:]}"
         ) from None
+
+
+def _plain(obj: Any) -> Any:
+    """A value msgspec does not know (numpy scalar or array, path) as the JSON value it is written as."""
+    tolist = getattr(obj, "tolist", None)
+    return tolist() if tolist is not None else str(obj)
+
+
+def read_struct(rec: Mapping[str, Any] | Record, cls: type[R]) -> R:
+    """A stored record (a dict) as the Struct of its kind's current version: how readers take records.
+
+    Older versions are read with their own Struct and upgraded, newer ones
+    refused, a field of the wrong type named (:func:`check_record`);
+    ``cls`` is the Struct the reader expects (a record of another kind is a
+    :class:`RecordError`). A field the record lacks is None on the Struct,
+    never a made-up value; a Struct passes through.
+    """
+    if isinstance(rec, Record):
+        if not isinstance(rec, cls):
+            raise RecordError(f"a {rec.kind} record where a {_kind_of(cls)} record was expected")
+        return rec
+    if "schema" not in rec and cls in _KIND_OF and rec.get("kind", _KIND_OF[cls]) == _KIND_OF[cls]:
+        # a record built in memory and not stamped yet: read as the current version of cls
+        # (files are read through check_record, which refuses a record without its schema)
+        kind = _KIND_OF[cls]
+        return convert({**rec, "schema": schema_name(kind), "kind": kind}, cls)
+    parsed = schema_version(rec.get("schema"))
+    if parsed is not None and "kind" not in rec:  # the schema names the kind
+        rec = {**rec, "kind": parsed[0]}
+    if parsed is not None and parsed[0] == rec.get("kind") and CURRENT.get(parsed[0]) == parsed[1]:
+        out = convert(rec, SCHEMAS[parsed])  # the current version: one conversion
+    else:
+        upgraded = check_record(rec)
+        out = convert(upgraded, SCHEMAS[(upgraded["kind"], CURRENT[upgraded["kind"]])])
+    if not isinstance(out, cls):
+        raise RecordError(f"a {out.kind} record where a {_kind_of(cls)} record was expected")
+    return out
+
+
+def _kind_of(cls: type[Record]) -> str:
+    return _KIND_OF.get(cls, cls.__name__)
+
+
+def need(value: T | None, name: str) -> T:
+    """``value``, or ``KeyError(name)`` when a record lacks a field its reader cannot do without."""
+    if value is None:
+        raise KeyError(name)
+    return value
 
 
 def records_schema(kind: str | None = None) -> dict[str, Any]:

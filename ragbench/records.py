@@ -9,6 +9,8 @@ Every result ragbench produces is a JSON-able dict with ``schema``, ``kind``,
     sweep   ragbench.sweep/1    ragbench.sweeps.sweep_points    (index, build, query params)
     scale   ragbench.scale/1    ragbench.sweeps.scale_points    (index, corpus size)
     load    ragbench.load/1     ragbench.traffic.load_points    (configuration, offered rate)
+    stream  ragbench.stream/1   ragbench.streaming              stream checkpoint
+    diff    ragbench.diff/1     ragbench.diff.diff_records      compared (configuration, part)
 
 :func:`new_record` stamps a record of any kind the same way, so a sweep, scale
 or load record carries the environment whether or not it is ever written to a
@@ -40,6 +42,7 @@ from .record_schema import CURRENT, RecordError, check_record, schema_name, vali
 log = logging.getLogger("ragbench.records")
 
 __all__ = [
+    "DIFF_SCHEMA",
     "KINDS",
     "LOAD_SCHEMA",
     "RUN_SCHEMA",
@@ -72,6 +75,7 @@ SWEEP_SCHEMA = schema_name("sweep")
 SCALE_SCHEMA = schema_name("scale")
 LOAD_SCHEMA = schema_name("load")
 STREAM_SCHEMA = schema_name("stream")
+DIFF_SCHEMA = schema_name("diff")
 
 #: Record kind → schema it is written with (one Struct each: :mod:`ragbench.record_schema`).
 KINDS: dict[str, str] = {kind: schema_name(kind) for kind in CURRENT}

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import intervals
 from .errors import DatasetError
-from .record_schema import RecordError, check_record
+from .record_schema import RecordError, RunRecord, need, read_struct
 from .records import RUN_SCHEMA, jsonable, new_record
 from .rendering import run_table
 from .timing import Stats
@@ -237,44 +237,42 @@ class Report:
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> Report:
         """Rebuild a report from a record written by :meth:`to_records`."""
-        if rec.get("schema") != RUN_SCHEMA:
-            try:  # an older version is brought up to date; anything else is refused
-                rec = check_record(rec)
-            except RecordError as exc:
-                raise DatasetError(f"not a {RUN_SCHEMA} record: {exc}") from None
-            if rec.get("kind") != "run":
-                raise DatasetError(f"not a {RUN_SCHEMA} record (schema={rec.get('schema')!r})")
+        try:  # an older version is brought up to date; a newer one or another kind is refused
+            run = read_struct(rec, RunRecord)
+        except RecordError as exc:
+            raise DatasetError(f"not a {RUN_SCHEMA} record: {exc}") from None
         try:
-            names = list(rec["stages"])
-            samples = _matrix(rec["samples_ns"], names)
-            cpu = _matrix(rec["cpu_samples_ns"], names) if "cpu_samples_ns" in rec else None
+            names = list(need(run.stages, "stages"))
+            samples = _matrix(need(run.samples_ns, "samples_ns"), names)
+            cpu = _matrix(run.cpu_samples_ns, names) if run.cpu_samples_ns is not None else None
+            cache = need(run.cache, "cache")
             return cls(
-                label=str(rec["label"]),
-                config=dict(rec["config"]),
+                label=str(need(run.label, "label")),
+                config=dict(need(run.config, "config")),
                 stage_names=names,
                 samples_ns=samples,
-                recall=np.asarray(rec["recall"], dtype=np.float64),
-                payload_bytes=np.asarray(rec["payload_bytes"], dtype=np.int64),
-                wire_bytes=np.asarray(rec["wire_bytes"], dtype=np.int64),
-                prompt_tokens=np.asarray(rec["prompt_tokens"], dtype=np.int64),
-                setup_ns={k: int(v * 1e9) for k, v in rec["setup_s"].items()},
-                cache_hits=rec["cache"]["hits"],
-                cache_lookups=rec["cache"]["lookups"],
-                simulated=list(rec["simulated"]),
-                dataset=dict(rec["dataset"]),
-                info=dict(rec["info"]),
-                cache_events=list(rec.get("cache_events", [])),
-                error=rec["error"],
-                env=rec["env"],
-                time=rec["time"],
+                recall=np.asarray(need(run.recall, "recall"), dtype=np.float64),
+                payload_bytes=np.asarray(need(run.payload_bytes, "payload_bytes"), dtype=np.int64),
+                wire_bytes=np.asarray(need(run.wire_bytes, "wire_bytes"), dtype=np.int64),
+                prompt_tokens=np.asarray(need(run.prompt_tokens, "prompt_tokens"), dtype=np.int64),
+                setup_ns={k: int(v * 1e9) for k, v in need(run.setup_s, "setup_s").items()},
+                cache_hits=cache["hits"],
+                cache_lookups=cache["lookups"],
+                simulated=list(need(run.simulated, "simulated")),
+                dataset=dict(need(run.dataset, "dataset")),
+                info=dict(need(run.info, "info")),
+                cache_events=list(run.cache_events or []),
+                error=run.error,
+                env=run.env,
+                time=run.time,
                 cpu_samples_ns=cpu,
-                repetition=np.asarray(rec["repetition"]) if "repetition" in rec else None,
-                caveats=list(rec.get("caveats") or []),  # absent from records before caveats
-                model_prompt_tokens=_optional(rec, "model_prompt_tokens"),
-                inter_token_ns=_optional(rec, "inter_token_ns"),
+                repetition=np.asarray(run.repetition) if run.repetition is not None else None,
+                caveats=list(run.caveats or []),  # absent from records before caveats
+                model_prompt_tokens=_optional(run.model_prompt_tokens),
+                inter_token_ns=_optional(run.inter_token_ns),
                 connection_ns={
                     part: np.asarray(v, dtype=np.int64)
-                    for part, v in (rec.get("connection_ns") or {}).items()
+                    for part, v in (run.connection_ns or {}).items()
                 }
                 or None,
             )
@@ -299,8 +297,8 @@ def _matrix(columns: Mapping[str, Any], names: list[str]) -> np.ndarray:
     return np.array([columns[n] for n in names], dtype=np.int64).T.reshape(-1, len(names))
 
 
-def _optional(rec: Mapping[str, Any], key: str) -> np.ndarray | None:
-    return np.asarray(rec[key], dtype=np.int64) if rec.get(key) is not None else None
+def _optional(values: Any) -> np.ndarray | None:
+    return np.asarray(values, dtype=np.int64) if values is not None else None
 
 
 def _median(values: np.ndarray) -> float | None:

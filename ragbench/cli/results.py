@@ -10,7 +10,7 @@ import click
 
 from ..errors import ConfigError
 from ..reading import diff_reading, reading
-from ..records import iter_records, read_benchmark_json
+from ..records import RecordWriter, iter_records, read_benchmark_json
 from ..rendering import (
     FORMATS,
     STATS,
@@ -19,7 +19,15 @@ from ..rendering import (
     render_checked,
     stats_table,
 )
-from .options import check_outputs, echo, finish_outputs, parse_count, plot_option, progress
+from .options import (
+    check_outputs,
+    echo,
+    finish_outputs,
+    out_option,
+    parse_count,
+    plot_option,
+    progress,
+)
 
 __all__ = ["datasets", "diff", "report"]
 
@@ -186,11 +194,15 @@ def _threshold(text: str) -> float:
     is_flag=True,
     help="Compare records from different machines or library versions.",
 )
-def diff(a: str, b: str, stat: str, threshold: str, allow_env_mismatch: bool) -> None:
+@out_option("Append one diff record per compared row (JSON lines; ragbench report renders them).")
+def diff(
+    a: str, b: str, stat: str, threshold: str, allow_env_mismatch: bool, out: str | None
+) -> None:
     """Is B faster or slower than A? Per stage and in total, with intervals; exit 1 on a sure regression."""
     from .. import diff as diffing
 
     limit = _threshold(threshold)
+    check_outputs(out=out)
     side_a, side_b = diffing.read_comparables(a), diffing.read_comparables(b)
     rows, env, only = diffing.diff(
         side_a, side_b, stat=stat, threshold=limit, allow_env_mismatch=allow_env_mismatch
@@ -199,5 +211,10 @@ def diff(a: str, b: str, stat: str, threshold: str, allow_env_mismatch: bool) ->
     notes = [warning] if warning else []
     echo(diffing.diff_table(rows, env, only, stat=stat, threshold=limit, notes=notes))
     echo("\n".join(diff_reading(rows)))
+    if out:
+        writer = RecordWriter(out)
+        sides, files = (side_a, side_b), (a, b)
+        writer.write_all(diffing.diff_records(rows, env, sides, files, stat=stat, threshold=limit))
+        finish_outputs(writer)
     if any(r.verdict == diffing.SLOWER for r in rows):
         raise SystemExit(1)

@@ -1,0 +1,69 @@
+"""The reading of a diff: the verdict in total and the largest sure change (rows or saved records)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from .. import intervals
+from ..record_schema import DiffRecord, need, read_struct
+from .common import SUGGESTED_REPEAT, Records, within_noise
+
+__all__ = [
+    "diff_reading",
+    "saved_diff_reading",
+]
+
+
+def diff_reading(rows: Iterable[Any]) -> list[str]:
+    """The total's verdict per configuration, the largest sure stage change, and a noise warning.
+
+    ``rows`` are :class:`ragbench.diff.DiffRow` (``key``, ``part``, ``ratio``, ``verdict``).
+    """
+    rows = list(rows)
+    lines = []
+    for key in dict.fromkeys(r.key for r in rows):
+        mine = [r for r in rows if r.key == key]
+        total = next((r for r in mine if r.part in ("total", "latency")), mine[0])
+        lines.append(f"{key}: {_diff_text(total)}")
+        sure = [r for r in mine if r is not total and not within_noise(r.ratio)]
+        if sure:
+            big = max(sure, key=lambda r: abs(math.log(r.ratio.value)) if r.ratio.value > 0 else 0)
+            lines[-1] += f"; the largest sure change is {big.part}: {_diff_text(big)}"
+    if rows and all(within_noise(r.ratio) for r in rows):
+        lines.append(
+            "WARNING: every difference is within noise; record each side with "
+            f"--repeat {SUGGESTED_REPEAT} (or several runs into one file)"
+        )
+    return lines
+
+
+class _SavedRow:
+    """A saved diff record in the shape :func:`diff_reading` reads (key, part, ratio, verdict)."""
+
+    def __init__(self, rec: DiffRecord) -> None:
+        nan = float("nan")
+        self.key, self.part = need(rec.key, "key"), need(rec.part, "part")
+        low = nan if rec.ratio_low is None else rec.ratio_low
+        high = nan if rec.ratio_high is None else rec.ratio_high
+        self.ratio = intervals.Interval(need(rec.ratio, "ratio"), low, high)
+        self.verdict = need(rec.verdict, "verdict")
+
+
+def saved_diff_reading(records: Records) -> list[str]:
+    """:func:`diff_reading` of saved ``diff`` records (``ragbench diff A B --out F``)."""
+    return diff_reading([_SavedRow(read_struct(r, DiffRecord)) for r in records])
+
+
+def _diff_text(row: Any) -> str:
+    iv = row.ratio
+    if iv.value != iv.value or iv.value <= 0:
+        return "no ratio"
+    if iv.low != iv.low:
+        return f"B / A {iv.value:.2f} (no interval: no raw samples)"
+    if within_noise(iv):
+        return f"no sure difference (B / A {iv.value:.2f} [{iv.low:.2f}, {iv.high:.2f}])"
+    if iv.value < 1:
+        return f"B {1 / iv.value:.2f}× faster than A [{1 / iv.high:.2f}, {1 / iv.low:.2f}]"
+    return f"B {iv.value:.2f}× slower than A [{iv.low:.2f}, {iv.high:.2f}]"

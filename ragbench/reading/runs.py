@@ -1,0 +1,302 @@
+"""The reading of run records: the dominant stage, each varied axis ranked, the total, notes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import intervals
+from ..record_schema import RunRecord, need, read_struct
+from .common import (
+    DOMINANT_SHARE,
+    SUGGESTED_REPEAT,
+    pct_text,
+    ranking,
+    span_text,
+    stat_name,
+    step_text,
+    us_text,
+    within_noise,
+)
+
+__all__ = [
+    "AXES",
+    "dominant_stage",
+    "order_note",
+    "run_reading",
+]
+
+
+def _cfg(*path: str) -> Callable[[RunRecord], Any]:
+    def get(rec: RunRecord) -> Any:
+        value: Any = rec.config or {}
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return value
+
+    return get
+
+
+#: (what is varied, its plural, how to read it from a run record, the stages it acts on).
+AXES: tuple[tuple[str, str, Callable[[RunRecord], Any], tuple[str, ...]], ...] = (
+    ("index", "indexes", _cfg("retrieve", "backend"), ("retrieve",)),
+    ("reranker", "rerankers", _cfg("rerank", "backend"), ("rerank",)),
+    ("codec", "codecs", _cfg("serialize", "backend"), ("serialize", "deserialize")),
+    ("payload shape", "payload shapes", _cfg("serialize", "shape"), ("serialize", "deserialize")),
+    ("transport", "transports", _cfg("transport", "backend"), ("transport",)),
+    ("k_candidates", "candidate counts", _cfg("run", "k_candidates"), ("retrieve", "rerank")),
+    ("embedder", "embedders", lambda r: (r.info or {}).get("embedder"), ("embed",)),
+)
+
+
+def _runs(records: Sequence[Mapping[str, Any] | RunRecord]) -> list[RunRecord]:
+    return [read_struct(r, RunRecord) for r in records]
+
+
+def _summary(rec: RunRecord) -> dict[str, dict[str, Any]]:
+    return need(rec.summary, "summary")
+
+
+def dominant_stage(
+    records: Sequence[Mapping[str, Any] | RunRecord], shares_key: str = "share"
+) -> str | None:
+    """The stage with at least :data:`DOMINANT_SHARE` of the time in every run record, or ``None``."""
+    runs = _runs(records)
+    found = {_largest(r)[0] for r in runs}
+    if len(found) != 1:
+        return None
+    stage = found.pop()
+    ok = all((_summary(r)[stage].get(shares_key) or 0.0) >= DOMINANT_SHARE for r in runs)
+    return stage if ok else None
+
+
+def _largest(rec: RunRecord) -> tuple[str, float]:
+    summary = _summary(rec)
+    shares = {s: float(summary[s].get("share") or 0.0) for s in need(rec.stages, "stages")}
+    top = max(shares, key=lambda s: shares[s])
+    return top, shares[top]
+
+
+def _simulated(records: Sequence[RunRecord]) -> bool:
+    return any(r.simulated for r in records)
+
+
+def _share_line(records: Sequence[RunRecord]) -> str:
+    """Which stage the time before first token goes to, and what the others share."""
+    tops = [_largest(r) for r in records]
+    stages = {t for t, _ in tops}
+    n_other = max(len(need(r.stages, "stages")) for r in records) - 1
+    if len(stages) == 1:
+        stage = stages.pop()
+        shares = [s for _, s in tops]
+        rows = " in every row" if len(records) > 1 else ""
+        verb = "is" if min(shares) >= DOMINANT_SHARE else "is the largest stage at"
+        name = stage + (" (simulated)" if stage == "generate" and _simulated(records) else "")
+        line = (
+            f"{name} {verb} {span_text(shares, pct_text)} of the time before first token{rows}; "
+            f"the other {n_other} stages share {span_text([1 - s for s in shares], pct_text)}"
+        )
+        if len(records) == 1:
+            rest = sorted(
+                (
+                    (s, float(_summary(records[0])[s].get("share") or 0.0))
+                    for s in need(records[0].stages, "stages")
+                    if s != stage
+                ),
+                key=lambda x: -x[1],
+            )[:3]
+            rest = [(s, v) for s, v in rest if v > 0]
+            if rest:
+                line += ", most of it " + ", ".join(f"{s} {pct_text(v)}" for s, v in rest)
+        return line
+    parts = [f"{r.label}: {t} {pct_text(s)}" for r, (t, s) in zip(records, tops, strict=True)]
+    return "the largest stage differs between rows: " + "; ".join(parts)
+
+
+def _pooled(
+    records: Sequence[RunRecord], stages: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The summed ns of ``stages`` per request, over every record, and each request's repetition."""
+    xs, groups = [], []
+    have_reps = any(r.repetition is not None for r in records)
+    for r in records:
+        cols = r.samples_ns or {}
+        present = [s for s in stages if s in cols]
+        if not present:
+            continue
+        x = np.sum([np.asarray(cols[s], dtype=np.float64) for s in present], axis=0)
+        xs.append(x)
+        reps = r.repetition
+        groups.append(np.asarray(reps) if reps is not None else np.zeros(x.size, dtype=np.int64))
+    if not xs:
+        return np.zeros(0), None
+    return np.concatenate(xs), (np.concatenate(groups) if have_reps else None)
+
+
+def _axis_lines(
+    records: Sequence[RunRecord],
+    axis: tuple[str, str, Callable[..., Any], tuple[str, ...]],
+    pooled: bool,
+    stat: str,
+) -> list[str]:
+    what, plural, get, stages = axis
+    by: dict[str, list[RunRecord]] = {}
+    for r in records:
+        by.setdefault(str(get(r)), []).append(r)
+    levels = {name: _pooled(rs, stages) for name, rs in by.items()}
+    if any(x.size == 0 for x, _ in levels.values()):
+        return []
+    steps = ranking(levels, stat)
+    over = ", pooled over the other choices" if pooled else ""
+    lines = [
+        f"{what} ({' + '.join(stages)} {stat_name(stat)}{over}): "
+        + ", ".join(step_text(*step) for step in steps)
+    ]
+    values = [intervals.point(x, stat_name(stat)) for x, _ in levels.values()]
+    total = float(np.mean([need(r.total, "total").get("p50_us") or np.nan for r in records])) * 1e3
+    if total == total and total > 0:
+        spread = max(values) - min(values)
+        lines[0] += (
+            f"; fastest to slowest {what}: {us_text(spread / 1e3)}, "
+            f"{pct_text(spread / total)} of the time before first token"
+        )
+    if all(within_noise(iv) for _, _, iv in steps):
+        reps = max(int(r.repeats or 1) for r in records)
+        how = (
+            f"run with --repeat {SUGGESTED_REPEAT}"
+            if reps < SUGGESTED_REPEAT
+            else "run with more --queries"
+        )
+        lines.append(f"WARNING: the {plural}' differences are within noise; {how}")
+    return lines
+
+
+def _varied(
+    records: Sequence[RunRecord],
+) -> list[tuple[str, str, Callable[..., Any], tuple[str, ...]]]:
+    return [a for a in AXES if len({repr(a[2](r)) for r in records}) > 1]
+
+
+def order_note(records: Sequence[Mapping[str, Any] | RunRecord]) -> str:
+    """How the side-by-side order was balanced (or that it was not), from ``info["order"]``."""
+    runs = _runs(records)
+    if any(r.interleaved is False for r in runs):
+        return (
+            "order: not interleaved -- each configuration ran in its own task, so their "
+            "differences include whatever else ran at the time"
+        )
+    found = [(r.info or {}).get("order") for r in runs]
+    orders = [o for o in found if o]
+    if len(records) < 2 or not orders:
+        return ""
+    o = orders[0]
+    n = int(o.get("configurations") or len(records))
+    if o.get("design") == "same-query":
+        return (
+            f"order: same-query (--order same-query) -- all {n} configurations ran the same "
+            "query in turn, the order rotating each round: the first in a round meets the "
+            "query's data cold, the rest find it warm"
+        )
+    counts = [c for x in orders for c in x.get("positions") or []]
+    offsets = sorted(int(x.get("query_offset") or 0) for x in orders)
+    shown = ", ".join(map(str, offsets))
+    if len(offsets) > 4:
+        shown = f"{offsets[0]}, {offsets[1]}, …, {offsets[-1]}"
+    line = (
+        f"order: balanced (seed {o.get('seed')}) -- each of the {n} configurations ran "
+        f"{span_text(counts, lambda v: f'{v:.0f}')} times in each of the {n} positions "
+        "(Williams design: also balanced for who runs right after whom); in a round each "
+        f"served a different query (offsets {shown}), and every "
+        "configuration ran every query the same number of times"
+    )
+    repeats = int(o.get("consecutive_same_query") or 0)
+    if repeats:
+        line += f"; {repeats} consecutive request pair(s) shared a query (too few queries)"
+    return line
+
+
+def _model_note(records: Sequence[RunRecord]) -> str:
+    """Why retrieval reads slower here than in ``sweep`` when a model embeds each query first."""
+    if not records or dominant_stage(records) != "embed":
+        return ""
+    embedders = sorted({str((r.info or {}).get("embedder")) for r in records})
+    by_index: dict[str, list[float]] = {}
+    for r in records:
+        if "retrieve" in _summary(r):
+            name = str(_cfg("retrieve", "backend")(r))
+            by_index.setdefault(name, []).append(float(_summary(r)["retrieve"]["p50_us"]))
+    example = ""
+    if by_index:
+        parts = [f"{name} {us_text(float(np.median(v)))}" for name, v in by_index.items()]
+        example = f" (retrieve p50 here: {', '.join(parts)})"
+    return (
+        f"note: the embed stage ({', '.join(embedders)}) runs a model's forward pass before every "
+        "retrieval and leaves the CPU caches full of its own data, so the index is read cold"
+        f"{example}; `ragbench sweep` times search calls alone, back to back, with hot caches, "
+        "and reads lower"
+    )
+
+
+def _total_line(records: Sequence[RunRecord]) -> str:
+    """End to end: the fastest and slowest rows by total p50, or that no row is surely faster."""
+    totals = {str(r.label): _pooled([r], need(r.stages, "stages")) for r in records if r.samples_ns}
+    if len(totals) < 2:
+        return ""
+    order = sorted(totals, key=lambda k: intervals.point(totals[k][0], "p50"))
+    fast = totals[order[0]]
+    ivs = [
+        intervals.ratio(
+            fast[0], totals[k][0], "p50", base_groups=fast[1], other_groups=totals[k][1]
+        )
+        for k in order[1:]
+    ]
+    if all(within_noise(iv) for iv in ivs):
+        reps = max(int(r.repeats or 1) for r in records)
+        how = (
+            f"run with --repeat {SUGGESTED_REPEAT}"
+            if reps < SUGGESTED_REPEAT
+            else "run with more --queries"
+        )
+        line = (
+            "WARNING: end to end (total p50) the rows' differences are within noise (every "
+            f"ratio to the fastest, {order[0]}, has an interval including 1.00); {how}"
+        )
+        top = dominant_stage(records)
+        if top is not None:
+            widths = [_half_width(_summary(r)[top]) for r in records]
+            line += f" -- {top}'s own p50 alone is ±{max(widths):.0f} % in one row"
+        return line
+    slow = ivs[-1]
+    return (
+        f"end to end (total p50): {order[0]} fastest, {order[-1]} slowest, "
+        f"{slow.value:.2f}× [{slow.low:.2f}, {slow.high:.2f}]"
+    )
+
+
+def _half_width(summary: Mapping[str, Any]) -> float:
+    ci, value = summary.get("p50_us_ci"), summary.get("p50_us")
+    if not ci or not value:
+        return float("nan")
+    return 100.0 * (float(ci[1]) - float(ci[0])) / 2.0 / float(value)
+
+
+def run_reading(
+    records: Sequence[Mapping[str, Any] | RunRecord], *, stat: str = "p50"
+) -> list[str]:
+    """The reading of run records (one run, or a comparison): see the module docstring."""
+    runs = [r for r in _runs(records) if r.requests]
+    if not runs:
+        return []
+    lines = [_share_line(runs)]
+    varied = _varied(runs)
+    for axis in varied:
+        lines += _axis_lines(runs, axis, len(varied) > 1, stat)
+    total = _total_line(runs)
+    if total:
+        lines.append(total)
+    for note in (_model_note(runs), order_note(runs)):
+        if note:
+            lines.append(note)
+    return lines

@@ -1,0 +1,204 @@
+"""The lines under a table: simulated timings, caveats, hardware, filters, the retrieve split, builds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..record_schema import IndexPoint, LoadRecord, PipelineRecord, Record, RunRecord, read_struct
+from ..rerankers import CAVEAT_PREFIX
+from .cells import num
+
+__all__ = [
+    "SETUP_LABELS",
+    "build_note",
+    "connection_note",
+    "filter_note",
+    "hardware_note",
+    "record_caveats",
+    "typed",
+    "llm_note",
+    "retrieve_parts_note",
+    "simulated_note",
+    "stage_label",
+]
+
+
+SETUP_LABELS = {
+    "dataset_load": "dataset load",
+    "model_load": "model load",
+    "corpus_vectors": "corpus vectors",
+    "query_vectors": "query vectors",
+    "index_build": "index build",
+    "exact_neighbors": "exact neighbours",
+    "query_filters": "query filters",
+    "jit_compile": "JIT compile",
+    "transport_start": "transport start",
+    "generator_start": "LLM start",
+    "warmup": "warm-up",
+}
+
+
+def typed(records: Iterable[Mapping[str, Any] | Record]) -> list[Record]:
+    """Records of any kinds as their kinds' Structs (:func:`ragbench.record_schema.read_struct`)."""
+    return [read_struct(r, Record) for r in records]
+
+
+def record_caveats(records: Iterable[Record]) -> list[str]:
+    """Every caveat the run and load records carry (a random-weight LLM, ...), once each, sorted."""
+    return sorted({c for r in records if isinstance(r, PipelineRecord) for c in r.caveats or []})
+
+
+def simulated_note(records: Iterable[Mapping[str, Any] | Record]) -> str:
+    """``  [SIMULATED: ...]`` and each caveat (``  [RANDOM WEIGHTS ...]``) of ``records``, for a title."""
+    recs = typed(records)
+    sim = sorted({s for r in recs if isinstance(r, PipelineRecord) for s in r.simulated or []})
+    out = f"  [SIMULATED: {', '.join(sim)}]" if sim else ""
+    return out + "".join(f"  [{c}]" for c in record_caveats(recs))
+
+
+def _generate_label(records: Sequence[Record], short: bool = False) -> str:
+    """``generate``, marked when its timings are simulated or its model has random weights."""
+    if any(isinstance(r, PipelineRecord) and r.simulated for r in records):
+        return "generate (sim)" if short else "generate (simulated)"
+    if any(not c.startswith(CAVEAT_PREFIX) for c in record_caveats(records)):
+        return "generate (rand. w.)" if short else "generate (random weights)"
+    return "generate"
+
+
+def stage_label(
+    name: str, records: Sequence[Mapping[str, Any] | Record], short: bool = False
+) -> str:
+    """A stage's column or row name, marked when its timings or its model say so."""
+    recs = typed(records)
+    if name == "generate":
+        return _generate_label(recs, short)
+    if name == "rerank" and any(c.startswith(CAVEAT_PREFIX) for c in record_caveats(recs)):
+        return "rerank (rand. w.)" if short else "rerank (random weights)"
+    return name
+
+
+def llm_note(rec: Mapping[str, Any] | RunRecord) -> str:
+    """The LLM's own prompt token count and the inter-token latency after the first token ("" if none)."""
+    run = read_struct(rec, RunRecord)
+    parts = []
+    if run.model_prompt_tokens_p50 is not None:
+        approx = run.prompt_tokens or []
+        approx_p50 = sorted(approx)[len(approx) // 2] if approx else None
+        parts.append(
+            f"prompt tokens p50: {num(run.model_prompt_tokens_p50)} by the model's tokenizer, "
+            f"{num(approx_p50)} by the prompt budget's approximate count"
+        )
+    itl = run.inter_token
+    if itl:
+        parts.append(
+            f"after the first token (not in the table): {run.next_tokens} next tokens, "
+            f"inter-token p50 {num(itl.get('p50_us'))} µs, p99 {num(itl.get('p99_us'))} µs "
+            "(greedy, KV cache)"
+        )
+    return "\n".join(parts)
+
+
+def hardware_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
+    """A line under a table when its rows were measured on different machines ("" when not).
+
+    A machine is a record's ``node`` with its environment's CPU model and
+    cores; load records offered from several Ray nodes say so too.
+    """
+    recs = typed(records)
+    machines: dict[tuple[str, str, Any], int] = {}
+    for r in recs:
+        env = r.env or {}
+        key = (
+            str(r.node or env.get("node") or "?"),
+            str(env.get("cpu") or "?"),
+            env.get("cores"),
+        )
+        machines[key] = machines.get(key, 0) + 1
+    lines = []
+    if len(machines) > 1:
+        same_cpu = len({(cpu, cores) for _, cpu, cores in machines}) == 1
+        what = "different nodes with the same CPU" if same_cpu else "different hardware"
+        lines.append(
+            f"NOTE: rows measured on {what}: "
+            + "; ".join(
+                f"{node} ({cpu}, {cores} cores) {n} row(s)"
+                for (node, cpu, cores), n in machines.items()
+            )
+        )
+    senders = sorted({str(n) for r in recs if isinstance(r, LoadRecord) for n in (r.nodes or [])})
+    if len(senders) > 1:
+        lines.append(
+            f"load offered from {len(senders)} nodes ({', '.join(senders)}); "
+            "each request timed on the node that sent it"
+        )
+    return "\n".join(lines)
+
+
+def connection_note(parts: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line on a transport's per-request connection set-up (``keep_alive = false``)."""
+    cells = ", ".join(f"{name} {num(s.get('p50_us'))} µs" for name, s in parts.items())
+    return f"transport, new connection per request (p50, inside the transport stage): {cells}"
+
+
+def filter_note(filt: Mapping[str, Any]) -> str:
+    """One line on a run's filter: what was asked, the selectivity reached, the strategy."""
+    if filt.get("from") == "queries":
+        asked = "filters from the queries file"
+    else:
+        corr = "correlated" if filt.get("correlated") else "random"
+        asked = (
+            f"filter on {filt.get('attribute')} at selectivity {filt.get('selectivity')} ({corr})"
+        )
+    return (
+        f"{asked}: achieved mean {filt['achieved_mean']:.4g} "
+        f"[{filt['achieved_min']:.4g}–{filt['achieved_max']:.4g}], strategy {filt.get('strategy')}"
+    )
+
+
+def retrieve_parts_note(rec: Mapping[str, Any] | RunRecord) -> str | None:
+    """``retrieve p50 split: send 12 µs, server 480 µs, decode 9 µs`` for an index behind a client."""
+    run = read_struct(rec, RunRecord)
+    parts = (run.info or {}).get("retrieve_parts")
+    if not parts:
+        return None
+    text = ", ".join(f"{name} {parts[name]['p50_ns'] / 1e3:,.1f} µs" for name in parts)
+    return f"{run.label or 'run'}: retrieve p50 split (the index's client): {text}"
+
+
+def _build_of(rec: Record) -> Mapping[str, Any] | None:
+    """How a record's index was built: ``build_info`` (sweep, scale) or ``info.index.build`` (run)."""
+    got: Any = None
+    if isinstance(rec, IndexPoint):
+        got = rec.build_info
+    elif isinstance(rec, RunRecord):
+        got = ((rec.info or {}).get("index") or {}).get("build")
+    return got if isinstance(got, Mapping) else None
+
+
+def build_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
+    """One line on how the indexes were built: deterministic or not, cached, rebuilt ("" if unknown)."""
+    recs = typed(records)
+    points = [r for r in recs if isinstance(r, IndexPoint)]
+    known = [b for b in (_build_of(r) for r in recs) if b is not None]
+    if not known:
+        return ""
+    fast = sum(1 for b in known if not b.get("deterministic"))
+    if not fast:
+        text = "builds: deterministic (one build thread, seeded: the same index every run)"
+    elif fast == len(known):
+        text = "builds: NOT deterministic (--fast-build: every core; recall varies build to build)"
+    else:
+        text = f"builds: {fast} of {len(known)} NOT deterministic (--fast-build), the rest deterministic"
+    cached = sum(1 for b in known if b.get("cached"))
+    if cached:
+        text += f"; {cached} loaded from the index cache (build s: the original build's)"
+    reps = max(int(r.rebuilds or 1) if isinstance(r, IndexPoint) else 1 for r in recs)
+    if reps > 1:
+        text += (
+            f"; {reps} builds per point (seed + i): recall = their mean, recall ± = the envelope "
+            "of the builds' 95 % intervals over queries"
+        )
+    elif any(r.recall_ci for r in points):
+        text += "; recall ±: 95 % bootstrap interval over queries"
+    return text

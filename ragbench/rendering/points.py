@@ -1,0 +1,244 @@
+"""Sweep and scale points: recall against latency per index, filtered points, growth with n."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
+from ..records import growth_exponents, pareto
+from .cells import num, text_table, with_ci
+from .notes import build_note, hardware_note
+
+__all__ = [
+    "filtered_sweep_table",
+    "params_text",
+    "scale_table",
+    "sweep_table",
+]
+
+
+Point = Mapping[str, Any] | IndexPoint
+
+
+def plain(rec: Mapping[str, Any] | msgspec.Struct) -> Mapping[str, Any]:
+    """A record as the mapping the set-wide helpers of :mod:`ragbench.records` take."""
+    return msgspec.structs.asdict(rec) if isinstance(rec, msgspec.Struct) else rec
+
+
+def params_text(rec: Point, build_keys: Iterable[str] | None = None) -> str:
+    """``M=16 ef=64 rescore=100``: the build params (all, or those named) then the query params."""
+    p = read_struct(rec, IndexPoint)
+    return params_of(p.build, p.query, p.rescore, build_keys)
+
+
+def params_of(
+    build: Mapping[str, Any] | None,
+    query: Mapping[str, Any] | None,
+    rescore: int | None,
+    build_keys: Iterable[str] | None = None,
+) -> str:
+    """:func:`params_text` of a point's build and query parameters and its re-scoring depth."""
+    build = build or {}
+    keys = list(build) if build_keys is None else [k for k in build if k in set(build_keys)]
+    parts = [f"{k}={build[k]}" for k in keys]
+    parts += [f"{k}={v}" for k, v in (query or {}).items()]
+    if rescore:
+        parts.append(f"rescore={rescore}")
+    return " ".join(parts)
+
+
+def _recall_cell(v: float | None) -> str:
+    return "—" if v is None or v != v else f"{v:.3f}"
+
+
+def _bytes_cell(rec: IndexPoint) -> str:
+    """Index bytes per vector, ``+ N`` read by re-scoring (``—`` for records without them)."""
+    own = rec.bytes_per_vector
+    if own is None:
+        return "—"
+    extra = rec.rescore_bytes_per_vector or 0
+    return num(own) + (f" + {extra:,}" if extra else "")
+
+
+def _recall_ci_cell(rec: IndexPoint) -> str:
+    """``0.9805 ±0.0040``: mean recall and half its interval's width (absolute)."""
+    text = f"{need(rec.recall, 'recall'):.4f}"
+    ci = rec.recall_ci
+    if not ci or ci[0] is None or ci[1] is None or ci[0] != ci[0] or ci[1] != ci[1]:
+        return text
+    return f"{text} ±{(float(ci[1]) - float(ci[0])) / 2:.4f}"
+
+
+def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: int = 400) -> str:
+    """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS).
+
+    Recall as mean and 10th percentile over the queries; for re-scored
+    points also before re-scoring (the index's own top k). Bytes per
+    vector: the index's own, ``+`` what re-scoring reads per candidate.
+    """
+    typed = [(read_struct(r, SweepRecord), r) for r in records]
+    filtered = [p for p, _ in typed if p.strategy is not None]
+    points = [p for p, _ in typed if p.strategy is None]
+    if not points:
+        return filtered_sweep_table(filtered, width=width)
+    r0 = points[0]
+    flags = pareto([plain(r) for p, r in typed if p.strategy is None])
+    # name the build parameters that vary within an index's points; the rest are in the records
+    by_index: dict[str, list[SweepRecord]] = {}
+    for p in points:
+        by_index.setdefault(need(p.index, "index"), []).append(p)
+    varying: dict[str, set[str]] = {}
+    for name, pts in by_index.items():
+        keys = {k for p in pts for k in p.build or {}}
+        varying[name] = {k for k in keys if len({repr((p.build or {}).get(k)) for p in pts}) > 1}
+    title = (
+        f"sweep — {need(r0.dataset, 'dataset')} n={need(r0.n, 'n')} dim={need(r0.dim, 'dim')} "
+        f"{need(r0.metric, 'metric')} k={need(r0.k, 'k')}; "
+        "★ = Pareto-optimal (recall vs 1-thread QPS = 1e6 / p50)"
+    )
+    cols = [("", "left"), ("index", "left"), ("params", "left")] + [
+        (c, "right")
+        for c in (
+            "recall", "recall p10", "before rescore", "p50 µs", "p95 µs", "p99 µs",
+            "QPS 1 thread", "QPS batch", "build s", "memory MB", "B/vector",
+        )
+    ]  # fmt: skip
+    rows = [_sweep_row(p, star, varying) for p, star in zip(points, flags, strict=True)]
+    table = text_table(title, cols, rows, width=width)
+    if filtered:
+        table += "\n" + filtered_sweep_table(filtered, varying, width=width)
+    if any(p.p50_us_ci for p in points):
+        reps = max(int(p.repeats or 1) for p in points)
+        over = f"{reps} passes over the queries, then queries" if reps > 1 else "queries"
+        table += f"\np50/p99 ±: 95 % bootstrap intervals over {over}"
+    if any(p.bytes_per_vector is not None for p in points):
+        table += (
+            "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "
+            "graph, centroids) + the float bytes re-scoring reads per candidate"
+        )
+    built = build_note(points)
+    table += "\n" + built if built else ""
+    hardware = hardware_note(points)
+    return table + ("\n" + hardware if hardware else "")
+
+
+def _sweep_row(p: SweepRecord, star: bool, varying: Mapping[str, set[str]]) -> list[str]:
+    index = need(p.index, "index")
+    return [
+        "★" if star else "",
+        index,
+        params_text(p, varying[index]) or "(defaults)",
+        _recall_ci_cell(p),
+        _recall_cell(p.recall_p10),
+        _recall_cell(p.recall_before_rescore),
+        with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
+        num(need(p.p95_us, "p95_us")),
+        with_ci(need(p.p99_us, "p99_us"), p.p99_us_ci),
+        num(need(p.qps_single, "qps_single")),
+        num(need(p.qps_batch, "qps_batch")),
+        f"{need(p.build_s, 'build_s'):.2f}",
+        f"{need(p.memory_bytes, 'memory_bytes') / 1e6:.1f}",
+        _bytes_cell(p),
+    ]
+
+
+def filtered_sweep_table(
+    records: Sequence[Mapping[str, Any] | SweepRecord],
+    varying: Mapping[str, set[str]] | None = None,
+    *,
+    width: int = 400,
+) -> str:
+    """Filtered sweep points: recall (mean, p10) and p50 per strategy and selectivity, cliffs marked."""
+    points = [read_struct(r, SweepRecord) for r in records]
+    r0 = points[0]
+    f0 = r0.filter or {}
+    corr = "correlated" if f0.get("correlated") else "random"
+    title = (
+        f"filtered sweep — {need(r0.dataset, 'dataset')} n={need(r0.n, 'n')} k={need(r0.k, 'k')}; "
+        f"filter on {f0.get('attribute')} ({corr}); ◀ = filter cliff (recall under target or "
+        "p50 > 3×)"
+    )
+    cols = [("index", "left"), ("params", "left"), ("strategy", "left")] + [
+        (c, "right")
+        for c in ("selectivity", "achieved", "recall", "recall p10", "p50 µs", "p99 µs", "cliff")
+    ]
+    ordered = sorted(
+        points,
+        key=lambda p: (
+            need(p.index, "index"),
+            params_text(p, set()),
+            str(need(p.strategy, "strategy")),
+            -float(need(p.selectivity, "selectivity")),
+        ),
+    )
+    rows = []
+    cliffs: dict[str, str] = {}
+    for p in ordered:
+        cliff = p.filter_cliff or {}
+        here = cliff.get("selectivity") is not None and cliff["selectivity"] == p.selectivity
+        params = params_text(p, (varying or {}).get(need(p.index, "index"), set())) or "(defaults)"
+        rows.append(
+            [
+                need(p.index, "index"),
+                params,
+                str(p.strategy),
+                f"{need(p.selectivity, 'selectivity'):g}",
+                f"{(p.filter or {}).get('achieved_mean', float('nan')):.4g}",
+                f"{need(p.recall, 'recall'):.4f}",
+                f"{float('nan') if p.recall_p10 is None else p.recall_p10:.3f}",
+                with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
+                num(need(p.p99_us, "p99_us")),
+                f"◀ {cliff.get('reason', '')}" if here else "",
+            ]
+        )
+        line = f"{p.index} {params} {p.strategy}"
+        if cliff.get("selectivity") is None:
+            cliffs[line] = "no cliff down to the smallest selectivity measured"
+        else:
+            cliffs[line] = f"cliff at selectivity {cliff['selectivity']:g} ({cliff['reason']})"
+    table = text_table(title, cols, rows, width=width)
+    return table + "\n" + "\n".join(f"filter cliff: {k}: {v}" for k, v in cliffs.items())
+
+
+def scale_table(records: Sequence[Mapping[str, Any] | ScaleRecord], *, width: int = 400) -> str:
+    """Scale points sorted by index and n, then the growth exponent of p50 per index."""
+    points = [read_struct(r, ScaleRecord) for r in records]
+    r0 = points[0]
+    title = f"scale — p50 per query at recall@{need(r0.k, 'k')} ≥ {need(r0.target_recall, 'target_recall')}"
+    cols = [("index", "left"), ("n", "right"), ("query param used", "left")] + [
+        (c, "right")
+        for c in ("recall", "recall p10", "p50 µs", "p99 µs", "build s", "memory MB", "B/vector")
+    ]
+    rows = []
+    for p in sorted(points, key=lambda p: (need(p.index, "index"), need(p.n, "n"))):
+        used = params_of(None, p.query, p.rescore) or "(exact)"
+        if p.reached is False:
+            used += " (target not reached)"
+        rows.append(
+            [
+                need(p.index, "index"),
+                f"{need(p.n, 'n'):,}",
+                used,
+                _recall_ci_cell(p),
+                _recall_cell(p.recall_p10),
+                with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
+                with_ci(need(p.p99_us, "p99_us"), p.p99_us_ci),
+                f"{need(p.build_s, 'build_s'):.2f}",
+                f"{need(p.memory_bytes, 'memory_bytes') / 1e6:.1f}",
+                _bytes_cell(p),
+            ]
+        )
+    lines = [text_table(title, cols, rows, width=width)]
+    exps = growth_exponents([plain(r) for r in records])
+    if exps:
+        lines.append(
+            "growth of p50 latency with n (log-log slope; 1.0 = linear scan): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in exps.items())
+        )
+    built = build_note(points)
+    lines += [built] if built else []
+    hardware = hardware_note(points)
+    return "\n".join(lines + ([hardware] if hardware else []))
