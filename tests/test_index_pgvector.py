@@ -745,6 +745,18 @@ def test_cli_load_threads_each_open_a_connection(tmp_path: Path) -> None:
     assert rec["workers"] == 3 and rec["worker_kind"] == "thread"
     # the set-up thread's connection and one per worker thread (each searched)
     assert rec["index_connections"] == 4
+    _assert_load_split(rec, done.stdout)
+
+
+def _assert_load_split(rec: dict[str, Any], table: str) -> None:
+    """A load level carries retrieve's send/server/decode split, and its table prints it."""
+    parts = rec["retrieve_parts"]
+    assert set(parts) == {"send", "server", "decode"}
+    assert all(p["p50_ns"] > 0 and p["mean_ns"] > 0 for p in parts.values())
+    # the parts are inside retrieve (each request's parts add up to at most its retrieve time);
+    # medians do not add exactly, so the sum of theirs is only bounded loosely by retrieve's
+    assert sum(p["p50_ns"] for p in parts.values()) / 1e3 <= 2 * rec["stage_p50_us"]["retrieve"]
+    assert "retrieve send/server/decode: the split of the retrieve stage" in table, table
 
 
 def test_cli_bad_servers_and_names_are_one_line_exit_2(tmp_path: Path) -> None:
@@ -808,6 +820,7 @@ def test_cli_load_processes_each_open_their_own_index_and_connection(tmp_path: P
     assert done.returncode == 0, done.stderr[-2000:]
     (rec,) = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert rec["workers"] == 2 and rec["worker_kind"] == "process"
+    _assert_load_split(rec, done.stdout)  # the split crosses the process boundary too
     # the two worker processes' tables (each its own index) at once, each connected
     pids = {int(name.split("_")[1]) for tables, _ in seen for name in tables}
     tables = max(len(t) for t, _ in seen)

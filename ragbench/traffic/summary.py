@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import intervals
 from ..pipeline import Pipeline, RequestRecord
+from ..pipeline.samples import with_retrieve_parts
 from ..timing import Stats
 from ..workers import COMPLETED, FAILED, REJECTED, TIMED_OUT
 from .runs import Traffic
@@ -207,4 +208,6 @@ def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str,
             for n, v in zip(pipeline.stage_names, cpu_sum, strict=True)
         }
         out["cpu_per_request_us"] = whole / max(len(records), 1) / 1e3
+    # a database index's send/server/decode split of retrieve, as run records carry it
+    out.update(with_retrieve_parts({}, records))
     return out
