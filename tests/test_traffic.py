@@ -135,7 +135,8 @@ def test_overload_ends_every_request_once_and_the_knee_is_below_it(test_backends
         pool = ThreadWorkers(p, 2)
         try:
             # capacity is about 2 / 4 ms = 500 requests per second
-            options = LoadOptions(duration_s=0.4, timeout_s=0.1, queue_size=20, slo_ms=50.0)
+            # a 0.3 s timeout: the low level's 4 ms requests finish in time on a loaded machine too
+            options = LoadOptions(duration_s=0.4, timeout_s=0.3, queue_size=20, slo_ms=50.0)
             recs = load_points([p], [pool], [50.0, 5000.0], options=options)
         finally:
             pool.close()
@@ -145,9 +146,10 @@ def test_overload_ends_every_request_once_and_the_knee_is_below_it(test_backends
     assert low["completed"] == low["scheduled"] and low["rejected"] == 0
     assert high["scheduled"] == 2000
     # overload: the queue holds 20, so nearly everything is turned away or times out
+    # (at most ~500 per second served for the 0.4 s and the 0.3 s of timeout after it)
     assert high["rejected"] > 1000 and high["completed"] < 500
-    assert high["response_p99_us"] <= 100_000 + 20_000  # nothing completed long after its timeout
-    assert high["response_all_p99_us"] == pytest.approx(100_000)  # failures counted at the timeout
+    assert high["response_p99_us"] <= 300_000 + 20_000  # nothing completed long after its timeout
+    assert high["response_all_p99_us"] == pytest.approx(300_000)  # failures counted at the timeout
     assert knees(recs, 50.0) == {p.label: 50.0}
 
 
