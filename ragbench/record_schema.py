@@ -125,6 +125,11 @@ class RunRecord(PipelineRecord, frozen=True):
     connection: dict[str, Obj] | None = None  # a new connection per request: its parts
     connection_ns: dict[str, list[int]] | None = None
     interleaved: bool | None = None  # False: each configuration in its own task
+    # compare --rebuilds N: recall over N builds (seed + i), its spread and envelope interval
+    rebuilds: int | None = None
+    recall_builds: list[float] | None = None
+    recall_build_spread: Num = None
+    recall_ci: list[Num] | None = None
 
 
 class IndexPoint(IndexRecord, frozen=True):
@@ -215,6 +220,7 @@ class LoadRecord(PipelineRecord, frozen=True):
     stage_p50_us: dict[str, Num] | None = None
     stage_share: dict[str, Num] | None = None
     retrieve_parts: dict[str, dict[str, float]] | None = None  # an index behind a client
+    index_connections: int | None = None  # a database index's connections (thread pools)
     cpu_share: dict[str, Num] | None = None
     cpu_per_request_us: Num = None
     response_p50_us_ci: list[float] | None = None

@@ -100,6 +100,10 @@ def test_three_builds_per_configuration_merged_into_one_record(runs) -> None:
     # the seeds took effect: ivf nprobe=1 on another k-means finds other neighbours
     assert any(len(set(r["recall_builds"])) > 1 for r in three)
     assert "3 builds per point (seed + i)" in runs["three_stdout"]
+    for rec in three:  # the table's recall cell carries the envelope, as the footer says
+        low, high = rec["recall_ci"]
+        cell = f"{rec['recall_at_k']:.3f} [{low:.3f}–{high:.3f}]"
+        assert cell in runs["three_stdout"], runs["three_stdout"]
 
 
 def test_one_build_is_the_plain_comparison(runs) -> None:
@@ -128,3 +132,43 @@ def test_seeded_build_moves_the_seed_and_keeps_the_kind() -> None:
     assert isinstance(typed, HnswBuild) and msgspec.to_builtins(typed) == {"M": 4, "seed": 101}
     assert seeded_build("flat", {}, 3) == {}  # no seed: the same index every build
     assert seeded_build(None, {}, 3) == {}
+
+
+def test_ctrl_c_between_builds_keeps_the_builds_done(tmp_path: Path) -> None:
+    """Ctrl-C during build 2 of 40: the builds measured so far are merged and written, marked cut."""
+    import signal
+    import time
+
+    exe = Path(sys.executable).with_name("ragbench")
+    out, err = tmp_path / "c.jsonl", tmp_path / "err.txt"
+    env = {**os.environ, builds.CACHE_MIN_ENV: "1e9"}
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [str(exe), *ARGS, "--rebuilds", "40", "--out", str(out)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while "build 2 of 40 measured" not in err.read_text():
+                assert proc.poll() is None, err.read_text()
+                assert time.monotonic() < deadline, "the builds never got going"
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert code == 130, err.read_text()
+    assert err.read_text().splitlines()[-1].startswith("ragbench: interrupted")
+    recs = read_records(out)
+    assert [r["label"] for r in recs] == ["hnsw+M=4+ef=4", "ivf+nprobe=1"]
+    for r in recs:
+        # at least the two builds announced, never all 40
+        assert 2 <= r["rebuilds"] < 40 and len(r["recall_builds"]) == r["rebuilds"]
+        assert any("of 40 builds" in c for c in r["caveats"])
+        assert r["recall_ci"][0] <= r["recall_at_k"] <= r["recall_ci"][1]

@@ -195,8 +195,6 @@ def compare(**opts: Any) -> None:
     With --rebuilds N the whole comparison runs N times, build i with each index's
     seed + i, and each configuration's N runs are merged into one record.
     """
-    from ..rebuilds import merge_runs
-
     if opts["executor"] != "ray" and opts["ray_address"] is not None:
         raise click.UsageError("--ray-address needs --executor ray")
     check_outputs(opts["out"], opts["plot"])
@@ -208,15 +206,7 @@ def compare(**opts: Any) -> None:
     if opts["rebuilds"] == 1:
         records = _measure(combos, opts, writer)
     else:
-        runs = [_measure(combos, opts, RecordWriter())]  # build 0: the one-build run's
-        labels = [r["label"] for r in runs[0]]
-        for i in range(1, opts["rebuilds"]):
-            again = [
-                (_seeded(cfg, i), label) for (cfg, _), label in zip(combos, labels, strict=True)
-            ]
-            runs.append(_measure(again, opts, RecordWriter()))
-        records = [merge_runs(same) for same in zip(*runs, strict=True)]
-        writer.write_all(records)
+        records = _rebuilt(combos, opts, writer)
     echo(fixed_line(records, varying))
     echo(compare_table(records, stat=opts["stat"]))
     echo("\n".join(run_reading(records, stat=opts["stat"])))
@@ -245,6 +235,36 @@ def _measure(
         for p in pipelines:
             p.close()
     records = [rec for r in reports for rec in r.to_records()]
+    writer.write_all(records)
+    return records
+
+
+def _rebuilt(
+    combos: Sequence[tuple[Config, str | None]], opts: Any, writer: RecordWriter
+) -> list[dict[str, Any]]:
+    """Every configuration measured on ``--rebuilds`` builds, merged per configuration.
+
+    Ctrl-C after some builds keeps them: their merged records are written (``rebuilds`` says
+    how many, a caveat that the run was cut short) before the interrupt goes on.
+    """
+    from ..rebuilds import merge_runs
+
+    n = opts["rebuilds"]
+    runs = [_measure(combos, opts, RecordWriter())]  # build 0: the one-build run's
+    labels = [r["label"] for r in runs[0]]
+    try:
+        for i in range(1, n):
+            click.echo(f"ragbench: compare: build {i} of {n} measured", err=True)
+            again = [
+                (_seeded(cfg, i), label) for (cfg, _), label in zip(combos, labels, strict=True)
+            ]
+            runs.append(_measure(again, opts, RecordWriter()))
+    except KeyboardInterrupt:
+        cut = f"interrupted after {len(runs)} of {n} builds: recall's spread is over those"
+        kept = [merge_runs(same) for same in zip(*runs, strict=True)]
+        writer.write_all([{**r, "caveats": [*(r.get("caveats") or []), cut]} for r in kept])
+        raise
+    records = [merge_runs(same) for same in zip(*runs, strict=True)]
     writer.write_all(records)
     return records
 

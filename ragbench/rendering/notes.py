@@ -193,7 +193,7 @@ def build_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
     cached = sum(1 for b in known if b.get("cached"))
     if cached:
         text += f"; {cached} loaded from the index cache (build s: the original build's)"
-    reps = max(int(r.rebuilds or 1) if isinstance(r, IndexPoint) else 1 for r in recs)
+    reps = max(int(r.rebuilds or 1) if isinstance(r, IndexPoint | RunRecord) else 1 for r in recs)
     if reps > 1:
         text += (
             f"; {reps} builds per point (seed + i): recall = their mean, recall ± = the envelope "

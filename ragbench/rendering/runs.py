@@ -155,7 +155,7 @@ def compare_table(
         cells = [_stage_cell(r, n, stat) if n in summary else "—" for n in names]
         row = [need(r.label, "label") + (" [stopped early]" if r.error else ""), *cells]
         row += stat_cells(need(r.total, "total"), ("p50", "p99"))
-        row += [_ratio_cell(r, best), f"{need(r.recall_at_k, 'recall_at_k'):.3f}"]
+        row += [_ratio_cell(r, best), _recall_cell(r)]
         row += [num(r.recall_p10)] if any(filters) else []
         row += [num(r.payload_bytes_p50)]
         row += [num(r.wire_bytes_p50)] if wire else []
@@ -282,3 +282,12 @@ def setup_summary(records: Sequence[Run]) -> str:
         )
     built = build_note(runs)
     return "\n".join(lines + ([built] if built else []))
+
+
+def _recall_cell(run: RunRecord) -> str:
+    """recall@k; over --rebuilds builds, with the envelope of the builds' intervals."""
+    cell = f"{need(run.recall_at_k, 'recall_at_k'):.3f}"
+    if (run.rebuilds or 1) > 1 and run.recall_ci:
+        low, high = run.recall_ci
+        cell += f" [{low:.3f}–{high:.3f}]"
+    return cell
