@@ -174,10 +174,7 @@ class QdrantEdgeIndex(FolderEngineIndex):
     def _search_unfiltered(
         self, queries: Any, k: Any, compiled: Any
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`EngineIndex.search` without a filter: the single-query fast path first.
-
-        ``**params`` of ``search``: ``ef`` (int >= 1; Qdrant's ``hnsw_ef``).
-        """
+        """``search`` without a filter: the single-query fast path first, else every check."""
         fast = self._fast
         if (
             fast is not None
