@@ -17,7 +17,7 @@ from ..errors import IndexFileError
 from ..validate import check_k, positive_int
 from ._codes import SampledCodes
 from ._common import F32, I64, INF, batch_is_finite, build_step, fix_padding
-from ._faiss_base import UNSET, sync_threads
+from ._faiss_search import UNSET, sync_threads
 from ._live import IdSpace
 from ._writable import LiveVectorIndex
 

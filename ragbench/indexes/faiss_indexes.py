@@ -53,18 +53,114 @@ a single-query search runs on the caller's thread as faiss decides for
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, ClassVar
 
 import faiss
 import numpy as np
 
+from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..validate import bool_param, positive_int
-from ._common import F32, I64, INT32_MAX
-from ._faiss_base import FAISS_METRIC, FaissVectorIndex, sync_threads
+from ._common import F32, I64, INT32_MAX, build_step
+from ._faiss_layout import check_faiss_payload
+from ._faiss_search import FAISS_METRIC, FaissSearch, sync_threads
 from ._live import IdSpace
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
+
+
+class FaissVectorIndex(FaissSearch):
+    """A float32 faiss index behind the index contract: the build and the files.
+
+    A subclass supplies the faiss index (``_new_index``) and the payload
+    check (``_check_loaded``); the search is :class:`FaissSearch`'s.
+    """
+
+    # -- backend hooks ----------------------------------------------------------------
+
+    def _new_index(self, vectors: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def _check_loaded(self, index: Any) -> None:
+        """Raise IndexFileError unless ``index`` is the right faiss class and metric."""
+        raise NotImplementedError
+
+    # -- build ------------------------------------------------------------------------
+
+    def build(self, data: Any) -> None:
+        """Index ``data``: float32 ``(n, dim)``, finite, n >= 1. Replaces any earlier build."""
+        vectors = self._corpus(data)
+
+        def run() -> None:
+            sync_threads()
+            index = self._new_index(vectors)
+            if not index.is_trained:
+                index.train(vectors)
+            # One add() per chunk reports progress; rows are added independently of each
+            # other (the same index as one call), except in HNSW, which orders each add()
+            # call's rows by level, so it gets one call.
+            step = build_step(vectors.shape[0]) if self.chunked_add else vectors.shape[0]
+            n = vectors.shape[0]
+            with progress.task(f"building {self.name}", n, unit="vectors") as advance:
+                for start in range(0, n, step):
+                    index.add(vectors[start : start + step])
+                    advance(min(step, n - start))
+            self._set_index(index)
+
+        self._timed_build(run)
+
+    def _set_index(self, index: Any) -> None:
+        self._index = index
+        self._memory = None
+        self._tls = threading.local()  # cached SearchParameters follow the index (nlist)
+        self._on_index_set()
+        self._publish_built(int(index.ntotal))
+
+    def _on_index_set(self) -> None:
+        pass
+
+    # -- size, persistence ------------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """Bytes of the faiss index: its serialized size (the same arrays faiss holds)."""
+        if self._index is None:
+            raise self._not_built()
+        if self._memory is None:
+            self._memory = int(faiss.serialize_index(self._index).nbytes)
+        return self._memory
+
+    def _payload(self) -> memoryview:
+        if self._index is None:
+            raise self._not_built()
+        blob: Any = faiss.serialize_index(self._index)
+        return memoryview(blob)
+
+    def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        count = header.get("count")
+        if not isinstance(count, int):
+            raise IndexFileError(f"{self.name}: header count is missing")
+        # Sizes, dimensions and stored floats checked before faiss allocates anything.
+        check_faiss_payload(payload, self.dim, count, self.name)
+        try:
+            index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
+            raise IndexFileError(f"{self.name}: faiss cannot read the payload: {first}") from None
+        self._check_loaded(index)
+        if int(index.d) != self.dim:
+            raise IndexFileError(
+                f"{self.name}: payload has dimension {index.d}, header says {self.dim}"
+            )
+        self._set_index(index)
+
+    def _expect(self, index: Any, cls: Any, what: str) -> None:
+        if not isinstance(index, cls):
+            raise IndexFileError(
+                f"{self.name}: payload is a faiss {type(index).__name__}, expected {what}"
+            )
+        if index.metric_type != FAISS_METRIC[self.metric]:
+            raise IndexFileError(f"{self.name}: payload metric does not match {self.metric!r}")
 
 
 class FlatIndex(FaissVectorIndex):

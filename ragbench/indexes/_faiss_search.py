@@ -1,12 +1,11 @@
-"""The base of the float32 faiss backends: build, search, filters, writes and files.
+"""The search half of the float32 faiss backends: :class:`FaissSearch`.
 
-:class:`FaissVectorIndex` is what ``flat``, ``faiss-hnsw``, ``ivf``, ``lsh``
-(:mod:`ragbench.indexes.faiss_indexes`, whose docstring describes the
-behaviour: scores, query parameters, filters, thread-safety) and the
-compressed faiss backends (:mod:`ragbench.indexes.compressed`) share; a
-subclass supplies the faiss index (``_new_index``), its search parameters
-(``_params_for``, ``_selector_params``) and the payload check
-(``_check_loaded``).
+The base of ``FaissVectorIndex`` (:mod:`ragbench.indexes.faiss_indexes`,
+which adds the build and the files, and whose docstring describes the
+behaviour: scores, query parameters, filters, thread-safety): the search
+state, the unfiltered search, the query checks, the filtered search's
+library calls and the writes. Subclasses supply the search parameters
+(``_params_for``, ``_selector_params``).
 """
 
 from __future__ import annotations
@@ -17,16 +16,13 @@ from typing import Any, ClassVar
 import faiss
 import numpy as np
 
-from .. import progress
-from ..errors import IndexFileError
 from ..threads import get_threads
 from ..validate import check_k
-from ._common import F32, I64, INF, batch_is_finite, build_step, fix_padding
-from ._faiss_layout import check_faiss_payload
+from ._common import F32, I64, INF, batch_is_finite, fix_padding
 from ._live import IdSpace
 from ._writable import LiveVectorIndex
 
-__all__ = ["FAISS_METRIC", "UNSET", "FaissVectorIndex", "sync_threads"]
+__all__ = ["FAISS_METRIC", "UNSET", "FaissSearch", "sync_threads"]
 
 _ndarray = np.ndarray
 _empty = np.empty
@@ -53,8 +49,8 @@ FAISS_METRIC = {
 }
 
 
-class FaissVectorIndex(LiveVectorIndex):
-    """A float32 faiss index behind the index contract (see the module docstring)."""
+class FaissSearch(LiveVectorIndex):
+    """The search half of a float32 faiss index: state, checks, filters, writes."""
 
     library: ClassVar[str] = "faiss"
     chunked_add: ClassVar[bool] = True  # whether add() in chunks builds the same index
@@ -78,54 +74,13 @@ class FaissVectorIndex(LiveVectorIndex):
 
     # -- backend hooks ----------------------------------------------------------------
 
-    def _new_index(self, vectors: np.ndarray) -> Any:
-        raise NotImplementedError
-
     def _params_for(self, compiled: Any, k: int) -> Any:
         """The ``faiss.SearchParameters`` for one call (``None`` = index defaults)."""
         return None
 
-    def _check_loaded(self, index: Any) -> None:
-        """Raise IndexFileError unless ``index`` is the right faiss class and metric."""
-        raise NotImplementedError
-
-    # -- build ------------------------------------------------------------------------
-
-    def build(self, data: Any) -> None:
-        """Index ``data``: float32 ``(n, dim)``, finite, n >= 1. Replaces any earlier build."""
-        vectors = self._corpus(data)
-
-        def run() -> None:
-            sync_threads()
-            index = self._new_index(vectors)
-            if not index.is_trained:
-                index.train(vectors)
-            # One add() per chunk reports progress; rows are added independently of each
-            # other (the same index as one call), except in HNSW, which orders each add()
-            # call's rows by level, so it gets one call.
-            step = build_step(vectors.shape[0]) if self.chunked_add else vectors.shape[0]
-            n = vectors.shape[0]
-            with progress.task(f"building {self.name}", n, unit="vectors") as advance:
-                for start in range(0, n, step):
-                    index.add(vectors[start : start + step])
-                    advance(min(step, n - start))
-            self._set_index(index)
-
-        self._timed_build(run)
-
-    def _set_index(self, index: Any) -> None:
-        self._index = index
-        self._memory = None
-        self._tls = threading.local()  # cached SearchParameters follow the index (nlist)
-        self._on_index_set()
-        self._publish_built(int(index.ntotal))
-
     def _on_space(self, space: IdSpace) -> None:
         self._state = (self._index.search_c, (1, self.dim), space.live, space.labels_ext())
         self._memory = None
-
-    def _on_index_set(self) -> None:
-        pass
 
     # -- search -----------------------------------------------------------------------
 
@@ -343,45 +298,3 @@ class FaissVectorIndex(LiveVectorIndex):
         ):
             return q
         return self._slow_queries(q)
-
-    # -- size, persistence ------------------------------------------------------------
-
-    def memory_bytes(self) -> int:
-        """Bytes of the faiss index: its serialized size (the same arrays faiss holds)."""
-        if self._index is None:
-            raise self._not_built()
-        if self._memory is None:
-            self._memory = int(faiss.serialize_index(self._index).nbytes)
-        return self._memory
-
-    def _payload(self) -> memoryview:
-        if self._index is None:
-            raise self._not_built()
-        blob: Any = faiss.serialize_index(self._index)
-        return memoryview(blob)
-
-    def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
-        count = header.get("count")
-        if not isinstance(count, int):
-            raise IndexFileError(f"{self.name}: header count is missing")
-        # Sizes, dimensions and stored floats checked before faiss allocates anything.
-        check_faiss_payload(payload, self.dim, count, self.name)
-        try:
-            index = faiss.deserialize_index(np.frombuffer(payload, dtype=np.uint8))
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
-            raise IndexFileError(f"{self.name}: faiss cannot read the payload: {first}") from None
-        self._check_loaded(index)
-        if int(index.d) != self.dim:
-            raise IndexFileError(
-                f"{self.name}: payload has dimension {index.d}, header says {self.dim}"
-            )
-        self._set_index(index)
-
-    def _expect(self, index: Any, cls: Any, what: str) -> None:
-        if not isinstance(index, cls):
-            raise IndexFileError(
-                f"{self.name}: payload is a faiss {type(index).__name__}, expected {what}"
-            )
-        if index.metric_type != FAISS_METRIC[self.metric]:
-            raise IndexFileError(f"{self.name}: payload metric does not match {self.metric!r}")
