@@ -61,69 +61,26 @@ import numpy as np
 
 from .. import progress
 from ..errors import ConfigError, IndexFileError
-from ..threads import get_threads
-from ..validate import bool_param, check_k, positive_int
-from ._common import F32, I64, INF, INT32_MAX, batch_is_finite, build_step, fix_padding
+from ..validate import bool_param, positive_int
+from ._common import F32, I64, INT32_MAX, build_step
 from ._faiss_layout import check_faiss_payload
+from ._faiss_search import FAISS_METRIC, FaissSearch, sync_threads
 from ._live import IdSpace
-from ._writable import LiveVectorIndex
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
 
-_ndarray = np.ndarray
-_empty = np.empty
-# The C function behind np.vdot, without the __array_function__ dispatcher
-# (a Python-level call, ~3 µs when cold); only called on exact np.ndarray.
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
-# Marks "not passed" (None is not a valid ef/nprobe and must keep raising).
-_UNSET: Any = object()
-_negative = np.negative
-_swig_ptr = faiss.swig_ptr
 
+class FaissVectorIndex(FaissSearch):
+    """A float32 faiss index behind the index contract: the build and the files.
 
-def _sync_threads() -> None:
-    """Apply the pinned thread count to faiss's OpenMP if someone changed it."""
-    n = get_threads()
-    if faiss.omp_get_max_threads() != n:
-        faiss.omp_set_num_threads(n)
-
-
-_METRIC = {
-    "ip": faiss.METRIC_INNER_PRODUCT,
-    "cosine": faiss.METRIC_INNER_PRODUCT,
-    "l2": faiss.METRIC_L2,
-}
-
-
-class _FaissIndex(LiveVectorIndex):
-    library: ClassVar[str] = "faiss"
-    chunked_add: ClassVar[bool] = True  # whether add() in chunks builds the same index
-    payload_format: ClassVar[str] = "faiss.serialize_index"
-    # Negate library distances into scores (L2 distances, Hamming distances).
-    _negate: bool
-
-    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
-        super().__init__(dim, metric, **build_params)
-        self._negate = metric == "l2"
-        self._index: Any = None
-        # (search_c, (1, dim), live count, labels_ext or None) once built: the fast
-        # path reads one attribute.
-        self._state: tuple[Any, tuple[int, int], int, Any] | None = None
-        # (ef object, nprobe object, compiled) of the last call that passed one.
-        self._last_call: tuple[Any, Any, Any] = (_UNSET, _UNSET, None)
-        self._memory: int | None = None
-        self._tls = threading.local()
-        self._init_live()
-        _sync_threads()
+    A subclass supplies the faiss index (``_new_index``) and the payload
+    check (``_check_loaded``); the search is :class:`FaissSearch`'s.
+    """
 
     # -- backend hooks ----------------------------------------------------------------
 
     def _new_index(self, vectors: np.ndarray) -> Any:
         raise NotImplementedError
-
-    def _params_for(self, compiled: Any, k: int) -> Any:
-        """The ``faiss.SearchParameters`` for one call (``None`` = index defaults)."""
-        return None
 
     def _check_loaded(self, index: Any) -> None:
         """Raise IndexFileError unless ``index`` is the right faiss class and metric."""
@@ -136,7 +93,7 @@ class _FaissIndex(LiveVectorIndex):
         vectors = self._corpus(data)
 
         def run() -> None:
-            _sync_threads()
+            sync_threads()
             index = self._new_index(vectors)
             if not index.is_trained:
                 index.train(vectors)
@@ -160,229 +117,8 @@ class _FaissIndex(LiveVectorIndex):
         self._on_index_set()
         self._publish_built(int(index.ntotal))
 
-    def _on_space(self, space: IdSpace) -> None:
-        self._state = (self._index.search_c, (1, self.dim), space.live, space.labels_ext())
-        self._memory = None
-
     def _on_index_set(self) -> None:
         pass
-
-    # -- search -----------------------------------------------------------------------
-
-    def search(
-        self,
-        queries: Any,
-        k: int,
-        ef: Any = _UNSET,
-        nprobe: Any = _UNSET,
-        filter: Any = None,
-        strategy: Any = None,
-        **params: Any,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query, optionally restricted to an allow-list.
-
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query; other
-                numeric dtypes are converted).
-            k: results per query, ``1 <= k <= ntotal``.
-            ef, nprobe: the query parameter of ``faiss-hnsw`` / ``ivf``, per
-                call. Named so a call passing one builds no dict; a backend
-                without that parameter raises ConfigError as for any unknown
-                name.
-            filter: allow-list, see :mod:`ragbench.indexes._writable`: a bool
-                mask ``(id_bound,)`` or int ids for the batch, a bool
-                ``(nq, id_bound)`` mask or a list of ``nq`` of them per query.
-            strategy: ``"auto"`` (default), ``"pre"``, ``"post"`` or
-                ``"in-graph"`` where the backend has it (:attr:`filter_strategies`).
-            **params: further query parameters (see ``query_params``; none
-                exist today, so any name here raises ConfigError).
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
-            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
-
-        Searches hold off while a write (``add``/``delete``) runs and a write
-        waits for running searches (:class:`~ragbench.indexes._live.WriteGate`:
-        no lock taken by a search unless a write is under way).
-        """
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
-        try:
-            if filter is None and strategy is None:
-                return self._search(queries, k, ef, nprobe, params)
-            return self._search_filtered(
-                queries, k, self._call_params(ef, nprobe, params), filter, strategy
-            )
-        finally:
-            active.pop()
-
-    def _call_params(self, ef: Any, nprobe: Any, params: dict[str, Any]) -> Any:
-        if ef is _UNSET and nprobe is _UNSET and not params:
-            return self._default_compiled
-        return self._parse_call(ef, nprobe, params)
-
-    def _search(
-        self, queries: Any, k: Any, ef: Any, nprobe: Any, params: dict[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search` without a filter, inside the gate."""
-        # Every object touched here is cold after a search through a large
-        # index (~0.5-2 µs per numpy call then): one state tuple, one shape
-        # comparison, one dot product before faiss and no numpy call after
-        # it on a single query unless something must be fixed.
-        if ef is _UNSET and nprobe is _UNSET and not params:
-            compiled = self._default_compiled
-        else:
-            last = self._last_call
-            # Identity: the same objects validated on an earlier call.
-            if ef is last[0] and nprobe is last[1] and not params:
-                compiled = last[2]
-            else:
-                compiled = self._parse_call(ef, nprobe, params)
-        state = self._state
-        if state is None:
-            raise self._not_built()
-        search_c, one_row, ntotal, labels_ext = state
-        q = queries
-        if (
-            type(q) is _ndarray
-            and q.dtype is F32
-            and q.shape == one_row
-            and q.flags.c_contiguous
-            # NaN/inf make the sum of squares NaN/inf; zero (cosine) and
-            # overflow (|x| > ~1e19) take the exact check in _queries.
-            and 0.0 < float(_vdot(q, q)) < INF
-        ):
-            n = 1
-        else:
-            q = self._queries(q)
-            n = q.shape[0]
-        if type(k) is not int or k < 1 or k > ntotal:
-            k = check_k(k, ntotal)
-        if n != 1:
-            if n == 0:
-                return _empty((0, k), I64), _empty((0, k), F32)
-            _sync_threads()
-        if self._cosine:
-            q = self._normalize_queries(q)
-        scores = _empty((n, k), F32)
-        ids = _empty((n, k), I64)
-        search_c(
-            n, _swig_ptr(q), k, _swig_ptr(scores), _swig_ptr(ids), self._params_for(compiled, k)
-        )
-        if self._negate:
-            _negative(scores, scores)
-        # faiss sorts each row and puts its -1 pads last: a pad anywhere means
-        # one in the last column. item(): a Python int, no numpy scalar.
-        if ids.item(-1) < 0 or (n > 1 and (ids[:, k - 1] < 0).any()):
-            fix_padding(ids, scores)
-        if labels_ext is not None:
-            ids = labels_ext[ids]
-        return ids, scores
-
-    # -- filtered search and writes (see ragbench.indexes._writable) -----------------
-
-    def _selector_params(self, compiled: Any, k: int, sel: Any) -> Any:
-        """``SearchParameters`` restricted by the selector ``sel`` for one call."""
-        return faiss.SearchParameters(sel=sel)  # type: ignore[call-arg]
-
-    def _prepare_queries(self, queries: Any) -> np.ndarray:
-        q = self._queries(queries)
-        return self._normalize_queries(q) if self._cosine and q.shape[0] else q
-
-    def _raw_search(
-        self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        n = q.shape[0]
-        q = np.ascontiguousarray(q, dtype=F32)
-        scores = _empty((n, k), F32)
-        ids = _empty((n, k), I64)
-        if allow is None:
-            params = self._params_for(self._default_compiled if compiled is None else compiled, k)
-            bits = sel = None
-        else:
-            bits = np.packbits(allow, bitorder="little")
-            sel = faiss.IDSelectorBitmap(allow.size, _swig_ptr(bits))
-            params = self._thread_params(compiled, k)
-            params.sel = sel
-        if n > 1:
-            _sync_threads()
-        # The cached params keep a pointer to this call's selector after it is
-        # freed; harmless, as sel is set again before every use (unsetting it
-        # through SWIG costs ~3 µs).
-        self._index.search_c(n, _swig_ptr(q), k, _swig_ptr(scores), _swig_ptr(ids), params)
-        del bits, sel
-        if self._negate:
-            _negative(scores, scores)
-        if ids.item(-1) < 0 or (n > 1 and (ids[:, k - 1] < 0).any()):
-            pads = ids < 0
-            # faiss puts its pads last in each row; only their scores (±FLT_MAX) change.
-            scores[pads] = -INF
-            if (pads[:, :-1] & ~pads[:, 1:]).any():
-                fix_padding(ids, scores)
-        return ids, scores
-
-    def _thread_params(self, compiled: Any, k: int) -> Any:
-        """This thread's ``SearchParameters`` for ``(compiled, k)``, to take a selector.
-
-        Building one costs ~5-7 µs in faiss's Python layer; kept per thread
-        because its ``sel`` field is set for each call.
-        """
-        cache = getattr(self._tls, "params", None)
-        if cache is None:
-            cache = self._tls.params = {}
-        key = (compiled, k)
-        params = cache.get(key)
-        if params is None:
-            if len(cache) > 64:
-                cache.clear()
-            params = cache[key] = self._selector_params(compiled, k, None)
-        return params
-
-    def _read_vectors(self, space: IdSpace) -> np.ndarray:
-        out: np.ndarray = self._index.reconstruct_n(0, space.n_pos)
-        return out
-
-    def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
-        _sync_threads()
-        self._index.add(vectors)
-
-    def _lib_delete(self, positions: np.ndarray) -> None:
-        removed = int(self._index.remove_ids(positions))
-        if removed != positions.size:
-            raise RuntimeError(f"faiss removed {removed} of {positions.size} rows")
-
-    def _parse_call(self, ef: Any, nprobe: Any, params: dict[str, Any]) -> Any:
-        """Validate this call's query params; remember a lone ef/nprobe object for the next call."""
-        named = {
-            key: value for key, value in (("ef", ef), ("nprobe", nprobe)) if value is not _UNSET
-        }
-        compiled = self._parse_query({**named, **params})
-        if not params:
-            self._last_call = (ef, nprobe, compiled)
-        return compiled
-
-    def _queries(self, q: Any) -> np.ndarray:
-        """Checked queries for anything but one float32 ``(1, dim)`` row (batches, other types).
-
-        A float32 C-contiguous ``(nq, dim)`` batch passes on a min and a max pass
-        (:func:`batch_is_finite`); a cosine batch needs its per-row zero-norm check, and every
-        other input the full check of :meth:`_slow_queries`.
-        """
-        if (
-            type(q) is _ndarray
-            and q.dtype is F32
-            and q.ndim == 2
-            and q.shape[1] == self.dim
-            and q.flags.c_contiguous
-            and not self._cosine
-            and batch_is_finite(q)
-        ):
-            return q
-        return self._slow_queries(q)
 
     # -- size, persistence ------------------------------------------------------------
 
@@ -423,11 +159,11 @@ class _FaissIndex(LiveVectorIndex):
             raise IndexFileError(
                 f"{self.name}: payload is a faiss {type(index).__name__}, expected {what}"
             )
-        if index.metric_type != _METRIC[self.metric]:
+        if index.metric_type != FAISS_METRIC[self.metric]:
             raise IndexFileError(f"{self.name}: payload metric does not match {self.metric!r}")
 
 
-class FlatIndex(_FaissIndex):
+class FlatIndex(FaissVectorIndex):
     """Exact search: faiss ``IndexFlatIP`` (``ip``, ``cosine``) or ``IndexFlatL2`` (``l2``).
 
     No build or query parameters. ``search`` cost is one pass over the
@@ -455,7 +191,7 @@ class FlatIndex(_FaissIndex):
         self._expect(index, faiss.IndexFlat, "IndexFlat")
 
 
-class FaissHnswIndex(_FaissIndex):
+class FaissHnswIndex(FaissVectorIndex):
     """faiss ``IndexHNSWFlat``.
 
     Build parameters: ``M`` (graph degree, default 16), ``ef_construction``
@@ -509,7 +245,7 @@ class FaissHnswIndex(_FaissIndex):
         return faiss.SearchParametersHNSW(efSearch=max(compiled, k), sel=sel)  # type: ignore[attr-defined]
 
     def _new_index(self, vectors: np.ndarray) -> Any:
-        index = faiss.IndexHNSWFlat(self.dim, self.build_params["M"], _METRIC[self.metric])
+        index = faiss.IndexHNSWFlat(self.dim, self.build_params["M"], FAISS_METRIC[self.metric])
         index.hnsw.efConstruction = self.build_params["ef_construction"]
         index.hnsw.rng = faiss.RandomGenerator(self.build_params["seed"])  # type: ignore[attr-defined]
         return index
@@ -518,7 +254,7 @@ class FaissHnswIndex(_FaissIndex):
         self._expect(index, faiss.IndexHNSWFlat, "IndexHNSWFlat")
 
 
-class IvfIndex(_FaissIndex):
+class IvfIndex(FaissVectorIndex):
     """faiss ``IndexIVFFlat``: k-means lists, exact scan of the ``nprobe`` nearest.
 
     Build parameters: ``nlist`` (number of lists; default ``None`` = about
@@ -570,7 +306,7 @@ class IvfIndex(_FaissIndex):
         quantizer = (
             faiss.IndexFlatL2(self.dim) if self.metric == "l2" else faiss.IndexFlatIP(self.dim)
         )
-        index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, _METRIC[self.metric])
+        index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, FAISS_METRIC[self.metric])
         index.cp.seed = self.build_params["seed"]
         index.cp.min_points_per_centroid = max(1, min(39, n // nlist))
         self._train_rows = min(n, nlist * int(index.cp.max_points_per_centroid))
@@ -597,7 +333,7 @@ class IvfIndex(_FaissIndex):
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
         # Explicit ids: after remove_ids, ntotal no longer equals the next position.
-        _sync_threads()
+        sync_threads()
         self._index.add_with_ids(vectors, positions)
 
     def _read_vectors(self, space: IdSpace) -> np.ndarray:
@@ -627,7 +363,7 @@ class IvfIndex(_FaissIndex):
         self._expect(index, faiss.IndexIVFFlat, "IndexIVFFlat")
 
 
-class LshIndex(_FaissIndex):
+class LshIndex(FaissVectorIndex):
     """faiss ``IndexLSH``: random-rotation sign codes compared by Hamming distance.
 
     Build parameters: ``nbits`` (code length, default 512), ``rotate_data``

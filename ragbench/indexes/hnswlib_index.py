@@ -62,11 +62,9 @@ for so few rows).
 from __future__ import annotations
 
 import os
-import struct
 import tempfile
 import time
-import warnings
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import hnswlib
 import numpy as np
@@ -74,185 +72,18 @@ import numpy as np
 from .. import progress
 from ..errors import IndexFileError
 from ..threads import get_threads
-from ..validate import check_k
 from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, INT32_MAX, batch_is_finite, build_step
+from ._common import F32, I64, INF, INT32_MAX, build_step
+from ._hnsw_layout import check_hnswlib_payload
+from ._hnsw_search import RETYPE_IN_PLACE, HnswSearch
 from ._live import IdSpace
-from ._writable import LiveVectorIndex
 
 __all__ = ["HnswIndex"]
 
-_ndarray = np.ndarray
-_empty = np.empty
-# The C function behind np.vdot: the __array_function__ dispatcher in front of
-# it runs a Python-level dispatcher function each call (~3 µs when cold, i.e.
-# right after a graph walk). Only ever called on exact np.ndarray operands,
-# where dispatch cannot change the result.
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
-_subtract = np.subtract
-_negative = np.negative
-_ONE = np.ones((), dtype=np.float32)
-# Marks "not passed" (None is an invalid ef and must keep raising ConfigError).
-_UNSET: Any = object()
-
-
-def _can_retype_in_place() -> bool:
-    """Whether ``arr.dtype = other`` works here without a warning.
-
-    Setting ``dtype`` is the cheapest reinterpretation numpy offers but may be
-    deprecated by a later numpy; then ``search`` falls back to ``.view``.
-    """
-    probe = np.zeros((1, 1), dtype=np.uint64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        try:
-            probe.dtype = I64  # type: ignore[misc, assignment]
-        except Exception:  # DeprecationWarning as an error, or a future removal
-            return False
-    return probe.dtype == I64
-
-
-_RETYPE_IN_PLACE = _can_retype_in_place()
-
 _SPACE = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
 
-# hnswlib 0.8 save_index header: offsetLevel0, max_elements, cur_element_count,
-# size_data_per_element, label_offset, offsetData (size_t), maxlevel (int),
-# enterpoint_node (uint32), maxM, maxM0, M (size_t), mult (double), ef_construction.
-_HNSW_HEADER = struct.Struct("<6QiI3QdQ")
-# hnswlib marks a deleted element in the third byte of its level-0 link-list header.
-_DELETE_MARK = 0x01
 
-
-class _HnswHeader(NamedTuple):
-    """The fields of :data:`_HNSW_HEADER`, in file order."""
-
-    offset_level0: int
-    max_elements: int
-    element_count: int
-    size_per_element: int
-    label_offset: int
-    offset_data: int
-    max_level: int
-    entry_point: int
-    max_m: int
-    max_m0: int
-    m: int
-    mult: float
-    ef_construction: int
-
-
-def _check_hnswlib_payload(payload: memoryview, dim: int, count: int, m: int) -> None:
-    """Walk hnswlib's file layout and reject anything it could mis-read.
-
-    hnswlib trusts its file: a wrong element size, link count or neighbour
-    id makes it read out of bounds. Every size, level and neighbour id is
-    checked here against the header before hnswlib sees the bytes.
-    """
-    header = _check_hnswlib_header(payload, dim, count, m)
-    end0 = _check_level0(payload, count, header)
-    _check_upper_levels(payload, count, header, end0)
-
-
-def _check_hnswlib_header(data: memoryview, dim: int, count: int, m: int) -> _HnswHeader:
-    """Check the header against ``dim``, ``count`` and ``M``; return its fields."""
-    if len(data) < _HNSW_HEADER.size:
-        raise IndexFileError("hnsw: payload is shorter than hnswlib's header")
-    header = _HnswHeader._make(_HNSW_HEADER.unpack_from(data, 0))
-    expected = {
-        "offsetLevel0": (header.offset_level0, 0),
-        "element count": (header.element_count, count),
-        "max_elements": (header.max_elements, count),
-        "M": (header.m, m),
-        "maxM": (header.max_m, m),
-        "maxM0": (header.max_m0, 2 * m),
-        "offsetData": (header.offset_data, 2 * m * 4 + 4),
-        "label_offset": (header.label_offset, 2 * m * 4 + 4 + dim * 4),
-        "size_data_per_element": (header.size_per_element, 2 * m * 4 + 4 + dim * 4 + 8),
-    }
-    for what, (got, want) in expected.items():
-        if got != want:
-            raise IndexFileError(
-                f"hnsw: payload {what} is {got}, expected {want} for dim={dim}, M={m}, "
-                f"count={count}: the payload does not match its header"
-            )
-    if not 0 <= header.max_level < 64 or header.entry_point >= count:
-        raise IndexFileError("hnsw: payload entry point or top level is out of range")
-    return header
-
-
-def _check_level0(data: memoryview, count: int, header: _HnswHeader) -> int:
-    """Check the level-0 block (neighbour counts, ids, labels); return where it ends."""
-    per_el, label_off, max_m0 = header.size_per_element, header.label_offset, header.max_m0
-    start = _HNSW_HEADER.size
-    end0 = start + count * per_el
-    if len(data) < end0:
-        raise IndexFileError("hnsw: payload is truncated inside the level-0 block")
-    level0 = np.frombuffer(data, dtype=np.uint8, count=count * per_el, offset=start)
-    level0 = level0.reshape(count, per_el)
-    counts = level0[:, 0:2].copy().view(np.uint16).ravel()
-    deleted = int(np.count_nonzero(level0[:, 2] & _DELETE_MARK))
-    if deleted:
-        raise IndexFileError(
-            f"hnsw: {deleted} of the {count} items are marked deleted; a ragbench index "
-            "deletes nothing and hnswlib never returns deleted items: rebuild the index"
-        )
-    dim = (label_off - header.offset_data) // 4
-    vectors = np.ndarray(
-        (count, dim), "<f4", buffer=data, offset=start + header.offset_data, strides=(per_el, 4)
-    )
-    if not batch_is_finite(vectors):
-        bad = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
-        raise IndexFileError(
-            f"hnsw: stored vector {bad} holds NaN or inf; such an index cannot be searched: "
-            "rebuild it"
-        )
-    if (counts > max_m0).any():
-        raise IndexFileError("hnsw: a level-0 neighbour list is longer than maxM0")
-    neighbours = level0[:, 4 : max_m0 * 4 + 4].copy().view(np.uint32)
-    used = np.arange(max_m0)[None, :] < counts[:, None]
-    if (neighbours[used] >= count).any():
-        raise IndexFileError("hnsw: a level-0 neighbour id is out of range")
-    labels = level0[:, label_off : label_off + 8].copy().view(np.uint64).ravel()
-    if (labels >= count).any() or np.unique(labels).size != count:
-        raise IndexFileError("hnsw: payload labels are not the row ids 0..count-1")
-    return end0
-
-
-def _check_upper_levels(data: memoryview, count: int, header: _HnswHeader, pos: int) -> None:
-    """Check each element's upper-level link lists, which run from ``pos`` to the end."""
-    maxlevel, enter, max_m = header.max_level, header.entry_point, header.max_m
-    per_level = max_m * 4 + 4
-    size = len(data)
-    unpack_u32 = struct.Struct("<I").unpack_from
-    for element in range(count):
-        if pos + 4 > size:
-            raise IndexFileError("hnsw: payload is truncated inside the upper levels")
-        (nbytes,) = unpack_u32(data, pos)
-        pos += 4
-        if not nbytes:
-            if element == enter and maxlevel:
-                raise IndexFileError("hnsw: the entry point does not reach the top level")
-            continue
-        levels, rest = divmod(nbytes, per_level)
-        if rest or levels > maxlevel or pos + nbytes > size:
-            raise IndexFileError("hnsw: an upper-level link list has an impossible size")
-        if element == enter and levels != maxlevel:
-            raise IndexFileError("hnsw: the entry point does not reach the top level")
-        block = np.frombuffer(data, dtype=np.uint32, count=nbytes // 4, offset=pos)
-        block = block.reshape(levels, max_m + 1)
-        lens = block[:, 0] & 0xFFFF
-        if (lens > max_m).any():
-            raise IndexFileError("hnsw: an upper-level neighbour list is longer than M")
-        ids = block[:, 1:][np.arange(max_m)[None, :] < lens[:, None]]
-        if (ids >= count).any():
-            raise IndexFileError("hnsw: an upper-level neighbour id is out of range")
-        pos += nbytes
-    if pos != size:
-        raise IndexFileError("hnsw: payload has bytes after the last link list")
-
-
-class HnswIndex(LiveVectorIndex):
+class HnswIndex(HnswSearch):
     """hnswlib HNSW graph; see the module docstring for ef, padding and threads."""
 
     name: ClassVar[str] = "hnsw"
@@ -263,33 +94,6 @@ class HnswIndex(LiveVectorIndex):
     delete_mode: ClassVar[str | None] = "mark"
     exclusive_add: ClassVar[bool] = False
     auto_pre_fraction: ClassVar[float] = 0.2
-
-    def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
-        super().__init__(dim, metric, **build_params)
-        self._index: Any = None
-        # (knn_query, (1, dim), ntotal, check_after) once built: the fast path
-        # reads one attribute. check_after: a single query's NaN/inf check is
-        # made on hnswlib's answer (ip, l2) rather than on the query (cosine).
-        self._state: tuple[Any, tuple[int, int], int, bool] | None = None
-        self._set_ef: Any = None
-        self._ef = -1
-        self._similarity = metric != "l2"
-        # (last ef object passed, its validated value): one tuple so a
-        # concurrent caller never pairs one call's ef with another's value.
-        self._last_ef: tuple[Any, Any] = (_UNSET, None)
-        # (k, float32 ones (1, k)): the operand for single-query score conversion.
-        self._ones: tuple[int, np.ndarray] = (0, _ONE)
-        # ip/l2: compiled in-place distance-to-score conversion of one row
-        # (ragbench.indexes._scores), loaded after build/load, outside the
-        # build time; None for cosine (its query is checked before the search).
-        self._to_scores: Any = None
-        # The repeat fast path: (knn_query, (1, dim), k, ef, to_scores) of the
-        # last single-query call that took the checked path successfully, for
-        # the very same k and ef objects; None until then and whenever ef changes.
-        self._fast: tuple[Any, tuple[int, int], Any, Any, Any] | None = None
-        # labels_ext of the id snapshot (None: ids are hnswlib's labels).
-        self._labels_ext: np.ndarray | None = None
-        self._init_live()
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
@@ -337,7 +141,7 @@ class HnswIndex(LiveVectorIndex):
 
     def _load_to_scores(self) -> None:
         """Load the compiled score conversion (numba, on-disk cache) for ip/l2 indexes."""
-        if not self._cosine and _RETYPE_IN_PLACE:
+        if not self._cosine and RETYPE_IN_PLACE:
             t0 = time.perf_counter_ns()
             from ._scores import entry_point
 
@@ -357,267 +161,6 @@ class HnswIndex(LiveVectorIndex):
             self._fast = None  # the repeat fast path returns hnswlib's labels as they are
         knn = self._index.knn_query
         self._state = (knn, (1, self.dim), space.live, not self._cosine)
-
-    def search(
-        self,
-        queries: Any,
-        k: int,
-        ef: Any = _UNSET,
-        filter: Any = None,
-        strategy: Any = None,
-        **params: Any,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query, optionally restricted to an allow-list.
-
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
-            k: results per query, ``1 <= k <= ntotal``.
-            ef: beam width for this call (int >= 1, default 64; see the module
-                docstring). A named parameter rather than part of ``**params``
-                so a call with ``ef=`` builds no dict.
-            filter, strategy: the allow-list and how to apply it, see
-                :mod:`ragbench.indexes._writable` (``in-graph`` is hnswlib's
-                ``filter`` callable: the graph walk only returns allowed rows).
-            **params: no other query parameters exist; any name here raises
-                :class:`~ragbench.errors.ConfigError`.
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
-            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
-
-        Searches run beside ``add`` (hnswlib allows it); only a resize of the
-        graph's capacity and ``delete`` hold them off (see :class:`HnswIndex`).
-        """
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
-        try:
-            if filter is None and strategy is None:
-                return self._search_fast(queries, k, ef, params)
-            if ef is _UNSET and not params:
-                compiled = self._default_compiled
-            else:
-                compiled = self._parse_ef(ef, params)
-            return self._search_filtered(queries, k, compiled, filter, strategy)
-        finally:
-            active.pop()
-
-    def _search_fast(
-        self, queries: Any, k: Any, ef: Any, params: dict[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search` without a filter, inside the gate: the repeat fast path first."""
-        # The repeat fast path: one float32 (1, dim) ip/l2 query with the same
-        # k and ef objects as the last checked single query (ints are
-        # immutable: the same object is the same, already validated value,
-        # and that ef is the one set on hnswlib). After a walk through a large
-        # graph everything this code touches is cold in cache and TLB, so it
-        # touches as little as the contract allows: one tuple, the query's
-        # type, dtype and shape, hnswlib's call, one compiled conversion that
-        # also returns the best score for the NaN/inf check (see the module
-        # docstring), and the ids' dtype.
-        fast = self._fast
-        if (
-            fast is not None
-            and self._labels_ext is None
-            and k is fast[2]
-            and ef is fast[3]
-            and not params
-            and type(queries) is _ndarray
-            and queries.dtype is F32
-            and queries.shape == fast[1]
-        ):
-            try:
-                labels, dist = fast[0](queries, k)
-            except RuntimeError:
-                pass  # fewer than k reachable: the checked path pads
-            else:
-                best = fast[4](dist)
-                if not -INF < best < INF:
-                    self._slow_queries(queries)  # raises for NaN/inf; overflow is an answer
-                labels.dtype = I64
-                return labels, dist
-        return self._search(queries, k, ef, params)
-
-    def _search(
-        self, queries: Any, k: Any, ef: Any, params: dict[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search` with every check; records the repeat fast path when it applies."""
-        k_passed, ef_passed = k, ef
-        if ef is _UNSET and not params:
-            ef = self._default_compiled
-        else:
-            last = self._last_ef
-            # Identity: the same object validated last call (ints are immutable).
-            ef = last[1] if ef is last[0] and not params else self._parse_ef(ef, params)
-        # Fast path cost matters: after a walk through a large graph every
-        # object this method touches is cold in cache and TLB (each numpy
-        # call or attribute getter costs ~0.5-6 µs then), so a single query
-        # makes as few numpy calls as the contract allows and reads one
-        # state tuple.
-        state = self._state
-        if state is None:
-            raise self._not_built()
-        knn, one_row, ntotal, check_after = state
-        q = queries
-        if (
-            type(q) is _ndarray
-            and q.dtype is F32
-            and q.shape == one_row
-            # ip/l2: checked after the search (see below). cosine: NaN/inf
-            # make the sum of squares NaN/inf; zero and overflow (|x| >
-            # ~1e19) take the exact check in _queries. float(): comparing a
-            # numpy scalar costs more than converting it.
-            and (check_after or 0.0 < float(_vdot(q, q)) < INF)
-        ):
-            n = 1
-        else:
-            q = self._queries(q)
-            n = q.shape[0]
-            check_after = False
-        if type(k) is not int or k < 1 or k > ntotal:
-            k = check_k(k, ntotal)
-        if ef < k:
-            ef = k
-        if ef != self._ef:
-            self._change_ef(ef)
-        try:
-            if n == 1:
-                labels, dist = knn(q, k)
-            elif n:
-                labels, dist = knn(q, k, num_threads=get_threads())
-            else:
-                return _empty((0, k), I64), _empty((0, k), F32)
-        except RuntimeError:
-            labels, dist = self._search_padded(q, k)
-        if self._similarity:
-            # Positional out (no kwargs parsing); a same-shape ones operand
-            # takes numpy's trivial loop, ~1 µs cheaper cold than a 0-d one.
-            ones_k, ones = self._ones
-            if ones_k != k or n != 1:
-                ones = self._ones_for(n, k)
-            _subtract(ones, dist, dist)
-        else:
-            _negative(dist, dist)
-        if (
-            check_after
-            and self._to_scores is not None
-            and self._labels_ext is None
-            and type(k_passed) is int
-            and not params
-            and dist.dtype is F32
-            and dist.shape == (1, k)
-            and dist.flags.carray  # what the compiled conversion's entry point assumes
-        ):
-            self._fast = (knn, one_row, k_passed, ef_passed, self._to_scores)
-        if check_after and not -INF < dist.item(0) < INF:
-            self._check_nonfinite_answer(q)
-        # Labels are the row ids (< 2**63): reinterpret uint64 as int64 in
-        # place (the array is ours); ~2 µs cheaper cold than creating a view.
-        if _RETYPE_IN_PLACE:
-            labels.dtype = I64
-            if self._labels_ext is None:
-                return labels, dist
-        return self._to_ids(labels), dist
-
-    def _to_ids(self, labels: np.ndarray) -> np.ndarray:
-        """hnswlib's labels (positions; int64, or uint64 to view) as the caller's ids."""
-        if labels.dtype != I64:
-            labels = labels.view(I64)
-        ext = self._labels_ext  # read after the search: it covers every row hnswlib holds
-        return labels if ext is None else ext[labels]
-
-    def _change_ef(self, ef: int) -> None:
-        """Set hnswlib's beam width (kept on the index, not per call); drops the fast path."""
-        self._fast = None
-        self._set_ef(ef)
-        self._ef = ef
-
-    def _check_nonfinite_answer(self, q: np.ndarray) -> None:
-        """Raise :class:`~ragbench.errors.NonFiniteError` if the single ip/l2 query ``q`` holds NaN/inf.
-
-        Called when the best score is not finite. A NaN or inf anywhere in an
-        ip/l2 query makes every distance NaN or inf (hnswlib's walk over it
-        ends normally: comparisons with NaN are false and no node is visited
-        twice), so a finite best score proves the query finite, for one
-        ``item()`` instead of a numpy pass over the query on cold caches
-        (measured 4-6 µs after a walk through a 100k graph). A finite query
-        whose dot product overflows, or a walk that found nothing, also lands
-        here: the exact check tells them apart and raises only for NaN/inf.
-        """
-        self._slow_queries(q)
-
-    def _queries(self, q: Any) -> np.ndarray:
-        """Checked queries for anything but one float32 ``(1, dim)`` row (batches, other types).
-
-        A float32 ``(nq, dim)`` batch passes on a min and a max pass
-        (:func:`batch_is_finite`); a cosine batch needs its per-row zero-norm check, and every other input
-        the full check of :meth:`_slow_queries`.
-        """
-        if (
-            type(q) is _ndarray
-            and q.dtype is F32
-            and q.ndim == 2
-            and q.shape[1] == self.dim
-            # (no contiguity check: hnswlib reads any strides)
-            and not self._cosine
-            and batch_is_finite(q)
-        ):
-            return q
-        return self._slow_queries(q)
-
-    def _ones_for(self, n: int, k: int) -> np.ndarray:
-        """A read-only float32 ones array of shape ``(n, k)``; a single row is kept."""
-        ones = np.ones((n, k), dtype=F32)
-        ones.flags.writeable = False  # shared by concurrent calls: an operand only
-        if n == 1:
-            self._ones = (k, ones)  # batch shapes vary; single queries repeat
-        return ones
-
-    def _parse_ef(self, ef: Any, params: dict[str, Any]) -> Any:
-        """Validate this call's query params; remember a lone ``ef`` for the next call."""
-        if ef is not _UNSET:
-            params["ef"] = ef
-        compiled = self._parse_query(params)
-        if len(params) == 1 and ef is not _UNSET:
-            self._last_ef = (ef, compiled)
-        return compiled
-
-    def _search_padded(
-        self, q: np.ndarray, k: int, filt: Any = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        index_knn = self._index.knn_query
-
-        def knn(one: np.ndarray, kk: int, num_threads: int) -> Any:
-            return index_knn(one, kk, num_threads=num_threads, filter=filt)
-
-        labels = np.full((q.shape[0], k), np.iinfo(np.uint64).max, dtype=np.uint64)
-        dist = np.full((q.shape[0], k), np.inf, dtype=np.float32)
-        for row in range(q.shape[0]):
-            one = q[row : row + 1]
-            try:
-                got_labels, got_dist = knn(one, k, num_threads=1)
-            except RuntimeError:
-                # Largest k' hnswlib can return: the walk's reach does not
-                # depend on k' (ef >= k here), so success is monotone in k'.
-                lo, hi = 0, k - 1
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    try:
-                        knn(one, mid, num_threads=1)
-                        lo = mid
-                    except RuntimeError:
-                        hi = mid - 1
-                if lo == 0:
-                    continue
-                got_labels, got_dist = knn(one, lo, num_threads=1)
-            width = got_labels.shape[1]
-            labels[row, :width] = got_labels[0]
-            dist[row, :width] = got_dist[0]
-        # uint64 max viewed as int64 is -1; inf distance becomes -inf score.
-        return labels, dist
 
     # -- filtered search and writes (see ragbench.indexes._writable) -----------------
 
@@ -718,7 +261,7 @@ class HnswIndex(LiveVectorIndex):
         count = header.get("count")
         if not isinstance(count, int):
             raise IndexFileError("hnsw: header count is missing")
-        _check_hnswlib_payload(payload, self.dim, count, self.build_params["M"])
+        check_hnswlib_payload(payload, self.dim, count, self.build_params["M"])
         index = hnswlib.Index(space=_SPACE[self.metric], dim=self.dim)
         with tempfile.TemporaryDirectory(prefix="ragbench-hnsw-") as tmp:
             path = os.path.join(tmp, "index.bin")

@@ -34,54 +34,40 @@ one per ``search`` call.
 
 from __future__ import annotations
 
-import io
 import os
-import shutil
 import tarfile
-import tempfile
-import weakref
 from typing import Any, ClassVar
 
 import numpy as np
 
 from .. import progress
-from ..errors import ConfigError, IndexFileError
+from ..errors import IndexFileError
 from ..threads import get_threads
-from ..validate import check_k
-from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, INT32_MAX, batch_is_finite
+from ._common import F32, I64, INF
+from ._engine import (
+    FolderEngineIndex,
+    check_graph_params,
+    extract_tar,
+    import_engine,
+    in_new_folder,
+    pad_rows,
+)
 from ._live import IdSpace
-from ._writable import LiveVectorIndex
 
 __all__ = ["QdrantEdgeIndex"]
 
 _BATCH = 1000
 _ndarray = np.ndarray
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
 _fromiter = np.fromiter
 _square = np.square
 _negative = np.negative
 
 
 def _qdrant() -> Any:
-    try:
-        import qdrant_edge
-    except ImportError:  # pragma: no cover - the vectordb extra is missing
-        raise ConfigError(
-            "index 'qdrant-edge' needs qdrant-edge-py: pip install 'ragbench[vectordb]'"
-        ) from None
-    return qdrant_edge
+    return import_engine("qdrant-edge", "qdrant_edge", "qdrant-edge-py")
 
 
-def _close(shard: Any, folder: str) -> None:
-    """Close a shard and remove its folder (also run by the garbage collector)."""
-    try:
-        shard.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-class QdrantEdgeIndex(LiveVectorIndex):
+class QdrantEdgeIndex(FolderEngineIndex):
     """Qdrant's engine, embedded (one EdgeShard); see the module docstring."""
 
     name: ClassVar[str] = "qdrant-edge"
@@ -96,28 +82,23 @@ class QdrantEdgeIndex(LiveVectorIndex):
     filter_strategies: ClassVar[tuple[str, ...]] = ("post", "in-graph")
     default_strategy: ClassVar[str] = "in-graph"
     delete_mode: ClassVar[str | None] = "mark"
+    data_folder: ClassVar[str] = "shard"
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
         self._shard: Any = None
-        self._folder: str | None = None
         # (shard.search, SearchRequest, Query.Nearest) of the open shard
         self._api: tuple[Any, Any, Any] = (None, None, None)
-        self._finalizer: Any = None
-        self._labels_ext: np.ndarray | None = None
         self._l2 = metric == "l2"
         self._fast: tuple[Any, ...] | None = None
         self._one_row = (1, self.dim)
-        # ip/l2: a single query's NaN/inf check is made on Qdrant's answer (see _search_one)
+        # ip/l2: a single query's NaN/inf check is made on Qdrant's answer (see
+        # _search_unfiltered)
         self._check_after = metric != "cosine"
-        self._init_live()
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
-        params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
-        for key in ("ef_construction", "full_scan_threshold"):
-            params[key] = int_param(owner, key, params[key], hi=INT32_MAX)
-        return params
+        return check_graph_params(owner, params, "ef_construction", "full_scan_threshold")
 
     def _compile_query(self, params: dict[str, Any]) -> Any:
         return _qdrant().SearchParams(hnsw_ef=params["ef"])
@@ -147,12 +128,12 @@ class QdrantEdgeIndex(LiveVectorIndex):
         vectors = self._corpus(data)
 
         def run() -> None:
-            folder = tempfile.mkdtemp(prefix="ragbench-qdrant-edge-")
-            try:
-                shard = _qdrant().EdgeShard.create(os.path.join(folder, "shard"), self._config())
-            except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
+            shard, folder = in_new_folder(
+                "ragbench-qdrant-edge-",
+                lambda folder: _qdrant().EdgeShard.create(
+                    os.path.join(folder, "shard"), self._config()
+                ),
+            )
             self._set_shard(shard, folder)
             n = vectors.shape[0]
             with progress.task(f"building {self.name}", n, unit="vectors") as advance:
@@ -174,21 +155,14 @@ class QdrantEdgeIndex(LiveVectorIndex):
         return int(self._shard.info().points_count)
 
     def _set_shard(self, shard: Any, folder: str) -> None:
-        self.close()
-        self._shard, self._folder = shard, folder
+        self._own_folder(shard, folder)
+        self._shard = shard
         qe = _qdrant()
         self._api = (shard.search, qe.SearchRequest, qe.Query.Nearest)
-        self._finalizer = weakref.finalize(self, _close, shard, folder)
 
-    def close(self) -> None:
-        """Close the shard and remove its temporary folder (the index is unbuilt after)."""
-        finalizer, self._finalizer = self._finalizer, None
-        self._shard = self._folder = None
+    def _drop_handles(self) -> None:
+        self._shard = None
         self._fast = None
-        self._space = None
-        self._n = 0
-        if finalizer is not None:
-            finalizer()
 
     def _on_space(self, space: IdSpace) -> None:
         self._labels_ext = ext = space.labels_ext()
@@ -197,93 +171,36 @@ class QdrantEdgeIndex(LiveVectorIndex):
         usable = self._check_after and ext is None and search is not None
         self._fast = (self._one_row, search, request, nearest, space.live) if usable else None
 
-    def search(
-        self, queries: Any, k: int, filter: Any = None, strategy: Any = None, **params: Any
+    def _search_unfiltered(
+        self, queries: Any, k: Any, compiled: Any
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query.
-
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
-            k: results per query, ``1 <= k <= ntotal``.
-            filter, strategy: an allow-list and how to apply it (see the module docstring).
-            **params: ``ef`` (int >= 1; Qdrant's ``hnsw_ef``).
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
-            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
-        """
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
-        try:
-            compiled = self._default_compiled if not params else self._params(params)
-            fast = self._fast
-            if (
-                fast is not None
-                and filter is None
-                and strategy is None
-                and type(queries) is _ndarray
-                and queries.dtype is F32
-                and queries.shape == fast[0]
-                and type(k) is int
-                and 0 < k <= fast[4]
-            ):
-                # One float32 (1, dim) ip/l2 query, checked on Qdrant's answer: a NaN
-                # or inf component makes every Dot/Euclid score NaN or inf (measured),
-                # so a finite best score proves the query finite without a numpy pass
-                # over it (each numpy call costs microseconds on the caches a graph
-                # walk leaves cold). Anything else takes the checked path, which
-                # raises for NaN/inf.
-                hits = fast[1](
-                    fast[2](query=fast[3](queries.tolist()[0]), limit=k, params=compiled)
-                )
-                if len(hits) == k and -INF < hits[0].score < INF:
-                    # fromiter + an in-place shape: cheaper than np.array on a nested list
-                    ids = _fromiter([h.id for h in hits], I64, k)
-                    scores = _fromiter([h.score for h in hits], F32, k)
-                    ids.shape = scores.shape = (1, k)
-                    if self._l2:
-                        _square(scores, scores)
-                        _negative(scores, scores)
-                    return ids, scores
-            return self._search_checked(queries, k, compiled, filter, strategy)
-        finally:
-            active.pop()
-
-    def _search_checked(
-        self, queries: Any, k: Any, compiled: Any, filter: Any, strategy: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search` with every check (batches, filters, other inputs)."""
-        if filter is not None or strategy is not None:
-            return self._search_filtered(queries, k, compiled, filter, strategy)
-        space = self._space
-        if space is None:
-            raise self._not_built()
-        q = self._queries(queries)
-        if type(k) is not int or k < 1 or k > space.live:
-            k = check_k(k, space.live)
-        pos, scores = self._raw_search(q, k, compiled, None)
-        return (pos if self._labels_ext is None else space.to_ids(pos)), scores
-
-    def _params(self, params: dict[str, Any]) -> Any:
-        last_params, last = self._last_query
-        return last if params == last_params else self._parse_query(params)
-
-    def _queries(self, q: Any) -> np.ndarray:
-        """Checked float32 ``(nq, dim)`` queries (NaN/inf, wrong width, cosine zero rows)."""
-        if type(q) is _ndarray and q.dtype is F32 and q.ndim == 2 and q.shape[1] == self.dim:
-            if q.shape[0] == 1:
-                if 0.0 < float(_vdot(q, q)) < INF:
-                    return q
-            elif not self._cosine and batch_is_finite(q):
-                return q
-        return self._slow_queries(q)
-
-    def _prepare_queries(self, queries: Any) -> np.ndarray:
-        return self._queries(queries)
+        """``search`` without a filter: the single-query fast path first, else every check."""
+        fast = self._fast
+        if (
+            fast is not None
+            and type(queries) is _ndarray
+            and queries.dtype is F32
+            and queries.shape == fast[0]
+            and type(k) is int
+            and 0 < k <= fast[4]
+        ):
+            # One float32 (1, dim) ip/l2 query, checked on Qdrant's answer: a NaN
+            # or inf component makes every Dot/Euclid score NaN or inf (measured),
+            # so a finite best score proves the query finite without a numpy pass
+            # over it (each numpy call costs microseconds on the caches a graph
+            # walk leaves cold). Anything else takes the checked path, which
+            # raises for NaN/inf.
+            hits = fast[1](fast[2](query=fast[3](queries.tolist()[0]), limit=k, params=compiled))
+            if len(hits) == k and -INF < hits[0].score < INF:
+                # fromiter + an in-place shape: cheaper than np.array on a nested list
+                ids = _fromiter([h.id for h in hits], I64, k)
+                scores = _fromiter([h.score for h in hits], F32, k)
+                ids.shape = scores.shape = (1, k)
+                if self._l2:
+                    _square(scores, scores)
+                    _negative(scores, scores)
+                return ids, scores
+        return super()._search_unfiltered(queries, k, compiled)
 
     def _raw_search(
         self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
@@ -308,19 +225,19 @@ class QdrantEdgeIndex(LiveVectorIndex):
         """One Qdrant search per query row; ``-1``/``-inf`` past what each found."""
         qe = _qdrant()
         search, request, nearest = self._api
-        n = len(rows)
-        ids = np.full((n, k), -1, dtype=I64)
-        scores = np.full((n, k), -INF, dtype=F32)
         filt = None
         if allow is not None:
             allowed = set(np.flatnonzero(allow).tolist())
             filt = qe.Filter(must=[qe.HasIdCondition(point_ids=allowed)])
-        for r, row in enumerate(rows):
-            hits = search(request(query=nearest(row), limit=k, filter=filt, params=compiled))
-            m = len(hits)
-            if m:
-                ids[r, :m] = [h.id for h in hits]
-                scores[r, :m] = [h.score for h in hits]
+        answers = [
+            search(request(query=nearest(row), limit=k, filter=filt, params=compiled))
+            for row in rows
+        ]
+        ids, scores = pad_rows(
+            [[h.id for h in hits] for hits in answers],
+            [[h.score for h in hits] for hits in answers],
+            k,
+        )
         if self._l2:
             found = ids >= 0
             scores[found] = -np.square(scores[found])
@@ -335,42 +252,24 @@ class QdrantEdgeIndex(LiveVectorIndex):
         qe = _qdrant()
         self._shard.update(qe.UpdateOperation.delete_points([int(p) for p in positions]))
 
-    def memory_bytes(self) -> int:
-        """Bytes the shard's folder occupies (blocks allocated; Qdrant maps its segment files)."""
-        if self._folder is None:
-            raise self._not_built()
-        total = 0
-        for root, _dirs, files in os.walk(self._folder):
-            for name in files:
-                total += os.stat(os.path.join(root, name)).st_blocks * 512
-        return total
+    # memory_bytes: the shard's folder (Qdrant maps its segment files); save: its tar.
 
     def extra_info(self) -> dict[str, Any]:
         return {"engine": "Qdrant engine, embedded (qdrant-edge-py; not the Qdrant server)"}
 
-    def _payload(self) -> bytes:
-        if self._shard is None or self._folder is None:
-            raise self._not_built()
+    def _flush(self) -> None:
         self._shard.flush()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(os.path.join(self._folder, "shard"), arcname="shard")
-        return buf.getvalue()
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
-        folder = tempfile.mkdtemp(prefix="ragbench-qdrant-edge-")
-        try:
-            shard = self._open_payload(payload, folder)
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
+        shard, folder = in_new_folder(
+            "ragbench-qdrant-edge-", lambda folder: self._open_payload(payload, folder)
+        )
         self._set_shard(shard, folder)
         self._publish_built(self._count())
 
     def _open_payload(self, payload: memoryview, folder: str) -> Any:
         try:
-            with tarfile.open(fileobj=io.BytesIO(bytes(payload)), mode="r:") as tar:
-                tar.extractall(folder, filter="data")
+            extract_tar(payload, folder)
         except (tarfile.TarError, OSError, ValueError) as exc:
             raise IndexFileError(f"qdrant-edge: the payload is not a shard folder: {exc}") from None
         path = os.path.join(folder, "shard")

@@ -41,34 +41,23 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
-from ..validate import check_k
-from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, INT32_MAX, batch_is_finite, build_step
-from ._live import IdSpace
-from ._writable import LiveVectorIndex
+from ._common import I64, build_step
+from ._engine import EngineIndex, check_graph_params, import_engine, pad_rows
 
 __all__ = ["UsearchIndex"]
 
 _METRIC = {"ip": "ip", "cosine": "cos", "l2": "l2sq"}
 DTYPES = ("f32", "f16", "i8")
-_ndarray = np.ndarray
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
 _subtract = np.subtract
 _negative = np.negative
 _ONE = np.ones((), dtype=np.float32)
 
 
 def _usearch() -> Any:
-    try:
-        from usearch import index as usearch_index
-    except ImportError:  # pragma: no cover - the vectordb extra is missing
-        raise ConfigError(
-            "index 'usearch' needs the usearch package: pip install 'ragbench[vectordb]'"
-        ) from None
-    return usearch_index
+    return import_engine("usearch", "usearch.index", "the usearch package")
 
 
-class UsearchIndex(LiveVectorIndex):
+class UsearchIndex(EngineIndex):
     """usearch HNSW graph; see the module docstring for ef, dtype, filters and threads."""
 
     name: ClassVar[str] = "usearch"
@@ -79,22 +68,17 @@ class UsearchIndex(LiveVectorIndex):
     filter_strategies: ClassVar[tuple[str, ...]] = ("post",)
     default_strategy: ClassVar[str] = "post"
     delete_mode: ClassVar[str | None] = "mark"
+    contiguous_queries: ClassVar[bool] = True  # usearch reads rows as contiguous
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
         self._index: Any = None
         self._ef = -1
-        self._similarity = metric != "l2"
         self._search_fn: Any = None
-        self._labels_ext: np.ndarray | None = None
-        self._init_live()
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
-        params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
-        params["ef_construction"] = int_param(
-            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
-        )
+        check_graph_params(owner, params, "ef_construction")
         if params["dtype"] not in DTYPES:
             raise ConfigError(
                 f"{owner}: dtype={params['dtype']!r} is not one of {', '.join(DTYPES)}"
@@ -137,71 +121,6 @@ class UsearchIndex(LiveVectorIndex):
         self._ef = -1
         self._publish_built(len(index))
 
-    def _on_space(self, space: IdSpace) -> None:
-        self._labels_ext = space.labels_ext()
-
-    def search(
-        self, queries: Any, k: int, filter: Any = None, strategy: Any = None, **params: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query.
-
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
-            k: results per query, ``1 <= k <= ntotal``.
-            filter, strategy: an allow-list (``post`` only, see the module docstring).
-            **params: ``ef`` (int >= 1).
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
-            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
-        """
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
-        try:
-            compiled = self._default_compiled if not params else self._params(params)
-            if filter is not None or strategy is not None:
-                return self._search_filtered(queries, k, compiled, filter, strategy)
-            space = self._space
-            if space is None:
-                raise self._not_built()
-            q = self._queries(queries)
-            if type(k) is not int or k < 1 or k > space.live:
-                k = check_k(k, space.live)
-            if not q.shape[0]:
-                return np.empty((0, k), I64), np.empty((0, k), F32)
-            pos, scores = self._raw_search(q, k, compiled, None)
-            ext = self._labels_ext
-            return (pos if ext is None else space.to_ids(pos)), scores
-        finally:
-            active.pop()
-
-    def _params(self, params: dict[str, Any]) -> Any:
-        last_params, last = self._last_query
-        return last if params == last_params else self._parse_query(params)
-
-    def _queries(self, q: Any) -> np.ndarray:
-        """Checked float32 ``(nq, dim)`` queries (NaN/inf, wrong width, cosine zero rows)."""
-        if (
-            type(q) is _ndarray
-            and q.dtype is F32
-            and q.ndim == 2
-            and q.shape[1] == self.dim
-            and q.flags.c_contiguous  # usearch reads rows as contiguous
-        ):
-            if q.shape[0] == 1:
-                if 0.0 < float(_vdot(q, q)) < INF:
-                    return q
-            elif not self._cosine and batch_is_finite(q):
-                return q
-        return np.ascontiguousarray(self._slow_queries(q))
-
-    def _prepare_queries(self, queries: Any) -> np.ndarray:
-        return self._queries(queries)
-
     def _raw_search(
         self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -220,7 +139,12 @@ class UsearchIndex(LiveVectorIndex):
             _negative(dist, dist)
         ids = keys.view(I64)
         if counts.min() < k:
-            ids, dist = _pad(ids, dist, counts, k)
+            # -1/-inf past each row's found count
+            ids, dist = pad_rows(
+                [ids[r, : int(c)] for r, c in enumerate(counts)],
+                [dist[r, : int(c)] for r, c in enumerate(counts)],
+                k,
+            )
         return ids, dist
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
@@ -280,21 +204,6 @@ class UsearchIndex(LiveVectorIndex):
 
 def _identity_keys(keys: np.ndarray) -> bool:
     return bool(np.array_equal(np.sort(keys), np.arange(keys.size, dtype=np.uint64)))
-
-
-def _pad(
-    ids: np.ndarray, scores: np.ndarray, counts: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``-1``/``-inf`` past each row's ``counts`` results, widened to ``k`` columns."""
-    n = ids.shape[0]
-    out_i = np.full((n, k), -1, dtype=I64)
-    out_s = np.full((n, k), -INF, dtype=F32)
-    width = min(k, ids.shape[1])
-    for r in range(n):
-        c = min(int(counts[r]), width)
-        out_i[r, :c] = ids[r, :c]
-        out_s[r, :c] = scores[r, :c]
-    return out_i, out_s
 
 
 _MATRIX = struct.Struct("<II")
