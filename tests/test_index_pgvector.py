@@ -816,3 +816,39 @@ def test_cli_load_processes_each_open_their_own_index_and_connection(tmp_path: P
     with psycopg.connect(pgshared.dsn()) as conn:
         left = {r[0] for r in conn.execute(tables_q).fetchall()}
     assert not left & {name for tables, _ in seen for name in tables}  # dropped at the end
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "flat"])
+def test_the_index_cache_refuses_pgvector_and_says_so(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a saved pgvector index rebuilds it on the server: the cache skips pgvector.
+
+    Two builds of the same recipe through the drivers' build path (every build
+    cached: RAGBENCH_INDEX_CACHE_MIN_S=0) each build for real (``cached: false``,
+    nothing written under the cache); hnsw says ``deterministic: false``, while
+    an hnswlib index in the same setup is cached and comes back as it was.
+    """
+    from ragbench.indexes import builds
+
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(builds.CACHE_MIN_ENV, "0")
+    records = []
+    for _ in range(2):
+        index = shared(index=kind)
+        try:
+            done = builds.build(index, X)
+            assert done.index is index and done.load_ns == 0 and done.build_ns > 0
+            records.append(dict(index.info()["build"]))
+            assert index.search(Q, 5)[0].shape == (NQ, 5)
+        finally:
+            index.close()
+    for record in records:
+        assert record["cached"] is False and "load_s" not in record
+        assert record["deterministic"] is (kind == "flat")
+    assert not (tmp_path / "indexes").exists()
+    other = rb.indexes.create("hnsw", dim=DIM)
+    builds.build(other, X)  # the same cache path does cache a backend that can
+    again = builds.build(rb.indexes.create("hnsw", dim=DIM), X)
+    assert again.index.info()["build"]["cached"] is True
+    assert np.array_equal(again.index.search(Q, 5)[0], other.search(Q, 5)[0])
