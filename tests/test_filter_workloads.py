@@ -335,3 +335,16 @@ def test_a_filter_strategy_without_a_filter_is_refused() -> None:
         {"retrieve": {"backend": "hnsw", "filter_strategy": "pre", "filter": {"selectivity": 0.1}}}
     )
     assert cfg["retrieve"]["filter_strategy"] == "pre"
+
+
+def test_a_value_longer_than_the_column_matches_nothing() -> None:
+    """A str column's numpy width (here <U3) must not truncate the wanted value."""
+    cols = {"tenant": np.array(["ab", "abc", "b", "abc"]), "year": np.arange(4, dtype=np.int64)}
+    assert cols["tenant"].dtype == np.dtype("<U3")
+    assert not attributes.mask_of(cols, {"tenant": "abcd"}).any()  # was rows 1 and 3
+    assert not attributes.mask_of(cols, {"tenant": ["abcdef", "bb"]}).any()
+    assert attributes.mask_of(cols, {"tenant": ["abcd", "abc"]}).tolist() == [0, 1, 0, 1]
+    assert attributes.mask_of(cols, {"tenant": "ab"}).tolist() == [1, 0, 0, 0]
+    assert attributes.mask_of(cols, {"tenant": "abcd", "year": [0, 3]}).sum() == 0
+    qf = attributes.filters_from_specs(cols, [{"tenant": "abcd"}, None, {"tenant": "b"}])
+    assert qf.masks.sum(axis=1).tolist() == [0, 4, 1]
