@@ -348,3 +348,27 @@ def test_a_value_longer_than_the_column_matches_nothing() -> None:
     assert attributes.mask_of(cols, {"tenant": "abcd", "year": [0, 3]}).sum() == 0
     qf = attributes.filters_from_specs(cols, [{"tenant": "abcd"}, None, {"tenant": "b"}])
     assert qf.masks.sum(axis=1).tolist() == [0, 4, 1]
+
+
+def test_sweep_cli_sends_lancedb_the_filter_specs(tmp_path: Path) -> None:
+    """A filtered sweep of a database index runs its ``where`` path and says so per point."""
+    out = tmp_path / "sweep.jsonl"
+    res = _cli(
+        "sweep",
+        "--dataset", "synthetic", "--n", "2000", "--dim", "16", "--seed", "3",
+        "--index", "lancedb,hnsw", "--queries", "15",
+        "--filter-selectivity", "0.05", "--filter-strategy", "auto,in-graph,post",
+        "--filter-attribute", "tenant", "--out", str(out),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    recs = [r for r in read_records(out) if r.get("strategy")]
+    lance = {r["strategy"]: r for r in recs if r["index"] == "lancedb"}
+    assert {s: r["filter"]["path"] for s, r in lance.items()} == {
+        "auto": "where",
+        "in-graph": "where",
+        "post": "post",
+    }
+    assert lance["in-graph"]["recall"] == 1.0  # flat table, SQL prefilter: exact
+    assert all(r["filter_violations"] == 0 for r in recs)
+    assert all("path" not in r["filter"] for r in recs if r["index"] == "hnsw")

@@ -852,3 +852,26 @@ def test_the_index_cache_refuses_pgvector_and_says_so(
     again = builds.build(rb.indexes.create("hnsw", dim=DIM), X)
     assert again.index.info()["build"]["cached"] is True
     assert np.array_equal(again.index.search(Q, 5)[0], other.search(Q, 5)[0])
+
+
+def test_sweep_filters_reach_pgvector_as_where_clauses() -> None:
+    """A filtered sweep point sends each query's spec (SQL on the attribute columns), not ids."""
+    from ragbench import datasets, sweeps
+
+    ds = datasets.load("synthetic", n=2000, dim=16, n_queries=12, seed=4)
+    data = sweeps.SweepData.from_dataset(
+        ds, k=5, filter_selectivities=(0.05,), filter_table={"attribute": "tenant"}
+    )
+    assert set(data.attributes) == set(ds.corpus.attributes)
+    index, _ = sweeps._built("pgvector", data, {"index": "flat", "dsn": pgshared.dsn()})
+    try:
+        case = data.filter_cases[0]
+        point = sweeps.measure(index, data, 5, {}, case=case, strategy="in-graph")
+        assert point["filter"]["path"] == "where"
+        assert index.filter_paths["where"] == 2 * 12 and index.filter_paths["ids"] == 0
+        assert point["recall"] == 1.0 and point["filter_violations"] == 0  # flat: exact
+        post = sweeps.measure(index, data, 5, {}, case=case, strategy="post")
+        assert post["filter"]["path"] == "post"
+        assert index.filter_paths["ids"] == 0
+    finally:
+        index.close()
