@@ -98,9 +98,9 @@ class PgvectorBase(LiveVectorIndex):
         generator (``RandomDouble``), seeded per backend process and not
         settable from SQL (``setseed`` seeds only ``random()``); IVFFlat samples
         its k-means rows and initial centers the same way. So the graph, and
-        the recall at a given ``ef``, moves from build to build (0.942 / 0.966 /
-        0.946 at ``ef=80`` over three builds of 100k rows). ``flat`` (no vector
-        index, an exact scan) is deterministic.
+        the recall at a given ``ef``, moves from build to build (docs/vectordb.md
+        has three builds' figures). ``flat`` (no vector index, an exact scan) is
+        deterministic.
         """
         return bool(self.build_params["index"] == "flat")
 
