@@ -470,3 +470,29 @@ def test_cli_sweep_lancedb_ef_below_k_times_refine_is_one_line_exit_2(tmp_path: 
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ragbench: error:")]
     assert len(errors) == 1 and "ef=80 is below k × refine_factor = 10 × 10 = 100" in errors[0]
+
+
+def test_lancedb_with_attribute_columns_is_not_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached load would lose the attribute columns (the ``where`` path): such builds are not cached."""
+    from ragbench.indexes import builds
+
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(builds.CACHE_MIN_ENV, "0")
+    cols = {"tenant": np.arange(N, dtype=np.int64) % 7}
+    for _ in range(2):
+        index = rb.indexes.create("lancedb", dim=DIM)
+        index.set_attributes(cols)
+        done = builds.build(index, X)
+        assert done.index is index and index.info()["build"]["cached"] is False
+        assert index.filter_path == "where"  # type: ignore[attr-defined]
+        index.close()
+    assert not (tmp_path / "indexes").exists()
+    plain = rb.indexes.create("lancedb", dim=DIM)
+    builds.build(plain, X)  # without attribute columns the cache takes it
+    again = builds.build(rb.indexes.create("lancedb", dim=DIM), X)
+    assert again.index.info()["build"]["cached"] is True
+    assert np.array_equal(again.index.search(Q, 5)[0], plain.search(Q, 5)[0])
+    plain.close()
+    again.index.close()

@@ -38,7 +38,10 @@ A backend says what it can promise: ``build_deterministic`` False (pgvector's
 the record say ``deterministic: false`` even on one thread, and
 ``build_cacheable`` False (pgvector: a saved index is its rows, so a "load"
 is a rebuild on the server, no faster and not the same graph) keeps the
-backend out of the cache: every build is a real build, ``cached: false``.
+backend out of the cache: every build is a real build, ``cached: false``
+(LanceDB's is False for an index given attribute columns: the recipe does not
+hold them and a loaded table would not take them, so its ``where`` path would
+quietly become ``ids``).
 """
 
 from __future__ import annotations

@@ -268,6 +268,11 @@ class LanceDbIndex(LiveVectorIndex):
         self._attrs = attrs if attrs.columns else None
 
     @property
+    def build_cacheable(self) -> bool:
+        """False once ``set_attributes`` gave columns: a cached load would not restore them."""
+        return self._attrs is None
+
+    @property
     def filter_path(self) -> str:
         """``where`` when the table holds attribute columns (a spec becomes SQL), else ``ids``."""
         return "where" if self._attr_kinds else "ids"
