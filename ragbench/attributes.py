@@ -338,7 +338,10 @@ def mask_of(attributes: Mapping[str, np.ndarray], spec: Mapping[str, Any]) -> np
         else:
             wanted = want if isinstance(want, list) else [want]
             try:
-                one = np.isin(column, np.asarray(wanted, dtype=column.dtype))
+                # str: the values at their own width (the column's would truncate them,
+                # and a longer value would match a row holding its prefix)
+                dtype = str if column.dtype.kind == "U" else column.dtype
+                one = np.isin(column, np.asarray(wanted, dtype=dtype))
             except (TypeError, ValueError):
                 raise DatasetError(
                     f"filter {spec!r}: {want!r} is not a value of attribute {name!r}"

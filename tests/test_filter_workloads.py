@@ -335,3 +335,40 @@ def test_a_filter_strategy_without_a_filter_is_refused() -> None:
         {"retrieve": {"backend": "hnsw", "filter_strategy": "pre", "filter": {"selectivity": 0.1}}}
     )
     assert cfg["retrieve"]["filter_strategy"] == "pre"
+
+
+def test_a_value_longer_than_the_column_matches_nothing() -> None:
+    """A str column's numpy width (here <U3) must not truncate the wanted value."""
+    cols = {"tenant": np.array(["ab", "abc", "b", "abc"]), "year": np.arange(4, dtype=np.int64)}
+    assert cols["tenant"].dtype == np.dtype("<U3")
+    assert not attributes.mask_of(cols, {"tenant": "abcd"}).any()  # was rows 1 and 3
+    assert not attributes.mask_of(cols, {"tenant": ["abcdef", "bb"]}).any()
+    assert attributes.mask_of(cols, {"tenant": ["abcd", "abc"]}).tolist() == [0, 1, 0, 1]
+    assert attributes.mask_of(cols, {"tenant": "ab"}).tolist() == [1, 0, 0, 0]
+    assert attributes.mask_of(cols, {"tenant": "abcd", "year": [0, 3]}).sum() == 0
+    qf = attributes.filters_from_specs(cols, [{"tenant": "abcd"}, None, {"tenant": "b"}])
+    assert qf.masks.sum(axis=1).tolist() == [0, 4, 1]
+
+
+def test_sweep_cli_sends_lancedb_the_filter_specs(tmp_path: Path) -> None:
+    """A filtered sweep of a database index runs its ``where`` path and says so per point."""
+    out = tmp_path / "sweep.jsonl"
+    res = _cli(
+        "sweep",
+        "--dataset", "synthetic", "--n", "2000", "--dim", "16", "--seed", "3",
+        "--index", "lancedb,hnsw", "--queries", "15",
+        "--filter-selectivity", "0.05", "--filter-strategy", "auto,in-graph,post",
+        "--filter-attribute", "tenant", "--out", str(out),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    recs = [r for r in read_records(out) if r.get("strategy")]
+    lance = {r["strategy"]: r for r in recs if r["index"] == "lancedb"}
+    assert {s: r["filter"]["path"] for s, r in lance.items()} == {
+        "auto": "where",
+        "in-graph": "where",
+        "post": "post",
+    }
+    assert lance["in-graph"]["recall"] == 1.0  # flat table, SQL prefilter: exact
+    assert all(r["filter_violations"] == 0 for r in recs)
+    assert all("path" not in r["filter"] for r in recs if r["index"] == "hnsw")

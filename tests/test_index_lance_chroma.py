@@ -418,3 +418,81 @@ def test_lancedb_saved_with_attribute_columns(tmp_path: Path) -> None:
     allow = ATTRS["tenant"] == 3
     want, _ = index.search(Q, 10, where={"tenant": 3})
     np.testing.assert_array_equal(loaded.search(Q, 10, where={"tenant": 3}, filter=allow)[0], want)
+
+
+# -- lancedb: query parameters LanceDB refuses are ConfigErrors, from the API and the CLI -----
+
+
+def test_lancedb_ef_below_k_times_refine_is_a_config_error() -> None:
+    index = rb.indexes.create("lancedb", dim=DIM, index_type="ivf_hnsw_sq", num_partitions=4)
+    index.build(X)
+    assert index.search(Q, 10, ef=100, refine_factor=10)[0].shape == (NQ, 10)  # ef = k × rf
+    assert index.search(Q, 10, ef=10)[0].shape == (NQ, 10)  # ef = k
+    with pytest.raises(ConfigError, match=r"ef=80 is below k × refine_factor = 10 × 10 = 100"):
+        index.search(Q, 10, ef=80, refine_factor=10)
+    with pytest.raises(ConfigError, match=r"ef=9 is below k = 10"):
+        index.search(Q, 10, ef=9)
+    with pytest.raises(ConfigError, match="ef=20 is below k × refine_factor"):
+        index.search(Q[:2], 10, filter=np.arange(500), strategy="in-graph", ef=20, refine_factor=5)
+    # refine_factor=2**31-1 made LanceDB allocate 343 GB and abort the process
+    with pytest.raises(ConfigError, match="candidates is more than 10000000"):
+        index.search(Q, 10, ef=2**31 - 1, refine_factor=2**31 - 1)
+    index.close()
+    ivf = rb.indexes.create("lancedb", dim=DIM, index_type="ivf_pq", num_partitions=4)
+    ivf.build(X)  # no HNSW: no ef rule
+    assert ivf.search(Q, 10, ef=5, refine_factor=10)[0].shape == (NQ, 10)
+    with pytest.raises(ConfigError, match="candidates is more than"):
+        ivf.search(Q, 10, refine_factor=2**31 - 1)
+    ivf.close()
+
+
+def test_lancedb_search_errors_name_the_parameters_sent() -> None:
+    from ragbench.indexes._lance_checks import search_error
+
+    exc = RuntimeError(
+        "lance error: LanceError(Index): something, /root/.cargo/x/src/a.rs:12:5\nmore"
+    )
+    err = search_error(exc, (("nprobes", 20), ("ef", 64)), 10)
+    assert isinstance(err, ConfigError)
+    assert str(err) == (
+        "index 'lancedb': LanceDB refused the search (k=10, nprobes=20, ef=64): "
+        "lance error: LanceError(Index): something"
+    )
+
+
+def test_cli_sweep_lancedb_ef_below_k_times_refine_is_one_line_exit_2(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RAGBENCH_CACHE_DIR=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "ragbench", "sweep", "--index", "lancedb"]
+    cmd += ["--build", "index_type=ivf_hnsw_sq", "--param", "ef=80", "--param", "refine_factor=10"]
+    cmd += ["--n", "1000", "--dim", "16", "--queries", "5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ragbench: error:")]
+    assert len(errors) == 1 and "ef=80 is below k × refine_factor = 10 × 10 = 100" in errors[0]
+
+
+def test_lancedb_with_attribute_columns_is_not_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached load would lose the attribute columns (the ``where`` path): such builds are not cached."""
+    from ragbench.indexes import builds
+
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(builds.CACHE_MIN_ENV, "0")
+    cols = {"tenant": np.arange(N, dtype=np.int64) % 7}
+    for _ in range(2):
+        index = rb.indexes.create("lancedb", dim=DIM)
+        index.set_attributes(cols)
+        done = builds.build(index, X)
+        assert done.index is index and index.info()["build"]["cached"] is False
+        assert index.filter_path == "where"  # type: ignore[attr-defined]
+        index.close()
+    assert not (tmp_path / "indexes").exists()
+    plain = rb.indexes.create("lancedb", dim=DIM)
+    builds.build(plain, X)  # without attribute columns the cache takes it
+    again = builds.build(rb.indexes.create("lancedb", dim=DIM), X)
+    assert again.index.info()["build"]["cached"] is True
+    assert np.array_equal(again.index.search(Q, 5)[0], plain.search(Q, 5)[0])
+    plain.close()
+    again.index.close()

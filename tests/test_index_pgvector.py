@@ -829,3 +829,62 @@ def test_cli_load_processes_each_open_their_own_index_and_connection(tmp_path: P
     with psycopg.connect(pgshared.dsn()) as conn:
         left = {r[0] for r in conn.execute(tables_q).fetchall()}
     assert not left & {name for tables, _ in seen for name in tables}  # dropped at the end
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "flat"])
+def test_the_index_cache_refuses_pgvector_and_says_so(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a saved pgvector index rebuilds it on the server: the cache skips pgvector.
+
+    Two builds of the same recipe through the drivers' build path (every build
+    cached: RAGBENCH_INDEX_CACHE_MIN_S=0) each build for real (``cached: false``,
+    nothing written under the cache); hnsw says ``deterministic: false``, while
+    an hnswlib index in the same setup is cached and comes back as it was.
+    """
+    from ragbench.indexes import builds
+
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(builds.CACHE_MIN_ENV, "0")
+    records = []
+    for _ in range(2):
+        index = shared(index=kind)
+        try:
+            done = builds.build(index, X)
+            assert done.index is index and done.load_ns == 0 and done.build_ns > 0
+            records.append(dict(index.info()["build"]))
+            assert index.search(Q, 5)[0].shape == (NQ, 5)
+        finally:
+            index.close()
+    for record in records:
+        assert record["cached"] is False and "load_s" not in record
+        assert record["deterministic"] is (kind == "flat")
+    assert not (tmp_path / "indexes").exists()
+    other = rb.indexes.create("hnsw", dim=DIM)
+    builds.build(other, X)  # the same cache path does cache a backend that can
+    again = builds.build(rb.indexes.create("hnsw", dim=DIM), X)
+    assert again.index.info()["build"]["cached"] is True
+    assert np.array_equal(again.index.search(Q, 5)[0], other.search(Q, 5)[0])
+
+
+def test_sweep_filters_reach_pgvector_as_where_clauses() -> None:
+    """A filtered sweep point sends each query's spec (SQL on the attribute columns), not ids."""
+    from ragbench import datasets, sweeps
+
+    ds = datasets.load("synthetic", n=2000, dim=16, n_queries=12, seed=4)
+    data = sweeps.SweepData.from_dataset(
+        ds, k=5, filter_selectivities=(0.05,), filter_table={"attribute": "tenant"}
+    )
+    assert set(data.attributes) == set(ds.corpus.attributes)
+    index, _ = sweeps._built("pgvector", data, {"index": "flat", "dsn": pgshared.dsn()})
+    try:
+        case = data.filter_cases[0]
+        point = sweeps.measure(index, data, 5, {}, case=case, strategy="in-graph")
+        assert point["filter"]["path"] == "where"
+        assert index.filter_paths["where"] == 2 * 12 and index.filter_paths["ids"] == 0
+        assert point["recall"] == 1.0 and point["filter_violations"] == 0  # flat: exact
+        post = sweeps.measure(index, data, 5, {}, case=case, strategy="post")
+        assert post["filter"]["path"] == "post"
+        assert index.filter_paths["ids"] == 0
+    finally:
+        index.close()

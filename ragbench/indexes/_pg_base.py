@@ -62,6 +62,10 @@ class PgvectorBase(LiveVectorIndex):
     filter_strategies: ClassVar[tuple[str, ...]] = ("post", "in-graph")
     default_strategy: ClassVar[str] = "in-graph"
     delete_mode: ClassVar[str | None] = "mark"
+    #: The index cache (:mod:`ragbench.indexes.builds`) skips pgvector: a saved
+    #: pgvector index is its rows, and loading one rebuilds the table and the
+    #: vector index on the server (as long as a build, and not the same graph).
+    build_cacheable: ClassVar[bool] = False
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
@@ -85,6 +89,20 @@ class PgvectorBase(LiveVectorIndex):
             self._versions["pgvector"] = _control_version(pg_install())
         else:
             self._check_server()
+
+    @property
+    def build_deterministic(self) -> bool:
+        """False for ``hnsw`` and ``ivfflat``: two builds on the same rows differ.
+
+        pgvector draws each HNSW node's level with PostgreSQL's own random
+        generator (``RandomDouble``), seeded per backend process and not
+        settable from SQL (``setseed`` seeds only ``random()``); IVFFlat samples
+        its k-means rows and initial centers the same way. So the graph, and
+        the recall at a given ``ef``, moves from build to build (docs/vectordb.md
+        has three builds' figures). ``flat`` (no vector index, an exact scan) is
+        deterministic.
+        """
+        return bool(self.build_params["index"] == "flat")
 
     # -- parameters ---------------------------------------------------------------------
 
@@ -287,6 +305,8 @@ class PgvectorBase(LiveVectorIndex):
             self._publish_built(vectors.shape[0])
 
         self._timed_build(run)
+        if self.build_record is not None and not self.build_deterministic:
+            self.build_record["deterministic"] = False
 
     def _create_table(self, conn: Any, vectors: np.ndarray) -> None:
         from psycopg import sql

@@ -32,6 +32,16 @@ data fingerprint is only computed when an entry for the recipe exists or a
 build is to be saved, so short builds pay nothing. A file that fails any
 check (hash, header, fingerprint) is rebuilt and overwritten. Fast builds are
 never cached (they are not the same index twice).
+
+A backend says what it can promise: ``build_deterministic`` False (pgvector's
+``hnsw`` and ``ivfflat``: their random draws are not seedable from SQL) makes
+the record say ``deterministic: false`` even on one thread, and
+``build_cacheable`` False (pgvector: a saved index is its rows, so a "load"
+is a rebuild on the server, no faster and not the same graph) keeps the
+backend out of the cache: every build is a real build, ``cached: false``
+(LanceDB's is False for an index given attribute columns: the recipe does not
+hold them and a loaded table would not take them, so its ``where`` path would
+quietly become ``ids``).
 """
 
 from __future__ import annotations
@@ -124,7 +134,7 @@ def build(index: Any, data: Any, *, fast: bool = False, source: str | None = Non
         if used != before:
             set_threads(before)
     record = {
-        "deterministic": deterministic,
+        "deterministic": deterministic and bool(getattr(index, "build_deterministic", True)),
         "threads": used,
         "seed": dict(index.build_params).get("seed"),
         "cached": False,
@@ -147,7 +157,7 @@ def _rows(data: Any) -> int:
 
 
 def _entry_dir(index: Any, data: Any, deterministic: bool) -> Path | None:
-    if not callable(getattr(index, "save", None)):
+    if not callable(getattr(index, "save", None)) or not getattr(index, "build_cacheable", True):
         return None
     return cache_dir() / "indexes" / recipe_key(index, _rows(data), deterministic)
 

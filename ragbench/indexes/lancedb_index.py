@@ -17,7 +17,14 @@ Query parameters, passed per call (concurrent searches with different
 values do not race): ``nprobes`` (partitions searched, default 20),
 ``refine_factor`` (re-rank ``k * refine_factor`` candidates on the full
 vectors; 0 = no refine, the default), ``ef`` (HNSW, default 64). On a
-``flat`` table they are checked and have no effect.
+``flat`` table they are checked and have no effect. LanceDB's HNSW returns
+``k × refine_factor`` candidates (``k`` without refine) from a search of
+width ``ef``, and refuses ``ef`` below that: ragbench checks it before the
+call and raises :class:`~ragbench.errors.ConfigError` naming both (raise
+``ef`` or lower ``refine_factor``), as it does past 10 million refine
+candidates (LanceDB allocates them up front: ``refine_factor=2**31-1``
+aborted the process); any other error LanceDB raises during a
+search comes back as a ``ConfigError`` naming the query parameters.
 
 Metrics: ``ip`` → LanceDB ``dot`` (its ``_distance`` is ``1 - dot``,
 measured), ``cosine`` → ``cosine`` (``1 - cos``; the corpus is normalized
@@ -82,6 +89,7 @@ from ..errors import ConfigError, IndexFileError
 from ..validate import check_k
 from ..validate import positive_int as int_param
 from ._common import F32, I64, INF, INT32_MAX, batch_is_finite
+from ._lance_checks import check_ef, search_error
 from ._live import FilterPlan, IdSpace
 from ._writable import LiveVectorIndex
 from .attribute_filters import AttributeColumns, spec_terms, where_text
@@ -258,6 +266,11 @@ class LanceDbIndex(LiveVectorIndex):
             raise ConfigError(f"{owner}: attribute names must not hold a backtick")
         attrs = AttributeColumns(owner, columns, _RESERVED)
         self._attrs = attrs if attrs.columns else None
+
+    @property
+    def build_cacheable(self) -> bool:
+        """False once ``set_attributes`` gave columns: a cached load would not restore them."""
+        return self._attrs is None
 
     @property
     def filter_path(self) -> str:
@@ -465,6 +478,8 @@ class LanceDbIndex(LiveVectorIndex):
         allow: np.ndarray | None,
         where: str | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
+        if compiled:
+            check_ef(compiled, k)
         query = self._table.search(q, vector_column_name="vector")
         query = query.distance_type(self._distance).select(_COLUMNS).limit(k)
         for method, value in compiled:
@@ -474,7 +489,10 @@ class LanceDbIndex(LiveVectorIndex):
         elif allow is not None:
             query = query.where(_id_list(np.flatnonzero(allow)), prefilter=True)
         t1 = _perf()
-        result = query.to_arrow()
+        try:
+            result = query.to_arrow()
+        except (RuntimeError, ValueError, OSError) as exc:  # lance's Rust errors
+            raise search_error(exc, compiled, k) from None
         t2 = _perf()
         ids, scores = self._decode(result, q.shape[0], k)
         local = self._local

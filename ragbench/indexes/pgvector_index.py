@@ -69,6 +69,14 @@ attributes: no ``where`` filter returns them. Writes: ``add``
 copies rows in with ``COPY``, ``delete`` is ``DELETE ... WHERE id =
 ANY(...)``.
 
+Builds and the index cache: pgvector's ``hnsw`` and ``ivfflat`` builds are
+not reproducible (the HNSW levels and the IVF sample come from PostgreSQL's
+own random generator, which SQL cannot seed), so their build record says
+``deterministic: false``; ``flat`` is. ``Index.save`` writes the rows and
+loading rebuilds the table and index on a server (as long as a build, and not
+the same graph), so :mod:`ragbench.indexes.builds` never caches pgvector:
+every build is a real one (``cached: false``).
+
 Threads and processes: each thread that searches gets its own connection
 (``info()["connections"]`` counts them); a worker process builds its own
 index, so opens its own. A server that goes away mid-run raises
@@ -427,6 +435,7 @@ class PgvectorIndex(PgvectorBase):
         return self._read_vectors(space).astype("<f4").tobytes()
 
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        """A saved index is its rows: rebuild the table and index from them (a new graph)."""
         from ..errors import IndexFileError
 
         width = 4 * self.dim

@@ -39,6 +39,8 @@ class SweepData:
     truth: np.ndarray
     metric: str
     filter_cases: list[FilterCase] = field(default_factory=list)
+    #: the corpus's attribute columns (filtered sweeps): a database index stores them
+    attributes: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_dataset(
@@ -84,6 +86,7 @@ class SweepData:
             truth[:nq],
             metric,
             cases,
+            dict(ds.corpus.attributes) if cases else {},
         )
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from .. import intervals, threads
 from ..errors import ConfigError
 from ..metrics import recall_at_k
+from ..pipeline.capabilities import FiltersOnAttributes
 from ..rebuilds import recall_interval
 from ..timing import Stats, run_stages
 from ..validate import positive_int
@@ -22,14 +23,17 @@ __all__ = ["measure", "recall_fields"]
 class _Query:
     """One sweep query on its way through the timed steps (search, then optional re-scoring)."""
 
-    __slots__ = ("query", "vector", "ids", "rescored", "allowed")
+    __slots__ = ("query", "vector", "ids", "rescored", "allowed", "where")
 
-    def __init__(self, query: Any, vector: np.ndarray, allowed: np.ndarray | None = None) -> None:
+    def __init__(
+        self, query: Any, vector: np.ndarray, allowed: np.ndarray | None = None, where: Any = None
+    ) -> None:
         self.query = query
         self.vector = vector
         self.ids: np.ndarray = np.empty(0, np.int64)  # the index's candidates, its order
         self.rescored: np.ndarray = self.ids  # the re-scored top k (when re-scoring)
         self.allowed = allowed
+        self.where = where  # the filter as a spec, for an index that takes ``where=``
 
 
 def _steps(
@@ -49,8 +53,11 @@ def _steps(
     def filtered_step(q: _Query) -> None:
         q.ids = search(q.query, kk, filter=q.allowed, **params)[0][0]
 
+    def where_step(q: _Query) -> None:
+        q.ids = search(q.query, kk, filter=q.allowed, where=q.where, **params)[0][0]
+
     if filtered:
-        search_step = filtered_step
+        search_step = where_step if isinstance(index, FiltersOnAttributes) else filtered_step
 
     if reranker is None:
         return [search_step]
@@ -92,17 +99,21 @@ def measure(
     Q, X = data.queries, data.vectors
     nq = len(Q)
     masks = None if case is None else case.filters.masks
+    # a database index gets each query's spec too (SQL on its attribute columns), as in a run
+    specs = case.filters.specs if case and isinstance(index, FiltersOnAttributes) else None
     if case is not None and strategy is not None:
         params = {**params, "strategy": strategy}
     steps = _steps(index, kk, params, k, X, reranker if rescore else None, masks is not None)
     batch_threads = threads.get_threads()
-    found, before, stamps = _time_queries(steps, data, masks, k, repeat, texts)
+    found, before, stamps = _time_queries(steps, data, masks, k, repeat, texts, specs)
     per_step = np.diff(stamps, axis=1)
     totals = per_step.sum(axis=1)
     lat = Stats.from_samples(totals)
     groups = np.repeat(np.arange(repeat), nq) if repeat > 1 else None
     cis = {s: intervals.bootstrap(totals, s, groups=groups) for s in ("p50", "p99")}
-    batch_s = _batch_seconds(index, data, kk, params, masks, reranker if rescore else None, k)
+    batch_s = _batch_seconds(
+        index, data, kk, params, masks, reranker if rescore else None, k, specs
+    )
     violations = _drop_outside(found, masks)
     truth = data.truth if case is None else case.truth
     recall = recall_at_k(found, truth, X, Q, k, data.metric)
@@ -125,7 +136,7 @@ def measure(
     }
     if case is not None:
         point.update(strategy=strategy or "auto", selectivity=case.selectivity)
-        point.update(filter=case.filters.summary(), filter_violations=violations)
+        point.update(filter=_filter_summary(case, index, strategy), filter_violations=violations)
     if groups is not None:
         point["repetition"] = groups.tolist()
     if len(steps) > 1:
@@ -135,6 +146,15 @@ def measure(
         point["recall_before_rescore"] = float(pre.mean())
         point["recall_before_rescore_p10"] = _p10(pre)
     return point
+
+
+def _filter_summary(case: FilterCase, index: Any, strategy: str | None) -> dict[str, Any]:
+    """The filter's summary; for a database index the path it ran (as a run record's)."""
+    out = case.filters.summary()
+    if isinstance(index, FiltersOnAttributes):
+        in_db = (strategy or "auto") in ("auto", "in-graph")
+        out["path"] = index.filter_path if in_db else strategy
+    return out
 
 
 def _p10(recall: np.ndarray) -> float:
@@ -157,6 +177,7 @@ def _time_queries(
     k: int,
     repeat: int,
     texts: bool,
+    specs: list[dict[str, Any]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each query once per repeat through ``steps`` on one thread.
 
@@ -174,7 +195,8 @@ def _time_queries(
         for r in range(positive_int("sweep", "repeat", repeat)):
             for i in range(nq):
                 allowed = None if masks is None else masks[i]
-                q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed)
+                where = None if specs is None else specs[i]
+                q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed, where)
                 run_stages(steps, q, row)
                 stamps[r * nq + i] = row
                 before[i, : min(k, len(q.ids))] = q.ids[:k]
@@ -202,10 +224,13 @@ def _batch_seconds(
     masks: np.ndarray | None,
     reranker: Any,
     k: int,
+    specs: list[dict[str, Any]] | None = None,
 ) -> float:
     """Seconds for the whole query batch in one call (with every pinned thread)."""
     texts = index.input_kind == "texts"
-    extra = {} if masks is None else {"filter": masks}
+    extra: dict[str, Any] = {} if masks is None else {"filter": masks}
+    if specs is not None:
+        extra["where"] = specs
     t0 = perf_counter_ns()
     ids, _ = index.search(data.query_texts if texts else data.queries, kk, **params, **extra)
     if reranker is not None:

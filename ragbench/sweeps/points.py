@@ -10,7 +10,7 @@ import numpy as np
 from .. import indexes, rerankers
 from ..indexes import builds
 from ..metrics import rerank_metric
-from ..pipeline.capabilities import CompressedCodes, RecordsBuild
+from ..pipeline.capabilities import CompressedCodes, FiltersOnAttributes, RecordsBuild
 from .data import SweepData
 
 __all__ = ["build_index", "bytes_fields", "exact_reranker", "point_fields"]
@@ -65,6 +65,8 @@ def build_index(
         if "seed" in probe.build_params:
             params["seed"] = int(probe.build_params["seed"]) + i
     index = indexes.create(name, dim=dim, metric=metric, **params)
+    if data.attributes and isinstance(index, FiltersOnAttributes):
+        index.set_attributes(data.attributes)  # typed columns beside the vectors, as a run
     corpus = data.texts if index.input_kind == "texts" else data.vectors
     done = builds.build(index, corpus, fast=fast_build, source=f"sweep data {data.name!r}")
     record = (done.index.build_record if isinstance(done.index, RecordsBuild) else None) or {}
