@@ -876,7 +876,9 @@ def test_sweep_filters_reach_pgvector_as_where_clauses() -> None:
         ds, k=5, filter_selectivities=(0.05,), filter_table={"attribute": "tenant"}
     )
     assert set(data.attributes) == set(ds.corpus.attributes)
-    index, _ = sweeps._built("pgvector", data, {"index": "flat", "dsn": pgshared.dsn()})
+    from ragbench.sweeps.points import build_index
+
+    index, _ = build_index("pgvector", data, {"index": "flat", "dsn": pgshared.dsn()})
     try:
         case = data.filter_cases[0]
         point = sweeps.measure(index, data, 5, {}, case=case, strategy="in-graph")
