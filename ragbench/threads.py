@@ -168,6 +168,10 @@ def settings() -> dict[str, Any]:
         "OPENBLAS_NUM_THREADS",
         "NUMBA_NUM_THREADS",
         "RAGBENCH_THREADS",
+        # how long an idle OpenMP pool spins (read once, when the runtime loads)
+        "OMP_WAIT_POLICY",
+        "GOMP_SPINCOUNT",
+        "KMP_BLOCKTIME",
     ):
         if var in os.environ:
             out[var] = os.environ[var]
