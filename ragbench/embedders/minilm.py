@@ -52,11 +52,15 @@ class MiniLMEmbedder:
     Default (``None``): **one** thread for a call of one text, a request's
     query, and the ragbench thread setting (:func:`ragbench.threads.get_threads`)
     for larger calls (the corpus at set-up). One query is a few dozen tokens:
-    a second intra-op thread saves little, and the OpenMP pool it wakes keeps
-    spinning for a while after the call, on the core the engine that searches
-    next needs. Measured on pydocs, 2 cores (busy), alternated rounds: embed
-    p50 19.4 ms on 1 thread vs 281 ms on 2; chroma's search right after it
-    4.7 ms vs 26.5 ms (1.1 ms alone); see docs/explanation/measuring-honestly.md.
+    a second intra-op thread saves little, and torch's OpenMP pool spins
+    after each call (libgomp's wait policy, read once when torch loads; it
+    cannot be changed from Python afterwards) on the core the engine that
+    searches next, or a neighbour's process, needs. Measured on pydocs, 2
+    busy cores, ``ragbench compare --dataset pydocs --index hnsw,chroma
+    --queries 40 --warmup 10 --rerank none --set embed.threads=N`` run
+    1, 2, 1, 2: embed p50 13.4 / 12.9 ms on 1 thread vs 38.5 / 188 ms on 2;
+    chroma's retrieve p50 2.0 / 2.1 ms vs 3.9 / 6.9 ms (see
+    docs/explanation/measuring-honestly.md).
     """
 
     name = "minilm"
