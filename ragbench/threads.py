@@ -27,6 +27,7 @@ __all__ = [
     "apply",
     "blas_threads",
     "get_threads",
+    "note",
     "pin_thread",
     "set_threads",
     "settings",
@@ -54,6 +55,21 @@ def usable_cores() -> list[int]:
 
 
 _threads: int | None = None
+# caller -> the torch intra-op thread counts its calls ran with (see note())
+_torch_used: dict[str, set[int]] = {}
+_torch_used_lock = threading.Lock()
+
+
+def note(caller: str, torch_threads: int) -> None:
+    """Record that ``caller`` ran a call with ``torch_threads`` intra-op threads.
+
+    A stage that pins torch for its own calls (the MiniLM embedder) restores
+    the count after each one, so torch's count when a record is written says
+    nothing about what ran; :func:`settings` reports these instead, under
+    ``torch_threads_by_caller`` (every count seen, in order).
+    """
+    with _torch_used_lock:
+        _torch_used.setdefault(caller, set()).add(int(torch_threads))
 
 
 def get_threads() -> int:
@@ -152,6 +168,10 @@ def settings() -> dict[str, Any]:
         "OPENBLAS_NUM_THREADS",
         "NUMBA_NUM_THREADS",
         "RAGBENCH_THREADS",
+        # how long an idle OpenMP pool spins (read once, when the runtime loads)
+        "OMP_WAIT_POLICY",
+        "GOMP_SPINCOUNT",
+        "KMP_BLOCKTIME",
     ):
         if var in os.environ:
             out[var] = os.environ[var]
@@ -161,6 +181,9 @@ def settings() -> dict[str, Any]:
         out["numba_threads"] = int(sys.modules["numba"].get_num_threads())
     if "torch" in sys.modules:
         out["torch_threads"] = int(sys.modules["torch"].get_num_threads())
+    with _torch_used_lock:
+        if _torch_used:
+            out["torch_threads_by_caller"] = {c: sorted(n) for c, n in sorted(_torch_used.items())}
     blas = blas_threads()
     if blas:
         out["blas_threads"] = blas

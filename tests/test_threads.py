@@ -4,6 +4,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from ragbench import threads
 
 
@@ -100,3 +102,17 @@ def test_thread_connections_drop_current_and_take_all() -> None:
     finally:
         release.set()
         t.join()
+
+
+def test_settings_record_the_openmp_wait_policy_and_noted_torch_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
+    monkeypatch.setattr(threads, "_torch_used", {})  # this test's notes go with it
+    threads.note("caller under test", 3)
+    threads.note("caller under test", 1)
+    threads.note("caller under test", 3)
+    out = threads.settings()
+    assert out["OMP_WAIT_POLICY"] == "PASSIVE" and "KMP_BLOCKTIME" not in out
+    assert out["torch_threads_by_caller"]["caller under test"] == [1, 3]

