@@ -76,6 +76,7 @@ docs: $(VENV)/.dev
 # pages' tables, readings and charts from them). One file: $(PY) tools/findings.py NAME.
 findings: $(VENV)/.dev
 	$(PY) tools/findings.py
+	$(PY) tools/docs_hooks.py --readme
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check ragbench tests bench tools

@@ -222,3 +222,26 @@ def test_pipeline_builds_deterministically_unless_fast_build(no_cache) -> None:
 def test_fast_build_config_key_is_checked() -> None:
     with pytest.raises(rb.errors.ConfigError, match="fast_build"):
         rb.Pipeline.from_config({"retrieve": {"fast_build": "yes"}})
+
+
+def test_build_note_tells_fast_builds_from_engines_that_cannot_be_seeded() -> None:
+    """The footer says why a build is not deterministic: every core, or an unseedable engine."""
+    from ragbench.rendering.notes import build_note
+
+    def run(label: str, **build: object) -> dict[str, object]:
+        return {
+            "schema": "ragbench.run/1",
+            "kind": "run",
+            "label": label,
+            "info": {"index": {"build": build}},
+        }
+
+    seeded = run("hnsw", deterministic=True, threads=1, cached=False)
+    fast = run("ivf", deterministic=False, threads=2, cached=False)
+    pg = run("pgvector", deterministic=False, threads=1, cached=False)
+    assert build_note([seeded]).startswith("builds: deterministic")
+    one = build_note([seeded, pg])
+    assert "1 of 2 NOT deterministic (an engine that cannot be seeded;" in one
+    assert "--fast-build" not in one
+    both = build_note([fast, pg])
+    assert both.startswith("builds: NOT deterministic (--fast-build: every core; an engine")

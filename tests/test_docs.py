@@ -602,3 +602,18 @@ def test_typed_parameters_reference_has_every_typed_backend() -> None:
         for backend in variants:
             assert f"| `[{table}]` | `{backend}` |" in text, (table, backend)
     assert "<!-- gen: params -->" in (DOCS / "reference" / "configuration-typed.md").read_text()
+
+
+def test_readme_tables_are_regenerated_from_committed_results() -> None:
+    """The README's vector-database table is what its results render now, never typed in."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = list(hooks.README_BLOCK.finditer(readme))
+    assert blocks, "the README has no readme-gen block"
+    assert hooks.readme_expanded(readme) == readme, (
+        "the README's generated blocks are stale: run `python tools/docs_hooks.py --readme`"
+    )
+    for m in blocks:  # every row comes from a record of the named file
+        run_file = FINDINGS / m.group("args").split()[0]
+        labels = {json.loads(line)["label"] for line in run_file.read_text().splitlines()}
+        rows = [r for r in m.group("body").splitlines() if r.startswith("| `")]
+        assert {r.split("`")[1] for r in rows} == labels

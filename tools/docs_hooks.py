@@ -621,11 +621,18 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 def _memory_of(run: dict[str, Any], sweeps: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first sweep record of the same index built with the same parameters on the same data."""
+    """The first sweep record of the same index built with the same parameters on the same data.
+
+    Parameters are compared on the keys both records name: a parameter a later ragbench added
+    (at its default) does not make the same build another one.
+    """
     index = (run.get("info") or {}).get("index") or {}
-    key = (index.get("backend"), index.get("params"), (run.get("dataset") or {}).get("name"))
+    params = index.get("params") or {}
+    data = (run.get("dataset") or {}).get("name")
     for rec in sweeps:
-        if (rec.get("index"), rec.get("build"), rec.get("dataset")) == key:
+        build = rec.get("build") or {}
+        same = all(params[k] == build[k] for k in params.keys() & build.keys())
+        if rec.get("index") == index.get("backend") and rec.get("dataset") == data and same:
             return rec
     return None
 
@@ -800,3 +807,29 @@ def on_post_build(config: Any) -> None:  # noqa: ARG001
     """Draw the charts the pages asked for into the built site."""
     draw_plots(PLOTS)
     PLOTS.clear()
+
+
+#: A block of the README regenerated from committed results (the README is not a site page):
+#: ``<!-- readme-gen: engines data/run.jsonl [data/sweep.jsonl] -->`` ... ``<!-- /readme-gen -->``,
+#: paths relative to ``docs/findings``.
+README_BLOCK = re.compile(
+    r"(<!-- readme-gen: engines (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- /readme-gen -->)", re.S
+)
+
+
+def readme_expanded(text: str) -> str:
+    """``text`` (the README) with every ``readme-gen`` block's body rendered anew."""
+
+    def render(m: re.Match[str]) -> str:
+        body = engines_markdown(ROOT / "docs" / "findings", m.group("args"))
+        return f"{m.group(1)}\n{body.strip()}\n\n{m.group(4)}"
+
+    return README_BLOCK.sub(render, text)
+
+
+if __name__ == "__main__":
+    # `python tools/docs_hooks.py --readme`: rewrite the README's generated blocks in place
+    if sys.argv[1:] != ["--readme"]:
+        sys.exit("usage: python tools/docs_hooks.py --readme")
+    readme = ROOT / "README.md"
+    readme.write_text(readme_expanded(readme.read_text(encoding="utf-8")), encoding="utf-8")

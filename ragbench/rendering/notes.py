@@ -183,13 +183,20 @@ def build_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
     known = [b for b in (_build_of(r) for r in recs) if b is not None]
     if not known:
         return ""
-    fast = sum(1 for b in known if not b.get("deterministic"))
-    if not fast:
+    loose = [b for b in known if not b.get("deterministic")]
+    if not loose:
         text = "builds: deterministic (one build thread, seeded: the same index every run)"
-    elif fast == len(known):
-        text = "builds: NOT deterministic (--fast-build: every core; recall varies build to build)"
     else:
-        text = f"builds: {fast} of {len(known)} NOT deterministic (--fast-build), the rest deterministic"
+        # on every core (--fast-build), or on one thread by an engine that draws its own
+        # random numbers (pgvector's HNSW levels come from the server's unseedable generator)
+        fast = sum(1 for b in loose if int(b.get("threads") or 1) > 1)
+        why = ["--fast-build: every core"] if fast else []
+        why += ["an engine that cannot be seeded"] if fast < len(loose) else []
+        what = f"NOT deterministic ({'; '.join(why)}; recall varies build to build)"
+        if len(loose) == len(known):
+            text = f"builds: {what}"
+        else:
+            text = f"builds: {len(loose)} of {len(known)} {what}, the rest deterministic"
     cached = sum(1 for b in known if b.get("cached"))
     if cached:
         text += f"; {cached} loaded from the index cache (build s: the original build's)"
