@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ..attributes import attribute_kind
+from ..attributes import attribute_kind, mask_of
 from ..errors import ConfigError, DatasetError
 
-__all__ = ["AttributeColumns", "Term", "spec_terms", "where_text"]
+__all__ = ["AttributeColumns", "Term", "WhereFilter", "spec_terms", "where_masks", "where_text"]
 
 #: column dtype kind -> the name used in messages
 _KINDS = {"i": "int64", "f": "float64", "U": "str"}
@@ -48,6 +48,18 @@ class Term:
     kind: str
     op: str
     values: Any
+
+
+@dataclass(frozen=True, slots=True)
+class WhereFilter:
+    """A search's ``where=`` specs carried in its ``filter`` argument to the backend's dispatch.
+
+    ``allow``: the caller's ``filter`` (the same rows as a mask, or ``None``);
+    ``where``: one spec, or a list of them (one per query row).
+    """
+
+    allow: Any
+    where: Any
 
 
 class AttributeColumns:
@@ -179,3 +191,18 @@ def where_text(terms: tuple[Term, ...]) -> str | None:
             bounds.append(f"{col} <= {_literal(t.kind, hi)}")
         parts.append(" AND ".join(bounds) if bounds else f"{col} IS NOT NULL")
     return " AND ".join(f"({p})" for p in parts) if parts else None
+
+
+def where_masks(attrs: AttributeColumns, specs: list[Any], id_bound: int) -> np.ndarray:
+    """bool ``(len(specs), id_bound)``: the ids each spec allows (``{}``: every id).
+
+    Ids past the attribute rows (added later, with null attributes) are
+    allowed only by ``{}``.
+    """
+    masks = np.zeros((len(specs), id_bound), dtype=bool)
+    for i, spec in enumerate(specs):
+        if spec:
+            masks[i, : attrs.n] = mask_of(attrs.columns, spec)
+        else:
+            masks[i] = True
+    return masks
