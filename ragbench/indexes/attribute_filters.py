@@ -9,7 +9,9 @@ turns a spec into :class:`Term` s with the same meaning as
 :func:`ragbench.attributes.mask_of`: a key whose attribute is a ``range``
 attribute (:func:`ragbench.attributes.attribute_kind`) and whose value is
 two numbers is ``lo <= value <= hi``; any other value (one, or a list) is a
-set of allowed values, converted to the column's dtype as ``mask_of`` does.
+set of allowed values, read as ``mask_of`` reads them
+(:func:`ragbench.attributes.filter_values`: a value of the wrong type raises,
+a number the column cannot hold exactly -- ``2.5`` for int64 -- matches nothing).
 NaN in a float column is stored as NULL, which no filter allows (as NaN
 fails every comparison in numpy).
 """
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..attributes import attribute_kind, mask_of
+from ..attributes import attribute_kind, filter_values, mask_of
 from ..errors import ConfigError, DatasetError
 
 __all__ = ["AttributeColumns", "Term", "WhereFilter", "spec_terms", "where_masks", "where_text"]
@@ -140,17 +142,10 @@ def _term(name: str, column: np.ndarray, want: Any, spec: Mapping[str, Any]) -> 
             hi_i = _clamp(math.floor(hi) if math.isfinite(hi) else hi)
             return Term(name, kind, "between", (lo_i, hi_i))
         return Term(name, kind, "between", (float(lo), float(hi)))
-    wanted = want if isinstance(want, list) else [want]
-    try:
-        # str: no truncation to the column's width (a longer value matches nothing)
-        values = np.asarray(wanted, dtype=str if kind == "U" else column.dtype)
-    except (TypeError, ValueError):
-        raise DatasetError(
-            f"filter {dict(spec)!r}: {want!r} is not a value of attribute {name!r}"
-        ) from None
-    if kind == "f":
-        values = values[~np.isnan(values)]  # NaN is NULL in the table: never allowed
-    return Term(name, kind, "in", np.unique(values.ravel()))
+    # exactly the values mask_of allows: a wrong type raises, an inexact number
+    # (2.5 for int64, NaN: NULL in the table) is left out and matches nothing
+    values = filter_values(name, column, want, spec)
+    return Term(name, kind, "in", np.unique(values))
 
 
 def _clamp(v: float) -> int:
