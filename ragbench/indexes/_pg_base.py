@@ -24,7 +24,7 @@ from ..validate import positive_int as int_param
 from . import _pg_sql as pgsql
 from . import _pg_wire as wire
 from ._common import I64
-from ._engine import EngineIndex
+from ._engine import WhereSearch
 from ._pg_conn import OWNER, Conn, PgState, psycopg_module, redact, register_types
 from .attribute_filters import AttributeColumns, Term
 
@@ -41,7 +41,7 @@ EF_MAX = 1000  # pgvector's limit on hnsw.ef_search
 _psycopg = psycopg_module
 
 
-class PgvectorBase(EngineIndex):
+class PgvectorBase(WhereSearch):
     """``pgvector``'s parameters, server, attribute columns and build (see :mod:`ragbench.indexes.pgvector_index`)."""
 
     name: ClassVar[str] = "pgvector"

@@ -83,10 +83,17 @@ from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..validate import positive_int as int_param
 from ._common import F32, I64, INT32_MAX
-from ._engine import EngineIndex, FolderEngineIndex, check_graph_params, extract_tar, padded
+from ._engine import (
+    EngineIndex,
+    FolderEngineIndex,
+    WhereSearch,
+    check_graph_params,
+    extract_tar,
+    padded,
+)
 from ._lance_checks import check_ef, search_error
-from ._live import FilterPlan, IdSpace
-from .attribute_filters import AttributeColumns, WhereFilter, spec_terms, where_masks, where_text
+from ._live import IdSpace
+from .attribute_filters import AttributeColumns, Term, where_text
 
 __all__ = ["INDEX_TYPES", "LanceDbIndex"]
 
@@ -160,11 +167,11 @@ def _id_list(positions: np.ndarray) -> str:
     return "id IN (" + ",".join(map(str, positions.tolist())) + ")"
 
 
-_engine_search = EngineIndex.search
+_where_search = WhereSearch.search
 _engine_unfiltered = EngineIndex._search_unfiltered
 
 
-class LanceDbIndex(FolderEngineIndex):
+class LanceDbIndex(WhereSearch, FolderEngineIndex):
     """A LanceDB table in a temporary folder; see the module docstring."""
 
     name: ClassVar[str] = "lancedb"
@@ -310,26 +317,15 @@ class LanceDbIndex(FolderEngineIndex):
         where: Any = None,
         **params: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query.
+        """Top-``k`` of each query, as :meth:`WhereSearch.search` (``where``: SQL on the columns).
 
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
-            k: results per query, ``1 <= k <= ntotal``.
-            filter, strategy: an allow-list and how to apply it (see the module docstring).
-            where: the filter as a spec (a list: one per query row), SQL on the attribute
-                columns; ``filter`` is then the same rows as a mask (computed when left out).
-            **params: ``nprobes``, ``refine_factor``, ``ef`` (ints; see the module docstring).
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
-            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+        ``**params``: ``nprobes``, ``refine_factor``, ``ef`` (ints; see the module
+        docstring). An unfiltered search's parts are kept for :meth:`last_parts`.
         """
         local = self._local
         local.start = _perf()  # before the gate: ``prepare`` counts from here
         local.parts = None
-        if where is not None:
-            filter = WhereFilter(filter, where)
-        return _engine_search(self, queries, k, filter, strategy, **params)
+        return _where_search(self, queries, k, filter, strategy, where, **params)
 
     def _search_unfiltered(
         self, queries: Any, k: Any, compiled: Any
@@ -341,59 +337,14 @@ class LanceDbIndex(FolderEngineIndex):
         finally:
             local.t0 = None
 
-    def _search_filtered(
-        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if type(allow) is WhereFilter:
-            return self._search_where(queries, k, compiled, allow.allow, strategy, allow.where)
-        return super()._search_filtered(queries, k, compiled, allow, strategy)
+    def _where_ready(self) -> bool:
+        return bool(self._attr_kinds)
 
-    def _search_where(
-        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any, where: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``where=``: the specs as a SQL prefilter when the table has the columns, else the mask."""
-        attrs, space = self._attrs, self._space
-        if space is None:
-            raise self._not_built()
-        if attrs is None or not self._attr_kinds:
-            if allow is not None:  # the table has no attribute columns: the allow-list
-                return self._search_filtered(queries, k, compiled, allow, strategy)
-            raise ConfigError(
-                f"index {self.name!r}: where= needs attribute columns (set_attributes before build)"
-            )
-        per_row = not isinstance(where, Mapping)
-        specs = list(where) if per_row else [where]
-        if allow is None:
-            masks = where_masks(attrs, specs, space.id_bound)
-            allow = masks if per_row else masks[0]
-        texts = [where_text(spec_terms(attrs, spec)) for spec in specs]
-        self._local.where = texts if per_row else texts[0]
-        if strategy in (None, "auto"):
-            strategy = "in-graph"  # the filter runs in LanceDB
-        try:
-            return self._search_filtered(queries, k, compiled, allow, strategy)
-        finally:
-            self._local.where = None
+    def _where_form(self, terms: tuple[Term, ...]) -> str | None:
+        return where_text(terms)
 
-    def _in_graph(
-        self, q: np.ndarray, k: int, compiled: Any, plan: FilterPlan
-    ) -> tuple[np.ndarray, np.ndarray]:
-        where = getattr(self._local, "where", None)
-        if where is None:
-            return super()._in_graph(q, k, compiled, plan)
-        if not isinstance(where, list):  # one filter (or none: "") for every row
-            return self._raw_search(q, k, compiled, None, where)
-        if len(where) != q.shape[0]:
-            raise ConfigError(
-                f"index {self.name!r}: where= has {len(where)} filters for {q.shape[0]} queries"
-            )
-        ids = np.empty((q.shape[0], k), I64)
-        scores = np.empty((q.shape[0], k), F32)
-        for r in range(q.shape[0]):
-            ids[r : r + 1], scores[r : r + 1] = self._raw_search(
-                q[r : r + 1], k, compiled, None, where[r]
-            )
-        return ids, scores
+    def _where_strategy(self, strategy: Any) -> Any:
+        return "in-graph" if strategy in (None, "auto") else strategy  # the filter runs in LanceDB
 
     def last_parts(self) -> dict[str, int] | None:
         """The calling thread's last unfiltered search in ns: ``prepare``, ``query``, ``decode``.

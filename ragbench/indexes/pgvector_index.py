@@ -88,20 +88,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
 from . import _pg_sql as pgsql
 from . import _pg_wire as wire
-from ._common import F32, I64
-from ._engine import EngineIndex, padded
-from ._live import FilterPlan, IdSpace
+from ._common import F32
+from ._engine import padded
+from ._live import IdSpace
 from ._pg_base import EF_MAX, PgvectorBase
 from ._pg_conn import OWNER, Conn, IdsParam, VectorParam, int8, psycopg_module
-from .attribute_filters import Term, WhereFilter, spec_terms, where_masks
+from .attribute_filters import Term
 
 __all__ = ["PgvectorIndex"]
 
@@ -110,91 +108,13 @@ _perf = time.perf_counter_ns
 _psycopg = psycopg_module
 
 
-_engine_search = EngineIndex.search
-
-
 class PgvectorIndex(PgvectorBase):
     """PostgreSQL + pgvector, a server of ragbench's own or ``dsn=``; see the module docstring."""
 
     # -- search -------------------------------------------------------------------------
 
-    def search(
-        self,
-        queries: Any,
-        k: int,
-        filter: Any = None,
-        strategy: Any = None,
-        where: Any = None,
-        **params: Any,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query: one SQL statement per query row.
-
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
-            k: results per query, ``1 <= k <= ntotal``.
-            filter, strategy: an allow-list and how to apply it (see the module docstring).
-            where: the filter as a spec (``{"tenant": [3, 7]}``; a list: one per query
-                row): SQL on the attribute columns; ``filter`` is then the same rows
-                as a mask (computed from the columns when left out).
-            **params: ``ef`` or ``nprobe``, ``iterative_scan``, ``rescore``.
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
-            first; ``-1`` / ``-inf`` where fewer than ``k`` rows came back.
-        """
-        if where is not None:
-            filter = WhereFilter(filter, where)
-        return _engine_search(self, queries, k, filter, strategy, **params)
-
-    def _search_filtered(
-        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if type(allow) is WhereFilter:
-            return self._search_where(queries, k, compiled, allow.allow, strategy, allow.where)
-        return super()._search_filtered(queries, k, compiled, allow, strategy)
-
-    def _search_where(
-        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any, where: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``where=``: the specs as SQL terms when the table has the columns, else the mask."""
-        attrs = self._attrs
-        if self._space is None:
-            raise self._not_built()
-        if attrs is None or not self._attrs_in_table:
-            if allow is not None:  # the table has no attribute columns: the allow-list
-                return self._search_filtered(queries, k, compiled, allow, strategy)
-            raise ConfigError(
-                f"{_OWNER}: where= needs attribute columns (set_attributes before build)"
-            )
-        per_row = not isinstance(where, Mapping)
-        specs = list(where) if per_row else [where]
-        if allow is None:
-            masks = where_masks(attrs, specs, self._space.id_bound)
-            allow = masks if per_row else masks[0]
-        terms = [spec_terms(attrs, spec) for spec in specs]
-        self._local.where = terms if per_row else terms[0]
-        try:
-            return self._search_filtered(queries, k, compiled, allow, strategy)
-        finally:
-            self._local.where = None
-
-    def _in_graph(
-        self, q: np.ndarray, k: int, compiled: Any, plan: FilterPlan
-    ) -> tuple[np.ndarray, np.ndarray]:
-        where = getattr(self._local, "where", None)
-        if where is None:
-            return super()._in_graph(q, k, compiled, plan)
-        if isinstance(where, tuple):  # one filter for every row
-            return self._raw_search(q, k, compiled, None, where)
-        if len(where) != q.shape[0]:
-            raise ConfigError(f"{_OWNER}: where= has {len(where)} filters for {q.shape[0]} queries")
-        ids = np.empty((q.shape[0], k), I64)
-        scores = np.empty((q.shape[0], k), F32)
-        for r in range(q.shape[0]):
-            ids[r : r + 1], scores[r : r + 1] = self._raw_search(
-                q[r : r + 1], k, compiled, None, where[r]
-            )
-        return ids, scores
+    def _where_ready(self) -> bool:
+        return self._attrs_in_table
 
     def last_parts(self) -> tuple[int, int, int] | None:
         """This thread's last search as ``(send_ns, server_ns, decode_ns)`` (None before one).
