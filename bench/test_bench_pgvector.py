@@ -104,7 +104,7 @@ def _bare(index):  # type: ignore[no-untyped-def]
     from ragbench.indexes._pg_conn import VectorParam as vector_type
 
     c = index._conn()
-    cur, sql = c.cur, index._sql[()]  # the unfiltered statement
+    cur, sql = c.cur, index._statement(c.conn, (), ())  # the unfiltered statement
     cur.execute(f"SET hnsw.ef_search = {EF}")
     limit = Int8(K)
     head = struct.pack(">hh", DIM, 0)
