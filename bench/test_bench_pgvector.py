@@ -101,10 +101,10 @@ def _bare(index):  # type: ignore[no-untyped-def]
     """The same prepared statement on the index's own connection, as a psycopg user writes it."""
     from psycopg.types.numeric import Int8
 
-    from ragbench.indexes.pgvector_index import _VectorParam as vector_type
+    from ragbench.indexes._pg_conn import VectorParam as vector_type
 
     c = index._conn()
-    cur, sql = c.cur, index._sql[False]
+    cur, sql = c.cur, index._statement(c.conn, (), ())  # the unfiltered statement
     cur.execute(f"SET hnsw.ef_search = {EF}")
     limit = Int8(K)
     head = struct.pack(">hh", DIM, 0)

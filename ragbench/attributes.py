@@ -32,7 +32,9 @@ neighbours' values, most frequent first; a range must contain the nearest
 neighbour's value), so the allowed rows lie near the query.
 :func:`filters_from_specs` reads per-query filters written out
 (``{"tenant": 3}``, ``{"year": [2010, 2015]}``, ``{"category": ["a", "b"]}``;
-several keys must all hold). Both return a :class:`QueryFilters`: one boolean
+several keys must all hold; a str attribute takes strings, a number one numbers --
+anything else is a DatasetError naming the attribute -- and a number the column
+cannot hold exactly, ``2.5`` for an int64 one, matches no row). Both return a :class:`QueryFilters`: one boolean
 mask over corpus rows per query, the filters as JSON-able dicts, and the
 achieved selectivity of each.
 """
@@ -56,6 +58,7 @@ __all__ = [
     "QueryFilters",
     "attribute_kind",
     "check_filter_table",
+    "filter_values",
     "filters_from_specs",
     "from_fields",
     "make_filters",
@@ -336,19 +339,69 @@ def mask_of(attributes: Mapping[str, np.ndarray], spec: Mapping[str, Any]) -> np
                 raise DatasetError(f"filter {spec!r}: a range needs two numbers")
             one = (column >= want[0]) & (column <= want[1])
         else:
-            wanted = want if isinstance(want, list) else [want]
-            try:
-                # str: the values at their own width (the column's would truncate them,
-                # and a longer value would match a row holding its prefix)
-                dtype = str if column.dtype.kind == "U" else column.dtype
-                one = np.isin(column, np.asarray(wanted, dtype=dtype))
-            except (TypeError, ValueError):
-                raise DatasetError(
-                    f"filter {spec!r}: {want!r} is not a value of attribute {name!r}"
-                ) from None
+            one = np.isin(column, filter_values(name, column, want, spec))
         mask = one if mask is None else mask & one
     assert mask is not None
     return mask
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def filter_values(name: str, column: np.ndarray, want: Any, spec: Mapping[str, Any]) -> np.ndarray:
+    """The values a ``values`` filter key ``name: want`` allows, 1-D in the column's dtype.
+
+    ``want`` is one value or a list of them. A str column takes strings (at
+    their own width: the column's would truncate them, and a longer value
+    would match a row holding its prefix); a number column (int64, float64)
+    takes numbers (not bools). Anything else raises DatasetError naming the
+    attribute. A number the column's type cannot hold exactly is left out --
+    it matches no row: ``2.5``, NaN or ``2**63`` for int64 (``2.0`` is ``2``),
+    ``2**53 + 1`` for float64 (NaN too: it equals nothing).
+    """
+    wanted = [
+        v.item() if isinstance(v, np.generic) else v
+        for v in (want if isinstance(want, list) else [want])
+    ]
+    kind = column.dtype.kind
+    if kind == "U":
+        _check_types(name, wanted, spec, str, "str", "strings")
+        return np.asarray(wanted, dtype=str)
+    if kind == "f":
+        _check_types(name, wanted, spec, _is_number, str(column.dtype), "numbers")
+        return np.asarray([v for v in wanted if _exact_float(v)], dtype=column.dtype)
+    if kind in "iu":
+        _check_types(name, wanted, spec, _is_number, str(column.dtype), "numbers")
+        info = np.iinfo(column.dtype)
+        held = [int(v) for v in wanted if (type(v) is int or float(v).is_integer())]
+        return np.asarray([v for v in held if info.min <= v <= info.max], dtype=column.dtype)
+    try:
+        return np.asarray(wanted, dtype=column.dtype)
+    except (TypeError, ValueError, OverflowError):
+        raise DatasetError(
+            f"filter {dict(spec)!r}: {want!r} is not a value of attribute {name!r}"
+        ) from None
+
+
+def _exact_float(value: float) -> bool:
+    """Whether a float64 holds ``value`` exactly (Python compares an int and a float exactly)."""
+    try:
+        return float(value) == value
+    except OverflowError:  # an int past float64's range
+        return False
+
+
+def _check_types(
+    name: str, wanted: list[Any], spec: Mapping[str, Any], ok: Any, dtype: str, takes: str
+) -> None:
+    """DatasetError for the first value of ``wanted`` that ``ok`` refuses (a type or a predicate)."""
+    for v in wanted:
+        if not (isinstance(v, ok) if isinstance(ok, type) else ok(v)):
+            raise DatasetError(
+                f"filter {dict(spec)!r}: {v!r} is not a value of attribute {name!r} "
+                f"({dtype}: {takes} only)"
+            )
 
 
 def filters_from_specs(

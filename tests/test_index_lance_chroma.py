@@ -229,6 +229,14 @@ def test_lancedb_last_parts() -> None:
     assert seen == [None]  # per thread
     index.search(Q[:2], 5, filter=np.arange(10), strategy="in-graph")
     assert index.last_parts() is None  # type: ignore[attr-defined]
+    # an empty batch or a refused k makes no LanceDB call: a filtered search after it
+    # (post: an unfiltered LanceDB call inside) still has no parts
+    assert index.search(Q[:0], 5)[0].shape == (0, 5)
+    with pytest.raises(rb.errors.InputError):
+        index.search(Q[:1], 0)
+    for strategy in ("post", "in-graph"):
+        index.search(Q[:1], 5, filter=np.arange(50), strategy=strategy)
+        assert index.last_parts() is None, strategy  # type: ignore[attr-defined]
 
 
 _OFFLINE = """

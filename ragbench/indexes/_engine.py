@@ -13,6 +13,11 @@ may override :meth:`EngineIndex._search_unfiltered` for a fast path of its own.
 files in: removed by ``close()`` or when the index is garbage-collected, its
 size (:func:`folder_bytes`), and its payload as a tar (:func:`tar_folder`,
 :func:`extract_tar`).
+
+:class:`WhereSearch` adds ``search(where=spec)`` for an engine whose table
+holds attribute columns (``pgvector``, ``lancedb``): the specs become the
+backend's filter form (:mod:`ragbench.indexes.attribute_filters`) for its
+``in-graph`` search, and a mask for the other strategies.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import shutil
 import tarfile
 import tempfile
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -32,12 +37,14 @@ import numpy as np
 from ..errors import ConfigError
 from ..validate import check_k, positive_int
 from ._common import F32, I64, INF, INT32_MAX, batch_is_finite
-from ._live import IdSpace
+from ._live import FilterPlan, IdSpace
 from ._writable import LiveVectorIndex
+from .attribute_filters import AttributeColumns, Term, WhereFilter, spec_terms, where_masks
 
 __all__ = [
     "EngineIndex",
     "FolderEngineIndex",
+    "WhereSearch",
     "check_graph_params",
     "close_and_remove",
     "extract_tar",
@@ -275,3 +282,121 @@ class FolderEngineIndex(EngineIndex):
             raise self._not_built()
         self._flush()
         return tar_folder(self._folder, self.data_folder)
+
+
+class WhereSearch(EngineIndex):
+    """An :class:`EngineIndex` whose table holds attribute columns: ``search(where=spec)``.
+
+    The backend sets ``_attrs`` (``set_attributes``) and ``_local`` (a
+    ``threading.local``), says whether the table holds the columns
+    (:meth:`_where_ready`), gives a query's terms in the form its
+    ``_raw_search`` takes as a fifth argument (:meth:`_where_form`; ``None``:
+    no filter, the allow-list's rows) and may pick the strategy of a ``where``
+    search (:meth:`_where_strategy`).
+    """
+
+    _attrs: AttributeColumns | None
+    _local: Any
+
+    def search(
+        self,
+        queries: Any,
+        k: int,
+        filter: Any = None,
+        strategy: Any = None,
+        where: Any = None,
+        **params: Any,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` of each query.
+
+        Args:
+            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
+            k: results per query, ``1 <= k <= ntotal``.
+            filter, strategy: an allow-list and how to apply it (see the backend's module
+                docstring).
+            where: the filter as a spec (``{"tenant": [3, 7]}``; a list: one per query
+                row), run by the engine on the attribute columns; ``filter`` is then the
+                same rows as a mask (computed from the columns when left out).
+            **params: the backend's query parameters (see its module docstring).
+
+        Returns:
+            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
+            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+        """
+        if where is not None:
+            filter = WhereFilter(filter, where)
+        return _engine_search(self, queries, k, filter, strategy, **params)
+
+    def _where_ready(self) -> bool:
+        """Whether the table holds the attribute columns ``set_attributes`` gave."""
+        raise NotImplementedError
+
+    def _where_form(self, terms: tuple[Term, ...]) -> Any:
+        """One query's terms as ``_raw_search`` takes them (``None``: the allow-list)."""
+        return terms
+
+    def _where_strategy(self, strategy: Any) -> Any:
+        """The strategy a ``where`` search runs (the caller's, by default)."""
+        return strategy
+
+    def _raw_search(
+        self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None, where: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _search_filtered(
+        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if type(allow) is WhereFilter:
+            return self._search_where(queries, k, compiled, allow.allow, strategy, allow.where)
+        return super()._search_filtered(queries, k, compiled, allow, strategy)
+
+    def _search_where(
+        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any, where: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``where=``: the specs in the engine when the table has the columns, else the mask."""
+        attrs, space = self._attrs, self._space
+        if space is None:
+            raise self._not_built()
+        if attrs is None or not self._where_ready():
+            if allow is not None:  # the table has no attribute columns: the allow-list
+                return self._search_filtered(queries, k, compiled, allow, strategy)
+            raise ConfigError(
+                f"index {self.name!r}: where= needs attribute columns (set_attributes before build)"
+            )
+        per_row = not isinstance(where, Mapping)
+        specs = list(where) if per_row else [where]
+        if allow is None:
+            masks = where_masks(attrs, specs, space.id_bound)
+            allow = masks if per_row else masks[0]
+        forms = [self._where_form(spec_terms(attrs, spec)) for spec in specs]
+        self._local.where = (per_row, forms)
+        strategy = self._where_strategy(strategy)
+        try:
+            return self._search_filtered(queries, k, compiled, allow, strategy)
+        finally:
+            self._local.where = None
+
+    def _in_graph(
+        self, q: np.ndarray, k: int, compiled: Any, plan: FilterPlan
+    ) -> tuple[np.ndarray, np.ndarray]:
+        where = getattr(self._local, "where", None)
+        if where is None or (not where[0] and where[1][0] is None):
+            return super()._in_graph(q, k, compiled, plan)
+        per_row, forms = where
+        if not per_row:  # one filter for every row
+            return self._raw_search(q, k, compiled, None, forms[0])
+        if len(forms) != q.shape[0]:
+            raise ConfigError(
+                f"index {self.name!r}: where= has {len(forms)} filters for {q.shape[0]} queries"
+            )
+        ids = _empty((q.shape[0], k), I64)
+        scores = _empty((q.shape[0], k), F32)
+        for r in range(q.shape[0]):
+            ids[r : r + 1], scores[r : r + 1] = self._raw_search(
+                q[r : r + 1], k, compiled, None, forms[r]
+            )
+        return ids, scores
+
+
+_engine_search = EngineIndex.search

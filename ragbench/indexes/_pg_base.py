@@ -24,8 +24,8 @@ from ..validate import positive_int as int_param
 from . import _pg_sql as pgsql
 from . import _pg_wire as wire
 from ._common import I64
+from ._engine import WhereSearch
 from ._pg_conn import OWNER, Conn, PgState, psycopg_module, redact, register_types
-from ._writable import LiveVectorIndex
 from .attribute_filters import AttributeColumns, Term
 
 __all__ = ["EF_MAX", "PgvectorBase"]
@@ -41,7 +41,7 @@ EF_MAX = 1000  # pgvector's limit on hnsw.ef_search
 _psycopg = psycopg_module
 
 
-class PgvectorBase(LiveVectorIndex):
+class PgvectorBase(WhereSearch):
     """``pgvector``'s parameters, server, attribute columns and build (see :mod:`ragbench.indexes.pgvector_index`)."""
 
     name: ClassVar[str] = "pgvector"
@@ -82,7 +82,6 @@ class PgvectorBase(LiveVectorIndex):
         self._attrs: AttributeColumns | None = None
         self._attrs_in_table = False
         self.filter_paths = {"where": 0, "ids": 0}
-        self._init_live()
         if p["dsn"] is None:
             from ._pg_server import pg_install
 

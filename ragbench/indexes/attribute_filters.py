@@ -9,7 +9,9 @@ turns a spec into :class:`Term` s with the same meaning as
 :func:`ragbench.attributes.mask_of`: a key whose attribute is a ``range``
 attribute (:func:`ragbench.attributes.attribute_kind`) and whose value is
 two numbers is ``lo <= value <= hi``; any other value (one, or a list) is a
-set of allowed values, converted to the column's dtype as ``mask_of`` does.
+set of allowed values, read as ``mask_of`` reads them
+(:func:`ragbench.attributes.filter_values`: a value of the wrong type raises,
+a number the column cannot hold exactly -- ``2.5`` for int64 -- matches nothing).
 NaN in a float column is stored as NULL, which no filter allows (as NaN
 fails every comparison in numpy).
 """
@@ -23,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from ..attributes import attribute_kind
+from ..attributes import attribute_kind, filter_values, mask_of
 from ..errors import ConfigError, DatasetError
 
-__all__ = ["AttributeColumns", "Term", "spec_terms", "where_text"]
+__all__ = ["AttributeColumns", "Term", "WhereFilter", "spec_terms", "where_masks", "where_text"]
 
 #: column dtype kind -> the name used in messages
 _KINDS = {"i": "int64", "f": "float64", "U": "str"}
@@ -48,6 +50,18 @@ class Term:
     kind: str
     op: str
     values: Any
+
+
+@dataclass(frozen=True, slots=True)
+class WhereFilter:
+    """A search's ``where=`` specs carried in its ``filter`` argument to the backend's dispatch.
+
+    ``allow``: the caller's ``filter`` (the same rows as a mask, or ``None``);
+    ``where``: one spec, or a list of them (one per query row).
+    """
+
+    allow: Any
+    where: Any
 
 
 class AttributeColumns:
@@ -128,17 +142,10 @@ def _term(name: str, column: np.ndarray, want: Any, spec: Mapping[str, Any]) -> 
             hi_i = _clamp(math.floor(hi) if math.isfinite(hi) else hi)
             return Term(name, kind, "between", (lo_i, hi_i))
         return Term(name, kind, "between", (float(lo), float(hi)))
-    wanted = want if isinstance(want, list) else [want]
-    try:
-        # str: no truncation to the column's width (a longer value matches nothing)
-        values = np.asarray(wanted, dtype=str if kind == "U" else column.dtype)
-    except (TypeError, ValueError):
-        raise DatasetError(
-            f"filter {dict(spec)!r}: {want!r} is not a value of attribute {name!r}"
-        ) from None
-    if kind == "f":
-        values = values[~np.isnan(values)]  # NaN is NULL in the table: never allowed
-    return Term(name, kind, "in", np.unique(values.ravel()))
+    # exactly the values mask_of allows: a wrong type raises, an inexact number
+    # (2.5 for int64, NaN: NULL in the table) is left out and matches nothing
+    values = filter_values(name, column, want, spec)
+    return Term(name, kind, "in", np.unique(values))
 
 
 def _clamp(v: float) -> int:
@@ -179,3 +186,18 @@ def where_text(terms: tuple[Term, ...]) -> str | None:
             bounds.append(f"{col} <= {_literal(t.kind, hi)}")
         parts.append(" AND ".join(bounds) if bounds else f"{col} IS NOT NULL")
     return " AND ".join(f"({p})" for p in parts) if parts else None
+
+
+def where_masks(attrs: AttributeColumns, specs: list[Any], id_bound: int) -> np.ndarray:
+    """bool ``(len(specs), id_bound)``: the ids each spec allows (``{}``: every id).
+
+    Ids past the attribute rows (added later, with null attributes) are
+    allowed only by ``{}``.
+    """
+    masks = np.zeros((len(specs), id_bound), dtype=bool)
+    for i, spec in enumerate(specs):
+        if spec:
+            masks[i, : attrs.n] = mask_of(attrs.columns, spec)
+        else:
+            masks[i] = True
+    return masks

@@ -68,15 +68,11 @@ call with one query vector per row.
 
 from __future__ import annotations
 
-import io
 import os
-import shutil
 import sys
-import tarfile
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -84,15 +80,20 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import progress
-from ..attributes import mask_of
 from ..errors import ConfigError, IndexFileError
-from ..validate import check_k
 from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, INT32_MAX, batch_is_finite
+from ._common import F32, I64, INT32_MAX
+from ._engine import (
+    EngineIndex,
+    FolderEngineIndex,
+    WhereSearch,
+    check_graph_params,
+    extract_tar,
+    padded,
+)
 from ._lance_checks import check_ef, search_error
-from ._live import FilterPlan, IdSpace
-from ._writable import LiveVectorIndex
-from .attribute_filters import AttributeColumns, spec_terms, where_text
+from ._live import IdSpace
+from .attribute_filters import AttributeColumns, Term, where_text
 
 __all__ = ["INDEX_TYPES", "LanceDbIndex"]
 
@@ -101,8 +102,6 @@ INDEX_TYPES = ("flat", "ivf_flat", "ivf_pq", "ivf_sq", "ivf_hnsw_sq", "ivf_hnsw_
 _DISTANCE = {"ip": "dot", "cosine": "cosine", "l2": "l2"}
 _TABLE = "vectors"
 _COLUMNS = ["id", "_distance"]
-_ndarray = np.ndarray
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
 _perf = time.perf_counter_ns
 
 
@@ -168,11 +167,11 @@ def _id_list(positions: np.ndarray) -> str:
     return "id IN (" + ",".join(map(str, positions.tolist())) + ")"
 
 
-def _remove(folder: str) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+_where_search = WhereSearch.search
+_engine_unfiltered = EngineIndex._search_unfiltered
 
 
-class LanceDbIndex(LiveVectorIndex):
+class LanceDbIndex(WhereSearch, FolderEngineIndex):
     """A LanceDB table in a temporary folder; see the module docstring."""
 
     name: ClassVar[str] = "lancedb"
@@ -193,15 +192,10 @@ class LanceDbIndex(LiveVectorIndex):
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
         self._table: Any = None
-        self._folder: str | None = None
-        self._finalizer: Any = None
-        self._labels_ext: np.ndarray | None = None
         self._distance = _DISTANCE[metric]
-        self._similarity = metric != "l2"
         self._local = threading.local()
         self._attrs: AttributeColumns | None = None
         self._attr_kinds: dict[str, str] = {}  # the attribute columns the table holds
-        self._init_live()
 
     # -- parameters -------------------------------------------------------------------
 
@@ -214,11 +208,7 @@ class LanceDbIndex(LiveVectorIndex):
             )
         for key in ("num_partitions", "num_sub_vectors"):
             params[key] = int_param(owner, key, params[key], lo=0, hi=INT32_MAX)
-        params["M"] = int_param(owner, "M", params["M"], lo=2, hi=4096)
-        params["ef_construction"] = int_param(
-            owner, "ef_construction", params["ef_construction"], hi=INT32_MAX
-        )
-        return params
+        return check_graph_params(owner, params, "ef_construction")
 
     def _check_query_value(self, name: str, value: Any) -> Any:
         lo = 0 if name == "refine_factor" else 1
@@ -291,7 +281,7 @@ class LanceDbIndex(LiveVectorIndex):
 
         def run() -> None:
             folder = tempfile.mkdtemp(prefix="ragbench-lancedb-")
-            self._set_folder(folder)
+            self._own_folder(None, folder)
             n = vectors.shape[0]
             with progress.task(f"building {self.name}", n, unit="vectors") as advance:
                 db = _lancedb().connect(os.path.join(folder, "db"))
@@ -312,23 +302,9 @@ class LanceDbIndex(LiveVectorIndex):
 
         self._timed_build(run)
 
-    def _set_folder(self, folder: str) -> None:
-        self.close()
-        self._folder = folder
-        self._finalizer = weakref.finalize(self, _remove, folder)
-
-    def close(self) -> None:
-        """Drop the table and remove its temporary folder (the index is unbuilt after)."""
-        finalizer, self._finalizer = self._finalizer, None
-        self._table = self._folder = None
+    def _drop_handles(self) -> None:
+        self._table = None
         self._attr_kinds = {}
-        self._space = None
-        self._n = 0
-        if finalizer is not None:
-            finalizer()
-
-    def _on_space(self, space: IdSpace) -> None:
-        self._labels_ext = space.labels_ext()
 
     # -- search -----------------------------------------------------------------------
 
@@ -341,100 +317,34 @@ class LanceDbIndex(LiveVectorIndex):
         where: Any = None,
         **params: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query.
+        """Top-``k`` of each query, as :meth:`WhereSearch.search` (``where``: SQL on the columns).
 
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
-            k: results per query, ``1 <= k <= ntotal``.
-            filter, strategy: an allow-list and how to apply it (see the module docstring).
-            where: the filter as a spec (a list: one per query row), SQL on the attribute
-                columns; ``filter`` is then the same rows as a mask (computed when left out).
-            **params: ``nprobes``, ``refine_factor``, ``ef`` (ints; see the module docstring).
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
-            first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
+        ``**params``: ``nprobes``, ``refine_factor``, ``ef`` (ints; see the module
+        docstring). An unfiltered search's parts are kept for :meth:`last_parts`.
         """
-        gate = self._gate
-        active = gate.active
-        t0 = _perf()
-        self._local.parts = None
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
-        try:
-            compiled = self._default_compiled if not params else self._params(params)
-            if where is not None:
-                return self._search_where(queries, k, compiled, filter, strategy, where)
-            if filter is not None or strategy is not None:
-                return self._search_filtered(queries, k, compiled, filter, strategy)
-            space = self._space
-            if space is None:
-                raise self._not_built()
-            q = self._queries(queries)
-            if type(k) is not int or k < 1 or k > space.live:
-                k = check_k(k, space.live)
-            if not q.shape[0]:
-                return np.empty((0, k), I64), np.empty((0, k), F32)
-            self._local.t0 = t0
-            pos, scores = self._raw_search(q, k, compiled, None)
-            ext = self._labels_ext
-            return (pos if ext is None else space.to_ids(pos)), scores
-        finally:
-            active.pop()
+        local = self._local
+        local.start = _perf()  # before the gate: ``prepare`` counts from here
+        local.parts = None
+        return _where_search(self, queries, k, filter, strategy, where, **params)
 
-    def _search_where(
-        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any, where: Any
+    def _search_unfiltered(
+        self, queries: Any, k: Any, compiled: Any
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``where=``: the specs as a SQL prefilter when the table has the columns, else the mask."""
-        attrs, space = self._attrs, self._space
-        if space is None:
-            raise self._not_built()
-        if attrs is None or not self._attr_kinds:
-            if allow is not None:  # the table has no attribute columns: the allow-list
-                return self._search_filtered(queries, k, compiled, allow, strategy)
-            raise ConfigError(
-                f"index {self.name!r}: where= needs attribute columns (set_attributes before build)"
-            )
-        per_row = not isinstance(where, Mapping)
-        specs = list(where) if per_row else [where]
-        if allow is None:
-            masks = np.zeros((len(specs), space.id_bound), dtype=bool)
-            for i, spec in enumerate(specs):
-                if spec:
-                    masks[i, : attrs.n] = mask_of(attrs.columns, spec)
-                else:
-                    masks[i] = True
-            allow = masks if per_row else masks[0]
-        texts = [where_text(spec_terms(attrs, spec)) for spec in specs]
-        self._local.where = texts if per_row else texts[0]
-        if strategy in (None, "auto"):
-            strategy = "in-graph"  # the filter runs in LanceDB
+        local = self._local
+        local.t0 = local.start  # the one LanceDB call of this search records its parts
         try:
-            return self._search_filtered(queries, k, compiled, allow, strategy)
+            return _engine_unfiltered(self, queries, k, compiled)
         finally:
-            self._local.where = None
+            local.t0 = None
 
-    def _in_graph(
-        self, q: np.ndarray, k: int, compiled: Any, plan: FilterPlan
-    ) -> tuple[np.ndarray, np.ndarray]:
-        where = getattr(self._local, "where", None)
-        if where is None:
-            return super()._in_graph(q, k, compiled, plan)
-        if not isinstance(where, list):  # one filter (or none: "") for every row
-            return self._raw_search(q, k, compiled, None, where)
-        if len(where) != q.shape[0]:
-            raise ConfigError(
-                f"index {self.name!r}: where= has {len(where)} filters for {q.shape[0]} queries"
-            )
-        ids = np.empty((q.shape[0], k), I64)
-        scores = np.empty((q.shape[0], k), F32)
-        for r in range(q.shape[0]):
-            ids[r : r + 1], scores[r : r + 1] = self._raw_search(
-                q[r : r + 1], k, compiled, None, where[r]
-            )
-        return ids, scores
+    def _where_ready(self) -> bool:
+        return bool(self._attr_kinds)
+
+    def _where_form(self, terms: tuple[Term, ...]) -> str | None:
+        return where_text(terms)
+
+    def _where_strategy(self, strategy: Any) -> Any:
+        return "in-graph" if strategy in (None, "auto") else strategy  # the filter runs in LanceDB
 
     def last_parts(self) -> dict[str, int] | None:
         """The calling thread's last unfiltered search in ns: ``prepare``, ``query``, ``decode``.
@@ -444,23 +354,6 @@ class LanceDbIndex(LiveVectorIndex):
         """
         parts: dict[str, int] | None = getattr(self._local, "parts", None)
         return parts
-
-    def _params(self, params: dict[str, Any]) -> Any:
-        last_params, last = self._last_query
-        return last if params == last_params else self._parse_query(params)
-
-    def _queries(self, q: Any) -> np.ndarray:
-        """Checked float32 ``(nq, dim)`` queries (NaN/inf, wrong width, cosine zero rows)."""
-        if type(q) is _ndarray and q.dtype is F32 and q.ndim == 2 and q.shape[1] == self.dim:
-            if q.shape[0] == 1:
-                if 0.0 < float(_vdot(q, q)) < INF:
-                    return q
-            elif not self._cosine and batch_is_finite(q):
-                return q
-        return self._slow_queries(q)
-
-    def _prepare_queries(self, queries: Any) -> np.ndarray:
-        return self._queries(queries)
 
     def _read_vectors(self, space: IdSpace) -> np.ndarray:
         data = self._table.to_arrow()
@@ -521,8 +414,7 @@ class LanceDbIndex(LiveVectorIndex):
         starts = np.searchsorted(rows, np.arange(nq))
         rank = np.arange(rows.size) - starts[rows]
         keep = rank < k
-        out_i = np.full((nq, k), -1, dtype=I64)
-        out_s = np.full((nq, k), -INF, dtype=F32)
+        out_i, out_s = padded(nq, k)
         out_i[rows[keep], rank[keep]] = ids[keep]
         out_s[rows[keep], rank[keep]] = scores[keep]
         return out_i, out_s
@@ -538,12 +430,6 @@ class LanceDbIndex(LiveVectorIndex):
 
     # -- facts, files -----------------------------------------------------------------
 
-    def memory_bytes(self) -> int:
-        """Bytes the table's folder occupies (blocks allocated: data files and the index)."""
-        if self._folder is None:
-            raise self._not_built()
-        return _folder_bytes(self._folder)
-
     def extra_info(self) -> dict[str, Any]:
         return {
             "engine": "LanceDB, embedded (a table in a temporary folder)",
@@ -552,20 +438,11 @@ class LanceDbIndex(LiveVectorIndex):
             "attribute_columns": {n: _ARROW[kd] for n, kd in self._attr_kinds.items()},
         }
 
-    def _payload(self) -> bytes:
-        if self._folder is None:
-            raise self._not_built()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(os.path.join(self._folder, "db"), arcname="db")
-        return buf.getvalue()
-
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
         folder = tempfile.mkdtemp(prefix="ragbench-lancedb-")
-        self._set_folder(folder)
+        self._own_folder(None, folder)
         try:
-            with tarfile.open(fileobj=io.BytesIO(bytes(payload)), mode="r:") as tar:
-                tar.extractall(folder, filter="data")
+            extract_tar(payload, folder)
             table = _lancedb().connect(os.path.join(folder, "db")).open_table(_TABLE)
             width = table.schema.field("vector").type.list_size
             ids = table.to_arrow().column("id").to_numpy()
@@ -588,11 +465,3 @@ class LanceDbIndex(LiveVectorIndex):
         if self._attrs is None or set(self._attrs.columns) != set(self._attr_kinds):
             self._attr_kinds = {}  # not the columns set_attributes gave: the allow-list path
         self._publish_built(int(ids.size))
-
-
-def _folder_bytes(folder: str) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            total += os.stat(os.path.join(root, name)).st_blocks * 512
-    return total

@@ -88,27 +88,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..attributes import mask_of
-from ..errors import ConfigError
-from ..validate import check_k
 from . import _pg_sql as pgsql
 from . import _pg_wire as wire
-from ._common import F32, I64, INF, batch_is_finite
-from ._live import FilterPlan, IdSpace
+from ._common import F32
+from ._engine import padded
+from ._live import IdSpace
 from ._pg_base import EF_MAX, PgvectorBase
 from ._pg_conn import OWNER, Conn, IdsParam, VectorParam, int8, psycopg_module
-from .attribute_filters import Term, spec_terms
+from .attribute_filters import Term
 
 __all__ = ["PgvectorIndex"]
 
 _OWNER = OWNER
-_ndarray = np.ndarray
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
 _perf = time.perf_counter_ns
 _psycopg = psycopg_module
 
@@ -118,118 +113,8 @@ class PgvectorIndex(PgvectorBase):
 
     # -- search -------------------------------------------------------------------------
 
-    def search(
-        self,
-        queries: Any,
-        k: int,
-        filter: Any = None,
-        strategy: Any = None,
-        where: Any = None,
-        **params: Any,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of each query: one SQL statement per query row.
-
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
-            k: results per query, ``1 <= k <= ntotal``.
-            filter, strategy: an allow-list and how to apply it (see the module docstring).
-            where: the filter as a spec (``{"tenant": [3, 7]}``; a list: one per query
-                row): SQL on the attribute columns; ``filter`` is then the same rows
-                as a mask (computed from the columns when left out).
-            **params: ``ef`` or ``nprobe``, ``iterative_scan``, ``rescore``.
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
-            first; ``-1`` / ``-inf`` where fewer than ``k`` rows came back.
-        """
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
-        try:
-            compiled = self._default_compiled if not params else self._params(params)
-            if where is not None:
-                return self._search_where(queries, k, compiled, filter, strategy, where)
-            if filter is not None or strategy is not None:
-                return self._search_filtered(queries, k, compiled, filter, strategy)
-            space = self._space
-            if space is None:
-                raise self._not_built()
-            q = self._queries(queries)
-            if type(k) is not int or k < 1 or k > space.live:
-                k = check_k(k, space.live)
-            pos, scores = self._raw_search(q, k, compiled, None)
-            return space.to_ids(pos), scores
-        finally:
-            active.pop()
-
-    def _search_where(
-        self, queries: Any, k: Any, compiled: Any, allow: Any, strategy: Any, where: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``where=``: the specs as SQL terms when the table has the columns, else the mask."""
-        attrs = self._attrs
-        if self._space is None:
-            raise self._not_built()
-        if attrs is None or not self._attrs_in_table:
-            if allow is not None:  # the table has no attribute columns: the allow-list
-                return self._search_filtered(queries, k, compiled, allow, strategy)
-            raise ConfigError(
-                f"{_OWNER}: where= needs attribute columns (set_attributes before build)"
-            )
-        per_row = not isinstance(where, Mapping)
-        specs = list(where) if per_row else [where]
-        if allow is None:
-            bound = self._space.id_bound
-            masks = np.zeros((len(specs), bound), dtype=bool)
-            for i, spec in enumerate(specs):
-                if spec:
-                    masks[i, : attrs.n] = mask_of(attrs.columns, spec)
-                else:
-                    masks[i] = True
-            allow = masks if per_row else masks[0]
-        terms = [spec_terms(attrs, spec) for spec in specs]
-        self._local.where = terms if per_row else terms[0]
-        try:
-            return self._search_filtered(queries, k, compiled, allow, strategy)
-        finally:
-            self._local.where = None
-
-    def _in_graph(
-        self, q: np.ndarray, k: int, compiled: Any, plan: FilterPlan
-    ) -> tuple[np.ndarray, np.ndarray]:
-        where = getattr(self._local, "where", None)
-        if where is None:
-            return super()._in_graph(q, k, compiled, plan)
-        if isinstance(where, tuple):  # one filter for every row
-            return self._raw_search(q, k, compiled, None, where)
-        if len(where) != q.shape[0]:
-            raise ConfigError(f"{_OWNER}: where= has {len(where)} filters for {q.shape[0]} queries")
-        ids = np.empty((q.shape[0], k), I64)
-        scores = np.empty((q.shape[0], k), F32)
-        for r in range(q.shape[0]):
-            ids[r : r + 1], scores[r : r + 1] = self._raw_search(
-                q[r : r + 1], k, compiled, None, where[r]
-            )
-        return ids, scores
-
-    def _params(self, params: dict[str, Any]) -> Any:
-        last_params, last = self._last_query
-        return last if params == last_params else self._parse_query(params)
-
-    def _queries(self, q: Any) -> np.ndarray:
-        """Checked float32 ``(nq, dim)`` queries (NaN/inf, wrong width, cosine zero rows)."""
-        if type(q) is _ndarray and q.dtype is F32 and q.ndim == 2 and q.shape[1] == self.dim:
-            if q.shape[0] == 1:
-                if 0.0 < float(_vdot(q, q)) < INF:
-                    return q
-            elif not self._cosine and batch_is_finite(q):
-                return q
-        return self._slow_queries(q)
-
-    def _prepare_queries(self, queries: Any) -> np.ndarray:
-        return self._queries(queries)
+    def _where_ready(self) -> bool:
+        return self._attrs_in_table
 
     def last_parts(self) -> tuple[int, int, int] | None:
         """This thread's last search as ``(send_ns, server_ns, decode_ns)`` (None before one).
@@ -290,8 +175,7 @@ class PgvectorIndex(PgvectorBase):
         cur, prepare = c.cur, self.build_params["prepare"]
         nq = q.shape[0]
         sql, extra = self._filter_args(c, allow, terms, nq)
-        out_i = np.full((nq, k), -1, dtype=I64)
-        out_s = np.full((nq, k), -INF, dtype=F32)
+        out_i, out_s = padded(nq, k)
         send = server = decode = 0
         for r in range(nq):
             t1 = _perf()
