@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..pipeline import Pipeline
+from ..pipeline.capabilities import IndexInfo
 from ..records import Collector, new_record
 from ..workers import WorkerFault
 from .runs import Traffic, closed_loop, open_loop
@@ -112,8 +113,8 @@ def _index_connections(pipe: Pipeline, kind: str) -> dict[str, Any]:
     each build their own index (one connection per process), not counted here."""
     if kind != "thread":
         return {}
-    info = getattr(pipe.built.index, "info", None)
-    count = info().get("connections") if callable(info) else None
+    index = pipe.built.index
+    count = index.info().get("connections") if isinstance(index, IndexInfo) else None
     return {} if count is None else {"index_connections": int(count)}
 
 
