@@ -123,3 +123,13 @@ def test_sql_where_refuses_a_value_of_the_wrong_type(db: Any) -> None:
             db.search(Q, K, where=spec, filter=np.ones(N, dtype=bool))
         with pytest.raises(DatasetError, match=f"attribute '{name}'"):
             db.search(Q, K, where=[{}, spec, {}, {}, {}])
+
+
+def test_an_empty_spec_is_no_filter_on_every_engine_alone_or_per_row(db: Any) -> None:
+    """``{}`` selects every row: the engine searches unfiltered whatever ``filter=`` says,
+    as it runs any other spec on its own columns (LanceDB used to take the allow-list then)."""
+    tenant0 = ATTRS["tenant"] == 0
+    want = _exact(np.ones(N, dtype=bool))
+    for where in ({}, [{}] * NQ):
+        ids, _ = db.search(Q, K, where=where, filter=tenant0, strategy="in-graph")
+        assert _ids(ids) == want, (db.name, where)

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from ragbench import threads
+from ragbench.hf import torch_threads
 
 
 def test_pinning_never_starts_numbas_thread_pool() -> None:
@@ -116,3 +117,56 @@ def test_settings_record_the_openmp_wait_policy_and_noted_torch_counts(
     out = threads.settings()
     assert out["OMP_WAIT_POLICY"] == "PASSIVE" and "KMP_BLOCKTIME" not in out
     assert out["torch_threads_by_caller"]["caller under test"] == [1, 3]
+
+
+
+# ---------------------------------------------------------------- torch's count is per thread
+
+
+@pytest.fixture()
+def torch_at_two():
+    try:
+        import torch
+    except ImportError:
+        pytest.fail("torch is not installed; install it with: pip install 'ragbench[embed]'")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield torch
+    torch.set_num_threads(before)
+
+
+def test_overlapping_torch_pins_in_two_threads_each_run_on_their_own_count(torch_at_two) -> None:
+    """The embedder, cross-encoder and generator pin torch per call and restore what they found.
+
+    That is right in a thread pool only because torch's OpenMP backend keeps the count per
+    thread (``omp_set_num_threads``): A pins 1, B pins 2 while A runs, A leaves first, and
+    neither block's count nor the caller's moves under another.
+    """
+    torch = torch_at_two
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+
+    def a() -> None:
+        with torch_threads(torch, 1):
+            seen["a"].append(torch.get_num_threads())
+            a_in.set()
+            b_in.wait(10)
+            seen["a"].append(torch.get_num_threads())  # B has pinned 2 meanwhile
+        seen["a"].append(torch.get_num_threads())
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(10)
+        with torch_threads(torch, 2):
+            seen["b"].append(torch.get_num_threads())
+            b_in.set()
+            a_out.wait(10)
+            seen["b"].append(torch.get_num_threads())  # A has restored meanwhile
+
+    ts = [threading.Thread(target=f) for f in (a, b)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    assert seen["a"][:2] == [1, 1] and seen["b"] == [2, 2]
+    assert torch.get_num_threads() == 2  # the calling thread never moved

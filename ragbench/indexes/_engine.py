@@ -381,7 +381,7 @@ class WhereSearch(EngineIndex):
         self, q: np.ndarray, k: int, compiled: Any, plan: FilterPlan
     ) -> tuple[np.ndarray, np.ndarray]:
         where = getattr(self._local, "where", None)
-        if where is None or (not where[0] and where[1][0] is None):
+        if where is None:
             return super()._in_graph(q, k, compiled, plan)
         per_row, forms = where
         if not per_row:  # one filter for every row
