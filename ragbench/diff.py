@@ -4,7 +4,8 @@ Both sides are results files: ragbench JSON lines (run and sweep records,
 which keep their raw samples) or pytest-benchmark JSON files (``--benchmark-json``;
 raw timings only with ``--benchmark-save-data``, per-stage figures from the
 ``rb_bench`` fixture's ``extra_info``). Records are matched by configuration:
-a run by its label, a sweep point by index and parameters, a benchmark by its
+a run by its label, a sweep point by index and parameters, a stream checkpoint
+by index, parameters, stream options and checkpoint number, a benchmark by its
 full name. Several records of one configuration in a file -- the same
 benchmark run three times into it, in three processes -- are pooled as
 repetitions, and the intervals resample them: that is how the variation
@@ -38,7 +39,15 @@ import numpy as np
 
 from . import intervals
 from .errors import ConfigError, DatasetError
-from .record_schema import IndexPoint, LoadRecord, RecordError, RunRecord, need, read_struct
+from .record_schema import (
+    IndexPoint,
+    LoadRecord,
+    RecordError,
+    RunRecord,
+    StreamRecord,
+    need,
+    read_struct,
+)
 from .records import iter_records, new_record, read_benchmark_json
 from .rendering import num, text_table
 
@@ -62,7 +71,7 @@ class Comparable:
     """One configuration's samples (ns or s, as measured) per statistic name, from one file."""
 
     key: str
-    what: str  # "run", "sweep", "pytest-benchmark"
+    what: str  # "run", "sweep", "load", "stream", "pytest-benchmark"
     samples: dict[str, np.ndarray]  # "total" and each stage (runs), "latency" (sweeps, benchmarks)
     groups: np.ndarray | None
     values: dict[str, dict[str, float]]  # stat -> summary value when no raw samples exist
@@ -94,11 +103,7 @@ def _runs(rec: RunRecord) -> Comparable:
 
 
 def _sweep(rec: IndexPoint) -> Comparable:
-    params = " ".join(
-        [f"{k}={v}" for k, v in sorted((rec.build or {}).items())]
-        + [f"{k}={v}" for k, v in sorted((rec.query or {}).items())]
-        + ([f"rescore={rec.rescore}"] if rec.rescore else [])
-    )
+    params = " ".join(_params(rec) + ([f"rescore={rec.rescore}"] if rec.rescore else []))
     samples = {}
     if rec.latency_ns:
         samples["latency"] = np.asarray(rec.latency_ns, dtype=np.float64)
@@ -107,6 +112,28 @@ def _sweep(rec: IndexPoint) -> Comparable:
     key = f"{need(rec.index, 'index')} {params}".strip()
     groups = np.asarray(rec.repetition) if rec.repetition is not None else None
     return Comparable(key, "sweep", samples, groups, values, dict(rec.env or {}))
+
+
+def _params(rec: IndexPoint | StreamRecord) -> list[str]:
+    return [f"{k}={v}" for k, v in sorted((rec.build or {}).items())] + [
+        f"{k}={v}" for k, v in sorted((rec.query or {}).items())
+    ]
+
+
+def _stream(rec: StreamRecord) -> Comparable:
+    """A stream checkpoint: its search, insert and delete calls (raw ns when the record has them)."""
+    options = " ".join(f"{k}={v}" for k, v in sorted((rec.options or {}).items()))
+    samples, values = {}, {}
+    for op, got in (("search", rec.search), ("insert", rec.insert), ("delete", rec.delete)):
+        stats = need(got, op)
+        if stats.get("latency_ns"):
+            samples[op] = np.asarray(stats["latency_ns"], dtype=np.float64)
+        us = {"p50": stats.get("p50_us"), "p99": stats.get("p99_us")}
+        values[op] = {s: v * 1e3 for s, v in us.items() if v is not None}
+    params = " ".join(_params(rec))
+    key = f"stream {need(rec.index, 'index')} {params} [{options}] checkpoint "
+    key += str(need(rec.checkpoint, "checkpoint"))
+    return Comparable(key, "stream", samples, None, values, dict(rec.env or {}))
 
 
 def _bench(entry: Mapping[str, Any], machine: Mapping[str, Any]) -> Comparable:
@@ -164,6 +191,8 @@ def _comparable(rec: Mapping[str, Any], where: str) -> Comparable | None:
             return _sweep(read_struct(rec, IndexPoint))
         if kind == "load":
             return _load(read_struct(rec, LoadRecord))
+        if kind == "stream":
+            return _stream(read_struct(rec, StreamRecord))
         raise KeyError(kind)
     except KeyError as exc:
         raise DatasetError(f"{where}: {kind} record lacks field {exc.args[0]!r}") from None
@@ -236,11 +265,13 @@ def env_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 
 SLOWER = "slower"
+#: Fewer samples than this on a side: no interval (a stream runbook step's one delete call).
+MIN_SAMPLES = 5
 
 
-def _verdict(iv: intervals.Interval, threshold: float) -> str:
-    if iv.low != iv.low:  # no interval: no raw samples on one side
-        return "no interval (no raw samples)"
+def _verdict(iv: intervals.Interval, threshold: float, why: str = "no raw samples") -> str:
+    if iv.low != iv.low:  # no interval: no raw samples on one side, or too few
+        return f"no interval ({why})"
     if iv.low > 1.0 + threshold:
         return SLOWER
     if iv.high < 1.0 / (1.0 + threshold):
@@ -255,18 +286,23 @@ def _rows(a: Comparable, b: Comparable, stat: str, threshold: float) -> list[Dif
     parts = [p for p in a.samples if p in b.samples] or [p for p in a.values if p in b.values]
     # the total first, then stages in their order
     parts.sort(key=lambda p: (p != "total", p != "latency"))
+    nan = float("nan")
     for part in parts:
+        why = "no raw samples"
         if part in a.samples and part in b.samples:
-            iv = intervals.ratio(
-                a.samples[part], b.samples[part], stat, base_groups=a.groups, other_groups=b.groups
-            )
-            va, vb = intervals.point(a.samples[part], stat), intervals.point(b.samples[part], stat)
+            xa, xb = a.samples[part], b.samples[part]
+            va, vb = intervals.point(xa, stat), intervals.point(xb, stat)
+            if min(xa.size, xb.size) >= MIN_SAMPLES:
+                iv = intervals.ratio(xa, xb, stat, base_groups=a.groups, other_groups=b.groups)
+            else:
+                iv = intervals.Interval(vb / va if va else nan, nan, nan)
+                n = min(xa.size, xb.size)
+                why = f"{n} sample{'s' * (n != 1)} on a side, fewer than {MIN_SAMPLES}"
         else:
             va = a.values.get(part, {}).get(stat, np.nan)
             vb = b.values.get(part, {}).get(stat, np.nan)
-            nan = float("nan")
             iv = intervals.Interval(vb / va if va else nan, nan, nan)
-        rows.append(DiffRow(a.key, part, va, vb, iv, _verdict(iv, threshold)))
+        rows.append(DiffRow(a.key, part, va, vb, iv, _verdict(iv, threshold, why)))
     return rows
 
 
@@ -292,7 +328,8 @@ def diff(
         raise ConfigError(
             "no configuration appears in both files (runs with raw samples match by label, "
             "sweep and scale points by index and parameters, load points by label and load "
-            "level, pytest-benchmark entries by full name)"
+            "level, stream checkpoints by index, options and number, pytest-benchmark entries "
+            "by full name)"
         )
     env: list[str] = []
     for k in keys:

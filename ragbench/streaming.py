@@ -22,8 +22,9 @@ record is made of the interval since the last one:
 
 - ``recall``: recall@k of the dataset's queries (one call each) against the
   exact top-k of the rows live at that moment (brute force over the live set);
-- search, insert and delete call latency p50/p99 (µs) and counts (issued,
-  completed, failed) -- every operation is accounted;
+- search, insert and delete call latency p50/p99 (µs), every completed call's
+  ``latency_ns`` (what ``ragbench diff`` compares two stream runs on) and
+  counts (issued, completed, failed) -- every operation is accounted;
 - ``freshness``: seconds from an insert's completion to the end of the first
   search that returned that document to a query aimed at it (p50/p99), and
   how many aimed-at documents were never returned;
@@ -151,6 +152,8 @@ class _Ops:
                 "items": self.items,
                 "p50_us": float(np.percentile(ns, 50)) / 1e3 if ns.size else None,
                 "p99_us": float(np.percentile(ns, 99)) / 1e3 if ns.size else None,
+                # every completed call's ns, in completion order: ragbench diff's intervals
+                "latency_ns": list(self.ns),
             }
             self.ns = []
             self.issued = self.completed = self.failed = self.items = 0

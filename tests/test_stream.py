@@ -180,3 +180,51 @@ def test_stream_records_render_as_md_and_csv_rows(
         assert float(row["search_p50_us"]) == rec["search"]["p50_us"]
         assert int(row["delete_completed"]) == rec["delete"]["completed"]
         assert int(row["deleted_returned"]) == 0
+
+
+def test_diff_compares_two_stream_runs_checkpoint_by_checkpoint(tmp_path: Path) -> None:
+    """Each call's ns is in the record, so ``ragbench diff`` gives every operation an interval."""
+    book = tmp_path / "book.toml"
+    book.write_text(RUNBOOK)
+    outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for out in outs:
+        res = subprocess.run(
+            [
+                sys.executable, "-m", "ragbench", "stream",
+                "--n", "2000", "--dim", "32", "--index", "hnsw", "--queries", "30",
+                "--runbook", str(book), "--qps", "0", "--out", str(out),
+            ],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    for rec in read_records(outs[0]):
+        for op in ("search", "insert", "delete"):
+            assert len(rec[op]["latency_ns"]) == rec[op]["completed"], op
+    saved = tmp_path / "diff.jsonl"
+    res = subprocess.run(
+        [sys.executable, "-m", "ragbench", "diff", *map(str, outs), "--threshold", "900%",
+         "--out", str(saved)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = read_records(saved)
+    assert all(r["compared"] == "stream" for r in rows)
+    # the runbook's three checkpoints; step 1 inserts no rows and step 2 deletes none
+    parts = {(r["key"].rsplit(" ", 1)[-1], r["part"]) for r in rows}
+    want = {("1", "search"), ("1", "insert"), ("2", "search"), ("2", "delete")}
+    assert want | {("3", op) for op in ("search", "insert", "delete")} == parts
+    calls = {
+        (str(rec["checkpoint"]), op): min(len(side[i][op]["latency_ns"]) for side in sides)
+        for sides in [[read_records(o) for o in outs]]
+        for i, rec in enumerate(sides[0])
+        for op in ("search", "insert", "delete")
+    }
+    for r in rows:
+        n = calls[(r["key"].rsplit(" ", 1)[-1], r["part"])]
+        if n >= 5:  # a real interval, and within a 10x band
+            assert r["ratio_low"] <= r["ratio"] <= r["ratio_high"], r
+            assert r["verdict"].startswith("no detectable difference"), r
+        else:  # a runbook step's one delete call: a ratio, but no interval and no verdict
+            assert r["ratio_low"] != r["ratio_low"] and r["ratio"] > 0, r
+            assert r["verdict"] == f"no interval ({n} sample{'s' * (n != 1)} on a side, fewer than 5)"
+    assert any(n < 5 for n in calls.values()) and any(n >= 5 for n in calls.values())

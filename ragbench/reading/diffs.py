@@ -60,8 +60,9 @@ def _diff_text(row: Any) -> str:
     iv = row.ratio
     if iv.value != iv.value or iv.value <= 0:
         return "no ratio"
-    if iv.low != iv.low:
-        return f"B / A {iv.value:.2f} (no interval: no raw samples)"
+    if iv.low != iv.low:  # the verdict says why: "no interval (no raw samples)", ...
+        why = str(row.verdict).removeprefix("no interval (").removesuffix(")")
+        return f"B / A {iv.value:.2f} (no interval: {why})"
     if within_noise(iv):
         return f"no sure difference (B / A {iv.value:.2f} [{iv.low:.2f}, {iv.high:.2f}])"
     if iv.value < 1:
