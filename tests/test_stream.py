@@ -226,5 +226,7 @@ def test_diff_compares_two_stream_runs_checkpoint_by_checkpoint(tmp_path: Path) 
             assert r["verdict"].startswith("no detectable difference"), r
         else:  # a runbook step's one delete call: a ratio, but no interval and no verdict
             assert r["ratio_low"] != r["ratio_low"] and r["ratio"] > 0, r
-            assert r["verdict"] == f"no interval ({n} sample{'s' * (n != 1)} on a side, fewer than 5)"
+            assert (
+                r["verdict"] == f"no interval ({n} sample{'s' * (n != 1)} on a side, fewer than 5)"
+            )
     assert any(n < 5 for n in calls.values()) and any(n >= 5 for n in calls.values())

@@ -119,7 +119,6 @@ def test_settings_record_the_openmp_wait_policy_and_noted_torch_counts(
     assert out["torch_threads_by_caller"]["caller under test"] == [1, 3]
 
 
-
 # ---------------------------------------------------------------- torch's count is per thread
 
 
