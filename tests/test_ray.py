@@ -276,6 +276,31 @@ def test_compare_through_ray_runs_each_configuration_as_one_task(
     assert all_cpus_free()
 
 
+def test_rebuilds_through_ray_equal_the_local_rebuilds(
+    cluster, one_thread, tmp_path: Path, capsys
+) -> None:
+    """``--rebuilds 2 --executor ray``: each build of each configuration a Ray task, merged the
+    same way; builds are deterministic, so the recall of every build equals the local run's."""
+    argv = [*SYN, "--index", "hnsw+M=4+ef=4,ivf+nprobe=1", "--rerank", "none", "--queries", "20"]
+    recs = {}
+    for name, extra in (("local", []), ("ray", ["--executor", "ray"])):
+        out = tmp_path / f"{name}.jsonl"
+        code, _, err = cli(capsys, "compare", *argv, "--rebuilds", "2", *extra, "--out", str(out))
+        assert code == 0, err
+        assert "build 1 of 2 measured" in err
+        recs[name] = read_records(out)
+    assert [r["label"] for r in recs["ray"]] == [r["label"] for r in recs["local"]]
+    for here, there in zip(recs["local"], recs["ray"], strict=True):
+        assert there["rebuilds"] == 2 and there["requests"] == 2 * 20
+        # every request's, every build (in another order: tasks are not interleaved)
+        assert sorted(there["recall"]) == sorted(here["recall"]), there["label"]
+        # (the means agree to the last bits: summed in another order there)
+        assert there["recall_builds"] == pytest.approx(here["recall_builds"], rel=1e-12)
+        assert there["info"]["index"]["build"]["seeds"] == here["info"]["index"]["build"]["seeds"]
+        assert len(set(there["repetition"])) == 2
+    assert all_cpus_free()
+
+
 def test_load_through_two_ray_actors_adds_up(cluster, tmp_path: Path, capsys) -> None:
     out = tmp_path / "load.jsonl"
     code, stdout, err = cli(
