@@ -236,7 +236,7 @@ def test_findings_data_is_small_and_committed() -> None:
 
 
 #: Markers whose content is generated from a committed results file in docs/findings/data/.
-DATA_MARKERS = ("report", "reading", "plot", "bench", "stats", "engines")
+DATA_MARKERS = ("report", "reading", "plot", "bench", "stats", "engines", "search-after")
 
 
 def _page_markers(page: Path) -> list[tuple[str, list[str]]]:
@@ -294,6 +294,8 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                     assert shown == pytest.approx(median_us, rel=0.01, abs=0.01)
             elif what == "engines":
                 _check_engines_table(page.parent, args, expanded)
+            elif what == "search-after":
+                _check_search_after_table(page.parent, args, expanded)
             elif what == "stats":
                 described = json.loads((page.parent / args[0]).read_text(encoding="utf-8"))
                 for key in ("lid@10", "contrast", "hubness"):
@@ -302,6 +304,28 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                     assert cells == pytest.approx([d[key] for d in described], rel=0.01)
         # what is left once the generated sections are gone holds no table
         assert not _typed_tables(text), f"{page.name}: typed table {_typed_tables(text)[:1]}"
+
+
+def _check_search_after_table(page_dir: Path, args: list[str], expanded: str) -> None:
+    """Each engine of the search-after bench has its row: back-to-back p50 and every ratio."""
+    doc = json.loads((page_dir / args[0]).read_text(encoding="utf-8"))
+    assert len(doc["benchmarks"]) >= 2, args
+    for entry in doc["benchmarks"]:
+        info = entry["extra_info"]
+        row = next(
+            ln
+            for ln in expanded.splitlines()
+            if ln.startswith(f"| `{entry['params']['engine']}` |")
+        )
+        cells = row.strip("| ").split(" | ")
+        p50 = float(cells[1].replace(",", ""))
+        assert p50 == pytest.approx(info["back_to_back p50 us"], rel=0.01)
+        for cell, cond in zip(cells[2:6], ("embed", "thrash", "sleep", "spin"), strict=True):
+            key = f"after_{cond}_over_back_to_back"
+            value, low, high = (float(x) for x in re.findall(r"[0-9.]+", cell))
+            assert (value, low, high) == pytest.approx(
+                (info[key], info[f"{key} 95% low"], info[f"{key} 95% high"]), abs=0.006
+            )
 
 
 def _check_engines_table(page_dir: Path, args: list[str], expanded: str) -> None:

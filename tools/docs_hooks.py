@@ -695,6 +695,32 @@ ENGINE_COLUMNS = [
 ]
 
 
+def search_after_markdown(page_dir: Path, args: str) -> str:
+    """``bench/test_bench_search_after.py``'s ``--benchmark-json``: one row per engine, each
+    condition's search p50 over back-to-back's with its 95 % interval (the bench's extra_info)."""
+    (name,) = shlex.split(args)
+    doc = json.loads((page_dir / name).read_text(encoding="utf-8"))
+    conds = ["embed", "thrash", "sleep", "spin"]
+    rows = []
+    for entry in doc.get("benchmarks") or []:
+        info = entry.get("extra_info") or {}
+        cells = [f"`{(entry.get('params') or {}).get('engine', entry.get('name'))}`"]
+        cells.append(_num(float(info["back_to_back p50 us"])))
+        for c in conds:
+            key = f"after_{c}_over_back_to_back"
+            cells.append(
+                f"{info[key]:.2f} [{info[key + ' 95% low']:.2f}–{info[key + ' 95% high']:.2f}]"
+            )
+        cells.append(_num(float(info["embed ms"])))
+        cells.append(_num(float(info["loadavg_1min"])))
+        rows.append(cells)
+    if not rows:
+        raise ValueError(f"search-after: {name} holds no benchmarks")
+    head = ["engine", "back-to-back p50 µs", *(f"after {c}" for c in conds)]
+    table = _table([*head, "embed p50 ms", "load (1 min)"], rows)
+    return table + f"\n\nFrom `{name}`, {doc.get('datetime', '?')}."
+
+
 def engines_markdown(page_dir: Path, args: str) -> str:
     """One row per index of a ``ragbench compare`` results file, the figures a user compares
     engines by: recall@10 (mean and the 10th percentile over queries), the retrieve stage's
@@ -762,13 +788,18 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return stats_markdown(page_dir, args)
         if what == "engines":
             return engines_markdown(page_dir, args)
+        if what == "search-after":
+            return search_after_markdown(page_dir, args)
         if what == "plot":
             if site_page_dir is None:
                 raise ValueError("plot markers need the site folder of the page")
             return plot_markdown(page_dir, site_page_dir, args)
         if what not in GENERATORS:
             known = ", ".join(
-                ["report", "reading", "plot", "reproduce", "bench", "stats", "engines", *GENERATORS]
+                [
+                    *("report", "reading", "plot", "reproduce", "bench", "stats", "engines"),
+                    *("search-after", *GENERATORS),
+                ]
             )
             raise ValueError(f"unknown generated section {what!r}; known: {known}")
         return GENERATORS[what]()
