@@ -288,19 +288,19 @@ def _rows(a: Comparable, b: Comparable, stat: str, threshold: float) -> list[Dif
     parts.sort(key=lambda p: (p != "total", p != "latency"))
     nan = float("nan")
     for part in parts:
-        why = "no raw samples"
+        iv, why = None, "no raw samples"
         if part in a.samples and part in b.samples:
             xa, xb = a.samples[part], b.samples[part]
             va, vb = intervals.point(xa, stat), intervals.point(xb, stat)
-            if min(xa.size, xb.size) >= MIN_SAMPLES:
+            n = min(xa.size, xb.size)
+            if n >= MIN_SAMPLES:
                 iv = intervals.ratio(xa, xb, stat, base_groups=a.groups, other_groups=b.groups)
             else:
-                iv = intervals.Interval(vb / va if va else nan, nan, nan)
-                n = min(xa.size, xb.size)
                 why = f"{n} sample{'s' * (n != 1)} on a side, fewer than {MIN_SAMPLES}"
         else:
             va = a.values.get(part, {}).get(stat, np.nan)
             vb = b.values.get(part, {}).get(stat, np.nan)
+        if iv is None:  # a ratio of the two values, without an interval
             iv = intervals.Interval(vb / va if va else nan, nan, nan)
         rows.append(DiffRow(a.key, part, va, vb, iv, _verdict(iv, threshold, why)))
     return rows

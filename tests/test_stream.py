@@ -213,10 +213,10 @@ def test_diff_compares_two_stream_runs_checkpoint_by_checkpoint(tmp_path: Path) 
     parts = {(r["key"].rsplit(" ", 1)[-1], r["part"]) for r in rows}
     want = {("1", "search"), ("1", "insert"), ("2", "search"), ("2", "delete")}
     assert want | {("3", op) for op in ("search", "insert", "delete")} == parts
-    calls = {
-        (str(rec["checkpoint"]), op): min(len(side[i][op]["latency_ns"]) for side in sides)
-        for sides in [[read_records(o) for o in outs]]
-        for i, rec in enumerate(sides[0])
+    a_recs, b_recs = (read_records(o) for o in outs)
+    calls = {  # (checkpoint, op) -> the fewer calls of the two runs
+        (str(ra["checkpoint"]), op): min(len(ra[op]["latency_ns"]), len(rb[op]["latency_ns"]))
+        for ra, rb in zip(a_recs, b_recs, strict=True)
         for op in ("search", "insert", "delete")
     }
     for r in rows:
