@@ -153,7 +153,7 @@ class _Ops:
                 "p50_us": float(np.percentile(ns, 50)) / 1e3 if ns.size else None,
                 "p99_us": float(np.percentile(ns, 99)) / 1e3 if ns.size else None,
                 # every completed call's ns, in completion order: ragbench diff's intervals
-                "latency_ns": list(self.ns),
+                "latency_ns": self.ns,  # swapped out just below: no longer shared
             }
             self.ns = []
             self.issued = self.completed = self.failed = self.items = 0

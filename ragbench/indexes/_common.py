@@ -186,9 +186,10 @@ class BaseIndex:
         fn()
         self.build_seconds = (time.perf_counter_ns() - start) / 1e9
         # On one thread every bundled backend builds the same index from the
-        # same data and seeds; ragbench.indexes.builds.build fills in the rest.
+        # same data and seeds, unless it says it cannot (``build_deterministic``
+        # False: pgvector); ragbench.indexes.builds.build fills in the rest.
         self.build_record = {
-            "deterministic": used == 1,
+            "deterministic": used == 1 and bool(getattr(self, "build_deterministic", True)),
             "threads": used,
             "seed": self.build_params.get("seed"),
             "cached": False,

@@ -304,8 +304,6 @@ class PgvectorBase(WhereSearch):
             self._publish_built(vectors.shape[0])
 
         self._timed_build(run)
-        if self.build_record is not None and not self.build_deterministic:
-            self.build_record["deterministic"] = False
 
     def _create_table(self, conn: Any, vectors: np.ndarray) -> None:
         from psycopg import sql

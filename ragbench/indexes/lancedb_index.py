@@ -89,6 +89,7 @@ from ._engine import (
     WhereSearch,
     check_graph_params,
     extract_tar,
+    import_engine,
     padded,
 )
 from ._lance_checks import check_ef, search_error
@@ -127,14 +128,8 @@ def _foreign_datasets_hidden() -> Iterator[None]:
 
 
 def _lancedb() -> Any:
-    try:
-        with _foreign_datasets_hidden():
-            import lancedb
-    except ImportError:  # pragma: no cover - the vectordb extra is missing
-        raise ConfigError(
-            "index 'lancedb' needs the lancedb package: pip install 'ragbench[vectordb]'"
-        ) from None
-    return lancedb
+    with _foreign_datasets_hidden():
+        return import_engine("lancedb", "lancedb", "the lancedb package")
 
 
 _RESERVED = ("id", "vector", "_distance", "query_index")

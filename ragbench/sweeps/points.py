@@ -11,6 +11,7 @@ from .. import indexes, rerankers
 from ..indexes import builds
 from ..metrics import rerank_metric
 from ..pipeline.capabilities import CompressedCodes, FiltersOnAttributes, RecordsBuild
+from ..rebuilds import seeded_build
 from .data import SweepData
 
 __all__ = ["build_index", "bytes_fields", "exact_reranker", "point_fields"]
@@ -59,11 +60,7 @@ def build_index(
     loaded from the cache.
     """
     dim, metric = int(data.vectors.shape[1]), data.metric
-    params = dict(build)
-    if i:
-        probe = indexes.create(name, dim=dim, metric=metric, **params)
-        if "seed" in probe.build_params:
-            params["seed"] = int(probe.build_params["seed"]) + i
+    params = dict(seeded_build(name, build, i))
     index = indexes.create(name, dim=dim, metric=metric, **params)
     if data.attributes and isinstance(index, FiltersOnAttributes):
         index.set_attributes(data.attributes)  # typed columns beside the vectors, as a run
