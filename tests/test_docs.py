@@ -348,6 +348,7 @@ def _check_engines_table(page_dir: Path, args: list[str], expanded: str) -> None
 def _engine_run(label: str, retrieve_ns: list[int], dataset: str, **index: object) -> dict:
     p50 = sorted(retrieve_ns)[(len(retrieve_ns) - 1) // 2] / 1e3
     return {
+        "schema": "ragbench.run/1",
         "kind": "run",
         "label": label,
         "time": "2026-12-01T00:00:00Z",
@@ -375,7 +376,13 @@ def test_engines_marker_rows_ratio_split_and_memory_of_the_same_build(tmp_path: 
         name: {"p50_ns": ns, "mean_ns": ns}
         for name, ns in (("send", 20_000), ("server", 500_000), ("decode", 30_000))
     }
-    sweep = {"kind": "sweep", "index": "hnsw", "build": {"M": 16}, "dataset": "d"}
+    sweep = {
+        "schema": "ragbench.sweep/1",
+        "kind": "sweep",
+        "index": "hnsw",
+        "build": {"M": 16},
+        "dataset": "d",
+    }
     other = {**sweep, "dataset": "another", "memory_bytes": 1, "bytes_per_vector": 1}
     with_memory = {**sweep, "memory_bytes": 37_400_000, "bytes_per_vector": 1872}
     pg_other_build = {**sweep, "index": "pgvector", "build": {"M": 32, "index": "hnsw"}}

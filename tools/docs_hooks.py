@@ -615,9 +615,10 @@ def stats_markdown(page_dir: Path, args: str) -> str:
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a results file."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(ln) for ln in lines if ln.strip()]
+    """The records of a results file, read (and checked, upgraded) as ragbench reads them."""
+    from ragbench.records import read_records
+
+    return read_records(path)
 
 
 def _memory_of(run: dict[str, Any], sweeps: list[dict[str, Any]]) -> dict[str, Any] | None:

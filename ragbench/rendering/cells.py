@@ -12,6 +12,7 @@ __all__ = [
     "event_text",
     "ms",
     "ms_ci",
+    "ms_with_ci",
     "num",
     "pct_cell",
     "plain_table",
@@ -165,7 +166,12 @@ def ms(us: Any) -> str:
 
 
 def ms_ci(rec: Mapping[str, Any], key: str) -> str:
-    us, ci = rec.get(f"{key}_us"), rec.get(f"{key}_us_ci")
+    """``rec[key_us]`` in ms with its interval ``rec[key_us_ci]`` (see :func:`ms_with_ci`)."""
+    return ms_with_ci(rec.get(f"{key}_us"), rec.get(f"{key}_us_ci"))
+
+
+def ms_with_ci(us: float | None, ci: Sequence[float] | None) -> str:
+    """A time in µs shown in ms with its interval (``—`` when not measured)."""
     if us is None:
         return "—"
     return with_ci(float(us) / 1e3, [c / 1e3 for c in ci] if ci else None)

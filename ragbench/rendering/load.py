@@ -7,7 +7,7 @@ from typing import Any
 
 from ..record_schema import LoadRecord, need, read_struct
 from ..records import generator_kept_up, knees, load_level
-from .cells import ms, num, pct_cell, text_table, with_ci
+from .cells import ms, ms_with_ci, num, pct_cell, text_table
 from .notes import hardware_note, simulated_note
 from .points import plain
 
@@ -37,13 +37,6 @@ def _load_title(levels: Sequence[LoadRecord]) -> str:
             how += f" (burstiness {num(r0.burstiness)})"
         head = f"open-loop load — {how} arrivals, {kind}, {num(r0.duration_s)} s per rate"
     return head + simulated_note(levels)
-
-
-def _ms_ci(us: float | None, ci: Sequence[float] | None) -> str:
-    """A response time in ms with its interval (``—`` when not measured)."""
-    if us is None:
-        return "—"
-    return with_ci(float(us) / 1e3, [c / 1e3 for c in ci] if ci else None)
 
 
 #: Load-table columns shown when some record has them: heading → the field (µs) they show.
@@ -111,8 +104,8 @@ def _load_row(r: LoadRecord, closed: bool, failed: bool, extra: Sequence[str]) -
     row = [need(r.label, "label"), num(level) + mark, num(need(r.achieved_qps, "achieved_qps"))]
     row += [str(need(r.completed, "completed")), str(need(r.timed_out, "timed_out"))]
     row += [str(need(r.rejected, "rejected"))] + ([str(r.failed or 0)] if failed else [])
-    row += [_ms_ci(r.response_p50_us, r.response_p50_us_ci)]
-    row += [_ms_ci(r.response_p99_us, r.response_p99_us_ci)]
+    row += [ms_with_ci(r.response_p50_us, r.response_p50_us_ci)]
+    row += [ms_with_ci(r.response_p99_us, r.response_p99_us_ci)]
     row += [ms(need(r.response_all_p99_us, "response_all_p99_us"))]
     row += [ms(need(r.service_p50_us, "service_p50_us"))]
     row += [num(need(r.dispatch_delay_p99_us, "dispatch_delay_p99_us"))]
