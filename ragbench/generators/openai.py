@@ -196,16 +196,21 @@ class StreamClient:
 
     # -- requests
 
-    def _request(self, method: str, path: str, body: bytes | None) -> http.client.HTTPResponse:
+    def _request(
+        self, method: str, path: str, body: bytes | None, tc: ThreadConn | None = None
+    ) -> http.client.HTTPResponse:
         """Send one request and return its response.
 
+        ``tc``: the calling thread's connection when the caller has just
+        checked it (:meth:`_connection`, before its clock); else checked here.
         Retried once, on a fresh connection, when an idle keep-alive
         connection turns out closed before any byte of the reply arrived
         (the server dropped it while idle: nothing was answered); never once
         a byte of the reply is in, nor on a connection opened for this request.
         """
         for attempt in (0, 1):
-            tc = self._connection()
+            if tc is None or attempt:
+                tc = self._connection()
             reused = tc.idle
             tc.idle = True  # kept after this request, it is idle before the next
             resp = self._send(tc.http, method, path, body)
@@ -278,9 +283,9 @@ class StreamClient:
     ) -> FirstToken:
         """Stream ``body`` to ``path``; return the first content token and the client-side TTFT."""
         payload = json.dumps(body).encode()
-        self._connection()  # opened (or found stale and reopened) before the clock starts
+        tc = self._connection()  # opened (or found stale and reopened) before the clock starts
         t0 = time.perf_counter_ns()
-        resp = self._request("POST", path, payload)
+        resp = self._request("POST", path, payload, tc)
         try:
             self._check_status(resp, path)
             ctype = resp.getheader("Content-Type", "")
