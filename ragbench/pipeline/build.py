@@ -41,6 +41,7 @@ from .capabilities import (
     RanksTexts,
     RecordsData,
     Shaped,
+    filter_path,
 )
 from .context import STAGES
 from .parts import Components, Embedding, SharedParts, freeze
@@ -354,9 +355,9 @@ class _SetUp:
             return {}
         strategy = self.config["retrieve"]["filter_strategy"]
         info = {**filters.summary(), "strategy": strategy or "auto"}
-        if isinstance(index, FiltersOnAttributes):
-            in_db = info["strategy"] in ("auto", "in-graph")
-            info["path"] = index.filter_path if in_db else info["strategy"]
+        path = filter_path(index, strategy)
+        if path is not None:
+            info["path"] = path
         return {"filter": info}
 
 

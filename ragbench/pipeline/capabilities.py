@@ -20,6 +20,7 @@ from ..generators import FirstToken
 from ..transports import FarSide
 
 __all__ = [
+    "filter_path",
     "AwaitableStage",
     "ClosesAsync",
     "Closes",
@@ -87,6 +88,16 @@ class FiltersOnAttributes(Protocol):
     filter_path: str
 
     def set_attributes(self, columns: Mapping[str, np.ndarray]) -> None: ...
+
+
+def filter_path(index: object, strategy: str | None) -> str | None:
+    """The path a filtered search of a database ``index`` takes under ``strategy``, as records
+    say it: ``auto``/``in-graph`` hand the spec to the database (its ``filter_path``: ``where``
+    or ``ids``), ``pre``/``post`` run in ragbench; ``None`` for an index that is not one."""
+    if not isinstance(index, FiltersOnAttributes):
+        return None
+    strategy = strategy or "auto"
+    return index.filter_path if strategy in ("auto", "in-graph") else strategy
 
 
 @runtime_checkable

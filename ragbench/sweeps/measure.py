@@ -11,7 +11,7 @@ import numpy as np
 from .. import intervals, threads
 from ..errors import ConfigError
 from ..metrics import recall_at_k
-from ..pipeline.capabilities import FiltersOnAttributes
+from ..pipeline.capabilities import FiltersOnAttributes, filter_path
 from ..rebuilds import recall_interval
 from ..timing import Stats, run_stages
 from ..validate import positive_int
@@ -151,9 +151,9 @@ def measure(
 def _filter_summary(case: FilterCase, index: Any, strategy: str | None) -> dict[str, Any]:
     """The filter's summary; for a database index the path it ran (as a run record's)."""
     out = case.filters.summary()
-    if isinstance(index, FiltersOnAttributes):
-        in_db = (strategy or "auto") in ("auto", "in-graph")
-        out["path"] = index.filter_path if in_db else strategy
+    path = filter_path(index, strategy)
+    if path is not None:
+        out["path"] = path
     return out
 
 
