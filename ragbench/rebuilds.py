@@ -87,6 +87,23 @@ def _median_of(points: Sequence[Mapping[str, Any]], key: str) -> Any:
     return float(np.median(values)) if values else None
 
 
+def _over_builds(recalls: Sequence[float], cis: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Each build's recall, their spread, and the envelope of their intervals."""
+    return {
+        "recall_builds": list(recalls),
+        "recall_build_spread": max(recalls) - min(recalls),
+        "recall_ci": [min(c[0] for c in cis), max(c[1] for c in cis)],
+    }
+
+
+def _seeds_of(builds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The builds' seeds, and how many were loaded from the index cache."""
+    return {
+        "seeds": [b.get("seed") for b in builds],
+        "cached_builds": sum(bool(b.get("cached")) for b in builds),
+    }
+
+
 def merge_builds(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One record of the same point measured on each build in ``points`` (build order)."""
     first = dict(points[0])
@@ -97,20 +114,20 @@ def merge_builds(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     cis = [p.get("recall_ci") or recall_interval(p["recall_per_query"]) for p in points]
     out = first
     out.update(_latency_fields(points))
+    spread = _over_builds(recalls, cis)
     out.update(
         recall=float(np.mean(recalls)),
-        recall_builds=recalls,
-        recall_build_spread=max(recalls) - min(recalls),
+        recall_builds=spread["recall_builds"],
+        recall_build_spread=spread["recall_build_spread"],
         recall_per_query=[round(float(v), 6) for v in per_query.mean(axis=0)],
         recall_p10=float(np.percentile(per_query, 10)) if per_query.size else float("nan"),
-        recall_ci=[min(c[0] for c in cis), max(c[1] for c in cis)],
+        recall_ci=spread["recall_ci"],
         rebuilds=len(points),
         build_s=float(np.mean([p["build_s"] for p in points])),
         build_s_builds=[p["build_s"] for p in points],
         build_info={
             **(first.get("build_info") or {}),
-            "seeds": [(p.get("build_info") or {}).get("seed") for p in points],
-            "cached_builds": sum(bool((p.get("build_info") or {}).get("cached")) for p in points),
+            **_seeds_of([p.get("build_info") or {} for p in points]),
         },
     )
     for key in ("qps_batch", "search_p50_us", "rescore_p50_us"):
@@ -214,9 +231,7 @@ def merge_runs(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     cis = [recall_interval(r.recall) for r in reports]
     out.update(
         recall_at_k=float(np.mean(recalls)),
-        recall_builds=recalls,
-        recall_build_spread=max(recalls) - min(recalls),
-        recall_ci=[min(c[0] for c in cis), max(c[1] for c in cis)],
+        **_over_builds(recalls, cis),
         rebuilds=len(records),
         # --repeat of each build, as in sweep records; the intervals resample builds × repetitions
         repeats=records[0].get("repeats", 1),
@@ -226,8 +241,6 @@ def merge_runs(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     info = dict(out.get("info") or {})
     index = info.get("index")
     if isinstance(index, Mapping) and isinstance(index.get("build"), Mapping):
-        seeds = [b.get("seed") for b in built]
-        cached = sum(bool(b.get("cached")) for b in built)
-        build = {**index["build"], "seeds": seeds, "cached_builds": cached}
+        build = {**index["build"], **_seeds_of(built)}
         out["info"] = {**info, "index": {**index, "build": build}}
     return out
