@@ -36,6 +36,7 @@ from .record_schema import (
     read_struct,
 )
 from .records import (
+    caveats_of,
     generator_kept_up,
     growth_exponents,
     knees,
@@ -143,7 +144,7 @@ def _llm_mark(rec: RunRecord) -> str:
 
 def _caveat_text(records: Sequence[PipelineRecord]) -> str:
     """Each caveat of ``records`` on a line of its own, for a chart title ("" without any)."""
-    caveats = sorted({c for r in records for c in r.caveats or []})
+    caveats = caveats_of(records)
     # wrapped: a long run label leaves the axes (and so the centred title) narrow
     return "".join("\n" + textwrap.fill(f"[{c}]", 40) for c in caveats)
 
@@ -307,10 +308,6 @@ def _scales(ax: Any, records: Sequence[ScaleRecord]) -> None:
     ax.legend()
 
 
-def _level(rec: LoadRecord) -> float:
-    return load_level(_plain(rec))
-
-
 def _loads(ax: Any, records: Sequence[LoadRecord]) -> None:
     """Response time p50 (solid) and p99 (dashed, failures at the timeout) against offered load."""
     closed = records[0].mode == "closed"
@@ -318,8 +315,8 @@ def _loads(ax: Any, records: Sequence[LoadRecord]) -> None:
     knee_at = knees([_plain(r) for r in records], slo) if slo is not None else {}
     invalid = 0
     for name, pts in _by(records, lambda r: need(r.label, "label")).items():
-        pts = sorted(pts, key=_level)
-        xs = [_level(p) for p in pts]
+        pts = sorted(pts, key=load_level)
+        xs = [load_level(p) for p in pts]
         p50 = [need(p.response_p50_us, "response_p50_us") / 1e3 for p in pts]
         (line,) = ax.plot(xs, p50, marker="o", label=f"{name} p50")
         p99 = [need(p.response_all_p99_us, "response_all_p99_us") / 1e3 for p in pts]
@@ -379,7 +376,7 @@ def _hollow(
     ax: Any, pts: Sequence[LoadRecord], xs: list[float], p99: list[float], color: Any
 ) -> int:
     """Hollow markers over the levels whose load generator did not keep up; how many."""
-    bad = [i for i, p in enumerate(pts) if not generator_kept_up(_plain(p))]
+    bad = [i for i, p in enumerate(pts) if not generator_kept_up(p)]
     if bad:
         p50 = [need(pts[i].response_p50_us, "response_p50_us") / 1e3 for i in bad]
         for ys, marker in ((p50, "o"), ([p99[i] for i in bad], "^")):
@@ -402,7 +399,7 @@ def _load_shares(ax: Any, records: Sequence[LoadRecord]) -> None:
     stages: list[str] = []
     for r in records:
         stages += [s for s in r.stages or [] if s not in stages]
-    rows = sorted(records, key=lambda r: (str(r.label), _level(r)))
+    rows = sorted(records, key=lambda r: (str(r.label), load_level(r)))
     cmap = pyplot().get_cmap("tab10")
     for row, r in enumerate(rows):
         left = 0.0
@@ -411,7 +408,7 @@ def _load_shares(ax: Any, records: Sequence[LoadRecord]) -> None:
             v = float(shares.get(s) or 0.0) * 100
             ax.barh(row, v, left=left, color=cmap(j % 10), label=s if row == 0 else None)
             left += v
-    ax.set_yticks(range(len(rows)), [f"{r.label} @ {_level(r):g}" for r in rows])
+    ax.set_yticks(range(len(rows)), [f"{r.label} @ {load_level(r):g}" for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel(f"% of {'CPU' if cpu else 'wall'} time per request, by stage")

@@ -37,7 +37,7 @@ from typing import Any
 from .env import environment
 from .errors import ConfigError, DatasetError
 from .files import RESULTS_LIMIT, append_bytes, open_regular
-from .record_schema import CURRENT, RecordError, check_record, schema_name, validate
+from .record_schema import CURRENT, Record, RecordError, check_record, schema_name, validate
 
 log = logging.getLogger("ragbench.records")
 
@@ -117,9 +117,17 @@ def new_record(
     return rec
 
 
-def caveats_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
+Readable = Mapping[str, Any] | Record  # a record as read from a file, or as its kind's Struct
+
+
+def _field(rec: Readable, key: str) -> Any:
+    """``key`` of a record dict or a record Struct (``None`` when it has no such field)."""
+    return rec.get(key) if isinstance(rec, Mapping) else getattr(rec, key, None)
+
+
+def caveats_of(records: Iterable[Readable]) -> list[str]:
     """Every caveat the records carry (a random-weight LLM, ...), once each, sorted."""
-    return sorted({c for r in records for c in r.get("caveats") or []})
+    return sorted({c for r in records for c in _field(r, "caveats") or []})
 
 
 def records_of(records: Iterable[Mapping[str, Any]], kind: str) -> list[Mapping[str, Any]]:
@@ -429,16 +437,16 @@ def growth_exponents(records: Sequence[Mapping[str, Any]], key: str = "p50_us") 
     return out
 
 
-def load_level(rec: Mapping[str, Any]) -> float:
+def load_level(rec: Readable) -> float:
     """The load a load record was measured at: offered QPS (open loop) or clients (closed)."""
-    level = rec.get("offered_qps")
-    return float(level if level is not None else rec.get("concurrency") or 0)
+    level = _field(rec, "offered_qps")
+    return float(level if level is not None else _field(rec, "concurrency") or 0)
 
 
-def generator_kept_up(rec: Mapping[str, Any]) -> bool:
+def generator_kept_up(rec: Readable) -> bool:
     """Whether a load record's load generator kept up (``generator_ok``; older records: not lagged)."""
-    ok = rec.get("generator_ok")
-    return bool(ok) if ok is not None else not rec.get("generator_lagged")
+    ok = _field(rec, "generator_ok")
+    return bool(ok) if ok is not None else not _field(rec, "generator_lagged")
 
 
 def knees(records: Sequence[Mapping[str, Any]], slo_ms: float) -> dict[str, float | None]:

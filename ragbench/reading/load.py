@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
-
 from ..record_schema import LoadRecord, need, read_struct
 from ..records import load_level
 from .common import DOMINANT_SHARE, SUSTAINED, pct_text, span_text, us_text
@@ -35,11 +33,6 @@ def _capacity(rec: LoadRecord) -> str:
     return "; ".join(why)
 
 
-def _level(rec: LoadRecord) -> float:
-    """:func:`ragbench.records.load_level` of a typed load record."""
-    return load_level(msgspec.structs.asdict(rec))
-
-
 def load_reading(records: Sequence[Mapping[str, Any] | LoadRecord]) -> list[str]:
     """The dominant stage under load, each configuration's highest sustained level, levels at capacity."""
     if not records:
@@ -48,7 +41,7 @@ def load_reading(records: Sequence[Mapping[str, Any] | LoadRecord]) -> list[str]
     closed = levels[0].mode == "closed"
     lines = []
     cpu = all(r.cpu_share is not None for r in levels)
-    low = [min((r for r in levels if r.label == lab), key=_level) for lab in _labels(levels)]
+    low = [min((r for r in levels if r.label == lab), key=load_level) for lab in _labels(levels)]
     shares = [(r.cpu_share if cpu else r.stage_share) or {} for r in low]
     tops = {max(s, key=lambda k: s[k] or 0.0) for s in shares if s}
     if len(tops) == 1:
@@ -66,17 +59,17 @@ def load_reading(records: Sequence[Mapping[str, Any] | LoadRecord]) -> list[str]
             top_pt = max(pts, key=lambda r: float(r.achieved_qps or 0.0))
             best.append(
                 f"{lab} {float(need(top_pt.achieved_qps, 'achieved_qps')):,.0f} QPS at "
-                f"{_level(top_pt):g} clients"
+                f"{load_level(top_pt):g} clients"
             )
             continue
         ok = [r for r in pts if not _capacity(r)]
         best.append(
-            f"{lab} {max(_level(r) for r in ok):,g} QPS" if ok else f"{lab} none of the levels"
+            f"{lab} {max(load_level(r) for r in ok):,g} QPS" if ok else f"{lab} none of the levels"
         )
     head = "highest throughput" if closed else "highest offered rate sustained"
     lines.append(f"{head}: " + ", ".join(best))
     if not closed:
-        full = [f"{r.label} @ {_level(r):,g}: {_capacity(r)}" for r in levels if _capacity(r)]
+        full = [f"{r.label} @ {load_level(r):,g}: {_capacity(r)}" for r in levels if _capacity(r)]
         if full:
             lines.append("at capacity (these rows measure a queue): " + " | ".join(full))
     return lines

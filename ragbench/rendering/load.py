@@ -100,7 +100,7 @@ def load_table(records: Sequence[Level], *, width: int = 400) -> str:
 
 def _load_row(r: LoadRecord, closed: bool, failed: bool, extra: Sequence[str]) -> list[str]:
     level = r.concurrency if closed else r.offered_qps
-    mark = "" if generator_kept_up(plain(r)) else f" {INVALID_MARK}"
+    mark = "" if generator_kept_up(r) else f" {INVALID_MARK}"
     row = [need(r.label, "label"), num(level) + mark, num(need(r.achieved_qps, "achieved_qps"))]
     row += [str(need(r.completed, "completed")), str(need(r.timed_out, "timed_out"))]
     row += [str(need(r.rejected, "rejected"))] + ([str(r.failed or 0)] if failed else [])
@@ -119,7 +119,7 @@ def _load_notes(levels: Sequence[LoadRecord]) -> list[str]:
     if slo is not None:
         unit = "clients" if levels[0].mode == "closed" else "QPS"
         at_level: dict[tuple[Any, float | None], LoadRecord] = {
-            (r.label, load_level(plain(r))): r for r in reversed(levels)
+            (r.label, load_level(r)): r for r in reversed(levels)
         }
         for label, knee in knees([plain(r) for r in levels], slo).items():
             at = at_level.get((label, knee))
@@ -131,13 +131,13 @@ def _load_notes(levels: Sequence[LoadRecord]) -> list[str]:
             where = f"{num(knee)} {unit}" if knee is not None else "below the lowest level offered"
             notes.append(f"knee of {label} (p99 ≤ {num(slo)} ms, failures included): {where}{good}")
     for r in levels:
-        if not generator_kept_up(plain(r)):
+        if not generator_kept_up(r):
             why = r.generator_note or (
                 f"{num(need(r.idle_dispatch_delay_p99_us, 'idle_dispatch_delay_p99_us'))} µs "
                 "dispatch delay p99 with a worker idle"
             )
             notes.append(
-                f"{INVALID_MARK} INVALID: at {num(load_level(plain(r)))} the load generator did "
+                f"{INVALID_MARK} INVALID: at {num(load_level(r))} the load generator did "
                 f"not keep up ({why}): the {r.label} row measures the client, not the system"
             )
     return notes
@@ -167,7 +167,7 @@ def _stage_table(levels: Sequence[LoadRecord], width: int) -> str:
             f"{num(p50.get(s))} ({pct_cell(share.get(s))})" if s in p50 else "—" for s in stages
         ]
         rows.append(
-            [need(r.label, "label"), num(load_level(plain(r))), *cells]
+            [need(r.label, "label"), num(load_level(r)), *cells]
             + ([num(need(r.cpu_per_request_us, "cpu_per_request_us"))] if cpu else [])
             + [retrieve_part_cell(r, name) for name in parts]
         )

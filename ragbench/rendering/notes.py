@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..record_schema import IndexPoint, LoadRecord, PipelineRecord, Record, RunRecord, read_struct
+from ..records import caveats_of
 from ..rerankers import CAVEAT_PREFIX
 from .cells import num
 
@@ -46,7 +47,7 @@ def typed(records: Iterable[Mapping[str, Any] | Record]) -> list[Record]:
 
 def record_caveats(records: Iterable[Record]) -> list[str]:
     """Every caveat the run and load records carry (a random-weight LLM, ...), once each, sorted."""
-    return sorted({c for r in records if isinstance(r, PipelineRecord) for c in r.caveats or []})
+    return caveats_of(records)  # only run and load records have caveats
 
 
 def simulated_note(records: Iterable[Mapping[str, Any] | Record]) -> str:
