@@ -238,6 +238,12 @@ def test_slow_path_inputs_match_fast_path(built, name) -> None:
     assert (index.search(strided, 5, **kw)[0] == ids).all()
     one, _ = index.search(QUERIES[0], 5, **kw)
     assert one.shape == (1, 5) and (one[0] == ids[0]).all()
+    # A strided (1, dim) row right after the same contiguous one (the repeat
+    # fast path's case): the same answer, not a read of the wrong floats.
+    index.search(QUERIES[:1], 5, **kw)
+    column = np.asfortranarray(QUERIES[:2])[:1]
+    assert not column.flags.c_contiguous
+    assert (index.search(column, 5, **kw)[0] == ids[:1]).all()
     # |x| ~ 1e20 overflows the float32 sum of squares used by the fast check;
     # the full check must accept it. Scaling keeps ip/lsh rankings.
     if index.metric == "ip":
@@ -702,12 +708,15 @@ def test_single_query_non_finite(name: str, metric: str) -> None:
     index = rb.indexes.create(name, dim=DIM, metric=metric)
     index.build(VECTORS[:500])
     kw = {"ef": 64} if "ef" in index.query_params else {}
-    for col in (0, 17, DIM - 1):
-        for bad in (np.nan, np.inf, -np.inf):
-            q = QUERIES[:1].copy()
-            q[0, col] = bad
-            with pytest.raises(NonFiniteError, match="NaN or inf"):
-                index.search(q, 5, **kw)
+    for warm in (False, True):
+        if warm:  # a good query first: the next ones take the repeat fast paths
+            index.search(QUERIES[:1], 5, **kw)
+        for col in (0, 17, DIM - 1):
+            for bad in (np.nan, np.inf, -np.inf):
+                q = QUERIES[:1].copy()
+                q[0, col] = bad
+                with pytest.raises(NonFiniteError, match="NaN or inf"):
+                    index.search(q, 5, **kw)
     # The same index still answers normally afterwards.
     ids, scores = index.search(QUERIES[:1], 5, **kw)
     assert ids.shape == (1, 5) and (ids >= 0).all() and np.isfinite(scores).all()

@@ -131,19 +131,18 @@ class BinaryFlatIndex(SampledCodes, LiveVectorIndex):
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)`` (negated
             Hamming distances), best first; ``-1`` / ``-inf`` where fewer were found.
         """
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
+        entries = self._gate_entries  # see WriteGate
+        entries.append(None)
+        if entries[0]:
+            entries.pop()
+            self._gate.wait_enter()
         try:
             compiled = self._compiled_for(ef, params)
             if filter is None and strategy is None:
                 return self._search(queries, k, compiled)
             return self._search_filtered(queries, k, compiled, filter, strategy)
         finally:
-            active.pop()
+            entries.pop()
 
     def _search(self, queries: Any, k: Any, compiled: Any) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`search` without a filter, inside the gate."""

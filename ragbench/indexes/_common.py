@@ -23,6 +23,7 @@ from ..validate import METRICS, as_matrix, check_metric, positive_int
 __all__ = [
     "BaseIndex",
     "F32",
+    "FLT_MAX",
     "I64",
     "INT32_MAX",
     "VectorIndex",
@@ -34,6 +35,8 @@ __all__ = [
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
 INF = math.inf
+#: The largest finite float32, as a Python float: faiss's pad score (negated for ip).
+FLT_MAX = float(np.finfo(np.float32).max)
 #: Largest value of an integer parameter handed to faiss or hnswlib as a C ``int``.
 INT32_MAX = 2**31 - 1
 

@@ -139,19 +139,18 @@ class EngineIndex(LiveVectorIndex):
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
         """
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
+        entries = self._gate_entries  # see WriteGate
+        entries.append(None)
+        if entries[0]:
+            entries.pop()
+            self._gate.wait_enter()
         try:
             compiled = self._default_compiled if not params else self._params(params)
             if filter is not None or strategy is not None:
                 return self._search_filtered(queries, k, compiled, filter, strategy)
             return self._search_unfiltered(queries, k, compiled)
         finally:
-            active.pop()
+            entries.pop()
 
     def _search_unfiltered(
         self, queries: Any, k: Any, compiled: Any

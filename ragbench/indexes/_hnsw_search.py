@@ -115,12 +115,11 @@ class HnswSearch(LiveVectorIndex):
         Searches run beside ``add`` (hnswlib allows it); only a resize of the
         graph's capacity and ``delete`` hold them off (see :class:`HnswIndex`).
         """
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
+        entries = self._gate_entries  # see WriteGate
+        entries.append(None)
+        if entries[0]:
+            entries.pop()
+            self._gate.wait_enter()
         try:
             if filter is None and strategy is None:
                 return self._search_fast(queries, k, ef, params)
@@ -130,7 +129,7 @@ class HnswSearch(LiveVectorIndex):
                 compiled = self._parse_ef(ef, params)
             return self._search_filtered(queries, k, compiled, filter, strategy)
         finally:
-            active.pop()
+            entries.pop()
 
     def _search_fast(
         self, queries: Any, k: Any, ef: Any, params: dict[str, Any]

@@ -119,10 +119,12 @@ class LiveVectorIndex(VectorIndex):
     post_max_candidates: int = 4096
 
     _gate: WriteGate
+    _gate_entries: list[bool | None]  # the gate's entries, read by every search
     _space: IdSpace | None
 
     def _init_live(self) -> None:
         self._gate = WriteGate()
+        self._gate_entries = self._gate.entries
         self._space = None
         self._store: np.ndarray | None = None
         self._store_rows = 0

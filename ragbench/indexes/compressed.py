@@ -80,6 +80,9 @@ __all__ = [
 class _IvfCompressed(SampledCodes, IvfIndex):
     """IVF lists over a compressed code; ``nlist``/``seed``/``nprobe`` as in ``ivf``."""
 
+    # The query is compared with codes: a NaN need not reach the scores.
+    finite_answer_proves_query: ClassVar[bool] = False
+
     build_defaults: ClassVar[dict[str, Any]] = {
         "nlist": None,
         "seed": 1234,
@@ -251,6 +254,9 @@ class HnswSqIndex(SampledCodes, FaissHnswIndex):
     itself is built in insertion order); query parameter ``ef`` (64). Code:
     ``dim`` bytes per vector, plus the graph's links (see ``memory_bytes``).
     """
+
+    # The query is compared with codes: a NaN need not reach the scores.
+    finite_answer_proves_query: ClassVar[bool] = False
 
     name: ClassVar[str] = "hnsw-sq"
     no_delete_reason: ClassVar[str] = (

@@ -171,6 +171,7 @@ class FlatIndex(FaissVectorIndex):
     """
 
     name: ClassVar[str] = "flat"
+    finite_answer_proves_query: ClassVar[bool] = True
     delete_mode: ClassVar[str | None] = "compact"
 
     def _new_index(self, vectors: np.ndarray) -> Any:
@@ -204,6 +205,7 @@ class FaissHnswIndex(FaissVectorIndex):
     """
 
     name: ClassVar[str] = "faiss-hnsw"
+    finite_answer_proves_query: ClassVar[bool] = True
     no_delete_reason: ClassVar[str] = (
         "faiss's IndexHNSWFlat has no remove_ids (its graph links cannot be undone)"
     )
@@ -272,6 +274,7 @@ class IvfIndex(FaissVectorIndex):
     """
 
     name: ClassVar[str] = "ivf"
+    finite_answer_proves_query: ClassVar[bool] = True
     delete_mode: ClassVar[str | None] = "mark"
     build_defaults: ClassVar[dict[str, Any]] = {"nlist": None, "seed": 1234}
     query_defaults: ClassVar[dict[str, Any]] = {"nprobe": 8}

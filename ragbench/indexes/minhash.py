@@ -128,6 +128,7 @@ class MinHashLshIndex(BaseIndex):
         self._lsh: MinHashLSH | None = None
         self._hashvalues = np.empty((0, self.build_params["num_perm"]), dtype=np.uint32)
         self._gate = WriteGate()
+        self._gate_entries = self._gate.entries
         self._space: IdSpace | None = None
         self._written = False
 
@@ -242,16 +243,15 @@ class MinHashLshIndex(BaseIndex):
                 f"index {self.name!r}: filtered search is for the dense indexes only "
                 "(flat, hnsw, faiss-hnsw, ivf, lsh)"
             )
-        gate = self._gate
-        active = gate.active
-        active.append(None)
-        if gate.writing:
-            active.pop()
-            gate.wait_enter()
+        entries = self._gate_entries  # see WriteGate
+        entries.append(None)
+        if entries[0]:
+            entries.pop()
+            self._gate.wait_enter()
         try:
             return self._search(queries, k, params)
         finally:
-            active.pop()
+            entries.pop()
 
     def _search(
         self, queries: Any, k: int, params: dict[str, Any]
