@@ -63,6 +63,28 @@ def test_usearch_quantized_storage(dtype: str) -> None:
     assert hits / truth.size >= (0.95 if dtype == "f16" else 0.85)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
+@pytest.mark.parametrize("metric", ["ip", "l2", "cosine"])
+def test_usearch_single_nonfinite_query_after_a_good_one(dtype: str, metric: str) -> None:
+    """The repeat fast path checks a query on usearch's answer: NaN/inf still raise.
+
+    i8 storage quantizes the query (a NaN becomes a finite code and finite
+    distances), so it must keep the check before the search.
+    """
+    from ragbench.errors import NonFiniteError
+
+    index = rb.indexes.create("usearch", dim=DIM, metric=metric, dtype=dtype)
+    index.build(X)
+    good, _ = index.search(Q[:1], 5)
+    for bad in (np.nan, np.inf, -np.inf):
+        index.search(Q[:1], 5)  # the last call was a good single query
+        q = Q[:1].copy()
+        q[0, 3] = bad
+        with pytest.raises(NonFiniteError, match="NaN or inf"):
+            index.search(q, 5)
+    assert (index.search(Q[:1], 5)[0] == good).all()
+
+
 def test_qdrant_edge_graph_walk_below_the_full_scan_threshold() -> None:
     """full_scan_threshold=1 KB makes Qdrant walk its HNSW graph (filtered or not)."""
     index = rb.indexes.create("qdrant-edge", dim=DIM, full_scan_threshold=1)

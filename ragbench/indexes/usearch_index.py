@@ -41,7 +41,7 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
-from ._common import I64, build_step
+from ._common import F32, I64, INF, build_step
 from ._engine import EngineIndex, check_graph_params, import_engine, pad_rows
 
 __all__ = ["UsearchIndex"]
@@ -51,6 +51,7 @@ DTYPES = ("f32", "f16", "i8")
 _subtract = np.subtract
 _negative = np.negative
 _ONE = np.ones((), dtype=np.float32)
+_ndarray = np.ndarray
 
 
 def _usearch() -> Any:
@@ -75,6 +76,9 @@ class UsearchIndex(EngineIndex):
         self._index: Any = None
         self._ef = -1
         self._search_fn: Any = None
+        # The repeat fast path (see _search_unfiltered): (search_many, k, compiled,
+        # (1, dim), ones (1, k) or None for l2) of the last checked single query.
+        self._fast: tuple[Any, int, Any, tuple[int, int], Any] | None = None
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
@@ -119,6 +123,7 @@ class UsearchIndex(EngineIndex):
         self._index = index
         self._search_fn = index._compiled.search_many
         self._ef = -1
+        self._fast = None
         self._publish_built(len(index))
 
     def _raw_search(
@@ -126,6 +131,7 @@ class UsearchIndex(EngineIndex):
     ) -> tuple[np.ndarray, np.ndarray]:
         ef = max(int(compiled), k)
         if ef != self._ef:
+            self._fast = None
             self._index.expansion_search = ef
             self._ef = ef
         n = q.shape[0]
@@ -146,6 +152,61 @@ class UsearchIndex(EngineIndex):
                 k,
             )
         return ids, dist
+
+    def _on_space(self, space: Any) -> None:
+        super()._on_space(space)
+        self._fast = None
+
+    def _search_unfiltered(
+        self, queries: Any, k: Any, compiled: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The repeat fast path, else :meth:`EngineIndex._search_unfiltered`'s checks.
+
+        One float32 C-contiguous ``(1, dim)`` ip/l2 query with the same ``k``
+        and query parameter objects as the last checked one goes straight to
+        usearch's compiled search: after a walk through a large graph every
+        object touched is cold (each numpy call ~2-10 µs then), so the query
+        is checked on the answer rather than by a pass over it. A NaN or inf
+        in an ip/l2 query makes every f32/f16 distance NaN or inf (usearch's
+        walk over it ends normally), so a finite best score with ``k`` rows
+        found proves the query finite; anything else (a NaN/inf query, an
+        overflow, fewer than ``k`` found) is searched again through every
+        check. i8 storage quantizes the query first (a NaN becomes a finite
+        code) and cosine needs its zero-norm check: neither takes this path.
+        """
+        fast = self._fast
+        if (
+            fast is not None
+            and k is fast[1]
+            and compiled is fast[2]
+            and type(queries) is _ndarray
+            and queries.dtype is F32
+            and queries.shape == fast[3]
+            and queries.flags.c_contiguous
+        ):
+            keys, dist, counts = fast[0](queries, k, False, 1)[:3]
+            ones = fast[4]
+            if ones is None:
+                _negative(dist, dist)
+            else:
+                _subtract(ones, dist, dist)
+            if counts.item(0) == k and -INF < dist.item(0) < INF:
+                keys.dtype = I64  # keys < 2**63: reinterpreted in place, no view
+                return keys, dist
+        ids, scores = super()._search_unfiltered(queries, k, compiled)
+        if (
+            self._labels_ext is None
+            and not self._cosine
+            and self.build_params["dtype"] != "i8"
+            and type(k) is int
+            and type(queries) is _ndarray
+            and queries.dtype is F32
+            and queries.shape == (1, self.dim)
+            and queries.flags.c_contiguous
+        ):
+            ones = np.ones((1, k), F32) if self._similarity else None
+            self._fast = (self._search_fn, k, compiled, (1, self.dim), ones)
+        return ids, scores
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
         self._index.add(positions.astype(np.uint64), vectors, threads=get_threads())
