@@ -7,7 +7,10 @@
   meeting the bound does not save the gate, a busy one missing it does not
   sink it);
 - :func:`_quick.attempts` stops at the first quiet attempt meeting the bound
-  and measures again while attempts are busy, within its cap.
+  and measures again while attempts are busy, within its cap;
+- a host floor only weakens an attempt's bound to what inline code reached in
+  that attempt: a wrapper slower than the floor still fails, and a floor under
+  the target leaves the target as it was.
 """
 
 from __future__ import annotations
@@ -62,6 +65,37 @@ def test_mixed_attempts_are_judged_on_the_quiet_ones() -> None:
     # strict bounds stay strict
     with pytest.raises(AssertionError):
         judge("s", _runs((1.0, QUIET)), float, bound=1.0, higher_is_better=False, strict=True)
+
+
+def test_a_host_floor_weakens_the_bound_only_to_the_inline_code() -> None:
+    # (wrapper ratio, inline code's ratio) per attempt
+    def runs(*values: tuple[float, float]) -> list[Attempt[tuple[float, float]]]:
+        return [Attempt(v, QUIET, "0.00", 0.01) for v in values]
+
+    def wrapper(v: tuple[float, float]) -> float:
+        return v[0]
+
+    def inline(v: tuple[float, float]) -> float:
+        return v[1]
+
+    kw = {"bound": 1.03, "higher_is_better": False, "floor": inline, "floor_label": "inline"}
+    # the host makes inline code cost 1.09x: a wrapper at 1.07 is within it
+    assert judge("x", runs((1.07, 1.09)), wrapper, **kw) == 1.07
+    # ...a wrapper slower than the inline code fails
+    with pytest.raises(AssertionError, match="target ≤ 1.09"):
+        judge("x", runs((1.10, 1.09)), wrapper, **kw)
+    # inline code under the target: the target is asserted unchanged
+    with pytest.raises(AssertionError, match="target ≤ 1.03"):
+        judge("x", runs((1.04, 1.01)), wrapper, **kw)
+    # each attempt has its own floor: the one with room under its own bound passes
+    assert judge("x", runs((1.05, 1.01), (1.07, 1.09)), wrapper, **kw) == 1.07
+    # higher is better: the floor can only lower the bound
+    up = {"bound": 3.0, "higher_is_better": True, "floor": inline, "floor_label": "inline"}
+    assert judge("x", runs((2.6, 2.5)), wrapper, **up) == 2.6
+    with pytest.raises(AssertionError):
+        judge("x", runs((2.9, 3.5)), wrapper, **up)
+    done = until_met((wrapper, 1.03, False, inline))
+    assert done([(1.07, 1.09)]) and not done([(1.10, 1.09)]) and not done([(1.04, 1.01)])
 
 
 def test_attempts_stop_when_met_and_retry_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:
