@@ -192,9 +192,9 @@ class FaissSearch(LiveVectorIndex):
         NaN, so such a query's answer ends in a pad or an infinite score,
         never a finite one. A finite last score thus proves the query finite
         for one ``item()`` after the search, instead of a numpy pass over the
-        query before it on cold caches (the pass cost 5-12 µs after a search
-        through a 20k index, measured on a host whose cache misses were
-        slow). A finite query whose score overflows, or an answer with pads,
+        query before it on cold caches (``np.vdot`` of the row measured 14.6
+        µs right after a flat search of 2k rows, 0.6 µs warm, on a host whose
+        cache misses were slow). A finite query whose score overflows, or an answer with pads,
         also lands here: the exact check tells them apart.
         """
         self._slow_queries(q)
