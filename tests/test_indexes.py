@@ -717,6 +717,16 @@ def test_single_query_non_finite(name: str, metric: str) -> None:
                 q[0, col] = bad
                 with pytest.raises(NonFiniteError, match="NaN or inf"):
                     index.search(q, 5, **kw)
+    # A batch with one bad row, last or first (hnsw checks ip/l2 batches on
+    # every row's best score after the search): the row is named.
+    for row in (3, 0):
+        for bad in (np.nan, np.inf, -np.inf):
+            batch = QUERIES[:4].copy()
+            batch[row, 17] = bad
+            with pytest.raises(NonFiniteError, match=f"row {row}"):
+                index.search(batch, 5, **kw)
+    huge_batch, _ = index.search(QUERIES[:4] * np.float32(1e20), 5, **kw)
+    assert huge_batch.shape == (4, 5)
     # The same index still answers normally afterwards.
     ids, scores = index.search(QUERIES[:1], 5, **kw)
     assert ids.shape == (1, 5) and (ids >= 0).all() and np.isfinite(scores).all()

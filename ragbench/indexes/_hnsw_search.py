@@ -182,22 +182,7 @@ class HnswSearch(LiveVectorIndex):
         if state is None:
             raise self._not_built()
         knn, one_row, ntotal, check_after = state
-        q = queries
-        if (
-            type(q) is _ndarray
-            and q.dtype is F32
-            and q.shape == one_row
-            # ip/l2: checked after the search (see below). cosine: NaN/inf
-            # make the sum of squares NaN/inf; zero and overflow (|x| >
-            # ~1e19) take the exact check in _queries. float(): comparing a
-            # numpy scalar costs more than converting it.
-            and (check_after or 0.0 < float(_vdot(q, q)) < INF)
-        ):
-            n = 1
-        else:
-            q = self._queries(q)
-            n = q.shape[0]
-            check_after = False
+        q, n, check_after = self._checked_or_deferred(queries, one_row, check_after)
         if type(k) is not int or k < 1 or k > ntotal:
             k = check_k(k, ntotal)
         if ef < k:
@@ -212,7 +197,11 @@ class HnswSearch(LiveVectorIndex):
             else:
                 return _empty((0, k), I64), _empty((0, k), F32)
         except RuntimeError:
+            if check_after:
+                self._slow_queries(q)  # a NaN/inf query raises before the per-row searches
             labels, dist = self._search_padded(q, k)
+        if check_after and n > 1:
+            return self._check_batch_answer(q, labels, dist)
         if self._similarity:
             # Positional out (no kwargs parsing); a same-shape ones operand
             # takes numpy's trivial loop, ~1 µs cheaper cold than a 0-d one.
@@ -255,6 +244,59 @@ class HnswSearch(LiveVectorIndex):
         self._fast = None
         self._set_ef(ef)
         self._ef = ef
+
+    def _checked_or_deferred(
+        self, q: Any, one_row: tuple[int, int], check_after: bool
+    ) -> tuple[Any, int, bool]:
+        """``(queries, nq, check_after)``: queries checked now, or left to their answer.
+
+        ``check_after`` (ip/l2) leaves a float32 ``(1, dim)`` row or ``(nq,
+        dim)`` batch to the check on hnswlib's answer (a single row: its best
+        score, see :meth:`_check_nonfinite_answer`; a batch: every row's, see
+        :meth:`_check_batch_answer`); a cosine row takes one sum of squares
+        (NaN/inf make it NaN/inf; zero and overflow, |x| > ~1e19, take the
+        exact check). Everything else is checked here (:meth:`_queries`) and
+        comes back with ``check_after`` false. float(): comparing a numpy
+        scalar costs more than converting it.
+        """
+        if type(q) is _ndarray and q.dtype is F32:
+            if q.shape == one_row:
+                if check_after or 0.0 < float(_vdot(q, q)) < INF:
+                    return q, 1, check_after
+            elif (
+                check_after
+                and self._to_scores is not None
+                and q.ndim == 2
+                and q.shape[1] == one_row[1]
+            ):
+                return q, q.shape[0], True
+        q = self._queries(q)
+        return q, q.shape[0], False
+
+    def _check_batch_answer(
+        self, q: np.ndarray, labels: np.ndarray, dist: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """An ip/l2 batch's answer as scores and ids, raising if a query row holds NaN/inf.
+
+        One compiled call converts every distance in place and returns the
+        sum of the rows' best scores. A NaN or inf anywhere in an ip/l2 row
+        makes that row's distances NaN or inf (as for a single query, see
+        :meth:`_check_nonfinite_answer`), so the sum is finite only if every
+        row is; a non-finite sum (NaN/inf, an overflow, a padded row) takes
+        the exact check of the queries, which raises only for NaN/inf. After
+        a batch the caches hold the graph: each numpy call costs tens of µs
+        then, and this replaces four of them (a min and a max pass over the
+        queries, a ones operand, the subtraction) with one compiled call.
+        """
+        if not (dist.dtype is F32 and dist.flags.carray):
+            dist = np.ascontiguousarray(dist, dtype=F32)  # what the entry point assumes
+        if not -INF < self._to_scores(dist) < INF:
+            self._slow_queries(q)
+        if RETYPE_IN_PLACE:
+            labels.dtype = I64
+            if self._labels_ext is None:
+                return labels, dist
+        return self._to_ids(labels), dist
 
     def _check_nonfinite_answer(self, q: np.ndarray) -> None:
         """Raise :class:`~ragbench.errors.NonFiniteError` if the single ip/l2 query ``q`` holds NaN/inf.
