@@ -274,7 +274,7 @@ class HnswSearch(LiveVectorIndex):
         return q, q.shape[0], False
 
     def _check_batch_answer(
-        self, q: np.ndarray, labels: np.ndarray, dist: np.ndarray
+        self, q: np.ndarray, labels: Any, dist: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """An ip/l2 batch's answer as scores and ids, raising if a query row holds NaN/inf.
 
