@@ -27,12 +27,14 @@ ragbench then searches the failing batch row by row, finds the largest
 pads the rest with ``-1`` ids and ``-inf`` scores.
 
 NaN/inf queries raise :class:`~ragbench.errors.NonFiniteError` like
-everywhere else. For a single ``ip``/``l2`` query the check is made on
-hnswlib's answer: a NaN or inf component makes every distance NaN or inf, so
-a finite best distance proves the query finite (cheaper, on caches the graph
-walk leaves cold, than a pass over the query); anything else gets the exact
-element check before the error. Batches and ``cosine`` queries (whose zero
-vector hnswlib answers with finite distances) are checked before the search.
+everywhere else. For ``ip``/``l2`` float32 queries, single or batched, the
+check is made on hnswlib's answer: a NaN or inf component makes every
+distance of its row NaN or inf, so finite best distances prove the queries
+finite (cheaper, on caches the graph walk leaves cold, than a pass over the
+queries: a batch's best scores are summed by the compiled conversion itself);
+anything else gets the exact element check before the error. ``cosine``
+queries (whose zero vector hnswlib answers with finite distances) and other
+dtypes are checked before the search.
 
 Filtered search (see :mod:`ragbench.indexes._writable`): ``pre``,
 ``post`` and ``in-graph`` (hnswlib's ``filter`` callable: a C-level
