@@ -224,6 +224,10 @@ class HnswSearch(LiveVectorIndex):
             self._fast = (knn, one_row, k_passed, ef_passed, self._to_scores)
         if check_after and not -INF < dist.item(0) < INF:
             self._check_nonfinite_answer(q)
+        return self._answer(labels, dist)
+
+    def _answer(self, labels: Any, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, scores)`` from hnswlib's labels and the converted distances."""
         # Labels are the row ids (< 2**63): reinterpret uint64 as int64 in
         # place (the array is ours); ~2 µs cheaper cold than creating a view.
         if RETYPE_IN_PLACE:
@@ -292,11 +296,7 @@ class HnswSearch(LiveVectorIndex):
             dist = np.ascontiguousarray(dist, dtype=F32)  # what the entry point assumes
         if not -INF < self._to_scores(dist) < INF:
             self._slow_queries(q)
-        if RETYPE_IN_PLACE:
-            labels.dtype = I64
-            if self._labels_ext is None:
-                return labels, dist
-        return self._to_ids(labels), dist
+        return self._answer(labels, dist)
 
     def _check_nonfinite_answer(self, q: np.ndarray) -> None:
         """Raise :class:`~ragbench.errors.NonFiniteError` if the single ip/l2 query ``q`` holds NaN/inf.
