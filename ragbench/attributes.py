@@ -337,6 +337,8 @@ def mask_of(attributes: Mapping[str, np.ndarray], spec: Mapping[str, Any]) -> np
         if isinstance(want, list) and len(want) == 2 and ranged:
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in want):
                 raise DatasetError(f"filter {spec!r}: a range needs two numbers")
+            if want[0] != want[0] or want[1] != want[1]:  # as the engines' where= refuses it
+                raise DatasetError(f"filter {spec!r}: a range bound is NaN")
             one = (column >= want[0]) & (column <= want[1])
         else:
             one = np.isin(column, filter_values(name, column, want, spec))

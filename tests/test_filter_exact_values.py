@@ -101,6 +101,16 @@ def test_mask_of_refuses_a_value_of_the_wrong_type() -> None:
             filters_from_specs(ATTRS, [None, spec])
 
 
+def test_a_nan_range_bound_is_refused_by_mask_of_and_where(db: Any) -> None:
+    """A range with a NaN bound is an error on both paths (mask_of used to allow no row)."""
+    for spec in ({"score": [float("nan"), 3.0]}, {"score": [0.0, float("nan")]}):
+        with pytest.raises(DatasetError, match="a range bound is NaN"):
+            mask_of(ATTRS, spec)
+        with pytest.raises(DatasetError, match="a range bound is NaN"):
+            db.search(Q, K, where=spec, filter=np.ones(N, dtype=bool))
+    assert mask_of(ATTRS, {"score": [0.0, 3.0]}).sum() == 3 * N // 4
+
+
 def test_sql_where_matches_the_same_rows_as_mask_of(db: Any) -> None:
     everything = np.ones(N, dtype=bool)
     for spec, same in SAME:
