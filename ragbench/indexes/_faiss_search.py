@@ -76,11 +76,11 @@ class FaissSearch(LiveVectorIndex):
         self._last_call: tuple[Any, Any, Any] = (UNSET, UNSET, None)
         # The repeat fast path of search(): (search_c, (1, dim), k, ef, nprobe,
         # SearchParameters, (1, k), negate) of the last checked single ip/l2
-        # query. The same float32 C-contiguous (1, dim) query shape with the same k, ef and
-        # nprobe objects (ints are immutable: the same object is the same
-        # validated value) skips parsing and the parameter lookup: after a
-        # search through a large index every object touched is cold, and each
-        # attribute or call saved is ~0.3-2 µs then.
+        # query. The same float32 C-contiguous (1, dim) query shape with the
+        # same k, ef and nprobe objects (ints are immutable: the same object is
+        # the same validated value) skips parsing and the parameter lookup:
+        # after a search through a large index every object touched is cold,
+        # and each attribute or call saved is ~0.3-2 µs then.
         self._fast: (
             tuple[Any, tuple[int, int], Any, Any, Any, Any, tuple[int, int], bool] | None
         ) = None
@@ -194,8 +194,8 @@ class FaissSearch(LiveVectorIndex):
         for one ``item()`` after the search, instead of a numpy pass over the
         query before it on cold caches (``np.vdot`` of the row measured 14.6
         µs right after a flat search of 2k rows, 0.6 µs warm, on a host whose
-        cache misses were slow). A finite query whose score overflows, or an answer with pads,
-        also lands here: the exact check tells them apart.
+        cache misses were slow). A finite query whose score overflows, or an
+        answer with pads, also lands here: the exact check tells them apart.
         """
         self._slow_queries(q)
         if ids.item(-1) < 0:

@@ -95,16 +95,6 @@ class WriteGate:
         self.opened = threading.Event()
         self.opened.set()
 
-    @property
-    def writing(self) -> bool:
-        """Whether a writer holds searches off now."""
-        return bool(self.entries[0])
-
-    @property
-    def active(self) -> int:
-        """How many searches are running (or announcing themselves) now."""
-        return len(self.entries) - 1
-
     def wait_enter(self) -> None:
         """Enter after the writer's flag was seen set (the announcement already withdrawn)."""
         entries = self.entries
