@@ -109,3 +109,68 @@ def test_an_embedded_engine_split_reaches_the_record_and_the_md_report(
     assert cells[0][ratio] == "1.00"
     want = lance["summary"]["retrieve"]["p50_us"] / hnsw["summary"]["retrieve"]["p50_us"]
     assert float(cells[1][ratio].replace(",", "")) == pytest.approx(want, rel=0.01)
+
+
+def _config_file(tmp_path: Path) -> Path:
+    """A config naming hnsw with its build/search parameters and numba with one of its own."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[dataset]\nname = "synthetic"\nn = 2000\ndim = 32\n'
+        '[embed]\nbackend = "hashing"\ndim = 32\n'
+        "[run]\nk_candidates = 10\n"
+        '[retrieve]\nbackend = "hnsw"\nbuild = { M = 8, ef_construction = 40 }\n'
+        "search = { ef = 30 }\n"
+        '[rerank]\nbackend = "numba"\nparallel = false\n'
+        '[serialize]\nbackend = "protobuf"\nshape = "columnar"\n'
+        '[transport]\nbackend = "http"\ntimeout = 7.5\n'
+    )
+    return cfg
+
+
+def test_with_a_config_file_another_index_or_reranker_starts_from_its_own_defaults(
+    tmp_path: Path, capsys
+) -> None:
+    """``-c FILE --index hnsw,lsh``: hnsw keeps the file's M/ef, lsh gets none of them (it exited 2)."""
+    out = tmp_path / "r.jsonl"
+    argv = ["compare", "-c", str(_config_file(tmp_path)), "--index", "hnsw,lsh,flat"]
+    argv += ["--rerank", "numba,numpy", "--transport", "inproc", "--queries", "5", "--warmup", "1"]
+    code = main([*argv, "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    recs = {r["label"]: r["config"] for r in map(json.loads, out.read_text().splitlines())}
+    assert sorted(recs) == sorted(
+        f"{i}/{r}" for i in ("hnsw", "lsh", "flat") for r in ("numba", "numpy")
+    )
+    for label, cfg in recs.items():
+        index, rerank = label.split("/")
+        own = index == "hnsw"  # the index the file names keeps its parameters
+        assert cfg["retrieve"]["backend"] == index
+        assert cfg["retrieve"]["build"] == ({"M": 8, "ef_construction": 40} if own else {})
+        assert cfg["retrieve"]["search"] == ({"ef": 30} if own else {})
+        assert ("parallel" in cfg["rerank"]) == (rerank == "numba"), cfg["rerank"]
+        assert cfg["serialize"]["shape"] == "columnar"  # a payload setting every codec takes
+        assert cfg["transport"] == {"backend": "inproc"}  # not http's timeout
+
+
+def test_set_still_reaches_every_index_of_a_config_files_list(tmp_path: Path) -> None:
+    cfg = str(_config_file(tmp_path))
+    combos = _combos("-c", cfg, "--index", "hnsw,faiss-hnsw", "--set", "retrieve.build.seed=5")
+    # --set's build table replaces the file's (as in run); faiss-hnsw gets only what --set gave
+    assert [c["retrieve"]["build"] for c, _ in combos] == [{"seed": 5}, {"seed": 5}]
+    assert [c["retrieve"]["search"] for c, _ in combos] == [{"ef": 30}, {}]
+    with pytest.raises(ConfigError, match="retrieve.build: unknown key 'seed' for backend 'lsh'"):
+        _combos("-c", cfg, "--index", "hnsw,lsh", "--set", "retrieve.build.seed=5")
+
+
+def test_with_a_config_file_another_embedder_or_transport_starts_from_its_defaults(
+    tmp_path: Path,
+) -> None:
+    cfg = str(_config_file(tmp_path))
+    [(one, _)] = _combos("-c", cfg, "--embed", "minilm")
+    assert one["embed"] == {"backend": "minilm", "re_embed": False}  # not hashing's dim
+    [(kept, _)] = _combos("-c", cfg, "--embed", "hashing")
+    assert kept["embed"]["dim"] == 32
+    combos = _combos("-c", cfg, "--transport", "inproc,http,grpc+reply=stream")
+    transports = [c["transport"] for c, _ in combos]
+    assert transports[0] == {"backend": "inproc"}
+    assert transports[1]["timeout"] == 7.5  # the file's http keeps its timeout
+    assert transports[2] == {"backend": "grpc", "reply": "stream"}

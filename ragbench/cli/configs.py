@@ -30,7 +30,7 @@ from .options import (
     split_list,
     threads_option,
 )
-from .payloads import PAYLOAD_AXES, index_item, payload_axes, set_axis
+from .payloads import PAYLOAD_AXES, index_item, payload_axes, set_axis, transport_item
 
 __all__ = ["AXES", "backend_options", "configurations", "otel_option", "re_embed_option"]
 
@@ -161,6 +161,9 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
     from .. import datasets
 
     base = read_config(opts["config"]) if opts["config"] else {}
+    for table in ("embed", "generate"):  # --embed/--generate naming another backend than the file
+        if opts[table] is not None:
+            _fresh(base, table, opts[table], {})  # --set is merged below
     if any(opts[o] is not None for o in ("dataset", "n", "dim")):
         n = parse_count(opts["n"], "--n") if opts["n"] else None
         base["dataset"] = datasets.spec_table(opts["dataset"] or "synthetic", n=n, dim=opts["dim"])
@@ -182,12 +185,6 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
         if given:
             extra[table] = {**extra.get(table, {}), **given}
     return merge(base, extra)
-
-
-def _set_index_params(overrides: Any) -> dict[str, Any]:
-    """The ``build`` and ``search`` tables ``--set retrieve.build.X=V`` / ``.search.X=V`` gave."""
-    retrieve = set_pairs(overrides).get("retrieve", {})
-    return {sub: retrieve.get(sub, {}) for sub in ("build", "search")}
 
 
 def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
@@ -219,11 +216,12 @@ def configurations(
     given with ``--set retrieve.build.X=...``/``retrieve.search.X=...`` apply
     to every index in the list, so one that an index does not take is refused
     (exit 2, as ``run`` refuses it) when its pipeline is created, before
-    anything is set up. Without a config file, other indexes get no other
-    parameters; with one, its index parameters apply to every index too.
+    anything is set up. The config file's backend parameters belong to the
+    backend it names: an index, reranker, codec or transport of a comma list
+    that the file does not name starts from its own defaults (:func:`_fresh`).
     """
     base = _base(opts, run_over or {})
-    given = _set_index_params(opts["overrides"])
+    sets = set_pairs(opts["overrides"])
     axes = _axes(opts)
     out = []
     for combo in itertools.product(*[values for _, values in axes]):
@@ -235,10 +233,14 @@ def configurations(
                     cfg.setdefault(table, {})
                 # k_candidates is raised to k where lower: compare with its default when unset
                 cfg["run"].setdefault("k_candidates", DEFAULTS["run"]["k_candidates"])
+                if axis == "transport":
+                    _fresh(cfg, "transport", transport_item(str(value))[0], sets)
                 label = set_axis(cfg, axis, value)
                 parts += label if len(values) > 1 else []
                 continue
-            _apply(cfg, axis, value, given if not opts["config"] else None)
+            if axis in _FRESH:
+                _fresh(cfg, axis, index_item(str(value))[0] if axis == "retrieve" else value, sets)
+            _apply(cfg, axis, value)
             parts += [_part(axis, value)] if len(values) > 1 else []
         out.append((parse_config(cfg), "/".join(parts) if parts else None))
     return out, {axis for axis, values in axes if len(values) > 1}
@@ -250,12 +252,8 @@ def _part(axis: str, value: Any) -> str:
     return f"{prefix}{value}"
 
 
-def _apply(cfg: dict[str, Any], axis: str, value: Any, given: dict[str, Any] | None) -> None:
-    """Set one axis value in a config as read (tables created as needed).
-
-    ``given``: the index parameters ``--set`` gave, which replace the config's
-    for an index other than the configured one (None: keep the config's).
-    """
+def _apply(cfg: dict[str, Any], axis: str, value: Any) -> None:
+    """Set one axis value in a config as read (tables created as needed)."""
     table = {
         "k_candidates": "run",
         "payload_shape": "serialize",
@@ -273,10 +271,38 @@ def _apply(cfg: dict[str, Any], axis: str, value: Any, given: dict[str, Any] | N
         t["filter_strategy"] = value
     elif axis == "retrieve":  # an item's own parameters (pgvector+ef=40) for that index only
         name, own = index_item(str(value))
-        if given is not None and name != t.get("backend", DEFAULTS["retrieve"]["backend"]):
-            t.update(merge({}, given))  # only what --set gave, for every index
         for sub, params in own.items():
             t[sub] = {**(t.get(sub) or {}), **params}
         t["backend"] = name
     else:
         t["backend"] = value
+
+
+#: Stage table → the keys that describe the stage, not one backend, and so stay when a
+#: comma list names another backend than the config's: the index's metric, server, filter
+#: and build mode; the codecs' payload settings (every codec takes them, and
+#: ``--payload-shape`` varies the shape as a [serialize] setting).
+_FRESH: dict[str, tuple[str, ...]] = {
+    "embed": ("re_embed",),
+    "retrieve": ("metric", "dsn", "filter", "filter_strategy", "fast_build"),
+    "rerank": (),
+    "serialize": ("with_embeddings", "with_metadata", "shape", "max_payload_bytes"),
+    "transport": (),
+    "generate": (),
+}
+
+
+def _fresh(cfg: dict[str, Any], table: str, backend: str, sets: Mapping[str, Any]) -> None:
+    """Start ``cfg[table]`` from ``backend``'s own defaults when the config names another backend.
+
+    The config's parameters of a backend (hnsw's ``M``, numba's ``parallel``)
+    are that backend's: carried to another one they are refused (``unknown key
+    'M' for backend 'lsh'``) or, worse, taken to mean something else. What
+    ``--set`` gave for the table still applies to every backend of the list.
+    ``cfg``: a config as read; changed in place.
+    """
+    t = cfg.get(table) or {}
+    if backend == t.get("backend", DEFAULTS[table]["backend"]):
+        return  # the configured backend keeps the file's parameters
+    kept = {k: v for k, v in t.items() if k in _FRESH[table]}
+    cfg[table] = merge(kept, sets.get(table) or {})
