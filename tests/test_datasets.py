@@ -6,6 +6,8 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -54,6 +56,41 @@ def test_synthetic_same_seed_is_identical_and_other_seed_differs() -> None:
     assert not np.allclose(a.vectors, c.vectors)
     assert a.corpus.texts != c.corpus.texts
     assert a.content_hash != c.content_hash
+
+
+_SYNTH_DIGEST = """
+import hashlib, sys
+from ragbench.datasets.synthetic_data import synthetic
+ds = synthetic(n=1500, dim=48, n_queries=30, seed=11)
+print(hashlib.sha256(ds.vectors.tobytes() + ds.query_vectors_precomputed.tobytes()).hexdigest())
+"""
+
+
+def test_synthetic_bits_do_not_depend_on_simd_kernels() -> None:
+    # The seeded vectors are the same bits whichever SIMD kernels the CPU gets: an AVX2 machine
+    # hashed them differently while the low-rank product ran through BLAS. Each run is a fresh
+    # interpreter: numpy's dispatch limited to its baseline (no AVX2/AVX-512 loops), and
+    # OpenBLAS forced to its AVX2 (Haswell) and SSE3 (Prescott) kernels where the environment
+    # does not already fix OPENBLAS_CORETYPE (this workplace sets it on some CPUs, not to be moved).
+    variants: list[dict[str, str]] = [
+        {},
+        {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"},
+    ]
+    if "OPENBLAS_CORETYPE" not in os.environ:
+        variants += [{"OPENBLAS_CORETYPE": "Haswell"}, {"OPENBLAS_CORETYPE": "Prescott"}]
+    digests = set()
+    for extra in variants:
+        env = {**os.environ, **extra}
+        out = subprocess.run(
+            [sys.executable, "-c", _SYNTH_DIGEST],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1, digests
 
 
 def test_synthetic_shapes_dtypes_and_normalization(small: Dataset) -> None:

@@ -201,7 +201,15 @@ def test_the_random_weight_architecture_is_ms_marco_minilm_l6(tmp_path: Path) ->
     rr._tokenizer.save_pretrained(tmp_path / "ce")
     folder = started(model=str(tmp_path / "ce"), threads=1)
     assert folder.caveat is None and folder.random_weights is False
-    np.testing.assert_array_equal(folder.score(QUERY, PASSAGES), rr.score(QUERY, PASSAGES))
+    # the same weights, bit for bit; the scores to float32 rounding only: a model loaded from a
+    # folder is not the same object graph as one built in memory, and some CPUs' kernels then
+    # round differently (an AMD EPYC: 4.5e-08 apart)
+    saved, loaded = model.state_dict(), folder._model.state_dict()
+    assert saved.keys() == loaded.keys()
+    assert all(bool((saved[name] == loaded[name]).all()) for name in saved)
+    np.testing.assert_allclose(
+        folder.score(QUERY, PASSAGES), rr.score(QUERY, PASSAGES), rtol=1e-5, atol=1e-7
+    )
 
 
 # ---------------------------------------------------------------- ONNX Runtime

@@ -67,7 +67,7 @@ __all__ = ["SYNTHETIC_DEFAULTS", "VERSION", "SyntheticModel", "synthetic"]
 
 SYNTHETIC_DEFAULTS: dict[str, int] = {"n": 10_000, "dim": 384, "n_queries": 200, "seed": 0}
 
-VERSION = "synthetic-v3"  # bump whenever the generated data changes: it keys caches
+VERSION = "synthetic-v4"  # bump whenever the generated data changes: it keys caches
 # Calibrated on pydocs-MiniLM (Nelder-Mead on the log-ratios of the datastats
 # statistics at n = 3274, seeds 0 and 1); lengths are before normalization.
 MEAN_NORM = 0.472  # length of the shared direction
@@ -133,13 +133,13 @@ class SyntheticModel:
         widths[rng.permutation(dim)] = (np.arange(1, dim + 1) + SPECTRUM_OFFSET) ** (
             -SPECTRUM_DECAY / 2
         )
-        widths /= math.sqrt(float((widths**2).sum()))
+        widths /= math.sqrt(math.fsum((widths**2).tolist()))
         g = rng.standard_normal((topic_ids.size, dim), dtype=np.float32)
         g *= (TOPIC_SCALE * widths).astype(np.float32)
         topic_centres = g + mean
         rank = min(RANK, dim)
         axis = np.arange(1, rank + 1, dtype=np.float64) ** -WITHIN_DECAY
-        axis /= math.sqrt(float((axis**2).sum()))
+        axis /= math.sqrt(math.fsum((axis**2).tolist()))
         # Gaussian rows of length ~1: nearly orthonormal in many dimensions, and
         # 64 of them cost a draw where 64 QR decompositions cost a second.
         bases = rng.standard_normal((N_BASES, rank, dim)) / math.sqrt(dim) * axis[:, None]
@@ -202,26 +202,37 @@ def _power_law(rng: np.random.Generator, n: int, head: float, tail: float) -> np
 
 
 def _low_rank(coords: np.ndarray, which: np.ndarray, bases: np.ndarray) -> np.ndarray:
-    """Row ``i``: ``coords[i] @ bases[which[i]]``, float32 ``(m, dim)``; one product per basis."""
-    import threadpoolctl
+    """Row ``i``: ``coords[i] @ bases[which[i]]``, float32 ``(m, dim)``, the same bits on every CPU.
 
+    A BLAS product would be faster, but each BLAS kernel (OpenBLAS picks one per
+    CPU: AVX-512, AVX2, SSE3, NEON) sums in its own order with its own fused
+    multiply-adds, so the seeded data differed in the last bits between CPUs.
+    Here the sum over the rank runs one term at a time as separate numpy
+    multiplies and adds: each is one IEEE-rounded operation per element, so
+    the result does not depend on the vector width (tested with OpenBLAS and
+    numpy's SIMD paths forced down, ``tests/test_datasets.py``).
+    """
     order = np.argsort(which, kind="stable")
     bounds = np.searchsorted(which[order], np.arange(bases.shape[0] + 1))
     low = np.empty((coords.shape[0], bases.shape[2]), np.float32)  # rows in ``order``
-    # 64 small products: one BLAS thread does them fastest, and a BLAS pool
-    # spinning on a busy machine made them ~20x slower
-    with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        for b in range(bases.shape[0]):
-            lo, hi = bounds[b], bounds[b + 1]
-            if hi > lo:
-                np.matmul(coords[order[lo:hi]], bases[b], out=low[lo:hi])
-    out = np.empty_like(low)
-    out[order] = low
-    return out
+    term = np.empty_like(low)
+    for b in range(bases.shape[0]):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        if hi > lo:
+            rows = coords[order[lo:hi]]
+            out, tmp = low[lo:hi], term[lo:hi]
+            np.multiply(rows[:, :1], bases[b, 0], out=out)
+            for j in range(1, bases.shape[1]):
+                np.multiply(rows[:, j : j + 1], bases[b, j], out=tmp)
+                out += tmp
+    result = np.empty_like(low)
+    result[order] = low
+    return result
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
-    out: np.ndarray = v / np.linalg.norm(v)
+    """``v`` over its length; the length from an exactly rounded sum, not a BLAS dot (CPU-dependent)."""
+    out: np.ndarray = v / math.sqrt(math.fsum((v * v).tolist()))
     return out
 
 
