@@ -8,6 +8,16 @@ thread pool, and any helper it calls, in threads that copy the context
 ``timer.mark("embed")`` (or ``timer.current().mark(...)``). The middleware
 then:
 
+- takes the request's start when the server hands the request to it (its
+  arrival here), and, when the timer has a ``queue`` stage, opens the handle
+  with ``timer.request(queue="queue")``: the handler's first use of the
+  handle (``timer.current()``, ``timer.annotate(...)``, ``r.begin()``) marks
+  ``queue``, the time from arrival to the handler's start -- routing, and for
+  a plain ``def`` endpoint the wait for a thread-pool thread -- so the first
+  stage the handler marks times only its own work. What happens before the
+  middleware is called (the kernel's accept queue, the server reading the
+  request, the client waiting for a connection) is in no stage;
+
 - adds a ``Server-Timing`` response header (W3C Server Timing) with the
   time of each stage marked, in milliseconds to the nanosecond
   (``embed;dur=12.345678, retrieve;dur=0.402113``). Headers go out with
@@ -39,7 +49,7 @@ from typing import Any
 from .errors import ConfigError, MissingDependencyError
 from .timing import Background, Request, StageTimer
 
-__all__ = ["SERVER_TIMING", "StageHistogram", "TimingMiddleware", "server_timing"]
+__all__ = ["QUEUE", "SERVER_TIMING", "StageHistogram", "TimingMiddleware", "server_timing"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -47,6 +57,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+#: The stage the middleware marks for the wait before the handler, if the timer has it.
+QUEUE = "queue"
 #: The response header's name, as ASGI sends it (lower-case bytes).
 SERVER_TIMING = b"server-timing"
 #: Histogram buckets in seconds: 10 µs to 10 s, three per decade.
@@ -79,6 +91,12 @@ class TimingMiddleware:
         Close it at shutdown (it flushes).
     ``server_timing``
         Add the ``Server-Timing`` header (default true).
+    ``queue``
+        The stage that times the wait from the request's arrival here to the
+        handler's first use of its handle (see the module docstring). The
+        default, ``"queue"``, is marked when the timer has a stage of that
+        name (list it first: ``StageTimer(["queue", "embed", ...])``); another
+        name must be one of the timer's stages; ``None`` marks no such stage.
 
     With Starlette: ``Starlette(routes=..., middleware=[Middleware(TimingMiddleware, timer=timer)])``;
     with FastAPI: ``app.add_middleware(TimingMiddleware, timer=timer)``.
@@ -91,9 +109,17 @@ class TimingMiddleware:
         timer: StageTimer,
         export: Background | None = None,
         server_timing: bool = True,
+        queue: str | None = QUEUE,
     ) -> None:
         if not isinstance(timer, StageTimer):
             raise ConfigError(f"TimingMiddleware needs timer=StageTimer(...), got {timer!r}")
+        if queue is not None and queue not in timer.names:
+            if queue != QUEUE:
+                raise ConfigError(
+                    f"TimingMiddleware queue={queue!r} is not one of the timer's stages "
+                    f"({', '.join(timer.names)}): add it to the StageTimer, or pass queue=None"
+                )
+            queue = None  # the default, and the timer has no queue stage: nothing to mark
         if export is not None and not isinstance(export, Background):
             raise ConfigError(
                 "TimingMiddleware export= must be a ragbench.timing.Background (its thread keeps "
@@ -103,12 +129,13 @@ class TimingMiddleware:
         self.timer = timer
         self.export = export
         self.server_timing = bool(server_timing)
+        self.queue = queue
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        handle = self.timer.request()
+        handle = self.timer.request(self.queue)
         status: list[int] = []
         add_header = self.server_timing
 

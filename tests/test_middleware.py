@@ -433,3 +433,67 @@ def test_the_middleware_in_a_fastapi_app() -> None:
         tuple(parse_server_timing(r.headers["server-timing"])[n] for n in STAGES) for r in responses
     )
     assert stored == sent  # every stored row is exactly what its response's header said
+
+
+@pytest.mark.integration
+def test_a_def_endpoints_wait_for_a_thread_is_queue_not_its_first_stage() -> None:
+    """64 requests at a time to a FastAPI ``def`` endpoint: the thread-pool wait lands in ``queue``.
+
+    anyio's pool has 40 threads and each request holds one for 50 ms, so most requests
+    wait for a thread. The handler's own clock brackets each stage: ``queue`` ends between
+    the handler's first line and its ``timer.current()``, and ``embed`` (a 1 ms sleep) holds
+    nothing from before the handler's first line.
+    """
+    fastapi = pytest.importorskip("fastapi", reason="needs ragbench[dev]")
+    timer = StageTimer(["queue", "embed", "generate"])
+    app = fastapi.FastAPI()
+    app.add_middleware(TimingMiddleware, timer=timer)
+    clocks: dict[str, tuple[int, int, int, int]] = {}
+
+    @app.get("/ask")
+    def ask(rid: str) -> dict[str, bool]:
+        entered = time.perf_counter_ns()  # this thread runs the handler from here
+        r = timer.current()  # the handler's first use of its handle: queue ends here
+        began = time.perf_counter_ns()
+        assert r is not None
+        time.sleep(0.001)  # the embed: 1 ms of the handler's own work
+        r.mark("embed")
+        embedded = time.perf_counter_ns()
+        time.sleep(0.05)  # the LLM call, holding the pool thread
+        r.mark("generate")
+        clocks[rid] = (r.start_ns, entered, began, embedded)
+        return {"ok": True}
+
+    paths = ["/ask"] * 128
+    with serving(app) as base:
+        responses = asyncio.run(fire(base, paths, concurrency=64))
+    assert [r.status_code for r in responses] == [200] * len(paths)
+    assert len(timer) == len(paths)
+    waits, embeds = [], []
+    for response in responses:
+        header = parse_server_timing(response.headers.get("server-timing"))
+        assert list(header) == ["queue", "embed", "generate"], header
+        start, entered, began, embedded = clocks[str(response.request.url.params["rid"])]
+        assert entered <= start + header["queue"] <= began
+        assert 1_000_000 <= header["embed"] <= embedded - entered
+        waits.append(header["queue"])
+        embeds.append(header["embed"])
+    # the wait the test is about happened (24 of the first 64 requests find no free thread)
+    # and none of it is in embed
+    assert max(waits) > max(embeds)
+    assert sorted(timer.samples("queue").tolist()) == sorted(waits)
+
+
+def test_the_queue_stage_is_checked_and_optional() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        timer.mark("a")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    timer = StageTimer(["a"])
+    assert TimingMiddleware(app, timer=timer).queue is None  # the timer has no queue stage
+    with pytest.raises(ConfigError, match="'wait' is not one of the timer's stages"):
+        TimingMiddleware(app, timer=timer, queue="wait")
+    timer = StageTimer(["wait", "a"])
+    assert TimingMiddleware(app, timer=timer, queue="wait").queue == "wait"
+    assert TimingMiddleware(app, timer=StageTimer(["queue", "a"]), queue=None).queue is None

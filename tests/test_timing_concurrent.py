@@ -350,6 +350,37 @@ def test_a_request_that_raises_or_marks_nothing_is_not_stored() -> None:
     assert timer.stats()["a"].count == 0
 
 
+def test_a_queue_handle_marks_the_wait_at_the_handlers_first_use() -> None:
+    timer = StageTimer(["queue", "a"])
+    for use in ("current", "annotate", "begin"):
+        with timer.request(queue="queue") as r:
+            time.sleep(0.002)  # the wait before the handler
+            entered = perf_counter_ns()
+            if use == "current":
+                assert timer.current() is r
+            elif use == "annotate":
+                timer.annotate({"k": 1})
+            else:
+                r.begin()
+            began = perf_counter_ns()
+            timer.current()  # once only: this adds nothing to queue
+            time.sleep(0.001)
+            r.mark("a")
+        start, queue = int(timer.starts()[-1]), int(timer.samples("queue")[-1])
+        assert entered <= start + queue <= began, use
+    with timer.request(queue="queue") as r:  # a mark before any use: the wait stays in it
+        time.sleep(0.001)
+        r.mark("a")
+        timer.current()
+    with timer.request() as r:  # no queue= : current() marks nothing
+        timer.current()
+        r.mark("a")
+    assert timer.ran("queue").tolist() == [True, True, True, False, False]
+    assert timer.samples("a")[3] >= 1_000_000
+    with pytest.raises(InputError, match="unknown stage 'wait'"):
+        timer.request(queue="wait")
+
+
 def test_handle_misuse_is_a_clear_error() -> None:
     timer = StageTimer(["a", "b"])
     with pytest.raises(InputError, match="no request open"):

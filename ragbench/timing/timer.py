@@ -64,6 +64,16 @@ class Request:
     in :meth:`StageTimer.ran` (its time, if any, is in the next stage marked).
     Time after the last mark is in no stage.
 
+    A handle made with ``timer.request(queue="queue")`` (what
+    :class:`~ragbench.middleware.TimingMiddleware` does when the timer has a
+    ``queue`` stage) times the wait before the handler: the handler's first
+    use of the handle -- :meth:`StageTimer.current`, ``annotate`` or
+    :meth:`begin` -- marks ``queue`` (from the start to that moment) if
+    nothing was marked before it, so the first stage the handler marks times
+    its own work only, not the wait for a thread-pool thread. A handler that
+    marks a stage before any such use leaves ``queue`` unmarked (the wait is
+    in that stage, as without ``queue=``).
+
     On leaving the ``with`` the request is stored (then handed to the timer's
     ``on_request`` hook). A request whose ``with`` body raised is not stored,
     only counted (:attr:`StageTimer.failed`), so partial requests never mix
@@ -77,17 +87,19 @@ class Request:
     the other's mark is a race.
     """
 
-    __slots__ = ("_timer", "_index", "_row", "_last", "_token", "attributes")
+    __slots__ = ("_timer", "_index", "_row", "_last", "_token", "_queue", "attributes")
 
     # Made by StageTimer.request(), which sets the slots itself (no __init__
     # call: ~60 ns less per request): _timer; _index, the timer's stage index
     # while the ``with`` is open, else _CLOSED; _row, None until entered;
-    # attributes, what annotate() added (None: nothing) for the hook.
+    # attributes, what annotate() added (None: nothing) for the hook; _queue,
+    # the row column of the stage begin() ends (0: none, or already done).
     _timer: StageTimer
     _index: dict[str, int]
     _row: list[int] | None
     _last: int
     _token: Token[Request | None]
+    _queue: int
     attributes: dict[str, Any] | None
 
     def __enter__(self) -> Request:
@@ -138,13 +150,36 @@ class Request:
         row[j] = t - self._last if v < 0 else v + t - self._last
         self._last = t
 
+    def begin(self) -> None:
+        """The handler starts now: mark the pending ``queue`` stage, if any, up to now.
+
+        Only with ``timer.request(queue=...)``, only while the handle is open,
+        only once, and only if no stage was marked yet (a mark before it means
+        the handler already started: its time holds the wait). ``current()``
+        and ``annotate()`` call it, so a handler that first fetches its handle
+        needs no call of its own.
+        """
+        j = self._queue
+        if j and self._index is not _CLOSED:
+            self._queue = 0
+            row: list[int] = self._row  # type: ignore[assignment]
+            if self._last == row[0] and row[j] < 0:
+                t = perf_counter_ns()
+                row[j] = t - self._last
+                self._last = t
+
     def _misuse(self, stage: str) -> str:
         if self._index is _CLOSED:
             return f"mark({stage!r}) outside its `with timer.request()` block"
         return self._timer._unknown(stage)
 
     def annotate(self, attributes: Mapping[str, Any]) -> None:
-        """Add attributes of this request for the ``on_request``/``otel`` hook (payload size, ...)."""
+        """Add attributes of this request for the ``on_request``/``otel`` hook (payload size, ...).
+
+        Like :meth:`begin`, it ends a pending ``queue`` stage first.
+        """
+        if self._queue:
+            self.begin()
         if self.attributes is None:
             self.attributes = dict(attributes)
         else:
@@ -291,18 +326,29 @@ class StageTimer:
 
     # ------------------------------------------------------------ per-request handles
 
-    def request(self) -> Request:
-        """A handle for one request: ``with timer.request() as r:`` (or ``async with``)."""
+    def request(self, queue: str | None = None) -> Request:
+        """A handle for one request: ``with timer.request() as r:`` (or ``async with``).
+
+        ``queue``: one of the stage names; the handler's first use of the
+        handle marks it (the wait before the handler, see :class:`Request`).
+        """
         r = Request()
         r._timer = self
         r._index = _CLOSED
         r._row = None
         r.attributes = None
+        r._queue = 0 if queue is None else self._column(queue) + _HEAD
         return r
 
     def current(self) -> Request | None:
-        """The request open in this context (thread, task, or a copy of either), or ``None``."""
-        return self._current.get(None)
+        """The request open in this context (thread, task, or a copy of either), or ``None``.
+
+        Ends the handle's pending ``queue`` stage (:meth:`Request.begin`).
+        """
+        handle = self._current.get(None)
+        if handle is not None and handle._queue:
+            handle.begin()
+        return handle
 
     # ------------------------------------------------------------ start() / mark()
 
