@@ -12,7 +12,9 @@ Installing ragbench makes these fixtures available in any pytest session::
 - ``rb_synthetic(n=10_000, dim=384, n_queries=200, seed=0)``: a synthetic
   dataset, cached for the session;
 - ``rb_index(name, dataset, **build_params)``: a built index, cached for the
-  session;
+  session and, when its build took 10 s or more, on disk across sessions
+  (ragbench's built-index cache, as ``ragbench compare`` and ``sweep`` use it;
+  ``cache=False`` or ``pytest --rb-no-index-cache`` builds anyway);
 - ``rb_pipeline(config)``: a set-up :class:`ragbench.Pipeline`, closed (its
   servers stopped) at teardown;
 - ``rb_bench(config, requests=200, warmup=20)`` (with pytest-benchmark): times
@@ -134,25 +136,56 @@ def rb_synthetic() -> Callable[..., Dataset]:
     return make
 
 
-@pytest.fixture(scope="session")
-def rb_index() -> Callable[..., Any]:
-    """Factory for built indexes over a dataset's vectors (or texts), cached for the session."""
-    cache: dict[tuple[Any, ...], Any] = {}
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ragbench")
+    group.addoption(
+        "--rb-no-index-cache",
+        action="store_true",
+        default=False,
+        help="rb_index: build every index, neither loading nor saving ragbench's built-index "
+        "cache ($RAGBENCH_CACHE_DIR/indexes)",
+    )
 
-    def make(name: str, dataset: Dataset, metric: str | None = None, **build: Any) -> Any:
+
+@pytest.fixture(scope="session")
+def rb_index(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """Factory for built indexes over a dataset's vectors (or texts), cached for the session.
+
+    ``rb_index(name, dataset, metric=None, *, cache=True, **build_params)``.
+    With ``cache`` (and no ``--rb-no-index-cache``) the build is ragbench's
+    reproducible one (one thread, seeded) through the built-index cache the
+    CLI uses: a build of 10 s or more (``$RAGBENCH_INDEX_CACHE_MIN_S``) is
+    saved under ``$RAGBENCH_CACHE_DIR/indexes``, keyed by backend, metric,
+    dimension, rows, build parameters and library version plus the data's
+    fingerprint, and the next session loads it (its ``build_record`` says
+    ``"cached": true``). ``cache=False`` builds in place with every pinned
+    thread, as :meth:`Index.build` does.
+    """
+    session: dict[tuple[Any, ...], Any] = {}
+    disk = not request.config.getoption("rb_no_index_cache")
+
+    def make(
+        name: str, dataset: Dataset, metric: str | None = None, *, cache: bool = True, **build: Any
+    ) -> Any:
         from . import indexes
 
         metric = metric or dataset.metric
         key = (name, dataset.content_hash, metric, json.dumps(build, sort_keys=True))
-        if key not in cache:
+        if key not in session:
             texts = getattr(indexes.registry.factory(name), "input_kind", "vectors") == "texts"
             # a text index needs no vectors: embedding a corpus can take minutes
             vectors = None if texts else dataset.corpus_vectors(dataset.default_embedder)
             dim = None if vectors is None else int(vectors.shape[1])
             index = indexes.create(name, dim=dim, metric=metric, **build)
-            index.build(dataset.corpus.texts if vectors is None else vectors)
-            cache[key] = index
-        return cache[key]
+            data = dataset.corpus.texts if vectors is None else vectors
+            if cache and disk:
+                from .indexes import builds
+
+                index = builds.build(index, data, source=f"rb_index {dataset.name}").index
+            else:
+                index.build(data)
+            session[key] = index
+        return session[key]
 
     return make
 

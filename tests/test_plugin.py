@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -61,3 +65,65 @@ def test_rb_bench_returns_the_report_with_a_one_line_repr(pytester: pytest.Pytes
     failure = result.stdout.str()
     assert "<Report flat/numba/json/inproc: 5 requests, p50 total" in failure
     assert "samples_ns=array" not in failure and "config={" not in failure
+
+
+INDEX_CACHE_SESSION = """
+import json, os
+import numpy as np
+
+def test_hnsw(rb_synthetic, rb_index):
+    ds = rb_synthetic(n=2000, dim=16, n_queries=20)
+    idx = rb_index("hnsw", ds, M=8, ef_construction=40)
+    ids, scores = idx.search(ds.query_vectors_precomputed, k=5, ef=32)
+    with open(os.environ["RB_OUT"], "w") as fh:
+        json.dump({"ids": ids.tolist(), "scores": scores.tolist(),
+                   "record": idx.build_record}, fh)
+"""
+
+# counts the backend's own builds, apart from ragbench's record of them
+COUNT_BUILDS = """
+import os
+from ragbench.indexes.hnswlib_index import HnswIndex
+
+builds = []
+_build = HnswIndex.build
+
+def counted(self, data):
+    builds.append(len(data))
+    return _build(self, data)
+
+HnswIndex.build = counted
+
+def pytest_sessionfinish(session):
+    with open(os.environ["RB_BUILDS"], "w") as fh:
+        fh.write(str(len(builds)))
+"""
+
+
+def _session(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tag: str, *args: str
+) -> tuple[dict[str, Any], int]:
+    out, builds = pytester.path / f"{tag}.json", pytester.path / f"{tag}.builds"
+    monkeypatch.setenv("RB_OUT", str(out))
+    monkeypatch.setenv("RB_BUILDS", str(builds))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    result.assert_outcomes(passed=1)
+    return json.loads(out.read_text()), int(builds.read_text())
+
+
+def test_rb_index_reuses_the_built_index_cache_across_sessions(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytester.makepyfile(INDEX_CACHE_SESSION)
+    pytester.makeconftest(COUNT_BUILDS)
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RAGBENCH_INDEX_CACHE_MIN_S", "0")  # cache even a quick build
+    first, first_builds = _session(pytester, monkeypatch, "first")
+    second, second_builds = _session(pytester, monkeypatch, "second")
+    assert (first_builds, second_builds) == (1, 0)  # the second session built nothing
+    assert first["record"]["cached"] is False and second["record"]["cached"] is True
+    assert (second["ids"], second["scores"]) == (first["ids"], first["scores"])
+    assert list((tmp_path / "cache" / "indexes").glob("*/*.rbi"))
+    # opting out: the session builds again, and the cache is left alone
+    third, third_builds = _session(pytester, monkeypatch, "third", "--rb-no-index-cache")
+    assert third_builds == 1 and third["ids"] == first["ids"]
