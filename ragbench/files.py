@@ -12,8 +12,10 @@
 - :func:`replace_bytes`: write a whole file (a chart) through a temporary
   file renamed over it, so a failed write leaves the old file, or none.
 - :func:`append_bytes`: append to a file so that a failed write (a full disk,
-  an interrupt in the middle) leaves the file as it was: its size is noted
-  before, and it is truncated back when the write fails.
+  an interrupt in the middle) leaves the file as it was, even with other
+  processes appending to it at the same time: the append holds an exclusive
+  ``flock`` on the file, notes its size, writes, and truncates back to that
+  size (still holding the lock) when the write fails.
 
 Every problem raises the :class:`~ragbench.errors.RagbenchError` subclass the
 caller names (``error=``), with a message that names the file and what it is.
@@ -22,9 +24,11 @@ caller names (``error=``), with a message that names the file and what it is.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import stat
+import sys
 import tempfile
 from os import PathLike
 from pathlib import Path
@@ -172,37 +176,94 @@ def check_writable(
 def append_bytes(path: str | PathLike[str], data: bytes) -> None:
     """Append ``data`` to ``path`` (created if missing) and flush it to disk, all or nothing.
 
-    When a write fails (``OSError`` such as a full disk, or an interrupt
-    between two partial writes) a regular file is truncated back to its size
-    before, or removed if this call created it, and the exception is raised.
+    Safe with other processes appending to the same file: a regular file is
+    appended to under an exclusive ``flock`` (every ragbench append takes it),
+    so no two appends interleave and the size noted under the lock is the size
+    before *this* write. When a write fails (``OSError`` such as a full disk,
+    or an interrupt between two partial writes) the file is truncated back to
+    that size, or removed if this call created it and nothing else was written
+    to it, still under the lock; then the exception is raised.
     """
     p = os.fspath(path)
-    existed = os.path.lexists(p)
-    fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
+    fd, created = _open_locked(p)
+    try:  # closing the descriptor releases the lock
         st = os.fstat(fd)
         regular = stat.S_ISREG(st.st_mode)
         try:
             view = memoryview(data)
-            while view:
+            while view:  # one write on a local disk; a short write is continued, never left
                 view = view[os.write(fd, view) :]
             if regular:
                 os.fsync(fd)
         except BaseException:
             if regular:
-                _undo(fd, p, st.st_size, existed)
+                _undo(fd, p, st.st_size, created and st.st_size == 0)
             raise
     finally:
         os.close(fd)
 
 
-def _undo(fd: int, path: str, size: int, existed: bool) -> None:
+_APPEND = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_locked(p: str) -> tuple[int, bool]:
+    """(descriptor open for appending to ``p``, whether this call created the file).
+
+    A regular file is returned locked. A file removed while this call waited
+    for the lock (a failed first append by another process removes the file
+    it created) is opened again, so nothing is written to a removed file.
+    """
+    for _ in range(100):
+        created = False
+        try:
+            fd = os.open(p, _APPEND | os.O_CREAT | os.O_EXCL, 0o666)
+            created = True
+        except FileExistsError:
+            try:
+                fd = os.open(p, _APPEND | (os.O_CREAT if os.path.islink(p) else 0), 0o666)
+            except FileNotFoundError:  # removed between the two opens: try again
+                continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd, False  # /dev/full, a FIFO: nothing to lock or truncate
+            _lock(fd)
+            if os.fstat(fd).st_nlink > 0:
+                return fd, created
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # removed while this call waited for the lock: open the new one
+    raise OSError(f"cannot append to {p}: it was removed and created again 100 times")
+
+
+if sys.platform == "win32":  # pragma: no cover - no flock; one O_APPEND write each
+
+    def _lock(fd: int) -> None:
+        """No lock on Windows."""
+
+else:
+    import fcntl
+
+    def _lock(fd: int) -> None:
+        """Take an exclusive lock on ``fd`` (released when it is closed), waiting for it.
+
+        A file system without locks (some network mounts) is appended to
+        unlocked rather than not at all.
+        """
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+
+
+def _undo(fd: int, path: str, size: int, remove: bool) -> None:
     """Put a file back as it was before a failed append (best effort: the first error is raised)."""
     try:
-        if existed:
-            os.ftruncate(fd, size)
-        else:
+        if remove:
             os.unlink(path)
+        else:
+            os.ftruncate(fd, size)
     except OSError:
         pass
 

@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import platform
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
@@ -193,34 +194,74 @@ def iter_records(path: str | PathLike[str]) -> Iterator[tuple[int, dict[str, Any
     """(line number, record) for each record of a JSON-lines results file, read line by line.
 
     Only a regular file of at most :data:`ragbench.files.RESULTS_LIMIT` bytes
-    is read. A malformed line is an error naming file and line, except a
-    last line without its newline: a write cut short (a full disk, a killed
-    run; every record is written with its newline) leaves such a torn last
-    line, which is skipped with a warning so every record before it still reads.
+    is read. A line that is not a whole JSON value -- a write cut short (a
+    full disk, a killed run) leaves a fragment, and whatever is appended next
+    continues its line -- is skipped wherever it is, and a whole record that
+    follows a fragment on its line is still read. One warning names the file,
+    how many lines were skipped and where. A file of which no line is a
+    record is an error; so is a record of an unknown kind or schema.
     """
     p = os.fspath(path)
-    torn: tuple[int, str] | None = None
+    skipped: list[tuple[int, str]] = []
+    whole = 0
     with open_regular(p, limit_bytes=RESULTS_LIMIT, what="results file") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            if torn is not None:
-                raise DatasetError(f"{p}:{torn[0]}: not a JSON line ({torn[1]})")
-            rec, problem = _parse(line, f"{p}:{n}")
+            values, problem = _values_of(line, f"{p}:{n}")
             if problem is not None:
-                if line.endswith(b"\n"):  # a whole line that is not JSON: not a torn write
-                    raise DatasetError(f"{p}:{n}: not a JSON line ({problem})")
-                torn = (n, problem)
-                continue
-            yield n, _check_kind(rec, f"{p}:{n}")
-    if torn is not None:
-        log.warning(
-            "%s:%d: the last line is not a whole record (%s), probably a write cut "
-            "short; skipped it",
-            p,
-            torn[0],
-            torn[1],
-        )
+                skipped.append((n, problem))
+            for value in values:
+                whole += 1
+                yield n, _check_kind(value, f"{p}:{n}")
+    if skipped:
+        _say_skipped(p, skipped, whole)
+
+
+def _say_skipped(p: str, skipped: Sequence[tuple[int, str]], whole: int) -> None:
+    """Warn about the lines :func:`iter_records` skipped (an error when no record was read)."""
+    first, problem = skipped[0]
+    lines = ", ".join(str(n) for n, _ in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+    if not whole:
+        raise DatasetError(f"{p}:{first}: not a JSON line ({problem}); the file holds no record")
+    log.warning(
+        "%s: skipped %d line(s) that are not whole records (line %s; %s), probably writes "
+        "cut short; read the %d whole record(s)",
+        p,
+        len(skipped),
+        lines,
+        problem,
+        whole,
+    )
+
+
+# where a record starts: every record ragbench writes begins with its schema
+_RECORD_START = re.compile(rb'\{\s*"schema"\s*:')
+_MAX_STARTS = 64  # candidates tried in one bad line (bounds the work on a garbage line)
+
+
+def _values_of(line: bytes, where: str) -> tuple[list[Any], str | None]:
+    """(the JSON values of one line, None) or (the whole values it still holds, why it is bad).
+
+    A good line is one value. A bad one is usually a fragment (a write cut
+    short) followed by a whole record appended after it: the record is found
+    at the first place a record starts after which the rest of the line is
+    one JSON object; the fragment before it is what is bad (unless it too is
+    a whole value: two records with no newline between them).
+    """
+    value, problem = _parse(line, where)
+    if problem is None:
+        return [value], None
+    for i, start in enumerate(_RECORD_START.finditer(line, 1)):
+        if i == _MAX_STARTS:
+            break
+        rest, rest_problem = _parse(line[start.start() :], where)
+        if rest_problem is None and isinstance(rest, dict):
+            head, head_problem = _parse(line[: start.start()], where)
+            if head_problem is None:
+                return [head, rest], None
+            return [rest], head_problem
+    return [], problem
 
 
 def read_records(path: str | PathLike[str]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -372,7 +373,81 @@ def test_a_full_disk_mid_sweep_keeps_every_record_before_it(
     assert code == 0 and err == ""
 
 
-def test_a_torn_last_line_is_skipped_with_a_warning(
+def _append_on_a_small_disk(path: str, capacity: int, who: int, count: int, saved: Any) -> None:
+    """A child process appending ``count`` records to ``path`` on a disk of ``capacity`` bytes.
+
+    The disk (os.write on regular files) takes what fits of a write and
+    returns that short count, then fails with ENOSPC, as Linux does; each
+    write first waits 2 ms (a slow disk: other appenders run meanwhile). The
+    numbers of the records whose append returned are put on ``saved``.
+    """
+    real = os.write
+
+    def write(fd: int, data: Any) -> int:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return real(fd, data)
+        time.sleep(0.002)
+        free = capacity - os.fstat(fd).st_size
+        if free <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, bytes(data[:free]))
+
+    os.write = write  # type: ignore[assignment]  # this child only
+    ok = []
+    for i in range(count):
+        rec = _point(who, i)
+        try:
+            append_record(path, rec)
+            ok.append(i)
+        except OSError:
+            pass
+    saved.put((who, ok))
+
+
+def _point(who: int, i: int) -> dict[str, Any]:
+    """A sweep record of about 700 bytes, told apart by ``who`` wrote it and its number ``i``."""
+    return {**_sweep_points(1)[0], "index": "flat", "who": who, "i": i, "pad": "x" * 300}
+
+
+@pytest.mark.integration
+def test_concurrent_appends_on_a_filling_disk_leave_only_whole_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import multiprocessing
+
+    path = tmp_path / "shared.jsonl"
+    one = len(json.dumps(_point(0, 0), separators=(",", ":")))
+    writers, count = 4, 25
+    ctx = multiprocessing.get_context("spawn")
+    saved = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_append_on_a_small_disk,
+            args=(str(path), writers * count * one // 2, who, count, saved),
+        )
+        for who in range(writers)
+    ]
+    for proc in procs:
+        proc.start()
+    reported = dict(saved.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    # space freed: the next append lands after whole lines only
+    append_record(path, _point(-1, 0))
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    lines = [json.loads(line) for line in data.splitlines()]  # every line whole: no fragment
+    kept = sorted((r["who"], r["i"]) for r in lines)
+    expected = sorted([(-1, 0)] + [(w, i) for w, ok in reported.items() for i in ok])
+    assert kept == expected  # no record lost, none twice
+    assert 0 < sum(len(ok) for ok in reported.values()) < writers * count  # the disk did fill
+    code, out, err = cli(capsys, "report", str(path))
+    assert code == 0 and err == "" and "flat" in out, err
+
+
+def test_torn_lines_anywhere_are_skipped_counted_and_named(
     made: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     whole = made["sweep"].read_bytes()
@@ -381,15 +456,36 @@ def test_a_torn_last_line_is_skipped_with_a_warning(
     code, out, err = cli(capsys, "report", str(torn))
     assert code == 0
     assert "flat" in out and "lsh" in out
-    assert "torn.jsonl:3" in one_line(err) and "skipped" in err
+    warning = one_line(err)
+    assert "torn.jsonl" in warning and "skipped 1 line" in warning and "line 3" in warning
     code, out, err = cli(capsys, "diff", str(torn), str(made["sweep"]))
-    assert code in (0, 1) and "lsh" in out and "torn.jsonl:3" in err
-    # a bad line in the middle is an error naming it
+    assert code in (0, 1) and "lsh" in out and "torn.jsonl" in err and "skipped 1 line" in err
+    # a fragment left mid-file by a failed append, then more appends: the fragment's line is
+    # skipped, the record appended after it on the same line and every other record are read
     lines = whole.splitlines(keepends=True)
+    assert len(lines[1]) > 700
     middle = tmp_path / "middle.jsonl"
-    middle.write_bytes(lines[0] + lines[1][:40] + b"\n" + lines[1])
-    code, _, err = cli(capsys, "report", str(middle))
-    assert code == 2 and "middle.jsonl:2" in one_line(err)
+    middle.write_bytes(
+        lines[0] + lines[1][:681] + lines[1] + b"{not json\n" + lines[0] + lines[1][:40]
+    )
+    code, out, err = cli(capsys, "report", str(middle))
+    assert code == 0, err
+    warning = one_line(err)
+    assert "middle.jsonl" in warning and "skipped 3 line(s)" in warning
+    assert "line 2, 3, 5" in warning and "read the 3 whole record(s)" in warning
+    assert [r["index"] for r in read_records(middle)] == ["flat", "lsh", "flat"]
+    code, out, err = cli(capsys, "diff", str(middle), str(made["sweep"]))
+    assert code in (0, 1) and "lsh" in out and "skipped 3 line(s)" in err
+    # two whole records with no newline between them are both read, without a warning
+    joined = tmp_path / "joined.jsonl"
+    joined.write_bytes(lines[0].rstrip(b"\n") + lines[1])
+    code, out, err = cli(capsys, "report", str(joined))
+    assert code == 0 and err == "" and "lsh" in out
+    # a file of which no line is a record is still an error naming it
+    junk = tmp_path / "junk.jsonl"
+    junk.write_bytes(b"a,b,c\n1,2,3\n")
+    code, _, err = cli(capsys, "report", str(junk))
+    assert code == 2 and "junk.jsonl:1" in one_line(err) and "holds no record" in err
 
 
 # ---------------------------------------------------------------- 6. only regular files

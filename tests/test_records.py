@@ -69,13 +69,22 @@ def test_writer_keeps_records_when_the_file_cannot_take_them() -> None:
     assert "No space left on device" in lost
 
 
-def test_read_records_skips_only_a_torn_last_line(tmp_path: Path) -> None:
+def test_read_records_skips_torn_lines_anywhere_and_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     p = tmp_path / "r.jsonl"
     line = json.dumps(new_record("scale", {"n": 1}))
+    two = json.dumps(new_record("scale", {"n": 2}))
     p.write_text(f"{line}\n{line}\n{line[:30]}")
     assert [r["n"] for r in read_records(p)] == [1, 1]
-    p.write_text(f"{line}\n{line[:30]}\n{line}\n")
-    with pytest.raises(DatasetError, match=r"r.jsonl:2: not a JSON line"):
+    # a fragment mid-file, continued by the next append on its line: that record is kept
+    p.write_text(f"{line}\n{line[:30]}{two}\n{line[:99]}\n{line}\n")
+    caplog.clear()
+    assert [r["n"] for r in read_records(p)] == [1, 2, 1]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith(f"{p}: skipped 2 line(s)") and "(line 2, 3;" in warning
+    p.write_text(f"{line[:30]}\n{line[:20]}")
+    with pytest.raises(DatasetError, match=r"r.jsonl:1: not a JSON line .*holds no record"):
         read_records(p)
 
 
