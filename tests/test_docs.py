@@ -154,6 +154,70 @@ def test_environment_names_are_found_and_every_one_is_described(tmp_path: Path) 
     assert hooks.environment_names(pkg) == {"RAGBENCH_NEW_KNOB", "OTHER_VAR"}
 
 
+#: A plain progress line (stderr not a terminal): step, done/total, unit, percent, time[, done].
+PROGRESS_LINE = re.compile(
+    r"ragbench: (?P<step>.+?) (?P<done>[\d ]+)/(?P<total>[\d ]+) (?P<unit>\S+) "
+    r"\((?P<pct>\d+) %\), [\d.]+ s(?P<end>, done)?"
+)
+#: How both pages that describe progress word what a non-terminal stderr gets.
+NOT_A_TERMINAL = re.compile(
+    r"when stderr is not a terminal \([^)]*\),(?: prints)? one plain line per running step "
+    r"every (\d+) seconds \(`\$RAGBENCH_PROGRESS_INTERVAL_S`\)"
+)
+
+
+def test_progress_pages_agree_with_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """install.md and your-own-data.md say what ``ragbench.cli.bars`` does, and the example is real.
+
+    The example block of your-own-data.md is checked against a run of the command the page
+    gives, on an empty cache, with stderr a pipe: every line it shows has the form the run
+    prints, for a step (name, total, unit) the run reported, in the run's order.
+    """
+    from ragbench.cli import bars
+
+    monkeypatch.delenv(bars.INTERVAL_ENV, raising=False)
+    for name in ("install.md", "your-own-data.md"):
+        text = " ".join((DOCS / "getting-started" / name).read_text(encoding="utf-8").split())
+        said = NOT_A_TERMINAL.findall(text)
+        assert said, f"{name} does not say what stderr gets when it is not a terminal"
+        assert {float(s) for s in said} == {bars.interval_s()}, name
+    page = (DOCS / "getting-started" / "your-own-data.md").read_text(encoding="utf-8")
+    m = re.search(
+        r"`RAGBENCH_PROGRESS_INTERVAL_S=(?P<interval>[\d.]+) ragbench (?P<args>[^`]+?) "
+        r"2>&1 >/dev/null` with an\s+empty cache[^\n]*\n\n```\n(?P<block>.*?)```",
+        page,
+        re.S,
+    )
+    assert m, "your-own-data.md: the progress example and its command"
+    env = {
+        **os.environ,
+        "RAGBENCH_CACHE_DIR": str(tmp_path / "cache"),  # the page says: an empty cache
+        "RAGBENCH_PROGRESS_INTERVAL_S": m["interval"],
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragbench", *m["args"].split()],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ran = [PROGRESS_LINE.fullmatch(line) for line in proc.stderr.splitlines()]
+    assert ran and all(ran), proc.stderr
+    shown = [PROGRESS_LINE.fullmatch(line) for line in m["block"].splitlines()]
+    assert shown and all(shown), m["block"]
+
+    def step(x: re.Match[str] | None) -> tuple[str, str, str]:
+        assert x is not None
+        return (x["step"], x["total"], x["unit"])
+
+    order = list(dict.fromkeys(step(x) for x in ran))
+    finished = {step(x) for x in ran if x["end"]}
+    shown_steps = list(dict.fromkeys(step(x) for x in shown))
+    assert set(shown_steps) <= set(order), (shown_steps, order)
+    assert sorted(shown_steps, key=order.index) == shown_steps  # in the order the run reports
+    assert {step(x) for x in shown if x["end"]} <= finished
+
+
 def test_otel_attribute_table_has_every_attribute_of_the_docstring() -> None:
     rows = hooks.otel_rows()
     block = inspect.getdoc(ragbench.otel).split("\nAttributes\n", 1)[1].split("\nExport\n")[0]
