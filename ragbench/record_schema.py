@@ -160,6 +160,7 @@ class IndexPoint(IndexRecord, frozen=True):
     rescore_p50_us: Num = None
     build_info: Obj | None = None
     rebuilds: int | None = None
+    warmup: int | None = None  # untimed searches before the point's timed ones
 
 
 class SweepRecord(IndexPoint, frozen=True):
@@ -171,6 +172,9 @@ class SweepRecord(IndexPoint, frozen=True):
     filter: Obj | None = None
     filter_violations: int | None = None
     filter_cliff: Obj | None = None
+    build_given: Obj | None = None  # the --build values of the point (the rest: defaults)
+    effective_query: Obj | None = None  # the query parameters that ran, when not ``query``
+    recall_target: Num = None  # --recall-target
 
 
 class ScaleRecord(IndexPoint, frozen=True):

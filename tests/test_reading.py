@@ -197,9 +197,16 @@ def test_sweep_ranks_indexes_at_a_recall_all_reach() -> None:
     ]
     lines = reading.sweep_reading(recs)
     assert lines[0].startswith(
-        "fastest point per index at recall ≥ 0.950 (the best all reach): hnsw ef=64 2.50× faster than lsh rescore=100 ["
+        "unfiltered: fastest point per index at recall ≥ 0.950 (the best all reach): hnsw ef=64 2.50× faster than lsh rescore=100 ["
+    )
+    # records without a recall target: the default one, said so
+    assert lines[1] == (
+        "unfiltered: cheapest point per index reaching recall ≥ 0.9, the default target "
+        "(records without --recall-target): hnsw ef=16 (recall 0.900, p50 50.0 µs); "
+        "lsh rescore=100 (recall 0.950, p50 200 µs)"
     )
     assert lines[-1].startswith("these times are retrieval alone")
+    assert "WITHOUT a warm-up search" in lines[-1]  # the hand-built points say none
 
 
 def load_record(label: str, offered: float, achieved: float, delay_us: float, **extra: Any) -> dict:
@@ -323,3 +330,45 @@ def test_every_command_prints_its_reading(tmp_path, capsys) -> None:
     assert share.search(run_out) and share.search(report_out)
     assert re.search(r"^flat/\S+: (B |no sure difference)", diff_out, re.M)
     assert "these times are retrieval alone" in sweep_out
+
+
+def test_compare_says_when_the_candidate_depth_decides_recall(tmp_path, capsys) -> None:
+    """Exact re-scoring of 100 candidates: recall is the depth's; without re-scoring, the index's."""
+    import json
+
+    from ragbench.cli import main
+
+    syn = ["--dataset", "synthetic", "--n", "2000", "--dim", "32", "--queries", "20"]
+    out = tmp_path / "c.jsonl"
+    assert main(["compare", *syn, "--index", "hnsw,flat,lsh", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    depth = {r["config"]["run"]["k_candidates"] for r in recs}
+    assert depth == {100}  # compare's default: every index's top 100 re-scored by numba
+    line = next(x for x in stdout.splitlines() if x.startswith("recall@10 is after"))
+    assert "re-scored each index's top 100 candidates exactly" in line
+    for r in recs:
+        assert f"{r['label']} {r['recall_at_k']:.3f}" in line
+    recalls = [r["recall_at_k"] for r in recs]
+    same = max(recalls) - min(recalls) <= reading.SAME_RECALL
+    assert ("the candidate depth k_candidates=100, not the index, decides it" in line) == same
+
+    # the index's own top k, no re-scoring: recall is the index's, and nothing is said
+    argv = ["compare", *syn, "--index", "hnsw,flat", "--rerank", "none", "--k-candidates", "10"]
+    assert main(argv) == 0
+    assert "recall@10 is after" not in capsys.readouterr().out
+
+
+def test_the_candidate_depth_note_names_equal_recalls() -> None:
+    recs = []
+    for name, recall in (("hnsw", 0.996), ("lsh", 0.990)):
+        rec = run_record(name, EVEN, index=name)
+        rec["recall_at_k"] = recall
+        rec["config"]["rerank"] = {"backend": "numba"}
+        recs.append(rec)
+    (line,) = [x for x in reading.run_reading(recs) if x.startswith("recall@")]
+    assert "(hnsw 0.996, lsh 0.990)" in line
+    assert "k_candidates=100, not the index, decides it" in line
+    recs[1]["recall_at_k"] = 0.95
+    (line,) = [x for x in reading.run_reading(recs) if x.startswith("recall@")]
+    assert "decides it" not in line

@@ -42,10 +42,11 @@ from .common import (
 from .diffs import diff_reading, saved_diff_reading
 from .load import load_reading
 from .points import scale_reading, sweep_reading
-from .runs import AXES, dominant_stage, order_note, run_reading
+from .runs import AXES, SAME_RECALL, dominant_stage, order_note, run_reading
 
 __all__ = [
     "AXES",
+    "SAME_RECALL",
     "DOMINANT_SHARE",
     "SUGGESTED_REPEAT",
     "SUSTAINED",

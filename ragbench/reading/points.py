@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
+from ..rendering.points import params_text
 from .common import SUGGESTED_REPEAT, ranking, step_text, us_text, within_noise
 
 __all__ = [
@@ -22,16 +23,19 @@ def _latency(rec: IndexPoint) -> tuple[np.ndarray, np.ndarray | None]:
     return x, (np.asarray(reps) if reps is not None and len(reps) == x.size else None)
 
 
-def _point_name(rec: IndexPoint) -> str:
-    params = [f"{k}={v}" for k, v in (rec.query or {}).items()]
-    params += [f"rescore={rec.rescore}"] if rec.rescore else []
-    return " ".join([str(need(rec.index, "index")), *params])
+def _point_name(rec: IndexPoint, build_keys: set[str] | None = None) -> str:
+    """``hnsw M=32 ef=8→10``: the index, the build parameters named, what the query ran with."""
+    params = params_text(rec, build_keys or set())
+    return " ".join([str(need(rec.index, "index")), *([params] if params else [])])
 
 
-def _rank_points(best: Mapping[str, IndexPoint], what: str) -> list[str]:
+def _rank_points(
+    best: Mapping[str, IndexPoint], what: str, names: Mapping[str, str] | None = None
+) -> list[str]:
     if len(best) < 2 or any(not p.latency_ns for p in best.values()):
         return []
-    levels = {_point_name(p): _latency(p) for p in best.values()}
+    name = (names or {}).get
+    levels = {name(i) or _point_name(p): _latency(p) for i, p in best.items()}
     steps = ranking(levels)
     lines = [f"{what}: " + ", ".join(step_text(*s) for s in steps) + " (p50 per query)"]
     if all(within_noise(iv) for _, _, iv in steps):
@@ -41,36 +45,136 @@ def _rank_points(best: Mapping[str, IndexPoint], what: str) -> list[str]:
     return lines
 
 
-def sweep_reading(records: Sequence[Mapping[str, Any] | SweepRecord]) -> list[str]:
-    """The indexes ranked at the best recall all of them reach; what sweep times."""
-    if not records:
-        return []
+#: The recall target of records written before they carried one (``--recall-target``'s default).
+DEFAULT_TARGET = 0.9
+
+Group = tuple[Any, ...]
+
+
+def _group_of(r: SweepRecord) -> Group:
+    """What a point is comparable on: unfiltered ``()``, else (attribute, correlated, selectivity, strategy)."""
+    if r.strategy is None:
+        return ()
+    f = r.filter or {}
+    sel = float(need(r.selectivity, "selectivity"))
+    return (str(f.get("attribute")), bool(f.get("correlated")), sel, str(r.strategy))
+
+
+def _group_name(key: Group) -> str:
+    if not key:
+        return "unfiltered"
+    attribute, correlated, sel, strategy = key
+    how = "correlated" if correlated else "random"
+    return f"filtered on {attribute} ({how}) at selectivity {sel:g}, strategy {strategy}"
+
+
+def _build_keys(points: Sequence[SweepRecord]) -> dict[str, set[str]]:
+    """Per index, the build parameters to name: those that vary and those --build set."""
     by: dict[str, list[SweepRecord]] = {}
-    for r in (read_struct(rec, SweepRecord) for rec in records):
+    for p in points:
+        by.setdefault(str(need(p.index, "index")), []).append(p)
+    out = {}
+    for name, pts in by.items():
+        keys = {k for p in pts for k in p.build or {}}
+        out[name] = {k for k in keys if len({repr((p.build or {}).get(k)) for p in pts}) > 1}
+        out[name] |= {k for p in pts for k in p.build_given or {}}
+    return out
+
+
+def _group_lines(key: Group, pts: Sequence[SweepRecord], keys: Mapping[str, set[str]]) -> list[str]:
+    """The verdicts on one group's points: ranked at the best recall all reach, and at the target."""
+    by: dict[str, list[SweepRecord]] = {}
+    for r in pts:
         by.setdefault(str(need(r.index, "index")), []).append(r)
-    reach = min(max(float(need(p.recall, "recall")) for p in pts) for pts in by.values())
-    best = {
-        name: min(
-            (p for p in pts if float(need(p.recall, "recall")) >= reach),
-            key=lambda p: need(p.p50_us, "p50_us"),
-        )
-        for name, pts in by.items()
-    }
+    label = _group_name(key)
+    if key and len(by) < 2:
+        return []  # one index under this filter: its line and cliff are in the table
+    reach = min(max(float(need(p.recall, "recall")) for p in ps) for ps in by.values())
+    best = {name: _cheapest(ps, reach) for name, ps in by.items()}
+    names = {i: _point_name(p, keys.get(i)) for i, p in best.items() if p is not None}
     lines = []
     if len(by) > 1:
-        lines += _rank_points(
-            best, f"fastest point per index at recall ≥ {reach:.3f} (the best all reach)"
-        )
+        what = f"{label}: fastest point per index at recall ≥ {reach:.3f} (the best all reach)"
+        lines += _rank_points({i: p for i, p in best.items() if p is not None}, what, names)
     else:
         ((name, p),) = best.items()
+        assert p is not None  # every index reaches its own best
         lines.append(
-            f"highest recall {reach:.4f} at {_point_name(p)}, p50 {us_text(float(need(p.p50_us, 'p50_us')))}"
+            f"{label}: highest recall {reach:.4f} at {names[name]}, "
+            f"p50 {us_text(float(need(p.p50_us, 'p50_us')))}"
         )
-    lines.append(
-        "these times are retrieval alone (one search call at a time, back to back, hot caches); "
-        "in `compare` the index runs between the other stages of each request and reads slower"
-    )
+    lines.append(_target_line(label, by, keys))
     return lines
+
+
+def _cheapest(points: Sequence[SweepRecord], recall: float) -> SweepRecord | None:
+    """The lowest-p50 point of ``points`` with recall ≥ ``recall`` (``None`` if none reaches it)."""
+    ok = [p for p in points if float(need(p.recall, "recall")) >= recall]
+    return min(ok, key=lambda p: float(need(p.p50_us, "p50_us"))) if ok else None
+
+
+def _target_line(
+    label: str, by: Mapping[str, Sequence[SweepRecord]], keys: Mapping[str, set[str]]
+) -> str:
+    """``cheapest point per index reaching recall ≥ 0.9``: each index's, or how far it got."""
+    targets = {float(p.recall_target) for ps in by.values() for p in ps if p.recall_target}
+    target = max(targets) if targets else DEFAULT_TARGET
+    parts = []
+    for name, ps in sorted(by.items()):
+        p = _cheapest(ps, target)
+        if p is None:
+            top = max(ps, key=lambda q: float(need(q.recall, "recall")))
+            parts.append(
+                f"{name} not reached (best {float(need(top.recall, 'recall')):.3f} at "
+                f"{_point_name(top, keys.get(name))})"
+            )
+        else:
+            parts.append(
+                f"{_point_name(p, keys.get(name))} (recall {float(need(p.recall, 'recall')):.3f}, "
+                f"p50 {us_text(float(need(p.p50_us, 'p50_us')))})"
+            )
+    given = "" if targets else ", the default target (records without --recall-target)"
+    return f"{label}: cheapest point per index reaching recall ≥ {target:g}{given}: " + "; ".join(
+        parts
+    )
+
+
+def _timing_note(points: Sequence[SweepRecord]) -> str:
+    """What the sweep's times are, and how they relate to `compare`'s."""
+    warm = all(p.warmup for p in points)
+    how = (
+        "after an untimed warm-up search per point with its parameters and filter, so one-time "
+        "copies and compilations are not in the samples"
+        if warm
+        else "WITHOUT a warm-up search (records from before it): a point's first query may "
+        "carry one-time costs, such as `pre` copying the vectors"
+    )
+    return (
+        "these times are retrieval alone (one search call at a time, back to back, hot caches, "
+        f"{how}); in `compare` the index runs between the other stages of each request and "
+        "reads slower, and its rerank stage re-scores each index's top k_candidates exactly: "
+        "its recall is that of a `--param rescore=<k_candidates>` point here"
+    )
+
+
+def sweep_reading(records: Sequence[Mapping[str, Any] | SweepRecord]) -> list[str]:
+    """Per comparable group (unfiltered; each filter, selectivity and strategy): the verdicts.
+
+    Points are only ever compared within one group: the indexes ranked at the
+    best recall all of them reach, and each index's cheapest (lowest p50)
+    point reaching the recall target. Then what sweep times.
+    """
+    if not records:
+        return []
+    points = [read_struct(rec, SweepRecord) for rec in records]
+    groups: dict[Group, list[SweepRecord]] = {}
+    for r in points:
+        groups.setdefault(_group_of(r), []).append(r)
+    keys = _build_keys(points)
+    # unfiltered first, then by strategy and selectivity, largest first
+    order = sorted(groups, key=lambda g: (bool(g), g[3] if g else "", -g[2] if g else 0.0, g))
+    lines = [line for g in order for line in _group_lines(g, groups[g], keys)]
+    return lines + [_timing_note(points)]
 
 
 def scale_reading(records: Sequence[Mapping[str, Any] | ScaleRecord]) -> list[str]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import intervals
 from ..record_schema import RunRecord, need, read_struct
+from ..rerankers import TEXT_RERANKERS
 from .common import (
     DOMINANT_SHARE,
     SUGGESTED_REPEAT,
@@ -23,6 +24,8 @@ from .common import (
 
 __all__ = [
     "AXES",
+    "SAME_RECALL",
+    "candidates_note",
     "dominant_stage",
     "order_note",
     "run_reading",
@@ -239,6 +242,47 @@ def _model_note(records: Sequence[RunRecord]) -> str:
     )
 
 
+#: Rows' mean recalls at most this far apart read as "the same recall" (one hit in 100).
+SAME_RECALL = 0.01
+
+
+def candidates_note(records: Sequence[RunRecord]) -> str:
+    """When the rerank stage re-scores every index's candidates exactly: recall is the depth's.
+
+    Exact re-scoring of ``k_candidates > k`` candidates makes recall@k the
+    share of the true top k among each index's candidates, whatever order the
+    index gave them in; when every index then reads the same recall, the
+    candidate depth decided it, not the index ("" when it does not apply).
+    """
+    get_index, get_rerank = _cfg("retrieve", "backend"), _cfg("rerank", "backend")
+    if len(records) < 2 or len({repr(get_index(r)) for r in records}) < 2:
+        return ""
+    rerankers = {str(get_rerank(r)) for r in records}
+    if rerankers & {"none", "None", *TEXT_RERANKERS}:
+        return ""  # no re-scoring, or a model's scores: recall is not the candidates'
+    k = {int(r.k or _cfg("run", "k")(r) or 0) for r in records}
+    depth = {int(_cfg("run", "k_candidates")(r) or 0) for r in records}
+    if len(k) != 1 or len(depth) != 1 or min(depth) <= min(k):
+        return ""  # candidates == k: re-scoring only reorders the index's own top k
+    (kk,), (dd,) = k, depth
+    recalls = {str(r.label): float(r.recall_at_k or float("nan")) for r in records}
+    line = (
+        f"recall@{kk} is after the rerank stage ({', '.join(sorted(rerankers))}) re-scored each "
+        f"index's top {dd} candidates exactly: the share of the true top {kk} among the {dd}, "
+        "not the index's own ranking ("
+        + ", ".join(f"{label} {v:.3f}" for label, v in recalls.items())
+        + ")"
+    )
+    values = list(recalls.values())
+    if max(values) - min(values) <= SAME_RECALL:
+        line += (
+            f"; every index reads the same recall (within {SAME_RECALL:g}): the candidate depth "
+            f"k_candidates={dd}, not the index, decides it -- for each index's own recall run "
+            f"with --k-candidates {kk}, or `ragbench sweep` (recall before rescore)"
+        )
+    return line
+
+
 def _total_line(records: Sequence[RunRecord]) -> str:
     """End to end: the fastest and slowest rows by total p50, or that no row is surely faster."""
     totals = {str(r.label): _pooled([r], need(r.stages, "stages")) for r in records if r.samples_ns}
@@ -296,7 +340,7 @@ def run_reading(
     total = _total_line(runs)
     if total:
         lines.append(total)
-    for note in (_model_note(runs), order_note(runs)):
+    for note in (candidates_note(runs), _model_note(runs), order_note(runs)):
         if note:
             lines.append(note)
     return lines

@@ -29,9 +29,19 @@ def plain(rec: Mapping[str, Any] | msgspec.Struct) -> Mapping[str, Any]:
 
 
 def params_text(rec: Point, build_keys: Iterable[str] | None = None) -> str:
-    """``M=16 ef=64 rescore=100``: the build params (all, or those named) then the query params."""
+    """``M=16 ef=8→10 rescore=100``: the build params (all, or those named) then the query params.
+
+    The build params named are ``build_keys`` and, for a sweep point, those
+    ``--build`` set (``build_given``); a query parameter the index ran at
+    another value (``effective_query``: an ``ef`` under the candidates asked
+    for) reads ``asked→ran``, ``name→ran`` for a default raised.
+    """
     p = read_struct(rec, IndexPoint)
-    return params_of(p.build, p.query, p.rescore, build_keys)
+    ran = p.effective_query if isinstance(p, SweepRecord) else None
+    given = p.build_given if isinstance(p, SweepRecord) else None
+    if build_keys is not None and given:
+        build_keys = {*build_keys, *given}
+    return params_of(p.build, p.query, p.rescore, build_keys, ran)
 
 
 def params_of(
@@ -39,15 +49,40 @@ def params_of(
     query: Mapping[str, Any] | None,
     rescore: int | None,
     build_keys: Iterable[str] | None = None,
+    ran: Mapping[str, Any] | None = None,
 ) -> str:
     """:func:`params_text` of a point's build and query parameters and its re-scoring depth."""
     build = build or {}
     keys = list(build) if build_keys is None else [k for k in build if k in set(build_keys)]
     parts = [f"{k}={build[k]}" for k in keys]
-    parts += [f"{k}={v}" for k, v in (query or {}).items()]
+    query, ran = query or {}, ran or {}
+    for k, v in query.items():
+        parts.append(f"{k}={v}→{ran[k]}" if k in ran and ran[k] != v else f"{k}={v}")
+    parts += [f"{k}→{v}" for k, v in ran.items() if k not in query]
     if rescore:
         parts.append(f"rescore={rescore}")
     return " ".join(parts)
+
+
+def query_notes(points: Sequence[SweepRecord]) -> list[str]:
+    """What the ef and rescore in the params say, for the points that need it (``[]`` if none)."""
+    notes = []
+    raised = [p for p in points if p.effective_query]
+    if raised:
+        k = need(points[0].k, "k")
+        example = params_of(None, raised[0].query, None, ran=raised[0].effective_query)
+        notes.append(
+            f"{example}: an ef under the candidates a search asks for (k={k}, or rescore) ran as "
+            "that many (hnswlib, usearch, faiss HNSW, Qdrant and pgvector raise ef to it); ef→N: the "
+            "index's default ef, raised"
+        )
+    if any(p.rescore for p in points):
+        notes.append(
+            "rescore=N: the index returns its top N candidates, re-scored exactly from the "
+            "float32 vectors (`before rescore`: recall of the index's own top k); ef is at "
+            "least N, so an ef under N changes nothing"
+        )
+    return notes
 
 
 def _recall_cell(v: float | None) -> str:
@@ -94,6 +129,8 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     for name, pts in by_index.items():
         keys = {k for p in pts for k in p.build or {}}
         varying[name] = {k for k in keys if len({repr((p.build or {}).get(k)) for p in pts}) > 1}
+        # and what --build set, even to one value: the label says what ran
+        varying[name] |= {k for p in pts for k in p.build_given or {}}
     title = (
         f"sweep — {need(r0.dataset, 'dataset')} n={need(r0.n, 'n')} dim={need(r0.dim, 'dim')} "
         f"{need(r0.metric, 'metric')} k={need(r0.k, 'k')}; "
@@ -119,6 +156,8 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
             "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "
             "graph, centroids) + the float bytes re-scoring reads per candidate"
         )
+    notes = query_notes([p for p, _ in typed])
+    table += "".join("\n" + note for note in notes)
     built = build_note(points)
     table += "\n" + built if built else ""
     hardware = hardware_note(points)
@@ -200,7 +239,9 @@ def filtered_sweep_table(
         else:
             cliffs[line] = f"cliff at selectivity {cliff['selectivity']:g} ({cliff['reason']})"
     table = text_table(title, cols, rows, width=width)
-    return table + "\n" + "\n".join(f"filter cliff: {k}: {v}" for k, v in cliffs.items())
+    table += "\n" + "\n".join(f"filter cliff: {k}: {v}" for k, v in cliffs.items())
+    notes = [] if varying is not None else query_notes(points)  # else under the sweep table
+    return table + "".join("\n" + note for note in notes)
 
 
 def scale_table(records: Sequence[Mapping[str, Any] | ScaleRecord], *, width: int = 400) -> str:

@@ -15,7 +15,7 @@ from ..records import Collector, cliff_key, filter_cliffs, new_record
 from ..validate import positive_int
 from .data import SweepData, index_param_names
 from .measure import measure
-from .points import build_index, bytes_fields, exact_reranker, point_fields
+from .points import build_index, bytes_fields, effective_query, exact_reranker, point_fields
 
 __all__ = ["count_points", "sweep_points", "sweep_unit"]
 
@@ -81,10 +81,12 @@ def sweep_unit(
 def _with_cliffs(
     point: dict[str, Any], line: list[dict[str, Any]], recall_target: float
 ) -> Iterator[dict[str, Any]]:
-    yield new_record("sweep", point)
+    # the target goes in every record: the reading's "cheapest point reaching it" reads it there
+    yield new_record("sweep", {**point, "recall_target": recall_target})
     cliffs = filter_cliffs(line, target=recall_target)
     for p in line:
-        yield new_record("sweep", {**p, "filter_cliff": cliffs[cliff_key(p)]})
+        cliff = cliffs[cliff_key(p)]
+        yield new_record("sweep", {**p, "filter_cliff": cliff, "recall_target": recall_target})
 
 
 def _build_points(
@@ -111,7 +113,9 @@ def _build_points(
             reranker = exact_reranker(data)
         opts = {"rescore": rescore, "reranker": reranker, "repeat": repeat}
         sizes = bytes_fields(index, data.vectors, rescore)
-        head = {**fields, **sizes, "query": params, "rescore": rescore}
+        head = {**fields, **sizes, "build_given": dict(build), "query": params}
+        ran = effective_query(name, index, params, min(rescore or k, int(index.ntotal)))
+        head.update(rescore=rescore, effective_query=ran)
         point = {**head, **measure(index, data, k, params, **opts)}
         line = [
             head | measure(index, data, k, params, case=case, strategy=strategy, **opts)

@@ -17,7 +17,11 @@ from ..timing import Stats, run_stages
 from ..validate import positive_int
 from .data import FilterCase, SweepData
 
-__all__ = ["measure", "recall_fields"]
+__all__ = ["WARMUP_QUERIES", "measure", "recall_fields"]
+
+
+#: Untimed searches before each point's timed passes (``warmup`` in its record).
+WARMUP_QUERIES = 1
 
 
 class _Query:
@@ -90,7 +94,9 @@ def measure(
     queries, then queries within each, when ``repeat > 1``). With ``case``,
     each query searches with its filter and ``strategy``; recall is against
     the filtered truth, and a returned row outside the filter counts as a
-    miss (``filter_violations`` counts them).
+    miss (``filter_violations`` counts them). Before the timed passes,
+    :data:`WARMUP_QUERIES` untimed searches with the same parameters and
+    filter take whatever the point does only once (:func:`_warm_up`).
     """
     kk = min(rescore or k, index.ntotal)
     if kk < k:
@@ -105,15 +111,14 @@ def measure(
         params = {**params, "strategy": strategy}
     steps = _steps(index, kk, params, k, X, reranker if rescore else None, masks is not None)
     batch_threads = threads.get_threads()
+    _warm_up(steps, data, masks, texts, specs)
     found, before, stamps = _time_queries(steps, data, masks, k, repeat, texts, specs)
     per_step = np.diff(stamps, axis=1)
     totals = per_step.sum(axis=1)
     lat = Stats.from_samples(totals)
     groups = np.repeat(np.arange(repeat), nq) if repeat > 1 else None
     cis = {s: intervals.bootstrap(totals, s, groups=groups) for s in ("p50", "p99")}
-    batch_s = _batch_seconds(
-        index, data, kk, params, masks, reranker if rescore else None, k, specs
-    )
+    batch_s = _batch_seconds(index, data, kk, params, masks, steps, reranker, k, specs)
     violations = _drop_outside(found, masks)
     truth = data.truth if case is None else case.truth
     recall = recall_at_k(found, truth, X, Q, k, data.metric)
@@ -133,6 +138,7 @@ def measure(
         "p50_us_ci": [cis["p50"].low / 1e3, cis["p50"].high / 1e3],
         "p99_us_ci": [cis["p99"].low / 1e3, cis["p99"].high / 1e3],
         "repeats": repeat,
+        "warmup": WARMUP_QUERIES,
     }
     if case is not None:
         point.update(strategy=strategy or "auto", selectivity=case.selectivity)
@@ -207,6 +213,34 @@ def _time_queries(
     return found, before, stamps
 
 
+def _warm_up(
+    steps: list[Callable[[_Query], None]],
+    data: SweepData,
+    masks: np.ndarray | None,
+    texts: bool,
+    specs: list[dict[str, Any]] | None,
+) -> None:
+    """Run the first :data:`WARMUP_QUERIES` queries through ``steps`` untimed, on one thread.
+
+    Same parameters, filter and strategy as the timed passes: what a point
+    does once (``pre`` copying the vectors out of the library, a changed
+    ``ef`` set on the index, a kernel compiled for a new shape) happens here,
+    not in the first timed query's sample.
+    """
+    Q = data.queries
+    batch_threads = threads.get_threads()
+    threads.set_threads(1)
+    try:
+        for i in range(min(WARMUP_QUERIES, len(Q))):
+            allowed = None if masks is None else masks[i]
+            where = None if specs is None else specs[i]
+            q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed, where)
+            for step in steps:
+                step(q)
+    finally:
+        threads.set_threads(batch_threads)
+
+
 def _drop_outside(found: np.ndarray, masks: np.ndarray | None) -> int:
     """In place: ``-1`` for found ids outside each query's filter; how many there were."""
     if masks is None:
@@ -222,11 +256,16 @@ def _batch_seconds(
     kk: int,
     params: Mapping[str, Any],
     masks: np.ndarray | None,
+    steps: list[Callable[[_Query], None]],
     reranker: Any,
     k: int,
     specs: list[dict[str, Any]] | None = None,
 ) -> float:
-    """Seconds for the whole query batch in one call (with every pinned thread)."""
+    """Seconds for the whole query batch in one call (with every pinned thread).
+
+    ``reranker`` re-scores the candidates when ``steps`` do (two steps: search, re-scoring).
+    """
+    reranker = reranker if len(steps) > 1 else None
     texts = index.input_kind == "texts"
     extra: dict[str, Any] = {} if masks is None else {"filter": masks}
     if specs is not None:

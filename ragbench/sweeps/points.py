@@ -14,7 +14,53 @@ from ..pipeline.capabilities import CompressedCodes, FiltersOnAttributes, Record
 from ..rebuilds import seeded_build
 from .data import SweepData
 
-__all__ = ["build_index", "bytes_fields", "exact_reranker", "point_fields"]
+__all__ = [
+    "EF_RAISED_TO_CANDIDATES",
+    "build_index",
+    "bytes_fields",
+    "effective_query",
+    "exact_reranker",
+    "point_fields",
+]
+
+
+#: Indexes that search with ``ef = max(ef, candidates asked for)``: a point asking
+#: for a smaller ``ef`` runs at the number of candidates (k, or ``rescore``).
+#: hnswlib and usearch keep ``ef`` on the index and the wrappers set ``max(ef, k)``
+#: (a smaller beam cannot return k results); faiss's HNSW indexes (``faiss-hnsw``,
+#: ``hnsw-sq``, ``hnsw-fp16``, ``binary-hnsw``) get ``efSearch = max(ef, k)`` per call;
+#: Qdrant searches its graph with ``max(hnsw_ef, limit)``; pgvector's wrapper sets
+#: ``hnsw.ef_search`` to ``max(ef, k)``, at most 1000 (the value is the cap).
+#: LanceDB refuses an ``ef`` under k instead. ``tests/test_sweeps.py`` checks each.
+EF_RAISED_TO_CANDIDATES: dict[str, int | None] = {
+    "hnsw": None,
+    "faiss-hnsw": None,
+    "hnsw-sq": None,
+    "hnsw-fp16": None,
+    "binary-hnsw": None,
+    "usearch": None,
+    "qdrant-edge": None,
+    "pgvector": 1000,
+}
+
+
+def effective_query(
+    name: str, index: Any, params: Mapping[str, Any], candidates: int
+) -> dict[str, Any] | None:
+    """The query parameters ``index`` ran with when they differ from ``params`` (else ``None``).
+
+    ``candidates``: how many results each search asks for (k, or ``rescore``).
+    An ``ef`` under it, given or the index's default, runs as ``candidates``
+    (capped as :data:`EF_RAISED_TO_CANDIDATES` says) on those indexes.
+    """
+    if name not in EF_RAISED_TO_CANDIDATES or "ef" not in index.query_params:
+        return None
+    ef = params.get("ef", dict(index.default_query_params).get("ef"))
+    cap = EF_RAISED_TO_CANDIDATES[name]
+    ran = candidates if cap is None else min(cap, candidates)
+    if ef is None or int(ef) >= ran:
+        return None
+    return {**params, "ef": int(ran)}
 
 
 def bytes_fields(index: Any, vectors: np.ndarray, rescore: int | None) -> dict[str, Any]:
