@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -136,12 +137,26 @@ def protobuf_backend() -> str | None:
     return str(api_implementation.Type())
 
 
+def load_average() -> list[float] | None:
+    """The machine's 1-, 5- and 15-minute load averages (runnable threads), if the OS tells.
+
+    Taken when a record is written, so the 1-minute figure covers the end of the
+    measurement: a load near or above the core count means other work shared
+    the cores, and wall times (long calls most) read high.
+    """
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
 def environment() -> dict[str, Any]:
     """CPU, cores, Python, library versions, thread settings, protobuf backend, git revision."""
     env = dict(_static())
     env["threads"] = threads.settings()
     env["protobuf_backend"] = protobuf_backend()
     env["argv0"] = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else None
+    env["load_avg"] = load_average()
     if _ENGINES:
         env["engines"] = dict(_ENGINES)
     return env

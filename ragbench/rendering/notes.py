@@ -100,8 +100,42 @@ def llm_note(rec: Mapping[str, Any] | RunRecord) -> str:
     return "\n".join(parts)
 
 
+def _simd(flags: Sequence[str]) -> str:
+    """The widest vector extension of a CPU's flags: ``AVX-512``, ``AVX2``, ``SSE4.2`` or ``?``."""
+    if "avx512f" in flags:
+        return "AVX-512"
+    if "avx2" in flags:
+        return "AVX2"
+    return "SSE4.2" if "sse4_2" in flags else "?"
+
+
+def machine_line(records: Sequence[Record]) -> str:
+    """``machine: AMD EPYC, 2 cores, AVX-512; load average 0.4-0.9 when the rows were written``.
+
+    The load is the 1-minute load average each record's environment took when
+    it was written; at or above the core count the cores were shared with other
+    work while measuring (wall times read high, long calls most).
+    """
+    env = records[0].env or {}
+    cores = env.get("cores")
+    line = f"machine: {env.get('cpu') or '?'}, {cores or '?'} cores, {_simd(env.get('cpu_flags') or [])}"
+    loads = [
+        float(la[0])
+        for r in records
+        if isinstance(la := (r.env or {}).get("load_avg"), list) and la
+    ]
+    if not loads:
+        return line + "; load not recorded"
+    low, high = min(loads), max(loads)
+    span = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}–{high:.1f}"
+    line += f"; 1-min load average {span} when the rows were written"
+    if isinstance(cores, int) and high >= cores:
+        line += f" (≥ {cores} cores: other work shared the machine)"
+    return line
+
+
 def hardware_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
-    """A line under a table when its rows were measured on different machines ("" when not).
+    """The machine line under a table, or a note when its rows were measured on different machines.
 
     A machine is a record's ``node`` with its environment's CPU model and
     cores; load records offered from several Ray nodes say so too.
@@ -117,6 +151,8 @@ def hardware_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
         )
         machines[key] = machines.get(key, 0) + 1
     lines = []
+    if len(machines) == 1:
+        lines.append(machine_line(recs))
     if len(machines) > 1:
         same_cpu = len({(cpu, cores) for _, cpu, cores in machines}) == 1
         what = "different nodes with the same CPU" if same_cpu else "different hardware"
