@@ -1,27 +1,33 @@
 """``ragbench diff``: is B faster or slower than A, per stage and in total, beyond the noise?
 
 Both sides are results files: ragbench JSON lines (run and sweep records,
-which keep their raw samples) or pytest-benchmark JSON files (``--benchmark-json``;
+which keep their raw samples) or pytest-benchmark JSON (``--benchmark-json``;
 raw timings only with ``--benchmark-save-data``, per-stage figures from the
-``rb_bench`` fixture's ``extra_info``). Records are matched by configuration:
-a run by its label, a sweep point by index and parameters, a stream checkpoint
-by index, parameters, stream options and checkpoint number, a benchmark by its
-full name. Several records of one configuration in a file -- the same
-benchmark run three times into it, in three processes -- are pooled as
-repetitions, and the intervals resample them: that is how the variation
-between processes (memory layout, a busier neighbour) gets into the
-interval; the samples of one run only tell request-to-request noise.
+``rb_bench`` fixture's ``extra_info``) -- one document, or several runs one
+after another (one per line, or concatenated). Records are matched by
+configuration: a run by its label, a sweep point by index and parameters, a
+stream checkpoint by index, parameters, stream options and checkpoint number,
+a benchmark by its full name.
 
-For every matched statistic the ratio B / A comes with a 95 % bootstrap
-interval (:mod:`ragbench.intervals`; repetitions resampled when the records
-have them), and a verdict:
+The run is the unit of replication. Several records of one configuration in
+a file -- the same benchmark run three times into it, in three processes --
+are its runs, and so is each repetition of a ``--repeat N`` record. Every run
+weighs the same, whatever its number of samples: a side's value is the mean
+of its runs' statistics, and the interval of B / A is a two-level bootstrap
+that resamples runs, then samples within each chosen run
+(:func:`ragbench.intervals.runs_ratio`). That is how the variation between
+processes (memory layout, a busier neighbour) gets into the interval, and
+why a run of 16 864 rounds cannot outvote one of 28.
 
-- ``slower``: the whole interval lies above ``1 + threshold`` -- the verdict
-  that makes the command exit 1, so a CI job fails on a regression it is
-  sure of and that is larger than the threshold, not on noise;
-- ``faster``: the whole interval lies below ``1 / (1 + threshold)``;
-- ``no detectable difference``: anything else; ``(within threshold)`` is
-  added when the interval excludes 1 but not the threshold band.
+One verdict rule, applied once per row (:func:`verdict`) and only worded
+elsewhere:
+
+- ``slower``: the 95 % interval lies wholly above ``1 + threshold`` -- the
+  verdict that makes the command exit 1;
+- ``faster``: the interval lies wholly below ``1 / (1 + threshold)``;
+- ``no detectable difference``: anything else.
+
+A change is *sure* exactly when its verdict is ``slower`` or ``faster``.
 
 Records measured on different machines or library versions are compared
 only when allowed, and the table then names what differs.
@@ -48,10 +54,14 @@ from .record_schema import (
     need,
     read_struct,
 )
-from .records import iter_records, new_record, read_benchmark_json
+from .records import iter_records, new_record, read_benchmark_runs
 from .rendering import num, text_table
 
 __all__ = [
+    "FASTER",
+    "SAME",
+    "SLOWER",
+    "SURE",
     "Comparable",
     "DiffRow",
     "diff",
@@ -60,6 +70,7 @@ __all__ = [
     "env_differences",
     "read_comparables",
     "single_run_warning",
+    "verdict",
 ]
 
 #: Environment fields two records must share to be compared without being told to.
@@ -68,19 +79,24 @@ ENV_FIELDS = ("cpu", "cores", "python", "python_impl", "protobuf_backend")
 
 @dataclass
 class Comparable:
-    """One configuration's samples (ns or s, as measured) per statistic name, from one file."""
+    """One configuration's raw samples (ns) per statistic name and run, from one file."""
 
     key: str
     what: str  # "run", "sweep", "load", "stream", "pytest-benchmark"
-    samples: dict[str, np.ndarray]  # "total" and each stage (runs), "latency" (sweeps, benchmarks)
-    groups: np.ndarray | None
+    # "total" and each stage (runs), "latency" (sweeps, benchmarks) -> one 1-D array per run
+    by_run: dict[str, list[np.ndarray]]
     values: dict[str, dict[str, float]]  # stat -> summary value when no raw samples exist
     env: dict[str, Any]
-    runs: int = 1  # records pooled as repetitions
+    runs: int = 1  # records (or pytest-benchmark documents) pooled
+
+    @property
+    def samples(self) -> dict[str, np.ndarray]:
+        """Every run's samples of each part, one after another."""
+        return {p: np.concatenate(rs) for p, rs in self.by_run.items()}
 
     def repeated(self) -> bool:
         """Whether the samples span several runs (pooled records, or one record's repetitions)."""
-        return self.runs > 1 or (self.groups is not None and np.unique(self.groups).size > 1)
+        return any(len(rs) > 1 for rs in self.by_run.values())
 
 
 @dataclass
@@ -93,25 +109,34 @@ class DiffRow:
     verdict: str
 
 
+def _split(samples: np.ndarray, repetition: Sequence[int] | None) -> list[np.ndarray]:
+    """One record's samples as its runs: one per repetition (``--repeat N``), else one."""
+    if repetition is None:
+        return [samples]
+    labels = np.asarray(repetition)
+    if labels.shape != samples.shape:
+        raise ValueError(f"{labels.size} repetition labels for {samples.size} samples")
+    return [samples[labels == g] for g in np.unique(labels)]
+
+
 def _runs(rec: RunRecord) -> Comparable:
     cols = {
         n: np.asarray(v, dtype=np.float64) for n, v in need(rec.samples_ns, "samples_ns").items()
     }
     cols["total"] = np.sum([cols[n] for n in need(rec.stages, "stages")], axis=0)
-    groups = np.asarray(rec.repetition) if rec.repetition is not None else None
-    return Comparable(str(rec.label), "run", cols, groups, {}, dict(rec.env or {}))
+    by_run = {n: _split(x, rec.repetition) for n, x in cols.items()}
+    return Comparable(str(rec.label), "run", by_run, {}, dict(rec.env or {}))
 
 
 def _sweep(rec: IndexPoint) -> Comparable:
     params = " ".join(_params(rec) + ([f"rescore={rec.rescore}"] if rec.rescore else []))
-    samples = {}
+    by_run = {}
     if rec.latency_ns:
-        samples["latency"] = np.asarray(rec.latency_ns, dtype=np.float64)
+        by_run["latency"] = _split(np.asarray(rec.latency_ns, dtype=np.float64), rec.repetition)
     stats = {"p50": rec.p50_us, "p95": rec.p95_us, "p99": rec.p99_us}
     values = {"latency": {s: us * 1e3 for s, us in stats.items() if us is not None}}
     key = f"{need(rec.index, 'index')} {params}".strip()
-    groups = np.asarray(rec.repetition) if rec.repetition is not None else None
-    return Comparable(key, "sweep", samples, groups, values, dict(rec.env or {}))
+    return Comparable(key, "sweep", by_run, values, dict(rec.env or {}))
 
 
 def _params(rec: IndexPoint | StreamRecord) -> list[str]:
@@ -127,20 +152,21 @@ def _stream(rec: StreamRecord) -> Comparable:
     for op, got in (("search", rec.search), ("insert", rec.insert), ("delete", rec.delete)):
         stats = need(got, op)
         if stats.get("latency_ns"):
-            samples[op] = np.asarray(stats["latency_ns"], dtype=np.float64)
+            samples[op] = [np.asarray(stats["latency_ns"], dtype=np.float64)]
         us = {"p50": stats.get("p50_us"), "p99": stats.get("p99_us")}
         values[op] = {s: v * 1e3 for s, v in us.items() if v is not None}
     params = " ".join(_params(rec))
     key = f"stream {need(rec.index, 'index')} {params} [{options}] checkpoint "
     key += str(need(rec.checkpoint, "checkpoint"))
-    return Comparable(key, "stream", samples, None, values, dict(rec.env or {}))
+    return Comparable(key, "stream", samples, values, dict(rec.env or {}))
 
 
 def _bench(entry: Mapping[str, Any], machine: Mapping[str, Any]) -> Comparable:
+    """One benchmark of one pytest-benchmark run (``stats.data`` in s, ``rb_bench`` stages in ns)."""
     stats = entry.get("stats") or {}
     samples = {}
     if stats.get("data"):
-        samples["latency"] = np.asarray(stats["data"], dtype=np.float64) * 1e9
+        samples["latency"] = [np.asarray(stats["data"], dtype=np.float64) * 1e9]
     values = {
         "latency": {
             "p50": stats.get("median", np.nan) * 1e9,
@@ -149,14 +175,14 @@ def _bench(entry: Mapping[str, Any], machine: Mapping[str, Any]) -> Comparable:
     }
     rag = (entry.get("extra_info") or {}).get("ragbench") or {}
     for stage, cols in (rag.get("samples_ns") or {}).items():
-        samples[stage] = np.asarray(cols, dtype=np.float64)
+        samples[stage] = [np.asarray(cols, dtype=np.float64)]
     env = {
         "cpu": (machine.get("cpu") or {}).get("brand_raw"),
         "python": machine.get("python_version"),
         "python_impl": machine.get("python_implementation"),
     }
     key = str(entry.get("fullname") or entry.get("name"))
-    return Comparable(key, "pytest-benchmark", samples, None, values, env)
+    return Comparable(key, "pytest-benchmark", samples, values, env)
 
 
 def _load(rec: LoadRecord) -> Comparable:
@@ -171,7 +197,7 @@ def _load(rec: LoadRecord) -> Comparable:
     }
     values = {"response": {s: us * 1e3 for s, us in stats.items() if us is not None}}
     key = f"{need(rec.label, 'label')} at {level} {unit}"
-    return Comparable(key, "load", {}, None, values, dict(rec.env or {}))
+    return Comparable(key, "load", {}, values, dict(rec.env or {}))
 
 
 #: Record kinds that hold no timings of their own to compare (a saved diff).
@@ -207,21 +233,24 @@ def _comparable(rec: Mapping[str, Any], where: str) -> Comparable | None:
 def read_comparables(path: str | PathLike[str]) -> dict[str, Comparable]:
     """Every comparable configuration in a ragbench JSON-lines or pytest-benchmark JSON file.
 
-    Records of one configuration are pooled once, after the file is read, so
-    the work grows linearly with the number of records.
+    Each record, and each pytest-benchmark document (run), of one
+    configuration is one of its runs; they are pooled once, after the file is
+    read, so the work grows linearly with the number of records.
     """
     p = Path(path)
-    doc = read_benchmark_json(p)
+    docs = read_benchmark_runs(p)
     found: dict[str, list[Comparable]] = {}
-    if doc is not None:
-        for i, entry in enumerate(doc["benchmarks"]):
-            try:
-                bench = _bench(entry, doc.get("machine_info") or {})
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise DatasetError(
-                    f"{p}: benchmark {i} has a field missing or of the wrong type ({exc!r})"
-                ) from None
-            found.setdefault(bench.key, []).append(bench)
+    if docs is not None:
+        for run, doc in enumerate(docs, 1):
+            for i, entry in enumerate(doc["benchmarks"]):
+                try:
+                    bench = _bench(entry, doc.get("machine_info") or {})
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    raise DatasetError(
+                        f"{p}: run {run}, benchmark {i} has a field missing or of the wrong "
+                        f"type ({exc!r})"
+                    ) from None
+                found.setdefault(bench.key, []).append(bench)
     else:
         for n, rec in iter_records(p):
             c = _comparable(rec, f"{p}:{n}")
@@ -231,21 +260,16 @@ def read_comparables(path: str | PathLike[str]) -> dict[str, Comparable]:
 
 
 def _pool(cs: Sequence[Comparable]) -> Comparable:
-    """Records of one configuration as repetitions of it (each record's own repetitions kept apart)."""
+    """Records of one configuration as its runs (each record's own repetitions kept apart).
+
+    Parts missing from a record are dropped: every run must have them.
+    """
     last = cs[-1]
     if len(cs) == 1:
         return last
-    parts = [p for p in cs[0].samples if all(p in c.samples for c in cs)]
-    samples = {p: np.concatenate([c.samples[p] for c in cs]) for p in parts}
-    groups = None
-    if parts:
-        labels = []
-        for tag, c in enumerate(cs):
-            n = len(c.samples[parts[0]])
-            inner = c.groups if c.groups is not None else np.zeros(n, dtype=np.int64)
-            labels.append(np.asarray(inner, dtype=np.int64) + tag * 1_000_000)
-        groups = np.concatenate(labels)
-    return Comparable(last.key, last.what, samples, groups, last.values, last.env, len(cs))
+    parts = [p for p in cs[0].by_run if all(p in c.by_run for c in cs)]
+    by_run = {p: [run for c in cs for run in c.by_run[p]] for p in parts}
+    return Comparable(last.key, last.what, by_run, last.values, last.env, len(cs))
 
 
 def env_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
@@ -265,36 +289,45 @@ def env_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 
 SLOWER = "slower"
+FASTER = "faster"
+SAME = "no detectable difference"
+#: The verdicts of a sure change.
+SURE = frozenset({SLOWER, FASTER})
 #: Fewer samples than this on a side: no interval (a stream runbook step's one delete call).
 MIN_SAMPLES = 5
 
 
-def _verdict(iv: intervals.Interval, threshold: float, why: str = "no raw samples") -> str:
+def verdict(iv: intervals.Interval, threshold: float, why: str = "no raw samples") -> str:
+    """The one verdict rule: slower or faster only when the interval lies wholly beyond the threshold.
+
+    ``iv`` is B / A with its interval; an interval inside, or straddling,
+    ``[1 / (1 + threshold), 1 + threshold]`` is no detectable difference, even when it
+    excludes 1. Without an interval (NaN bounds) the verdict says why.
+    """
     if iv.low != iv.low:  # no interval: no raw samples on one side, or too few
         return f"no interval ({why})"
     if iv.low > 1.0 + threshold:
         return SLOWER
     if iv.high < 1.0 / (1.0 + threshold):
-        return "faster"
-    if iv.low > 1.0 or iv.high < 1.0:
-        return "no detectable difference (within threshold)"
-    return "no detectable difference"
+        return FASTER
+    return SAME
 
 
 def _rows(a: Comparable, b: Comparable, stat: str, threshold: float) -> list[DiffRow]:
     rows = []
-    parts = [p for p in a.samples if p in b.samples] or [p for p in a.values if p in b.values]
+    parts = [p for p in a.by_run if p in b.by_run] or [p for p in a.values if p in b.values]
     # the total first, then stages in their order
     parts.sort(key=lambda p: (p != "total", p != "latency"))
     nan = float("nan")
     for part in parts:
         iv, why = None, "no raw samples"
-        if part in a.samples and part in b.samples:
-            xa, xb = a.samples[part], b.samples[part]
-            va, vb = intervals.point(xa, stat), intervals.point(xb, stat)
-            n = min(xa.size, xb.size)
+        if part in a.by_run and part in b.by_run:
+            ra, rb = a.by_run[part], b.by_run[part]
+            # each run weighs the same: the mean of the runs' statistics
+            va, vb = intervals.runs_point(ra, stat), intervals.runs_point(rb, stat)
+            n = min(sum(r.size for r in ra), sum(r.size for r in rb))
             if n >= MIN_SAMPLES:
-                iv = intervals.ratio(xa, xb, stat, base_groups=a.groups, other_groups=b.groups)
+                iv = intervals.runs_ratio(ra, rb, stat)
             else:
                 why = f"{n} sample{'s' * (n != 1)} on a side, fewer than {MIN_SAMPLES}"
         else:
@@ -302,7 +335,7 @@ def _rows(a: Comparable, b: Comparable, stat: str, threshold: float) -> list[Dif
             vb = b.values.get(part, {}).get(stat, np.nan)
         if iv is None:  # a ratio of the two values, without an interval
             iv = intervals.Interval(vb / va if va else nan, nan, nan)
-        rows.append(DiffRow(a.key, part, va, vb, iv, _verdict(iv, threshold, why)))
+        rows.append(DiffRow(a.key, part, va, vb, iv, verdict(iv, threshold, why)))
     return rows
 
 
@@ -385,7 +418,7 @@ def diff_records(
 def single_run_warning(a: Mapping[str, Comparable], b: Mapping[str, Comparable]) -> str | None:
     """What a verdict cannot mean when a side holds one run of a configuration (None when both repeat)."""
     # only where an interval is drawn: both sides have raw samples
-    keys = [k for k in a if k in b and a[k].samples and b[k].samples]
+    keys = [k for k in a if k in b and a[k].by_run and b[k].by_run]
     sides = [side for side, m in (("A", a), ("B", b)) if any(not m[k].repeated() for k in keys)]
     if not sides:
         return None
@@ -396,7 +429,8 @@ def single_run_warning(a: Mapping[str, Comparable], b: Mapping[str, Comparable])
         "unchanged code can differ by more (another process, memory layout, CPU frequency, a "
         "busy neighbour), so 'slower' or 'faster' may be that difference, not the change. "
         "For a verdict that includes it, record several runs per side (--repeat N, or append "
-        "several runs to each file)."
+        "several runs to each file: ragbench --out appends; pytest-benchmark files take one "
+        "--benchmark-json document per run, one after another)."
     )
 
 
@@ -431,9 +465,11 @@ def diff_table(
         text_table(f"ragbench diff — {stat}, threshold {threshold:.0%}", cols, body, width=width)
     ]
     lines.append(
-        f"verdicts on the ratio's 95 % bootstrap interval (several records of a configuration "
-        f"in a file are resampled as repetitions): wholly above {1 + threshold:.2f} = slower (exit 1), "
-        f"wholly below {1 / (1 + threshold):.2f} = faster, else no detectable difference"
+        f"each side's {stat} is the mean of its runs' {stat} (every run weighs the same); the "
+        "95 % interval of B / A resamples runs, then samples within each. Verdict: interval "
+        f"wholly above {1 + threshold:.2f} = {SLOWER} (exit 1), wholly below "
+        f"{1 / (1 + threshold):.2f} = {FASTER}, else {SAME}; only {SLOWER} and {FASTER} are "
+        "sure changes"
     )
     env = list(env)
     if env:

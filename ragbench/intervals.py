@@ -8,7 +8,11 @@ difference. Every statistic here comes with a percentile-bootstrap interval:
 - over repetitions and then requests within each (a two-level, hierarchical
   bootstrap), when they come from several (``--repeat N``): the variation
   between repetitions -- a warmer cache, a busier neighbour -- is part of
-  the interval, not hidden in it.
+  the interval, not hidden in it;
+- over runs that each weigh the same (:func:`runs_point`, :func:`runs_ratio`,
+  what ``ragbench diff`` uses): a side's statistic is the mean of its runs'
+  statistics, so a run of 16 864 rounds counts as much as one of 28, and the
+  interval resamples runs, then samples within each chosen run.
 
 Percentiles are nearest-rank, as everywhere in ragbench
 (:class:`ragbench.timing.Stats`). The resampling is seeded, so a table
@@ -18,6 +22,7 @@ renders the same interval every time.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +39,8 @@ __all__ = [
     "distribution",
     "point",
     "ratio",
+    "runs_point",
+    "runs_ratio",
 ]
 
 #: Confidence level of every interval.
@@ -183,6 +190,68 @@ def ratio(
     a, b = point(base, stat), point(other, stat)
     da = distribution(base, stat, groups=base_groups, resamples=resamples, seed=seed)
     db = distribution(other, stat, groups=other_groups, resamples=resamples, seed=seed + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _interval(b / a if a else float("nan"), db / da, level)
+
+
+def runs_point(runs: Sequence[np.ndarray], stat: str) -> float:
+    """The mean over ``runs`` (1-D arrays of samples, one per run) of each run's ``stat``.
+
+    Every run weighs the same, whatever its number of samples; NaN without runs.
+    """
+    values = [point(r, stat) for r in runs if np.asarray(r).size]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def runs_distribution(
+    runs: Sequence[np.ndarray], stat: str, *, resamples: int = RESAMPLES, seed: int = 0
+) -> np.ndarray:
+    """The bootstrap distribution of :func:`runs_point`: runs drawn with replacement, then samples.
+
+    Each run's own bootstrap distribution of ``stat`` is drawn once
+    (``resamples`` values over its samples); a resample of the side picks as
+    many runs as there are, with replacement, takes for each pick an
+    independent value of that run's distribution (a fresh resample of its
+    samples) and averages them. One run: its plain bootstrap distribution.
+    """
+    parts = [np.asarray(r, dtype=np.float64).ravel() for r in runs]
+    parts = [r for r in parts if r.size]
+    if len(parts) <= 1:
+        return distribution(
+            parts[0] if parts else np.empty(0), stat, resamples=resamples, seed=seed
+        )
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, 2**31, size=len(parts))
+    # (runs, resamples): each run's statistic over its own resampled samples
+    each = np.stack(
+        [
+            distribution(r, stat, resamples=resamples, seed=int(s))
+            for r, s in zip(parts, seeds, strict=True)
+        ]
+    )
+    picks = rng.integers(0, len(parts), size=(resamples, len(parts)))
+    draws = rng.integers(0, resamples, size=(resamples, len(parts)))
+    out: np.ndarray = each[picks, draws].mean(axis=1)
+    return out
+
+
+def runs_ratio(
+    base: Sequence[np.ndarray],
+    other: Sequence[np.ndarray],
+    stat: str = "p50",
+    *,
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    """``runs_point(other) / runs_point(base)`` with its interval (each side a list of runs).
+
+    The sides are resampled independently by :func:`runs_distribution`;
+    one run per side gives the same interval as :func:`ratio` without groups.
+    """
+    a, b = runs_point(base, stat), runs_point(other, stat)
+    da = runs_distribution(base, stat, resamples=resamples, seed=seed)
+    db = runs_distribution(other, stat, resamples=resamples, seed=seed + 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return _interval(b / a if a else float("nan"), db / da, level)
 

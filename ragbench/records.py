@@ -67,7 +67,7 @@ __all__ = [
     "pareto",
     "read_records",
     "iter_records",
-    "read_benchmark_json",
+    "read_benchmark_runs",
     "records_of",
 ]
 
@@ -269,37 +269,81 @@ def read_records(path: str | PathLike[str]) -> list[dict[str, Any]]:
     return [rec for _, rec in iter_records(path)]
 
 
-def read_benchmark_json(path: str | PathLike[str]) -> dict[str, Any] | None:
-    """A pytest-benchmark JSON file (``--benchmark-json``) as its document; None for anything else.
+_EXPECTED = (
+    "expected ragbench JSON lines (one record per line) or a pytest-benchmark file "
+    "(--benchmark-json: one document per run, one after another)"
+)
 
-    An indented document (first line ``{`` alone) is parsed whole; otherwise
-    only the first line is (a one-line document, or the first of JSON lines).
-    The document is returned when it holds a ``benchmarks`` list.
+
+def read_benchmark_runs(path: str | PathLike[str]) -> list[dict[str, Any]] | None:
+    """Every run in a pytest-benchmark JSON file, in order; None for anything else.
+
+    A run is one ``--benchmark-json`` document (a JSON object with a
+    ``benchmarks`` list). A file holds one (pytest-benchmark writes it
+    indented), or several one after another: one per line (JSON lines) or
+    concatenated as written (``cat run.json >> side.json``). The file is read
+    as one when its first line is ``{`` alone or begins a document with a
+    ``benchmarks`` list; a document that is not valid JSON or not a run then
+    raises :class:`DatasetError` naming the file and the line it starts on.
     """
     p = os.fspath(path)
     with open_regular(p, limit_bytes=RESULTS_LIMIT, what="results file") as fh:
-        first, where = b"", p
-        for n, line in enumerate(fh, 1):
+        first = b""
+        for line in fh:
             if line.strip():
-                first, where = line, f"{p}:{n}"
+                first = line
                 break
-        # a JSON line holds a whole object; an indented document starts with "{" alone
-        if first.strip() == b"{":
-            first, where = first + fh.read(), p
-    doc, problem = _parse(first, where)
-    if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
-        return doc
-    if where == p and first.strip():  # a whole document that is not a pytest-benchmark one
-        what = (
-            f"not valid JSON ({problem})"
-            if problem
-            else "a JSON document without a benchmarks list"
-        )
-        raise DatasetError(
-            f"{p}: {what}; expected ragbench JSON lines (one record per line) or a "
-            "pytest-benchmark file (--benchmark-json)"
-        )
-    return None
+        # an indented document starts with "{" alone; a JSON line holds a whole one
+        if first.strip() != b"{" and not _is_run(_first_value(first)):
+            return None
+        text = first + fh.read()
+    return _benchmark_documents(text, p)
+
+
+def _first_value(line: bytes) -> Any:
+    """The first JSON value on ``line`` (more may follow it), or None when it does not start with one."""
+    try:
+        return json.JSONDecoder().raw_decode(line.decode("utf-8").lstrip())[0]
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def _is_run(doc: Any) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list)
+
+
+def _benchmark_documents(data: bytes, p: str) -> list[dict[str, Any]]:
+    """The JSON documents of ``data`` one after another, each checked to be a pytest-benchmark run."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DatasetError(f"{p}: not UTF-8; {_EXPECTED}") from None
+    decoder, at = json.JSONDecoder(), 0
+    docs: list[dict[str, Any]] = []
+    while True:
+        blank = _WHITESPACE.match(text, at)
+        at = blank.end() if blank else at
+        if at == len(text):
+            return docs
+        where = f"{p}:{text.count(chr(10), 0, at) + 1}"
+        try:
+            doc, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(
+                f"{where}: run {len(docs) + 1} is not valid JSON ({exc.msg}); {_EXPECTED}"
+            ) from None
+        except RecursionError:
+            raise DatasetError(f"{where}: a JSON document nested too deeply to read") from None
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise DatasetError(f"{where}: a value cannot be read ({exc})") from None
+        if not _is_run(doc):
+            raise DatasetError(
+                f"{where}: run {len(docs) + 1} is a JSON document without a benchmarks list; {_EXPECTED}"
+            )
+        docs.append(doc)
+
+
+_WHITESPACE = re.compile(r"[ \t\r\n]*")
 
 
 class Collector:

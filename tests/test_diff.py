@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -265,3 +266,228 @@ def test_sweep_and_load_repeat_keep_repetitions(tmp_path: Path, capsys) -> None:
     assert load["repeats"] == 2 and load["scheduled"] == 40
     lo, hi = load["response_p50_us_ci"]
     assert lo <= load["response_p50_us"] <= hi
+
+
+# ------------------------------------------------- runs weigh the same; every run in a file
+
+
+#: Each run's speed: the machine drifts between runs (a busier spell, CPU frequency).
+DRIFT = (1.0, 1.2, 1.1)
+#: The slowdown planted in side B, against which the reading is checked.
+PLANTED = 1.30
+
+
+def _bench_doc(rng: np.random.Generator, rounds: int, speed: float) -> dict[str, Any]:
+    """A pytest-benchmark run (``--benchmark-save-data``): ``rounds`` raw timings in s, ~50 µs."""
+    data = (rng.lognormal(0.0, 0.05, rounds) * 50e-6 * speed).tolist()
+    stats = {"median": float(np.median(data)), "mean": float(np.mean(data)), "rounds": rounds}
+    return {
+        "machine_info": {
+            "cpu": {"brand_raw": "cpu"},
+            "python_version": "3.11",
+            "python_implementation": "CPython",
+        },
+        "benchmarks": [
+            {
+                "name": "test_x",
+                "fullname": "bench/test_a.py::test_x",
+                "stats": {**stats, "data": data},
+                "extra_info": {},
+            }
+        ],
+    }
+
+
+def _run_rec(rng: np.random.Generator, requests: int, speed: float) -> dict[str, Any]:
+    """A real run record (the shipped compare) with ``requests`` fresh samples per stage, x ``speed``."""
+    rec = next(r for r in read_records(SHIPPED) if r["kind"] == "run")
+    rec["samples_ns"] = {
+        stage: np.rint(rng.lognormal(0.0, 0.05, requests) * np.median(v) * speed)
+        .astype(int)
+        .tolist()
+        for stage, v in rec["samples_ns"].items()
+    }
+    rec["requests"] = requests
+    return rec
+
+
+def _write_side(path: Path, docs: list[dict[str, Any]], layout: str) -> None:
+    if layout == "json-lines":  # one compact document per line, as --out appends records
+        path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    else:  # concatenated as pytest-benchmark writes them: `cat run.json >> side.json`
+        path.write_text("".join(json.dumps(d, indent=4) for d in docs))
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "docs/findings/data/compare-pydocs.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("kind", "layout"),
+    [
+        ("pytest-benchmark", "json-lines"),
+        ("pytest-benchmark", "concatenated"),
+        ("ragbench", "json-lines"),
+    ],
+)
+def test_diff_weighs_each_run_the_same_whatever_its_size(
+    tmp_path: Path, capsys, kind: str, layout: str
+) -> None:
+    """A planted 1.30x slowdown, with the big run on A's fast spell and on B's slow one.
+
+    Pooling the raw samples let the 16 864-round run outvote the 28-round ones:
+    it read 1.56 (and first-run-only reading, 1.56 too); each run weighing the same reads 1.30.
+    """
+    rng = np.random.default_rng(26)
+    big = 16_864 if kind == "pytest-benchmark" else 2_000
+    sizes = {"a": (big, 28, 28), "b": (28, big, 28)}
+    make = _bench_doc if kind == "pytest-benchmark" else _run_rec
+    for side, factor in (("a", 1.0), ("b", PLANTED)):
+        runs = [make(rng, n, d * factor) for n, d in zip(sizes[side], DRIFT, strict=True)]
+        _write_side(tmp_path / f"{side}.json", runs, layout)
+    out = tmp_path / "d.jsonl"
+    code, stdout, err = cli(
+        capsys, "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(out)
+    )
+    assert code in (0, 1), err
+    total = next(r for r in read_records(out) if r["part"] in ("total", "latency"))
+    assert (total["a_runs"], total["b_runs"]) == (3, 3)
+    assert total["ratio"] == pytest.approx(PLANTED, rel=0.03)
+    assert total["ratio_low"] <= PLANTED <= total["ratio_high"]
+    assert "single run" not in stdout
+    assert "every run weighs the same" in stdout
+
+
+def test_a_pytest_benchmark_file_of_several_runs_is_read_run_by_run(
+    pytester: pytest.Pytester, capsys
+) -> None:
+    """Three real pytest-benchmark runs per file, as JSON lines or concatenated: three runs each."""
+    pytester.makepyfile(
+        """
+        import json
+
+        def test_encode(benchmark):
+            benchmark(json.dumps, {"n": list(range(50))})
+        """
+    )
+    docs = []
+    for i in range(3):
+        path = pytester.path / f"run{i}.json"
+        result = pytester.runpytest_subprocess(
+            "-p",
+            "no:cacheprovider",
+            f"--benchmark-json={path}",
+            "--benchmark-save-data",
+            "--benchmark-max-time=0.02",
+        )
+        result.assert_outcomes(passed=1)
+        docs.append(path.read_text())  # indented, as pytest-benchmark writes it
+    lines, joined = pytester.path / "lines.jsonl", pytester.path / "joined.json"
+    lines.write_text("".join(json.dumps(json.loads(d)) + "\n" for d in docs))
+    joined.write_text("".join(docs))
+    capsys.readouterr()
+    for a, b in ((lines, joined), (joined, lines)):
+        out = pytester.path / "d.jsonl"
+        out.unlink(missing_ok=True)
+        code, stdout, err = cli(capsys, "diff", str(a), str(b), "--out", str(out))
+        assert code in (0, 1), err
+        (rec,) = read_records(out)
+        assert (rec["a_runs"], rec["b_runs"]) == (3, 3)
+        assert "single run" not in stdout
+        # the same runs on both sides: the same value
+        assert rec["a"] == rec["b"] and rec["ratio"] == 1.0
+    code, stdout, err = cli(capsys, "report", str(joined))
+    assert code == 0, err
+    assert [f"{joined} run {i}" in stdout for i in (1, 2, 3)] == [True] * 3
+
+
+@pytest.mark.parametrize(
+    ("tail", "needle"),
+    [
+        ('{"benchmarks": [', "run 3 is not valid JSON"),
+        ('{"results": []}', "run 3 is a JSON document without a benchmarks list"),
+    ],
+)
+def test_a_malformed_run_in_a_pytest_benchmark_file_is_one_line_naming_it(
+    tmp_path: Path, capsys, tail: str, needle: str
+) -> None:
+    rng = np.random.default_rng(1)
+    good = [_bench_doc(rng, 50, 1.0) for _ in range(2)]
+    path = tmp_path / "a.json"
+    path.write_text("".join(json.dumps(d, indent=2) + "\n" for d in good) + tail + "\n")
+    start = len(path.read_text().splitlines())  # the torn run starts on the last line
+    ok = tmp_path / "ok.json"
+    _write_side(ok, good, "json-lines")
+    for argv in (["diff", str(path), str(ok)], ["report", str(path)]):
+        code, out, err = cli(capsys, *argv)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert f"{path}:{start}: {needle}" in err and "pytest-benchmark" in err
+
+
+def _table_and_reading(stdout: str) -> tuple[dict[tuple[str, str], str], list[str]]:
+    """{(configuration, part): verdict} from the table, and the reading's lines after it."""
+    verdicts = {}
+    for line in stdout.splitlines():
+        if line.startswith("│"):
+            cells = [c.strip() for c in line.strip("│").split("│")]
+            verdicts[cells[0], cells[1]] = cells[6]
+    reading = [line for line in stdout.splitlines() if line.startswith("flat/json: ")]
+    return verdicts, reading
+
+
+def _check_one_rule(verdicts: dict[tuple[str, str], str], line: str) -> None:
+    """The reading says what the table's verdicts say, in the one rule's words."""
+    words = {"slower": "× slower than A", "faster": "× faster than A"}
+    total, _, largest = line.removeprefix("flat/json: ").partition("; the largest sure change is ")
+    said = verdicts["flat/json", "total"]
+    assert (words.get(said) or "no detectable difference") in total, (said, line)
+    sure = [p for (_, p), v in verdicts.items() if p != "total" and v in words]
+    named = largest.split(":")[0]
+    assert (named in sure) if sure else not largest, (sure, line)
+
+
+def _sides(tmp_path: Path, scale: dict[str, float]) -> tuple[str, str]:
+    """A: one run; B: one run with each stage of ``scale`` that much slower (fresh noise each)."""
+    rng = np.random.default_rng(7)
+    a, b = _run_rec(rng, 2_000, 1.0), _run_rec(rng, 2_000, 1.0)
+    for stage, factor in scale.items():
+        b["samples_ns"][stage] = [round(x * factor) for x in b["samples_ns"][stage]]
+    (tmp_path / "a.jsonl").write_text(json.dumps(a) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps(b) + "\n")
+    return str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+
+
+def test_a_change_inside_the_threshold_is_not_called_sure_anywhere(tmp_path: Path, capsys) -> None:
+    """deserialize 3 % slower: an interval that excludes 1 but not the 5 % threshold band.
+
+    The table said "no detectable difference (within threshold)" while the reading
+    called it "the largest sure change"; one rule now says no detectable difference.
+    """
+    a, b = _sides(tmp_path, {"deserialize": 1.03})
+    out = tmp_path / "d.jsonl"
+    code, stdout, err = cli(capsys, "diff", a, b, "--out", str(out))
+    assert code == 0, err
+    row = next(r for r in read_records(out) if r["part"] == "deserialize")
+    assert 1.0 < row["ratio_low"] < 1.05  # the case: outside the noise, inside the threshold
+    verdicts, (line,) = _table_and_reading(stdout)
+    assert verdicts["flat/json", "deserialize"] == "no detectable difference"
+    assert "sure change" not in line
+    assert line.startswith("flat/json: no detectable difference (B / A ")
+    _check_one_rule(verdicts, line)
+    code, report, err = cli(capsys, "report", str(out))  # the saved diff reads the same
+    assert code == 0 and line in report.splitlines(), err
+
+
+def test_the_largest_sure_change_is_the_stage_that_moved_the_most_time(
+    tmp_path: Path, capsys
+) -> None:
+    """retrieve 1.5x (~230 µs more) and the stub generate stage 3x (~5 µs) on a busy machine.
+
+    Ranked by ratio, the stub stage was named the largest sure change.
+    """
+    a, b = _sides(tmp_path, {"retrieve": 1.5, "generate": 3.0})
+    code, stdout, err = cli(capsys, "diff", a, b)
+    assert code == 1, err
+    verdicts, (line,) = _table_and_reading(stdout)
+    assert verdicts["flat/json", "generate"] == verdicts["flat/json", "retrieve"] == "slower"
+    assert "; the largest sure change is retrieve: B 1.5" in line
+    _check_one_rule(verdicts, line)

@@ -11,7 +11,7 @@ import pytest
 
 from ragbench import intervals, reading
 from ragbench.config import load_config
-from ragbench.diff import DiffRow
+from ragbench.diff import DiffRow, verdict
 from ragbench.report import Report
 
 N = 201  # requests per hand-built run
@@ -241,7 +241,8 @@ def test_load_names_sustained_levels_and_capacity() -> None:
 
 
 def row(part: str, value: float, low: float, high: float, key: str = "hnsw/json") -> DiffRow:
-    return DiffRow(key, part, 1.0, value, intervals.Interval(value, low, high), "")
+    iv = intervals.Interval(value, low, high)
+    return DiffRow(key, part, 1.0, value, iv, verdict(iv, 0.05))
 
 
 def test_diff_says_the_total_verdict_and_the_largest_sure_change() -> None:
@@ -257,8 +258,8 @@ def test_diff_says_the_total_verdict_and_the_largest_sure_change() -> None:
         "B 2.00× faster than A [1.82, 2.22]"
     ]
     lines = reading.diff_reading([row("total", 1.01, 0.97, 1.05)])
-    assert lines[0] == "hnsw/json: no sure difference (B / A 1.01 [0.97, 1.05])"
-    assert lines[1].startswith("WARNING: every difference is within noise")
+    assert lines[0] == "hnsw/json: no detectable difference (B / A 1.01 [0.97, 1.05])"
+    assert lines[1].startswith("WARNING: no sure difference anywhere")
 
 
 # ---------------------------------------------------------------- the chart

@@ -10,7 +10,7 @@ import click
 
 from ..errors import ConfigError
 from ..reading import diff_reading, reading
-from ..records import RecordWriter, iter_records, read_benchmark_json
+from ..records import RecordWriter, iter_records, read_benchmark_runs
 from ..rendering import (
     FORMATS,
     STATS,
@@ -57,13 +57,14 @@ def report(files: Sequence[str], fmt: str, stat: str, plot: str | None) -> None:
     where: list[str] = []
     tables = []
     for f in files:
-        doc = read_benchmark_json(f)
-        if doc is not None:
+        docs = read_benchmark_runs(f)
+        if docs is not None:
             if fmt != "table":
                 raise ConfigError(
                     f"{f} is a pytest-benchmark file: it renders as --format table only"
                 )
-            tables.append(benchmark_table(doc, f))
+            for i, doc in enumerate(docs, 1):  # one table per run the file holds
+                tables.append(benchmark_table(doc, f if len(docs) == 1 else f"{f} run {i}"))
             continue
         for n, rec in iter_records(f):
             records.append(rec)

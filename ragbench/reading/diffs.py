@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 from .. import intervals
+from ..diff import FASTER, SAME, SURE
 from ..record_schema import DiffRecord, need, read_struct
-from .common import SUGGESTED_REPEAT, Records, within_noise
+from .common import SUGGESTED_REPEAT, Records
 
 __all__ = [
     "diff_reading",
@@ -19,7 +19,12 @@ __all__ = [
 def diff_reading(rows: Iterable[Any]) -> list[str]:
     """The total's verdict per configuration, the largest sure stage change, and a noise warning.
 
-    ``rows`` are :class:`ragbench.diff.DiffRow` (``key``, ``part``, ``ratio``, ``verdict``).
+    ``rows`` are :class:`ragbench.diff.DiffRow` (``key``, ``part``, ``a``, ``b``,
+    ``ratio``, ``verdict``). The verdicts decide (:func:`ragbench.diff.verdict`,
+    the one rule): a change is sure when its verdict is slower or faster, and
+    only such a stage is named. The largest is the one that moved the most
+    time (B - A), so a stage of a few ns doubling on a busy machine is not
+    named over the stage that added milliseconds.
     """
     rows = list(rows)
     lines = []
@@ -27,16 +32,26 @@ def diff_reading(rows: Iterable[Any]) -> list[str]:
         mine = [r for r in rows if r.key == key]
         total = next((r for r in mine if r.part in ("total", "latency")), mine[0])
         lines.append(f"{key}: {_diff_text(total)}")
-        sure = [r for r in mine if r is not total and not within_noise(r.ratio)]
+        sure = [r for r in mine if r is not total and _sure(r)]
         if sure:
-            big = max(sure, key=lambda r: abs(math.log(r.ratio.value)) if r.ratio.value > 0 else 0)
+            big = max(sure, key=_moved)
             lines[-1] += f"; the largest sure change is {big.part}: {_diff_text(big)}"
-    if rows and all(within_noise(r.ratio) for r in rows):
+    if rows and not any(_sure(r) for r in rows):
         lines.append(
-            "WARNING: every difference is within noise; record each side with "
-            f"--repeat {SUGGESTED_REPEAT} (or several runs into one file)"
+            "WARNING: no sure difference anywhere; if a change is expected, record each side "
+            f"with --repeat {SUGGESTED_REPEAT} (or several runs into one file)"
         )
     return lines
+
+
+def _sure(row: Any) -> bool:
+    return str(row.verdict) in SURE
+
+
+def _moved(row: Any) -> float:
+    """The time a row's change moved (|B - A|, ns); NaN values rank last."""
+    moved = abs(float(row.b) - float(row.a))
+    return moved if moved == moved else -1.0
 
 
 class _SavedRow:
@@ -45,6 +60,8 @@ class _SavedRow:
     def __init__(self, rec: DiffRecord) -> None:
         nan = float("nan")
         self.key, self.part = need(rec.key, "key"), need(rec.part, "part")
+        self.a = nan if rec.a is None else rec.a  # written as null when NaN
+        self.b = nan if rec.b is None else rec.b
         low = nan if rec.ratio_low is None else rec.ratio_low
         high = nan if rec.ratio_high is None else rec.ratio_high
         self.ratio = intervals.Interval(need(rec.ratio, "ratio"), low, high)
@@ -63,8 +80,8 @@ def _diff_text(row: Any) -> str:
     if iv.low != iv.low:  # the verdict says why: "no interval (no raw samples)", ...
         why = str(row.verdict).removeprefix("no interval (").removesuffix(")")
         return f"B / A {iv.value:.2f} (no interval: {why})"
-    if within_noise(iv):
-        return f"no sure difference (B / A {iv.value:.2f} [{iv.low:.2f}, {iv.high:.2f}])"
-    if iv.value < 1:
+    if not _sure(row):
+        return f"{SAME} (B / A {iv.value:.2f} [{iv.low:.2f}, {iv.high:.2f}])"
+    if row.verdict == FASTER:
         return f"B {1 / iv.value:.2f}× faster than A [{1 / iv.high:.2f}, {1 / iv.low:.2f}]"
     return f"B {iv.value:.2f}× slower than A [{iv.low:.2f}, {iv.high:.2f}]"
