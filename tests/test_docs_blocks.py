@@ -9,24 +9,34 @@ A page marks such a block with ``<!-- run -->`` on the line before its opening f
   command (comments allowed), run as ``python -m ragbench ...``; each must exit 0. Marked
   shell blocks use small sizes (``--queries`` of a few dozen), so this stays quick.
 
+- a ``yaml`` block is a CI job (a GitHub Actions step list): its steps run as CI would run
+  them, in a throwaway git repository holding a copy of this checkout as the pull request's
+  base and a head commit on it (``tools/recipe_detection.py``, which also measures the job),
+  with the small sizes ``CI_SIZES`` in place of the job's ``env``; the job must pass, and
+  each side's records must come from its own commit.
+
 The README's Python API block and the service of "Timing your own service" are run by
 ``tests/test_configs_shipped.py`` and ``tests/test_middleware.py``.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import NamedTuple
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+TOOL = ROOT / "tools" / "recipe_detection.py"
 MARK = "<!-- run -->"
 BLOCK = re.compile(r"^<!-- run -->\n```(?P<lang>[a-z]*)[^\n]*\n(?P<code>.*?)^```$", re.M | re.S)
 
@@ -67,7 +77,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def test_the_marked_blocks_are_found() -> None:
     langs = [b.lang for b in BLOCKS]
     assert langs.count("python") >= 1 and langs.count("sh") >= 3, BLOCKS
-    assert set(langs) <= {"python", "sh"}, langs
+    assert langs.count("yaml") >= 1, BLOCKS
+    assert set(langs) <= {"python", "sh", "yaml"}, langs
 
 
 def test_a_mark_without_a_block_is_refused(tmp_path: Path) -> None:
@@ -96,6 +107,9 @@ def test_marked_block_runs(block: Block, tmp_path: Path) -> None:
     here = tmp_path / "reader"
     here.mkdir()
     env = _env(tmp_path)
+    if block.lang == "yaml":
+        _run_ci_job(block, tmp_path)
+        return
     if block.lang == "python":
         script = here / "example.py"
         script.write_text(block.code, encoding="utf-8")
@@ -120,3 +134,39 @@ def test_marked_block_runs(block: Block, tmp_path: Path) -> None:
         )
         assert done.returncode == 0, f"ragbench {shlex.join(args)}\n{done.stderr[-3000:]}"
         assert done.stdout.strip(), f"ragbench {shlex.join(args)} printed nothing"
+
+
+#: The sizes a marked CI job runs with here (its own ``env`` sets the measured ones).
+CI_SIZES = {"RUNS": "2", "QUERIES": "20", "REPEAT": "2"}
+
+
+def _recipe_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("recipe_detection", TOOL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["recipe_detection"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_ci_job(block: Block, tmp_path: Path) -> None:
+    """The job's steps on a base commit and a head commit of this checkout's code."""
+    tool = _recipe_tool()
+    steps = tool.steps_of(block.code)
+    shas = tool.make_origin(tmp_path / "origin")
+    env = {**_env(tmp_path), **CI_SIZES}
+    del env["PYTHONPATH"]  # each checkout runs its own code, as in CI
+    checkout, done = tool.run_job(
+        steps, tmp_path / "origin", shas["base"], shas["same"], tmp_path, env
+    )
+    where = f"{block.page}:{block.line}"
+    assert len(done) == len(steps), f"{where}: {done[-1].args}\n{done[-1].stderr[-3000:]}"
+    assert all(p.returncode == 0 for p in done[:-1]), f"{where}\n{done[-1].stderr[-3000:]}"
+    # the last step is the diff: 0, or 1 when 20 requests read a change beyond 5 %
+    assert done[-1].returncode in (0, 1) and "B / A" in done[-1].stdout, done[-1].stderr[-3000:]
+    for side, sha in (("base", shas["base"]), ("head", shas["same"])):
+        records = [
+            json.loads(line) for line in (checkout / f"{side}.jsonl").read_text().splitlines()
+        ]
+        assert len(records) == 2 * int(CI_SIZES["RUNS"]), f"{side}: one record per index per run"
+        assert {r["env"]["git_revision"] for r in records} == {sha}, f"{side} ran other code"

@@ -1,0 +1,356 @@
+"""Measure the CI recipe of ``docs/how-to/comparing-runs.md`` on this machine.
+
+The page's CI job (its ``<!-- run -->`` YAML block) is run as written, in a throwaway
+git repository holding a copy of this checkout: ``base`` is the copy, ``head`` the same
+copy with either nothing changed (an A/A pair: the verdict must be *no difference*, exit 0)
+or one stage planted slower by a known fraction (the serialize stage, every call
+``1 + SLOWDOWN`` times as long: ``ragbench diff`` must exit 1 with that stage *slower*).
+Each trial appends one JSON line to ``--out``; ``--summary FILE`` prints the counts::
+
+    .venv/bin/python tools/recipe_detection.py --trials 10 --out results.jsonl
+    .venv/bin/python tools/recipe_detection.py --summary results.jsonl
+
+``--runs/--queries/--repeat`` override the job's ``env`` (the sizes it documents);
+``--prefixes 3,4`` also diffs the first 3 and 4 runs of each side of every trial (the same
+job with fewer runs, for free). The trials of both kinds alternate, so the machine's load
+reaches both alike; each line records the load average before and after. ``--budget-min``
+bounds the wall time: no trial starts that the mean trial time says would end past it.
+``tests/test_docs_blocks.py`` runs every marked YAML block of the docs, with small sizes,
+through :func:`make_origin` and :func:`run_job`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "how-to" / "comparing-runs.md"
+YAML_BLOCK = re.compile(r"^<!-- run -->\n```yaml\n(?P<code>.*?)^```$", re.M | re.S)
+BASE_SHA = re.compile(r"\$\{\{\s*github\.event\.pull_request\.base\.sha\s*\}\}")
+STAGE = "serialize"
+SCHEMA = "ragbench.recipe-detection/1"
+
+# Appended to the head copy's ragbench/pipeline/stages.py: every serialize call spins until it
+# has taken (1 + SLOWDOWN) times its own time, so the stage is that much slower whatever the load.
+PLANT = """
+
+# planted by tools/recipe_detection.py: the serialize stage {factor:.2f} times as slow
+def _planted(call):
+    from time import perf_counter_ns
+
+    def slowed(self, ctx):
+        t0 = perf_counter_ns()
+        call(self, ctx)
+        end = t0 + int((perf_counter_ns() - t0) * {factor!r})
+        while perf_counter_ns() < end:
+            pass
+
+    return slowed
+
+
+SerializeStage.__call__ = _planted(SerializeStage.__call__)
+"""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the CI job: its name, its ``env`` and its shell script."""
+
+    name: str
+    env: dict[str, str]
+    script: str
+
+
+def ci_steps(page: Path = PAGE) -> list[Step]:
+    """The steps of the page's one marked YAML block (a GitHub Actions step list)."""
+    found = YAML_BLOCK.findall(page.read_text(encoding="utf-8"))
+    if len(found) != 1:
+        raise ValueError(f"{page}: expected one <!-- run --> yaml block, found {len(found)}")
+    return steps_of(found[0])
+
+
+def steps_of(code: str) -> list[Step]:
+    """The steps of a GitHub Actions step list (YAML text): each needs a name and a run script."""
+    import yaml
+
+    return [
+        Step(s["name"], {k: str(v) for k, v in (s.get("env") or {}).items()}, s["run"])
+        for s in yaml.safe_load(code)
+    ]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    who = ["-c", "user.name=recipe", "-c", "user.email=recipe@example.invalid"]
+    done = subprocess.run(
+        ["git", *who, *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=120
+    )
+    return done.stdout.strip()
+
+
+def make_origin(where: Path) -> dict[str, str]:
+    """A git repository at ``where``: this checkout's code as ``base``, two heads on it.
+
+    Returns ``{"base": sha, "same": sha, "planted": sha}`` -- ``same`` changes a comment only,
+    ``planted`` is made by :func:`plant` later (one per slowdown).
+    """
+    where.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
+    shutil.copytree(ROOT / "ragbench", where / "ragbench", ignore=ignore)
+    shutil.copytree(ROOT / "bench" / "configs", where / "bench" / "configs", ignore=ignore)
+    (where / "datasets").symlink_to(ROOT / "datasets")  # 4.6 MB the runs only read
+    _git(where, "init", "-q", "-b", "main")
+    _git(where, "add", "-A")
+    _git(where, "commit", "-q", "-m", "base")
+    shas = {"base": _git(where, "rev-parse", "HEAD")}
+    init = where / "ragbench" / "__init__.py"
+    init.write_text(init.read_text(encoding="utf-8") + "\n# head: unchanged code\n")
+    _git(where, "commit", "-q", "-am", "head: a comment")
+    shas["same"] = _git(where, "rev-parse", "HEAD")
+    return shas
+
+
+def plant(origin: Path, base: str, slowdown: float) -> str:
+    """A commit on ``base`` whose serialize stage is ``1 + slowdown`` times as slow; its sha."""
+    _git(origin, "checkout", "-q", "-B", f"planted-{slowdown}", base)
+    stages = origin / "ragbench" / "pipeline" / "stages.py"
+    stages.write_text(stages.read_text(encoding="utf-8") + PLANT.format(factor=1 + slowdown))
+    _git(origin, "commit", "-q", "-am", f"head: serialize {slowdown:.0%} slower")
+    sha = _git(origin, "rev-parse", "HEAD")
+    _git(origin, "checkout", "-q", "main")
+    return sha
+
+
+def run_job(
+    steps: Sequence[Step],
+    origin: Path,
+    base: str,
+    head: str,
+    where: Path,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
+    """Run the job as CI would: ``where/head`` checked out at ``head``, base at ``base``.
+
+    ``.venv`` in the checkout is this interpreter's environment; ``env`` overrides the
+    steps' own. Stops at the first step that exits non-zero. Returns the checkout and
+    the finished steps.
+    """
+    checkout = where / "head"
+    _git(where, "clone", "-q", "--no-hardlinks", str(origin), str(checkout))
+    _git(checkout, "checkout", "-q", head)
+    (checkout / ".venv").symlink_to(Path(sys.prefix))
+    done = []
+    for step in steps:
+        script = BASE_SHA.sub(base, step.script)
+        if "${{" in script:
+            raise ValueError(f"step {step.name!r}: an expression this runner cannot fill in")
+        full_env = {**os.environ, **step.env, **(env or {})}
+        full_env.pop("PYTHONPATH", None)  # each checkout runs its own code
+        proc = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", script],
+            cwd=checkout,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        done.append(proc)
+        if proc.returncode != 0:
+            break
+    return checkout, done
+
+
+def _diff(checkout: Path, a: Path, b: Path, out: Path) -> int:
+    """``ragbench diff A B --threshold 5% --out OUT`` (the job's own diff step), its exit status."""
+    cmd = [sys.executable, "-m", "ragbench", "diff", str(a), str(b), "--threshold", "5%"]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out)], cwd=checkout, capture_output=True, text=True, timeout=600
+    )
+    return proc.returncode
+
+
+def _verdicts(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def _outcome(code: int, rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """What one diff said: exit status, rows read *slower*, the stage's ratios, passed or not."""
+    slower = [f"{r['key']}/{r['part']}" for r in rows if r["verdict"] == "slower"]
+    stage = {
+        r["key"]: [round(r[k], 4) for k in ("ratio", "ratio_low", "ratio_high")]
+        for r in rows
+        if r["part"] == STAGE
+    }
+    total = {
+        r["key"]: [round(r[k], 4) for k in ("ratio", "ratio_low", "ratio_high")]
+        for r in rows
+        if r["part"] == "total"
+    }
+    caught = code == 1 and any(s.endswith(f"/{STAGE}") for s in slower)
+    passed = code == 0 if kind == "aa" else caught
+    return {
+        "exit": code,
+        "passed": passed,
+        "slower": slower,
+        "stage_ratio": stage,
+        "total_ratio": total,
+    }
+
+
+def _prefix(checkout: Path, runs: int, kind: str) -> dict[str, Any]:
+    """The job's diff over the first ``runs`` compare processes of each side."""
+    cut = {}
+    for side in ("base", "head"):
+        lines = (checkout / f"{side}.jsonl").read_text(encoding="utf-8").splitlines()
+        per_run = len({json.loads(line)["label"] for line in lines})
+        cut[side] = checkout / f"{side}-{runs}.jsonl"
+        cut[side].write_text("\n".join(lines[: runs * per_run]) + "\n", encoding="utf-8")
+    out = checkout / f"diff-{runs}.jsonl"
+    code = _diff(checkout, cut["base"], cut["head"], out)
+    return _outcome(code, _verdicts(out), kind)
+
+
+def _provenance() -> dict[str, Any]:
+    """The checkout measured: HEAD, the last commit of diff.py, whether diff.py has edits."""
+    head = _git(ROOT, "rev-parse", "--short", "HEAD")
+    diff_commit = _git(ROOT, "log", "-1", "--format=%h", "--", "ragbench/diff.py")
+    dirty = bool(_git(ROOT, "status", "--porcelain", "--", "ragbench/diff.py"))
+    return {"checkout": head, "diff_py_commit": diff_commit, "diff_py_edited": dirty}
+
+
+def _trial(
+    steps: Sequence[Step],
+    origin: Path,
+    shas: Mapping[str, str],
+    kind: str,
+    sizes: Mapping[str, str],
+    prefixes: Sequence[int],
+) -> list[dict[str, Any]]:
+    """One job run (A/A or planted) and its records: the job's own, then each prefix's."""
+    head = shas["same"] if kind == "aa" else shas["planted"]
+    load0, t0 = os.getloadavg(), time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="recipe-") as tmp:
+        checkout, done = run_job(steps, origin, shas["base"], head, Path(tmp), sizes)
+        seconds = time.monotonic() - t0
+        if len(done) < len(steps) or done[-1].returncode not in (0, 1):  # 1: diff's "slower"
+            raise RuntimeError(f"the job failed:\n{done[-1].stderr[-3000:]}")
+        code = done[-1].returncode
+        own = _outcome(code, _verdicts(checkout / "diff.jsonl"), kind)
+        runs = int(sizes["RUNS"])
+        derived = [(r, _prefix(checkout, r, kind)) for r in prefixes if r < runs]
+    common = {
+        "schema": SCHEMA,
+        "kind": kind,
+        "stage": STAGE,
+        "queries": int(sizes["QUERIES"]),
+        "repeat": int(sizes["REPEAT"]),
+        "load_before": round(load0[0], 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "seconds": round(seconds, 1),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **_provenance(),
+    }
+    out = [{**common, "runs": runs, "prefix_of": None, **own}]
+    out += [{**common, "runs": r, "prefix_of": runs, **o} for r, o in derived]
+    return out
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Run ``args.trials`` A/A and planted trials alternately, appending to ``args.out``."""
+    steps = ci_steps()
+    sizes = {**next(s.env for s in steps if s.env)}
+    for key in ("runs", "queries", "repeat"):
+        if getattr(args, key) is not None:
+            sizes[key.upper()] = str(getattr(args, key))
+    start, took = time.monotonic(), []
+    with tempfile.TemporaryDirectory(prefix="recipe-origin-") as tmp:
+        origin = Path(tmp) / "origin"
+        shas = make_origin(origin)
+        shas["planted"] = plant(origin, shas["base"], args.slowdown)
+        for i in range(args.trials):
+            for kind in ("aa", "planted") if i % 2 == 0 else ("planted", "aa"):
+                mean = sum(took) / len(took) if took else 0.0
+                if time.monotonic() - start + mean > args.budget_min * 60:
+                    print(f"budget reached after {len(took)} trials", file=sys.stderr)
+                    return
+                t0 = time.monotonic()
+                records = _trial(steps, origin, shas, kind, sizes, args.prefixes)
+                for rec in records:
+                    rec["slowdown"] = args.slowdown if kind == "planted" else 0.0
+                with open(args.out, "a", encoding="utf-8") as fh:
+                    fh.writelines(json.dumps(r) + "\n" for r in records)
+                took.append(time.monotonic() - t0)
+                print(f"{kind} runs={sizes['RUNS']}: exit {records[0]['exit']}", file=sys.stderr)
+
+
+def summary(path: Path) -> list[dict[str, Any]]:
+    """Per job size (runs, queries, repeat): A/A pairs passed and planted slowdowns caught."""
+    groups: dict[tuple[int, int, int, float], dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        key = (rec["runs"], rec["queries"], rec["repeat"], rec["prefix_of"] or 0)
+        g = groups.setdefault(key, {"aa": [0, 0], "planted": [0, 0], "load": [], "slowdown": 0})
+        g[rec["kind"]][0] += rec["passed"]
+        g[rec["kind"]][1] += 1
+        g["load"] += [rec["load_before"], rec["load_after"]]
+        g["slowdown"] = max(g["slowdown"], rec["slowdown"])
+    return [
+        {
+            "runs": runs,
+            "queries": q,
+            "repeat": rep,
+            "prefix_of": of or None,
+            "aa_passed": g["aa"][0],
+            "aa_trials": g["aa"][1],
+            "caught": g["planted"][0],
+            "planted_trials": g["planted"][1],
+            "slowdown": g["slowdown"],
+            "load_min": min(g["load"]),
+            "load_max": max(g["load"]),
+        }
+        for (runs, q, rep, of), g in sorted(groups.items())
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, help="Append one JSON line per trial here.")
+    p.add_argument("--summary", type=Path, help="Print the counts of a results file and exit.")
+    p.add_argument("--trials", type=int, default=10, help="A/A pairs, and as many planted.")
+    p.add_argument("--slowdown", type=float, default=0.2, help="Planted: 0.2 = 20 %% slower.")
+    p.add_argument("--runs", type=int, help="Compare processes per side (the job's RUNS).")
+    p.add_argument("--queries", type=int, help="The job's QUERIES.")
+    p.add_argument("--repeat", type=int, help="The job's REPEAT.")
+    p.add_argument(
+        "--prefixes",
+        type=lambda s: [int(x) for x in s.split(",") if x],
+        default=[],
+        help="Also diff the first N runs of each side, e.g. 3,4.",
+    )
+    p.add_argument("--budget-min", type=float, default=28.0, help="Wall-time bound, minutes.")
+    args = p.parse_args(argv)
+    if args.summary:
+        for row in summary(args.summary):
+            print(json.dumps(row))
+        return 0
+    if args.out is None:
+        p.error("--out is needed to measure")
+    measure(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
