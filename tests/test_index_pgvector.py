@@ -25,10 +25,13 @@ import pgshared
 import psutil
 import psycopg
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import ragbench as rb
 from ragbench.errors import ConfigError, DimensionError, IndexServerError, NotBuiltError
 from ragbench.indexes import _pg_server
+from ragbench.indexes._pg_conn import redact, redact_message
 
 N, DIM, NQ = 3000, 32, 20
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,6 +301,70 @@ def test_bad_servers_fail_at_creation() -> None:
         rb.indexes.create("pgvector", dim=DIM, prepare="yes")
 
 
+def _libpq_quoted(value: str) -> str:
+    """``value`` as libpq writes a quoted keyword value: in single quotes, ``\\`` and ``'`` escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# a password of at least 6 characters, any printable ones (blanks, quotes, @ : / \\ included)
+_PASSWORDS = st.text(
+    alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF, blacklist_characters="\x7f"),
+    min_size=6,
+    max_size=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(password=_PASSWORDS, user=st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True))
+def test_redact_never_shows_any_part_of_a_password(password: str, user: str) -> None:
+    forms = [
+        f"host=127.0.0.1 port=1 user={user} password={_libpq_quoted(password)} dbname=d",
+        f"password={_libpq_quoted(password)}",
+        f"host=h sslpassword={_libpq_quoted(password)} user={user}",
+        f"postgresql://{user}:{password}@127.0.0.1:1/d",
+        f"postgres://{user}:{password}@h1:5432,h2:5433/d?sslmode=require",
+    ]
+    if not any(c.isspace() or c in "'\\" for c in password):  # libpq's bare values
+        forms.append(f"host=h password={password} user={user}")
+    for dsn in forms:
+        assume(password not in dsn.replace(password, "", 1))  # a password that is only there
+        shown = redact(dsn)
+        assert password not in shown and "***" in shown
+        # no 6-character piece of it either (what the old redaction left: "*** Secret Phrase'")
+        pieces = {password[i : i + 6] for i in range(len(password) - 5)}
+        assert not [p for p in pieces if p in shown and p not in dsn.replace(password, "")]
+        # a driver's message naming a misread part of it (libpq takes "@" for the host's start)
+        said = redact_message(f"cannot connect to {dsn}: host '{password[2:]}@h' unknown", dsn)
+        assert not [p for p in pieces if p in said and p not in dsn.replace(password, "")]
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=127.0.0.1 port=1 user=u password='a b\\' Secret Phrase' dbname=d",
+        "postgresql://pwuser:p@ss@Secret@127.0.0.1:1/d",
+    ],
+)
+def test_cli_errors_show_no_part_of_a_dsn_password(tmp_path: Path, dsn: str) -> None:
+    cfg = tmp_path / "pg.toml"
+    cfg.write_text(
+        '[dataset]\nname = "synthetic"\nn = 300\ndim = 16\nn_queries = 10\n'
+        '[embed]\nbackend = "hashing"\n'
+        f'[retrieve]\nbackend = "pgvector"\ndsn = {json.dumps(dsn)}\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "ragbench", "run", "-c", str(cfg), "--queries", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "cannot connect" in line and "***" in line
+    for piece in ("Secret", "Phrase", "p@ss", "ss@"):
+        assert piece not in line
+
+
 def test_pipeline_config_dsn_reaches_pgvector_only() -> None:
     cfg = {
         "dataset": {"name": "synthetic", "n": 300, "dim": 16, "n_queries": 10},
@@ -499,6 +566,7 @@ def test_the_non_root_path(folder_tmp: str) -> None:
     code = """
         import os, numpy as np, ragbench as rb
         from ragbench.indexes import _pg_server
+from ragbench.indexes._pg_conn import redact, redact_message
         assert os.geteuid() != 0 and _pg_server.server_user() is None
         idx = rb.indexes.create("pgvector", dim=8)
         idx.build(np.random.default_rng(0).random((300, 8), dtype=np.float32))
