@@ -207,6 +207,10 @@ class LoadRecord(PipelineRecord, frozen=True):
     failed: int | None = None
     achieved_qps: Num = None
     window_s: Num = None
+    # open loop: what the schedule actually offered, and the backlog it ended with
+    schedule_span_s: Num = None
+    offered_actual_qps: Num = None
+    last_arrival_wait_s: Num = None
     response_p50_us: Num = None
     response_p90_us: Num = None
     response_p99_us: Num = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,57 @@ def _capacity(rec: LoadRecord) -> str:
     why = []
     if rec.generator_ok is False:
         why.append(str(rec.generator_note or "the load generator said it fell behind"))
+    if rec.offered_actual_qps is None:
+        why += _nominal_capacity(rec)  # a record from before the schedule's span was kept
+    else:
+        why += _lost(rec) + _backlog(rec)
+    return "; ".join(why)
+
+
+def _lost(rec: LoadRecord) -> list[str]:
+    """Requests the level did not serve: timed out, rejected at a full queue, failed."""
+    counts = [(rec.timed_out, "timed out"), (rec.rejected, "rejected"), (rec.failed, "failed")]
+    named = [f"{int(n):,} {what}" for n, what in counts if n]
+    return [f"{', '.join(named)} of {int(rec.scheduled or 0):,} requests"] if named else []
+
+
+def _backlog_allowed_s(span_s: float, arrivals: float) -> float:
+    """The longest wait of a schedule's last arrival that is no evidence of a queue (s).
+
+    The larger of ``1 - SUSTAINED`` of the schedule's span and ``span / √arrivals``:
+    a wait that long holds √n arrivals at the rate offered, the spread of a
+    Poisson count of n, which a sustained level's queue can reach by chance;
+    an overloaded level's backlog grows with the whole span instead.
+    """
+    return max(1.0 - SUSTAINED, 1.0 / math.sqrt(max(arrivals, 1.0))) * span_s
+
+
+def _backlog(rec: LoadRecord) -> list[str]:
+    """Completions fell behind arrivals: the last arrival waited past :func:`_backlog_allowed_s`."""
+    wait, span = rec.last_arrival_wait_s, rec.schedule_span_s
+    if wait is None or span is None or wait != wait:
+        return []
+    runs = max(int(rec.repeats or 1), 1)
+    per_run = float(rec.scheduled or 0) / runs
+    allowed = _backlog_allowed_s(float(span) / runs, per_run)
+    if float(wait) <= allowed:
+        return []
+    offered = float(need(rec.offered_actual_qps, "offered_actual_qps"))
+    return [
+        f"a backlog: the last arrival waited {_s_text(float(wait))} for a worker, over the "
+        f"{_s_text(allowed)} chance explains for {per_run:,.0f} arrivals; achieved "
+        f"{float(rec.achieved_qps or 0.0):,.1f} of the {offered:,.1f} QPS the schedule offered"
+    ]
+
+
+def _nominal_capacity(rec: LoadRecord) -> list[str]:
+    """Older records (no ``offered_actual_qps``): achieved against the nominal rate, dispatch delay.
+
+    A Poisson schedule can fail the first test on its own (its arrivals may
+    end after the level's duration); records written since are judged by
+    :func:`_lost` and :func:`_backlog` instead.
+    """
+    why = []
     offered = rec.offered_qps
     achieved = float(rec.achieved_qps or 0.0)
     if offered:
@@ -30,7 +82,11 @@ def _capacity(rec: LoadRecord) -> str:
             why.append(
                 f"dispatch delay p99 {us_text(float(delay))} > the {us_text(gap_us)} between arrivals"
             )
-    return "; ".join(why)
+    return why
+
+
+def _s_text(seconds: float) -> str:
+    return f"{seconds:,.2f} s" if seconds >= 1 else f"{seconds * 1e3:,.1f} ms"
 
 
 def load_reading(records: Sequence[Mapping[str, Any] | LoadRecord]) -> list[str]:
@@ -72,7 +128,27 @@ def load_reading(records: Sequence[Mapping[str, Any] | LoadRecord]) -> list[str]
         full = [f"{r.label} @ {load_level(r):,g}: {_capacity(r)}" for r in levels if _capacity(r)]
         if full:
             lines.append("at capacity (these rows measure a queue): " + " | ".join(full))
+        lines += _offered_note(levels)
     return lines
+
+
+def _offered_note(levels: Sequence[LoadRecord]) -> list[str]:
+    """The rate each level's schedule actually offered, where it is off its nominal rate by
+    more than ``1 - SUSTAINED`` (a Poisson schedule's arrivals end early or late)."""
+    off: dict[float, float] = {}
+    for r in levels:
+        actual, nominal = r.offered_actual_qps, r.offered_qps
+        if actual is None or actual != actual or not nominal:
+            continue
+        if abs(float(actual) / float(nominal) - 1.0) > 1.0 - SUSTAINED:
+            off.setdefault(load_level(r), float(actual))
+    if not off:
+        return []
+    rates = ", ".join(f"{a:,.3g} QPS at {lvl:,g}" for lvl, a in off.items())
+    return [
+        f"the schedules offered {rates} (arrivals over their span); achieved rates "
+        "are read against these"
+    ]
 
 
 def _labels(records: Sequence[LoadRecord]) -> list[str]:

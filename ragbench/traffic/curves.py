@@ -94,6 +94,7 @@ def load_points(
                     workers=pool.size,
                     offered_qps=float(level) if mode == "open" else None,
                     duration_s=opts.duration_s,
+                    open_loop=mode == "open",
                 ),
                 "simulated": list(pipe.simulated),
                 "caveats": list(pipe.caveats),

@@ -46,6 +46,7 @@ def summarize(
     workers: int = 1,
     offered_qps: float | None = None,
     duration_s: float | None = None,
+    open_loop: bool = True,
 ) -> dict[str, Any]:
     """The fields of a load record: counts, rates, percentiles, recall and per-stage times under load.
 
@@ -53,7 +54,8 @@ def summarize(
     them, percentiles pool their requests, and the p50/p99 intervals resample
     repetitions, then requests within each. ``workers``, ``offered_qps`` and
     ``duration_s`` judge whether the load generator kept up (see the module
-    docstring).
+    docstring). Open-loop runs (``open_loop``) also say what their schedules
+    actually offered and the queue they ended with (:func:`_schedule_fields`).
     """
     runs = [run] if isinstance(run, Traffic) else list(run)
     outcome, sched, disp, fin, idle_all = (
@@ -92,6 +94,7 @@ def summarize(
         **_loop_lag_fields(runs),
         "errors": sorted({e for r in runs for e in r.errors})[:5],
         "repeats": len(runs),
+        **(_schedule_fields(runs, timeout_s) if open_loop else {}),
     }
     lag_us = lag.p99_ns / 1e3 if lag.count else 0.0
     fields.update(
@@ -107,6 +110,38 @@ def summarize(
         fields["slo_ms"] = slo_ms
         fields["goodput_qps"] = float((response <= slo_ms * 1e6).sum()) / window_s
     return fields
+
+
+def _schedule_fields(runs: Sequence[Traffic], timeout_s: float) -> dict[str, Any]:
+    """What the schedules actually offered, and the backlog they left at their last arrival.
+
+    ``schedule_span_s``: from each run's start to its last arrival, summed
+    over the runs; ``offered_actual_qps``: arrivals / that span (a Poisson
+    schedule of ``rate × duration`` arrivals spans more or less than
+    ``duration``, so this is the rate it offered, not the nominal one);
+    ``last_arrival_wait_s``: how long each run's last arrival waited for a
+    worker (the work queued ahead of it when the schedule ended), the
+    largest over the runs -- one still waiting at its timeout counts the
+    timeout, one rejected at a full queue NaN (it is counted as rejected).
+    """
+    span_ns = sum(max(int(r.scheduled_ns.max()) - r.start_ns, 1) for r in runs if r.outcome.size)
+    arrived = sum(int(r.outcome.size) for r in runs)
+    waits = [w for w in (_last_wait_s(r, timeout_s) for r in runs) if w == w]
+    return {
+        "schedule_span_s": span_ns / 1e9,
+        "offered_actual_qps": arrived / (span_ns / 1e9) if span_ns else math.nan,
+        "last_arrival_wait_s": max(waits) if waits else math.nan,
+    }
+
+
+def _last_wait_s(run: Traffic, timeout_s: float) -> float:
+    """Seconds the run's last arrival waited for a worker (see :func:`_schedule_fields`)."""
+    if not run.outcome.size:
+        return math.nan
+    last = int(np.argmax(run.scheduled_ns))
+    if run.dispatch_ns[last] >= 0:
+        return max(int(run.dispatch_ns[last] - run.scheduled_ns[last]), 0) / 1e9
+    return timeout_s if run.outcome[last] == TIMED_OUT else math.nan
 
 
 #: The thread offering load may use this share of one core before a level is invalid.
