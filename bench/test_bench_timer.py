@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 from collections.abc import Callable
 from time import perf_counter_ns, thread_time_ns
 from typing import Any
@@ -326,4 +327,66 @@ def test_cpu_stage_on_the_event_loop(benchmark: Any) -> None:
             end="",
         )
     print()
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+
+
+def test_thread_pool_wait_of_a_def_endpoint(benchmark: Any) -> None:
+    """Report: a FastAPI ``def`` endpoint, 64 requests at a time: where the wait for a thread lands.
+
+    The endpoint (run in anyio's 40-thread pool) fetches its handle, sleeps 1 ms (embed) and
+    20 ms (generate, holding its thread). The same requests are timed by a timer without a
+    ``queue`` stage (the wait lands in embed) and one with it, interleaved rounds of 128
+    requests each through ``httpx.ASGITransport`` (FastAPI's own thread-pool path, no sockets).
+    """
+    httpx = need("httpx", "serve")
+    fastapi = need("fastapi", "dev")
+    from ragbench.middleware import TimingMiddleware
+
+    def service(names: list[str]) -> tuple[Any, StageTimer]:
+        timer = StageTimer(names)
+        app = fastapi.FastAPI()
+        app.add_middleware(TimingMiddleware, timer=timer)
+
+        @app.get("/ask")
+        def ask() -> dict[str, bool]:
+            r = timer.current()
+            assert r is not None
+            time.sleep(0.001)
+            r.mark("embed")
+            time.sleep(0.02)
+            r.mark("generate")
+            return {"ok": True}
+
+        return app, timer
+
+    services = [service(["embed", "generate"]), service(["queue", "embed", "generate"])]
+
+    async def round_of(app: Any) -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+            gate = asyncio.Semaphore(64)
+
+            async def one() -> None:
+                async with gate:
+                    assert (await client.get("/ask")).status_code == 200
+
+            await asyncio.gather(*(one() for _ in range(128)))
+
+    for r in range(pick(6, 2)):
+        for app, _ in services if r % 2 == 0 else services[::-1]:
+            asyncio.run(round_of(app))
+    figures = {}
+    for label, (_, timer) in zip(("no queue stage", "queue stage"), services, strict=True):
+        stats = timer.stats()
+        figures[label] = {
+            name: (s.p50_ns / 1e6, s.p99_ns / 1e6) for name, s in stats.items() if s.count
+        }
+        parts = ", ".join(
+            f"{name} p50 {p50:.1f} ms p99 {p99:.1f} ms"
+            for name, (p50, p99) in figures[label].items()
+            if name != "total"
+        )
+        print(f"\nFastAPI def endpoint, 64 at a time, {label}: {parts}", end="")
+    print()
+    benchmark.extra_info.update(figures)
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
