@@ -15,6 +15,9 @@
   with no server; reported per request.
 - the export sinks' own cost, on the export thread: ``StageHistogram`` per
   request of 4 stages, reported.
+- a FastAPI ``def`` endpoint, 64 requests at a time: embed and ``queue`` per
+  request with and without a ``queue`` stage (where the wait for a pool
+  thread lands), reported.
 
 Run: ``.venv/bin/pytest bench/test_bench_timer.py -p no:cacheprovider -s``
 """
