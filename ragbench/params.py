@@ -16,7 +16,19 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-__all__ = ["BUILD_DEPENDENT", "INDEXES", "STAGE_PARAMS", "Params", "documented_defaults"]
+from .threads import MAX_THREADS
+
+__all__ = [
+    "BUILD_DEPENDENT",
+    "INDEXES",
+    "STAGE_PARAMS",
+    "Params",
+    "ThreadCount",
+    "documented_defaults",
+]
+
+#: A thread count: 1 to :data:`ragbench.threads.MAX_THREADS` (each one is an OS thread).
+ThreadCount = Annotated[int, Meta(ge=1, le=MAX_THREADS)]
 
 
 def _d(value: Any) -> Meta:
@@ -227,7 +239,11 @@ _SERVER = {
 #: Stage table → backend → parameter → type (``Annotated`` with its default when known).
 STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "embed": {
-        "minilm": {"batch_size": Annotated[int, _d(64)], "device": str, "threads": int | None},
+        "minilm": {
+            "batch_size": Annotated[int, _d(64)],
+            "device": str,
+            "threads": ThreadCount | None,
+        },
         "hashing": {
             "dim": Annotated[int, _d(384)],
             "ngram": Annotated[tuple[int, int], _d([1, 2])],
@@ -247,7 +263,7 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
             "runtime": Annotated[Literal["torch", "onnx", "onnx-int8"], _d("torch")],
             "batch_size": Annotated[int, _d(32)],
             "max_length": int | None,
-            "threads": int | None,
+            "threads": ThreadCount | None,
             "inference_mode": Annotated[bool, _d(True)],
             "seed": Annotated[int, _d(0)],
         },
@@ -303,7 +319,7 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
             "model": str | None,
             "architecture": str | None,
             "tokenizer": str | None,
-            "threads": int | None,
+            "threads": ThreadCount | None,
             "device": Annotated[str, _d("cpu")],
             "dtype": Annotated[str, _d("float32")],
             "next_tokens": Annotated[int, _d(0)],

@@ -7,6 +7,11 @@ parallel kernels, torch); single-query latency is always measured on one
 thread by the callers that measure it.
 
 The default comes from ``RAGBENCH_THREADS`` or the number of usable cores.
+Every thread count ragbench accepts (this one, ``--threads``, the
+``threads`` of a config, ``--search-threads``) is at most
+:data:`MAX_THREADS`: each library starts that many OS threads, and a count
+like 10**6 would start threads until the kernel refuses and nothing on the
+machine can fork.
 
 :class:`ThreadConnections` is the per-thread connection registry the
 clients share (one keep-alive connection per calling thread).
@@ -23,6 +28,7 @@ from typing import Any, Generic, TypeVar
 from .validate import positive_int
 
 __all__ = [
+    "MAX_THREADS",
     "ThreadConnections",
     "apply",
     "blas_threads",
@@ -35,6 +41,11 @@ __all__ = [
 ]
 
 
+#: The most threads any one thread setting may ask for (a fixed cap: 256 is more cores than
+#: the largest common servers have, and few enough that starting them all is harmless).
+MAX_THREADS = 256
+
+
 def _default() -> int:
     env = os.environ.get("RAGBENCH_THREADS")
     if env:
@@ -42,7 +53,7 @@ def _default() -> int:
             value: object = int(env)
         except ValueError:
             value = env  # not a number: positive_int names it
-        return positive_int("environment", "RAGBENCH_THREADS", value)
+        return positive_int("environment", "RAGBENCH_THREADS", value, hi=MAX_THREADS)
     return len(usable_cores())
 
 
@@ -83,7 +94,7 @@ def get_threads() -> int:
 def set_threads(n: int) -> None:
     """Pin the thread count for batch work in every library already loaded and later."""
     global _threads
-    _threads = positive_int("set_threads", "n", n)
+    _threads = positive_int("set_threads", "n", n, hi=MAX_THREADS)
     apply()
 
 
@@ -112,7 +123,7 @@ def pin_thread(n: int | None = None) -> None:
     reached 0.83x the throughput of one when pinned only in the main thread,
     1.92x when each pinned itself).
     """
-    n = get_threads() if n is None else positive_int("pin_thread", "n", n)
+    n = get_threads() if n is None else positive_int("pin_thread", "n", n, hi=MAX_THREADS)
     if "faiss" in sys.modules:
         sys.modules["faiss"].omp_set_num_threads(n)
     if _numba_pool_started():

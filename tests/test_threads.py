@@ -169,3 +169,22 @@ def test_overlapping_torch_pins_in_two_threads_each_run_on_their_own_count(torch
         t.join(20)
     assert seen["a"][:2] == [1, 1] and seen["b"] == [2, 2]
     assert torch.get_num_threads() == 2  # the calling thread never moved
+
+
+def test_thread_counts_above_the_cap_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RAGBENCH_THREADS=1000000000`` was accepted (and passed to every library)."""
+    from ragbench.errors import ConfigError
+
+    monkeypatch.setattr(threads, "_threads", None)
+    monkeypatch.setenv("RAGBENCH_THREADS", "1000000000")
+    with pytest.raises(
+        ConfigError, match=rf"RAGBENCH_THREADS must be in \[1, {threads.MAX_THREADS}\]"
+    ):
+        threads.get_threads()
+    monkeypatch.setenv("RAGBENCH_THREADS", str(threads.MAX_THREADS))
+    assert threads.get_threads() == threads.MAX_THREADS
+    monkeypatch.setattr(threads, "_threads", None)
+    monkeypatch.delenv("RAGBENCH_THREADS")
+    for call in (threads.set_threads, threads.pin_thread):
+        with pytest.raises(ConfigError, match=str(threads.MAX_THREADS)):
+            call(threads.MAX_THREADS + 1)

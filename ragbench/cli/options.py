@@ -199,7 +199,11 @@ def set_option(
 
 
 def threads_option(help: str) -> Callable[[F], F]:
-    return click.option("--threads", type=click.IntRange(min=1), help=help)
+    from ..threads import MAX_THREADS
+
+    return click.option(
+        "--threads", type=click.IntRange(min=1, max=MAX_THREADS), help=f"{help} 1 to {MAX_THREADS}."
+    )
 
 
 def k_option(*, default: int | None = None, help: str = "Hits per query.") -> Callable[[F], F]:

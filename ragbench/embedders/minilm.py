@@ -75,7 +75,7 @@ class MiniLMEmbedder:
         if not isinstance(device, str) or not device:
             raise ConfigError(f"minilm: device must be a torch device string, got {device!r}")
         if threads is not None:
-            threads = positive_int(owner, "threads", threads)
+            threads = positive_int(owner, "threads", threads, hi=rb_threads.MAX_THREADS)
         self.batch_size = batch_size
         self.device = device
         self.threads = threads

@@ -63,6 +63,7 @@ from ..hf import (
     torch_and_transformers,
     torch_threads,
 )
+from ..threads import MAX_THREADS
 from ..validate import positive_int
 from . import FirstToken
 
@@ -188,7 +189,9 @@ class TransformersGenerator:
                     f"{_OWNER}: tokenizer is for architecture only; a model "
                     "folder brings its own tokenizer"
                 )
-        self.threads = None if threads is None else positive_int(_OWNER, "threads", threads)
+        self.threads = (
+            None if threads is None else positive_int(_OWNER, "threads", threads, hi=MAX_THREADS)
+        )
         if not isinstance(device, str) or not (
             device == "cpu" or device == "cuda" or device.startswith("cuda:")
         ):

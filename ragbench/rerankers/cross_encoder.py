@@ -11,7 +11,10 @@ Two ways to name the model:
     A Hugging Face sequence-classification model with one label saved on disk
     (``config.json``, weights, tokenizer), loaded with
     ``AutoModelForSequenceClassification`` and ``AutoTokenizer``,
-    ``local_files_only``: nothing is downloaded.
+    ``local_files_only``: nothing is downloaded. Weights are read from
+    ``model.safetensors`` only (``use_safetensors=True``); a folder without
+    one, or with a pickle file (``*.bin``, ``*.pt``, ``*.pth``, ``*.pkl``,
+    ``*.ckpt``: ``torch.load`` would run its code), is a :class:`ConfigError`.
 no ``model`` (the default)
     The published architecture of ``cross-encoder/ms-marco-MiniLM-L-6-v2``
     (BERT, 6 layers, hidden 384, 12 heads, intermediate 1536, vocabulary
@@ -68,6 +71,7 @@ from .onnx_graph import ONNX_OPSET as ONNX_OPSET  # kept importable from here
 __all__ = [
     "ARCHITECTURE",
     "RANDOM_WEIGHTS",
+    "PICKLE_SUFFIXES",
     "RUNTIMES",
     "CrossEncoderReranker",
 ]
@@ -129,6 +133,37 @@ def _folder_config(path: Path) -> dict[str, Any]:
     return config
 
 
+#: File names of weights saved with pickle (torch.save): never handed to torch.load.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+_SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def _check_weights(path: Path) -> None:
+    """:class:`ConfigError` unless the folder's weights are safetensors and it holds no pickle.
+
+    Loading a pickle runs whatever code it names, so a folder with one (by
+    name: :data:`PICKLE_SUFFIXES`, e.g. ``pytorch_model.bin``) is refused
+    outright, even beside a ``model.safetensors``.
+    """
+    pickles = sorted(
+        f.name for f in path.iterdir() if f.suffix.lower() in PICKLE_SUFFIXES and f.is_file()
+    )
+    convert = (
+        "convert it to safetensors (model.save_pretrained(folder, safe_serialization=True) "
+        "in a trusted environment) and remove the pickle"
+    )
+    if pickles:
+        raise ConfigError(
+            f"{_OWNER}: model folder {str(path)!r} holds {pickles[0]}, a pickle file, which "
+            f"ragbench never loads (it can run code); {convert}"
+        )
+    if not any((path / name).is_file() for name in _SAFETENSORS):
+        raise ConfigError(
+            f"{_OWNER}: model folder {str(path)!r} has no model.safetensors; only "
+            f"safetensors weights are loaded: {convert}"
+        )
+
+
 class CrossEncoderReranker:
     """Reranks candidates by a cross-encoder's score of each (query, passage) pair.
 
@@ -187,6 +222,8 @@ class CrossEncoderReranker:
             if self.model_path is None
             else _folder_config(self.model_path)
         )
+        if self.model_path is not None:
+            _check_weights(self.model_path)
         runtime = params.get("runtime", "torch")
         if runtime not in RUNTIMES:
             raise ConfigError(
@@ -196,7 +233,11 @@ class CrossEncoderReranker:
         self.batch_size = positive_int(_OWNER, "batch_size", params.get("batch_size", 32))
         self.max_length = self._check_max_length(params.get("max_length"))
         threads = params.get("threads")
-        self.threads = None if threads is None else positive_int(_OWNER, "threads", threads)
+        self.threads = (
+            None
+            if threads is None
+            else positive_int(_OWNER, "threads", threads, hi=rb_threads.MAX_THREADS)
+        )
         inference_mode = params.get("inference_mode", True)
         if not isinstance(inference_mode, bool):
             raise ConfigError(
@@ -307,11 +348,13 @@ class CrossEncoderReranker:
             )
             return model.eval(), tokenizer
         path = self.model_path
+        from safetensors import SafetensorError  # installed with transformers
+
         try:
             model = transformers.AutoModelForSequenceClassification.from_pretrained(
-                str(path), local_files_only=True
+                str(path), local_files_only=True, use_safetensors=True
             )
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, SafetensorError) as exc:  # a damaged file too
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
                 f"{_OWNER}: model folder {str(path)!r} does not hold a sequence-classification "

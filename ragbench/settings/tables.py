@@ -14,6 +14,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 from ..errors import ConfigError
+from ..params import ThreadCount
 
 __all__ = [
     "MAX_COUNT",
@@ -75,7 +76,7 @@ class Run(Table, frozen=True):
     warmup: Annotated[int, Meta(ge=0, le=MAX_COUNT)] = 20
     k: PositiveInt = 10
     k_candidates: PositiveInt = 100
-    threads: PositiveInt | None = 1
+    threads: ThreadCount | None = 1
     label: str | None = None
     cpu_time: bool = False
     otel: bool = False
