@@ -47,12 +47,14 @@ __all__ = [
     "MAX_COUNT",
     "OWN_KEYS",
     "load_config",
+    "load_toml",
     "merge",
     "normalize",
     "parse_config",
     "read_config",
     "shipped_names",
     "shipped_path",
+    "TOML_DEPTH",
 ]
 
 #: Where the example configs ship: ``ragbench/configs/<name>.toml`` (package data).
@@ -136,15 +138,48 @@ def read_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, An
         return copy.deepcopy(dict(source))
     path = config_path(source)
     raw = read_regular(path, limit_bytes=CONFIG_LIMIT, what="config", error=ConfigError)
+    return load_toml(raw, str(path))
+
+
+#: Deepest nesting of tables and arrays accepted in a TOML file (configs nest 4 at most).
+TOML_DEPTH = 32
+
+
+def load_toml(raw: bytes, what: str) -> dict[str, Any]:
+    """The TOML document in ``raw``; :class:`ConfigError` naming ``what`` when it is not one.
+
+    Nesting deeper than :data:`TOML_DEPTH` (tables, arrays, inline tables) is
+    refused: the parser recurses once per level, so ``a = [[[[...`` 3 000
+    deep would otherwise end in a ``RecursionError``.
+    """
     try:
         import tomllib
     except ImportError:  # pragma: no cover - Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
+    deep = ConfigError(f"{what}: nested deeper than {TOML_DEPTH} levels; not a ragbench file")
     try:
         data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{what}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise deep from None
+    if _depth(data) > TOML_DEPTH:
+        raise deep
     return data
+
+
+def _depth(value: Any) -> int:
+    """How deep tables and arrays nest in ``value`` (walked without recursion; stops past the limit)."""
+    deepest = 0
+    todo = [(value, 1)]
+    while todo:
+        node, level = todo.pop()
+        if level > TOML_DEPTH:
+            return level
+        deepest = max(deepest, level)
+        children = node.values() if isinstance(node, dict) else node
+        todo.extend((c, level + 1) for c in children if isinstance(c, (dict, list)))
+    return deepest
 
 
 def parse_config(source: ConfigSource) -> Config:

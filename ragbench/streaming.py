@@ -35,10 +35,17 @@ A runbook (TOML, ``[[step]]`` tables with ``insert = N``, ``delete = N``,
 ``search = N``, ``checkpoint = true``) replays a fixed sequence instead:
 each step's inserts, deletes and searches run in that order (searches on the
 searcher threads, open loop at ``qps``), then its checkpoint.
+
+Every option and runbook count is checked before anything is loaded
+(:class:`~ragbench.errors.ConfigError` naming it and its range): numbers are
+finite and within the stated maxima (:data:`LIMITS`; a value beyond them
+is a typo or a run that would not end), a runbook is a regular file of at
+most 1 MiB whose every step does something, with at least one checkpoint.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,13 +56,26 @@ from typing import Any
 import numpy as np
 
 from . import indexes
+from .config import load_toml
 from .datasets import brute_force_neighbors
 from .errors import ConfigError
+from .files import CONFIG_LIMIT, read_regular
 from .indexes._writable import DELETE_BACKENDS
 from .metrics import recall_at_k
 from .records import new_record
+from .stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT
+from .stream_limits import number_text as _num
 
-__all__ = ["LiveStream", "Step", "StreamOptions", "read_runbook", "run_stream"]
+__all__ = [
+    "LIMITS",
+    "MAX_SEARCHES",
+    "MAX_STEP_COUNT",
+    "LiveStream",
+    "Step",
+    "StreamOptions",
+    "read_runbook",
+    "run_stream",
+]
 
 _TICK_S = 0.02
 
@@ -89,41 +109,81 @@ class StreamOptions:
     search_threads: int = 2
     seed: int = 0
 
-    def check(self) -> None:
-        if not 0 < self.initial <= 1:
-            raise ConfigError(f"--initial must be in (0, 1], got {self.initial}")
-        for name in ("insert_rate", "delete_rate", "qps", "duration", "noise"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0")
-        if not 0 <= self.fresh <= 1:
-            raise ConfigError(f"--fresh must be in [0, 1], got {self.fresh}")
-        if self.checkpoints < 1 or self.search_threads < 1 or self.k < 1:
-            raise ConfigError("--checkpoints, --search-threads and --k must be >= 1")
+    def check(self, *, timed: bool = True) -> None:
+        """Raise :class:`ConfigError` naming the first option outside :data:`LIMITS`.
+
+        ``timed`` (no runbook): ``qps`` x ``duration`` is at most :data:`MAX_SEARCHES` too.
+        """
+        for name, (lo, hi) in LIMITS.items():
+            value = getattr(self, name)
+            flag = "--" + name.replace("_", "-")
+            if isinstance(lo, int):
+                if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                    raise ConfigError(f"{flag} must be an integer in [{lo}, {hi}], got {value!r}")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{flag} must be a number, got {value!r}")
+            low_ok = value > lo if name == "initial" else value >= lo
+            if not (math.isfinite(value) and low_ok and value <= hi):
+                left = "(" if name == "initial" else "["
+                raise ConfigError(f"{flag} must be in {left}{_num(lo)}, {_num(hi)}], got {value!r}")
+        if timed and self.qps * self.duration > MAX_SEARCHES:
+            raise ConfigError(
+                f"--qps x --duration = {self.qps * self.duration:.0f} searches, more than the "
+                f"{MAX_SEARCHES} a run may ask for; lower one of them"
+            )
 
 
 def read_runbook(path: str | Path) -> list[Step]:
-    """The ``[[step]]`` tables of a runbook TOML file."""
-    import tomllib
+    """The ``[[step]]`` tables of a runbook TOML file, checked (:class:`ConfigError` naming the step).
 
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"runbook {path}: {exc}") from None
+    Only a regular file of at most 1 MiB is read (never a FIFO or a device).
+    Each count is an integer in ``[0, MAX_STEP_COUNT]``, each step does
+    something, the searches in all are at most :data:`MAX_SEARCHES` and the
+    checkpoints between 1 and ``LIMITS["checkpoints"]``.
+    """
+    raw = read_regular(path, limit_bytes=CONFIG_LIMIT, what="runbook", error=ConfigError)
+    data = load_toml(raw, f"runbook {path}")
     steps = data.get("step")
     if not isinstance(steps, list) or not steps:
         raise ConfigError(f"runbook {path}: no [[step]] tables")
-    out = []
-    for i, st in enumerate(steps, 1):
-        bad = sorted(set(st) - {"insert", "delete", "search", "checkpoint"})
-        if bad:
-            raise ConfigError(f"runbook {path}: step {i}: unknown key {bad[0]!r}")
-        ins, dels, srch = (st.get(key, 0) for key in ("insert", "delete", "search"))
-        if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in (ins, dels, srch)):
-            raise ConfigError(f"runbook {path}: step {i}: counts must be integers >= 0")
-        if not isinstance(st.get("checkpoint", False), bool):
-            raise ConfigError(f"runbook {path}: step {i}: checkpoint must be true or false")
-        out.append(Step(ins, dels, srch, bool(st.get("checkpoint", False))))
+    out = [_step(st, f"runbook {path}: step {i}") for i, st in enumerate(steps, 1)]
+    searches = sum(st.search for st in out)
+    if searches > MAX_SEARCHES:
+        raise ConfigError(
+            f"runbook {path}: {searches} searches in all, more than the {MAX_SEARCHES} "
+            "a run may ask for"
+        )
+    checkpoints, most = sum(st.checkpoint for st in out), LIMITS["checkpoints"][1]
+    if not 1 <= checkpoints <= most:
+        problem = (
+            "no step has checkpoint = true: nothing would be measured"
+            if not checkpoints
+            else (f"{checkpoints} checkpoints, more than the {_num(most)} a run may have")
+        )
+        raise ConfigError(f"runbook {path}: {problem}")
     return out
+
+
+def _step(st: Any, where: str) -> Step:
+    """One ``[[step]]`` table as a :class:`Step`; ``where`` names it in errors."""
+    if not isinstance(st, dict):
+        raise ConfigError(f"{where}: must be a [[step]] table, got {st!r}")
+    bad = sorted(set(st) - {"insert", "delete", "search", "checkpoint"})
+    if bad:
+        raise ConfigError(f"{where}: unknown key {bad[0]!r}")
+    ins, dels, srch = (st.get(key, 0) for key in ("insert", "delete", "search"))
+    for c in (ins, dels, srch):
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_STEP_COUNT:
+            raise ConfigError(
+                f"{where}: counts must be integers in [0, {MAX_STEP_COUNT}], got {c!r}"
+            )
+    if not isinstance(st.get("checkpoint", False), bool):
+        raise ConfigError(f"{where}: checkpoint must be true or false")
+    step = Step(ins, dels, srch, bool(st.get("checkpoint", False)))
+    if step == Step():
+        raise ConfigError(f"{where}: does nothing; give insert, delete, search or checkpoint")
+    return step
 
 
 class _Ops:
@@ -419,6 +479,8 @@ def _runbook_run(
     batch = max(1, int(st.o.insert_rate * _TICK_S)) if st.o.insert_rate else 1_000_000
     for step in steps:
         for s in range(0, step.insert, batch):
+            if st.next_id >= len(st.V):
+                break  # every corpus row is in: the rest of the step's inserts cannot happen
             st.insert(min(batch, step.insert - s))
         if step.delete:
             st.delete(step.delete)
@@ -451,7 +513,9 @@ def run_stream(
     the live state and the index afterwards. An index that cannot delete
     (faiss-hnsw) raises :class:`ConfigError` when the workload deletes.
     """
-    options.check()
+    options.check(timed=runbook is None)
+    if options.k > len(vectors):
+        raise ConfigError(f"--k {options.k} is more than the corpus's {len(vectors)} rows")
     st = stream if stream is not None else LiveStream(vectors, queries, metric, options)
     deletes = options.delete_rate > 0 if runbook is None else any(s.delete for s in runbook)
     if deletes and options.index not in DELETE_BACKENDS:

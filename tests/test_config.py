@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.config import load_config, merge
+from ragbench.config import TOML_DEPTH, load_config, merge
 from ragbench.errors import ConfigError
+from ragbench.threads import MAX_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,3 +97,43 @@ def test_dataset_drop_empty_is_a_dataset_key() -> None:
     assert cfg["dataset"] == {"path": "docs.jsonl", "drop_empty": True}
     with pytest.raises(ConfigError, match="'drop_empties'.*drop_empty"):
         load_config({"dataset": {"path": "docs.jsonl", "drop_empties": True}})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[run]\nlabel = " + "[\n" * 3000 + "]" * 3000 + "\n",  # 3 001 lines
+        "[run]\nlabel = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n",
+        "[retrieve.build]\nx = " + "[" * 40 + "]" * 40 + "\n",  # parses, but deeper than allowed
+    ],
+    ids=["array-3000", "inline-table-3000", "array-40"],
+)
+def test_deeply_nested_config_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """``ragbench run -c`` on it used to end in a RecursionError traceback."""
+    from ragbench.cli import main
+
+    cfg = tmp_path / "deep.toml"
+    cfg.write_text(text)
+    assert main(["run", "-c", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(cfg) in err and f"deeper than {TOML_DEPTH}" in err
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"run": {"threads": 1_000_000}},
+        {"rerank": {"backend": "cross-encoder", "threads": 1_000_000}},
+        {"embed": {"backend": "minilm", "threads": 1_000_000}},
+        {"generate": {"backend": "transformers", "threads": MAX_THREADS + 1}},
+    ],
+    ids=["run", "rerank", "embed", "generate"],
+)
+def test_every_thread_count_in_a_config_is_bounded(config: dict) -> None:
+    """``rerank.threads = 1000000`` was accepted: torch then started threads until none could fork."""
+    with pytest.raises(ConfigError, match=f"threads: expected int <= {MAX_THREADS}"):
+        load_config(config)
+    (table,) = config
+    load_config({table: {**config[table], "threads": MAX_THREADS}})  # the limit itself is fine

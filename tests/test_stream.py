@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,11 @@ import pytest
 
 from ragbench import datasets
 from ragbench.errors import ConfigError
+from ragbench.files import CONFIG_LIMIT
 from ragbench.records import read_records
+from ragbench.stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT, number_text
 from ragbench.streaming import LiveStream, Step, StreamOptions, read_runbook, run_stream
+from ragbench.threads import MAX_THREADS
 
 RUNBOOK = """
 [[step]]
@@ -230,3 +234,147 @@ def test_diff_compares_two_stream_runs_checkpoint_by_checkpoint(tmp_path: Path) 
                 r["verdict"] == f"no interval ({n} sample{'s' * (n != 1)} on a side, fewer than 5)"
             )
     assert any(n < 5 for n in calls.values()) and any(n >= 5 for n in calls.values())
+
+
+# ------------------------------------------------------------ bad input, refused before any work
+# Each case runs the command as a child process with a timeout: before these checks, several
+# of them never ended (a FIFO runbook, --duration inf, --qps 1e7) and would hang the suite.
+
+STREAM = ["stream", "--n", "2000", "--dim", "16", "--queries", "20"]
+TIMED = [*STREAM, "--duration", "2", "--checkpoints", "2"]
+
+
+def _ragbench(
+    cwd: Path, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ragbench", *argv],
+        capture_output=True, text=True, cwd=cwd, timeout=120, env=env,
+    )  # fmt: skip
+
+
+def _refused(res: subprocess.CompletedProcess, *words: str) -> str:
+    """The one stderr line of a command that exited 2, holding each of ``words``."""
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def _top(name: str) -> str:
+    return number_text(LIMITS[name][1])
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--duration", "nan"], ["--duration", _top("duration")]),
+        (["--duration", "inf"], ["--duration", _top("duration")]),
+        (["--qps", "1e7"], ["--qps", _top("qps")]),
+        (["--qps", "nan"], ["--qps"]),
+        (["--qps", "inf"], ["--qps"]),
+        (["--qps", "100000", "--duration", "1000"], ["--qps x --duration", str(MAX_SEARCHES)]),
+        (["--insert-rate", "nan"], ["--insert-rate", _top("insert_rate")]),
+        (["--insert-rate", "inf"], ["--insert-rate"]),
+        (["--delete-rate", "1e308"], ["--delete-rate", _top("delete_rate")]),
+        (["--noise", "nan"], ["--noise", _top("noise")]),
+        (["--checkpoints", "100000"], ["--checkpoints", _top("checkpoints")]),
+        (["--search-threads", "1000000"], ["--search-threads", str(MAX_THREADS)]),
+        (["--out", "/nonexistent/s.jsonl"], ["/nonexistent", "does not exist"]),
+        (["--plot", "/nonexistent/p.png"], ["/nonexistent", "does not exist"]),
+    ],
+)
+def test_stream_options_outside_their_limits_are_one_line(
+    tmp_path: Path, args: list[str], words: list[str]
+) -> None:
+    """Each of these used to run forever, end in a traceback, or exit 0 having saved nothing."""
+    _refused(_ragbench(tmp_path, *TIMED, *args), *words)
+    assert list(tmp_path.iterdir()) == []  # nothing measured, nothing written
+
+
+def test_stream_help_states_every_limit(tmp_path: Path) -> None:
+    """The CLI reference is made from --help: each option's maximum is in it."""
+    res = _ragbench(tmp_path, "stream", "--help")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    for name in ("insert_rate", "delete_rate", "qps", "duration", "checkpoints", "noise", "k"):
+        assert f"--{name.replace('_', '-')}" in text and _top(name) in text, name
+    assert str(MAX_THREADS) in text and str(MAX_SEARCHES) in text and str(MAX_STEP_COUNT) in text
+
+
+def test_stream_out_on_a_full_disk_says_what_was_not_saved(tmp_path: Path) -> None:
+    """``--out /dev/full`` passes the up-front check; each failed append is reported, exit 1."""
+    res = _ragbench(tmp_path, *TIMED, "--out", "/dev/full")
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "2 of 2 record(s) NOT saved to /dev/full" in lines[0]
+    assert "deleted returned" in res.stdout  # the table is still printed
+
+
+def test_stream_runs_on_pydocs(tmp_path: Path) -> None:
+    """``--seed`` orders the run; it is not passed to a dataset that takes none."""
+    out = tmp_path / "s.jsonl"
+    res = _ragbench(
+        tmp_path, "stream", "--dataset", "pydocs", "--duration", "1", "--checkpoints", "1",
+        "--queries", "5", "--out", str(out),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert [r["dataset"] for r in read_records(out)] == ["pydocs"]
+
+
+def _deep_array() -> str:
+    return "a = " + "[\n" * 3000 + "]" * 3000 + "\n"  # 3 001 lines
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[[step]]\ninsert = 1000000000000000\ncheckpoint = true\n", [str(MAX_STEP_COUNT)]),
+        ("[[step]]\nsearch = 1000000000000000\ncheckpoint = true\n", [str(MAX_STEP_COUNT)]),
+        (
+            "[[step]]\nsearch = 6000000\n[[step]]\nsearch = 6000000\ncheckpoint = true\n",
+            [str(MAX_SEARCHES)],
+        ),
+        ("step = [1, 2]\n", ["step 1", "table"]),
+        ("[[step]]\n", ["step 1", "does nothing"]),
+        ("[[step]]\ninsert = 10\n", ["checkpoint"]),
+        ("[[step]]\ncheckpoint = true\n" * 1001, ["checkpoints", _top("checkpoints")]),
+        (_deep_array(), ["nested deeper than 32"]),
+        ("[[step]]\ncheckpoint = true\nx = " + "{a = " * 3000 + "1" + "}" * 3000, ["nested"]),
+    ],
+    ids=[
+        "insert-1e15", "search-1e15", "searches-in-all", "not-a-table", "empty-step",
+        "no-checkpoint", "1001-checkpoints", "deep-array", "deep-inline-table",
+    ],
+)  # fmt: skip
+def test_bad_runbooks_are_one_line(tmp_path: Path, text: str, words: list[str]) -> None:
+    """Used to run for ever (10**15 inserts), exit 0 having measured nothing, or end in a traceback."""
+    book = tmp_path / "book.toml"
+    book.write_text(text)
+    _refused(_ragbench(tmp_path, *STREAM, "--qps", "0", "--runbook", str(book)), "runbook", *words)
+
+
+def test_runbook_that_is_a_fifo_or_a_device_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO used to block for ever and ``/dev/zero`` to be read until memory ran out."""
+    fifo = tmp_path / "book.toml"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.toml"
+    zero.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "FIFO"), (zero, "character device")):
+        res = _ragbench(tmp_path, *STREAM, "--runbook", str(path))
+        _refused(res, str(path), kind, "not a regular file")
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * (CONFIG_LIMIT + 1))
+    _refused(_ragbench(tmp_path, *STREAM, "--runbook", str(big)), str(big), "over the 1.0 MiB")
+
+
+def test_runbook_inserting_past_the_corpus_stops_at_its_end(tmp_path: Path) -> None:
+    """The largest count a step may have runs: its inserts stop at the corpus's last row."""
+    book = tmp_path / "book.toml"
+    book.write_text("[[step]]\ninsert = 10000000\nsearch = 10\ncheckpoint = true\n")
+    out = tmp_path / "s.jsonl"
+    res = _ragbench(tmp_path, *STREAM, "--qps", "0", "--runbook", str(book), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    (rec,) = read_records(out)
+    assert rec["live"] == 2000 and rec["inserted_total"] == 2000 - rec["initial"]

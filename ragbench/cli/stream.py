@@ -8,10 +8,13 @@ import click
 
 from ..records import RecordWriter
 from ..rendering import render
+from ..stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT
+from ..stream_limits import number_text as _num
 from .options import (
+    check_outputs,
     dataset_option,
     echo,
-    k_option,
+    finish_outputs,
     out_option,
     parse_count,
     parse_value,
@@ -32,6 +35,11 @@ def _pairs(values: Sequence[str], option: str) -> dict[str, object]:
     return out
 
 
+def _most(name: str) -> str:
+    """``"at most 100000"``: the help text's bound of option ``name``."""
+    return f"at most {_num(LIMITS[name][1])}"
+
+
 @click.command()
 @dataset_option(default="synthetic")
 @click.option("--n", "n", help="Corpus size for synthetic (e.g. 20k).")
@@ -49,27 +57,83 @@ def _pairs(values: Sequence[str], option: str) -> dict[str, object]:
 @click.option(
     "--param", "params", multiple=True, metavar="NAME=V", help="Query parameter, e.g. ef=64."
 )
-@k_option(default=10, help="Neighbours per query.")
+@click.option(
+    "--k",
+    "k",
+    type=click.IntRange(min=1, max=int(LIMITS["k"][1])),
+    default=10,
+    show_default=True,
+    help=f"Neighbours per query ({_most('k')}, and at most the corpus size).",
+)
 @queries_option(default=100, help="Dataset queries (recall at each checkpoint uses all of them).")
-@click.option("--initial", type=float, default=0.5, show_default=True, help="Fraction built first.")
-@click.option("--insert-rate", type=float, default=200.0, show_default=True, help="Inserts/s.")
-@click.option("--delete-rate", type=float, default=100.0, show_default=True, help="Deletes/s.")
-@click.option("--qps", type=float, default=200.0, show_default=True, help="Queries/s, open loop.")
-@click.option("--duration", type=float, default=10.0, show_default=True, help="Seconds.")
-@click.option("--checkpoints", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--initial", type=float, default=0.5, show_default=True, help="Fraction built first, in (0, 1]."
+)
+@click.option(
+    "--insert-rate",
+    type=float,
+    default=200.0,
+    show_default=True,
+    help=f"Inserts/s, {_most('insert_rate')}.",
+)
+@click.option(
+    "--delete-rate",
+    type=float,
+    default=100.0,
+    show_default=True,
+    help=f"Deletes/s, {_most('delete_rate')}.",
+)
+@click.option(
+    "--qps",
+    type=float,
+    default=200.0,
+    show_default=True,
+    help=f"Queries/s, open loop, {_most('qps')} (0: back to back, for runbooks); "
+    f"--qps x --duration at most {MAX_SEARCHES} searches.",
+)
+@click.option(
+    "--duration",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help=f"Seconds, {_most('duration')}.",
+)
+@click.option(
+    "--checkpoints",
+    type=click.IntRange(min=1, max=int(LIMITS["checkpoints"][1])),
+    default=5,
+    show_default=True,
+    help=f"Records, evenly spaced over --duration ({_most('checkpoints')}).",
+)
 @click.option(
     "--fresh",
     type=float,
     default=0.3,
     show_default=True,
-    help="Share of queries aimed at the newest inserted document (its vector plus noise).",
+    help="Share of queries aimed at the newest inserted document (its vector plus noise), "
+    "in [0, 1].",
 )
-@click.option("--noise", type=float, default=0.05, show_default=True, help="Aimed query noise.")
-@click.option("--search-threads", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--noise",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help=f"Aimed query noise, times the vector's length, in [0, {_num(LIMITS['noise'][1])}].",
+)
+@click.option(
+    "--search-threads",
+    type=click.IntRange(min=1, max=int(LIMITS["search_threads"][1])),
+    default=2,
+    show_default=True,
+    help=f"Searcher threads ({_most('search_threads')}).",
+)
 @click.option(
     "--runbook",
     type=click.Path(exists=True, dir_okay=False),
-    help="TOML list of [[step]] insert/delete/search/checkpoint to replay instead of the clock.",
+    help="TOML list of [[step]] insert/delete/search/checkpoint to replay instead of the clock "
+    "(a regular file of at most 1 MiB; each count at most "
+    f"{MAX_STEP_COUNT}, searches in all at most "
+    f"{MAX_SEARCHES}; at least one checkpoint).",
 )
 @out_option("Append one JSON record per checkpoint.")
 @plot_option("Write recall and search p50 at each checkpoint as PNG.")
@@ -117,10 +181,15 @@ def stream(
         search_threads=search_threads,
         seed=seed,
     )
-    options.check()
+    options.check(timed=runbook is None)
     steps = read_runbook(runbook) if runbook else None
+    check_outputs(out, plot)
     size = parse_count(n, "--n") if n else None
-    ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
+    # the seed orders the run; only the synthetic dataset is made from one too
+    table = datasets.spec_table(dataset, n=size, dim=dim)
+    if table.get("name") == "synthetic":
+        table["seed"] = seed
+    ds = datasets.from_table(table)
     emb = ds.default_embedder
     X, Q = ds.corpus_vectors(emb), ds.query_vectors(emb)
     writer = RecordWriter(out)
@@ -131,8 +200,4 @@ def stream(
 
     run_stream(X, Q[:queries], ds.metric, options, runbook=steps, on_record=show, dataset=ds.name)
     echo(render(writer.records))
-    if plot:
-        from ..plots import plot_records
-
-        plot_records(writer.records, plot)
-        echo(f"wrote {plot}")
+    finish_outputs(writer, writer.records, plot)
