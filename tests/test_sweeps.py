@@ -208,7 +208,9 @@ def test_labels_say_what_ran_build_params_and_ef_raised_to_k(tmp_path: Path, cap
     hnsw = [line.split("│")[3].strip() for line in stdout.splitlines() if "│ hnsw " in line]
     assert sorted(hnsw) == ["ef=32", "ef=4→10"]
     assert "(defaults)" not in stdout
-    assert re.search(r"^ef=4→10: an ef under the candidates a search asks for \(k=10", stdout, re.M)
+    assert re.search(
+        r"^ef=4→10: an ef under the number of candidates a search asks for \(k=10", stdout, re.M
+    )
 
 
 def test_with_rescore_the_label_says_ef_ran_at_the_candidates(tmp_path: Path, capsys) -> None:

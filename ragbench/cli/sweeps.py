@@ -113,7 +113,8 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
     type=float,
     default=0.9,
     show_default=True,
-    help="Recall under which a filtered line has fallen off its cliff.",
+    help="Recall target: the reading names each index's cheapest point reaching it (per "
+    "filter, selectivity and strategy), and a filtered line under it has fallen off its cliff.",
 )
 @fast_build_option()
 @rebuilds_option()

@@ -15,8 +15,10 @@ nothing is typed in, every figure comes from the records:
   (:func:`ragbench.intervals.ratio`), pooled over the other axes; a warning
   when the ranking is decided by noise; how the interleaved order was
   balanced; and why retrieval reads slower after a model's forward pass.
-- :func:`sweep_reading`, :func:`scale_reading`: the indexes ranked at a
-  recall every one of them reaches, or at the largest corpus.
+- :func:`sweep_reading`, :func:`scale_reading`: within each group of
+  comparable sweep points (unfiltered; one filter, selectivity and
+  strategy), the indexes ranked at a recall every one of them reaches and
+  each one's cheapest point at the recall target; scale at the largest corpus.
 - :func:`load_reading`: the dominant stage under load, the highest level each
   configuration sustained, and the levels at capacity.
 - :func:`diff_reading`: the verdict in total and the largest sure change;

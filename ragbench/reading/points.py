@@ -1,4 +1,4 @@
-"""The reading of sweep and scale points: the indexes ranked at a recall all reach, or at the largest n."""
+"""The reading of sweep and scale points: per filter group, the indexes ranked and at a target; scale at the largest n."""
 
 from __future__ import annotations
 
@@ -120,8 +120,11 @@ def _target_line(
     targets = {float(p.recall_target) for ps in by.values() for p in ps if p.recall_target}
     target = max(targets) if targets else DEFAULT_TARGET
     parts = []
-    for name, ps in sorted(by.items()):
-        p = _cheapest(ps, target)
+    # reached first, cheapest first; then the indexes that did not reach it
+    cheapest = {name: _cheapest(ps, target) for name, ps in by.items()}
+    order = sorted(by, key=lambda n: (cheapest[n] is None, _p50(cheapest[n]), n))
+    for name in order:
+        ps, p = by[name], cheapest[name]
         if p is None:
             top = max(ps, key=lambda q: float(need(q.recall, "recall")))
             parts.append(
@@ -137,6 +140,10 @@ def _target_line(
     return f"{label}: cheapest point per index reaching recall ≥ {target:g}{given}: " + "; ".join(
         parts
     )
+
+
+def _p50(p: SweepRecord | None) -> float:
+    return float("inf") if p is None else float(need(p.p50_us, "p50_us"))
 
 
 def _timing_note(points: Sequence[SweepRecord]) -> str:

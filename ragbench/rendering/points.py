@@ -72,15 +72,15 @@ def query_notes(points: Sequence[SweepRecord]) -> list[str]:
         k = need(points[0].k, "k")
         example = params_of(None, raised[0].query, None, ran=raised[0].effective_query)
         notes.append(
-            f"{example}: an ef under the candidates a search asks for (k={k}, or rescore) ran as "
-            "that many (hnswlib, usearch, faiss HNSW, Qdrant and pgvector raise ef to it); ef→N: the "
-            "index's default ef, raised"
+            f"{example}: an ef under the number of candidates a search asks for (k={k}, or "
+            "rescore) runs as that number (hnswlib, usearch, faiss HNSW, Qdrant and pgvector "
+            "raise ef to it); with no value before →, the index's default ef was raised"
         )
     if any(p.rescore for p in points):
         notes.append(
             "rescore=N: the index returns its top N candidates, re-scored exactly from the "
-            "float32 vectors (`before rescore`: recall of the index's own top k); ef is at "
-            "least N, so an ef under N changes nothing"
+            "float32 vectors (`before rescore`: recall of the index's own top k); an HNSW "
+            "index searches with ef ≥ N then, so an ef under N changes nothing"
         )
     return notes
 
