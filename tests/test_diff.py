@@ -66,6 +66,26 @@ def test_ratio_interval_excludes_one_for_a_real_difference_only() -> None:
     assert iv_slow.low > 1.0 and iv_slow.value == pytest.approx(1.3, rel=0.15)
 
 
+def test_runs_ratio_weighs_every_run_the_same_and_is_seeded() -> None:
+    rng = np.random.default_rng(5)
+    fast, slow = rng.lognormal(5.0, 0.1, 400), rng.lognormal(5.0, 0.1, 30) * 1.5
+    # ten times the samples of one run: the same weight (its p50 is unchanged by tiling)
+    assert intervals.runs_point([np.tile(fast, 10), slow], "p50") == intervals.runs_point(
+        [fast, slow], "p50"
+    )
+    assert intervals.runs_point([fast, slow], "p50") == pytest.approx(
+        (np.median(fast) + np.median(slow)) / 2, rel=0.01
+    )
+    other = [fast * 1.2, slow * 1.2]
+    iv = intervals.runs_ratio([np.tile(fast, 10), slow], other, "p50")
+    assert iv.value == pytest.approx(1.2, rel=0.01) and iv.low <= 1.2 <= iv.high
+    assert intervals.runs_ratio([np.tile(fast, 10), slow], other, "p50") == iv  # seeded
+    # runs that disagree widen the interval: the drift between runs is in it
+    assert iv.high - iv.low > 3 * (intervals.ratio(fast, fast * 1.2).high - 1.2)
+    # one run per side: the plain bootstrap of requests
+    assert intervals.runs_ratio([fast], [slow], "p90") == intervals.ratio(fast, slow, "p90")
+
+
 def test_repeat_keeps_every_repetition_and_their_intervals(tmp_path: Path, capsys) -> None:
     out = tmp_path / "r.jsonl"
     code, stdout, err = cli(
@@ -292,7 +312,10 @@ def _bench_doc(rng: np.random.Generator, rounds: int, speed: float) -> dict[str,
                 "name": "test_x",
                 "fullname": "bench/test_a.py::test_x",
                 "stats": {**stats, "data": data},
-                "extra_info": {},
+                # rb_bench's per-stage raw ns: its own count, not the rounds'
+                "extra_info": {
+                    "ragbench": {"samples_ns": {"retrieve": [d * 1e9 for d in data[:20]]}}
+                },
             }
         ],
     }
@@ -349,8 +372,11 @@ def test_diff_weighs_each_run_the_same_whatever_its_size(
         capsys, "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(out)
     )
     assert code in (0, 1), err
-    total = next(r for r in read_records(out) if r["part"] in ("total", "latency"))
+    saved = read_records(out)
+    total = next(r for r in saved if r["part"] in ("total", "latency"))
     assert (total["a_runs"], total["b_runs"]) == (3, 3)
+    if kind == "pytest-benchmark":  # the stages pooled run by run too
+        assert [r["part"] for r in saved] == ["latency", "retrieve"]
     assert total["ratio"] == pytest.approx(PLANTED, rel=0.03)
     assert total["ratio_low"] <= PLANTED <= total["ratio_high"]
     assert "single run" not in stdout
