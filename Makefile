@@ -38,9 +38,13 @@ check-no-cuda:
 	@if $(PIP) list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: nvidia-* packages found in $(VENV); torch must be the CPU build ($(TORCH))"; exit 1; fi
 
+# The compare `make run` prints; docs/findings/commands.toml records the same command
+# (make-run-pydocs.jsonl), from which the README's block is regenerated (tests/test_docs.py).
+RUN_COMPARE := compare --dataset pydocs --embed minilm --index flat,hnsw,lsh --rerank numba \
+	--codec json,orjson,protobuf --queries 200 --warmup 20
+
 run: $(VENV)/.embed check-no-cuda
-	$(VENV)/bin/ragbench compare --dataset pydocs --embed minilm --index flat,hnsw,lsh \
-		--rerank numba --codec json,orjson,protobuf --queries 200 --warmup 20
+	$(VENV)/bin/ragbench $(RUN_COMPARE)
 
 test: $(VENV)/.dev check-no-cuda
 	$(PY) -m pytest -q

@@ -11,6 +11,7 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
     <!-- gen: params -->                    every typed backend parameter (ragbench.params)
     <!-- gen: report data/x.jsonl [ARGS] --> ``ragbench report --format md`` of a committed results file
     <!-- gen: reading data/x.jsonl -->      the reading ``ragbench report`` prints under its table
+    <!-- gen: report-text data/x.jsonl -->  ``ragbench report`` as a terminal shows it (the make run block)
     <!-- gen: plot data/x.jsonl x.png -->   ``ragbench report --plot`` drawn into the site
     <!-- gen: plot --payload data/x.jsonl... x.png -->  only transport time against payload bytes
                                             (``bench/transport_settings.py``, ``compare --payload-k``)
@@ -424,6 +425,18 @@ def reading_markdown(page_dir: Path, args: str) -> str:
     return "```text\n" + "\n".join(reading_lines(done.stdout)) + "\n```"
 
 
+def report_text(page_dir: Path, args: str) -> str:
+    """``ragbench report FILE`` as the terminal shows it (table and reading), in a text block.
+
+    The ``cache:`` lines name the folders of the machine that measured: they are left out.
+    """
+    done = _ragbench("report", *shlex.split(args), cwd=page_dir)
+    if done.returncode != 0:
+        raise RuntimeError(f"ragbench report {args} failed: {done.stderr.strip()}")
+    lines = [ln.rstrip() for ln in done.stdout.rstrip().splitlines()]
+    return "```text\n" + "\n".join(ln for ln in lines if not ln.startswith("cache: ")) + "\n```"
+
+
 def reading_lines(out: str) -> list[str]:
     """The lines of ``ragbench report`` output under its first table that are not a table:
     the notes between tables too (a load report's knee lines sit above its per-stage table),
@@ -781,6 +794,8 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return report_markdown(page_dir, args)
         if what == "reading":
             return reading_markdown(page_dir, args)
+        if what == "report-text":
+            return report_text(page_dir, args)
         if what == "reproduce":
             return reproduce_markdown(args)
         if what == "bench":
@@ -798,7 +813,8 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
         if what not in GENERATORS:
             known = ", ".join(
                 [
-                    *("report", "reading", "plot", "reproduce", "bench", "stats", "engines"),
+                    *("report", "report-text", "reading", "plot", "reproduce", "bench", "stats"),
+                    "engines",
                     *("search-after", *GENERATORS),
                 ]
             )
@@ -842,10 +858,13 @@ def on_post_build(config: Any) -> None:  # noqa: ARG001
 
 
 #: A block of the README regenerated from committed results (the README is not a site page):
-#: ``<!-- readme-gen: engines data/run.jsonl [data/sweep.jsonl] -->`` ... ``<!-- /readme-gen -->``,
-#: paths relative to ``docs/findings``.
+#: ``<!-- readme-gen: engines data/run.jsonl [data/sweep.jsonl] -->`` (the engines table) or
+#: ``<!-- readme-gen: report-text data/run.jsonl -->`` (``ragbench report`` as printed) ...
+#: ``<!-- /readme-gen -->``, paths relative to ``docs/findings``.
 README_BLOCK = re.compile(
-    r"(<!-- readme-gen: engines (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- /readme-gen -->)", re.S
+    r"(<!-- readme-gen: (?P<what>engines|report-text) (?P<args>[^>]*?) -->\n)(?P<body>.*?)"
+    r"(<!-- /readme-gen -->)",
+    re.S,
 )
 
 
@@ -853,8 +872,12 @@ def readme_expanded(text: str) -> str:
     """``text`` (the README) with every ``readme-gen`` block's body rendered anew."""
 
     def render(m: re.Match[str]) -> str:
-        body = engines_markdown(ROOT / "docs" / "findings", m.group("args"))
-        return f"{m.group(1)}\n{body.strip()}\n\n{m.group(4)}"
+        findings = ROOT / "docs" / "findings"
+        if m.group("what") == "engines":
+            body = engines_markdown(findings, m.group("args"))
+        else:
+            body = report_text(findings, m.group("args"))
+        return f"{m.group(1)}\n{body.strip()}\n\n{m.group(5)}"
 
     return README_BLOCK.sub(render, text)
 
