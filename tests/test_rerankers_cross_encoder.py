@@ -311,9 +311,73 @@ def test_a_folder_without_a_model(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no config.json"):
         rb.rerankers.create("cross-encoder", model=str(tmp_path))
     (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(ConfigError, match="has no model.safetensors; only safetensors"):
+        rb.rerankers.create("cross-encoder", model=str(tmp_path))
+    (tmp_path / "model.safetensors").write_bytes(b"not safetensors")
     rr = rb.rerankers.create("cross-encoder", model=str(tmp_path))
     with pytest.raises(ConfigError, match="does not hold a sequence-classification model"):
         rr.start()
+
+
+def _copy(folder: Path, to: Path, *, weights: bool = True) -> Path:
+    """A copy of a model folder (without its model.safetensors unless ``weights``)."""
+    to.mkdir()
+    for f in folder.iterdir():
+        if weights or f.name != "model.safetensors":
+            (to / f.name).write_bytes(f.read_bytes())
+    return to
+
+
+class _Tripwire:
+    """Unpickling this touches a file: proof that a pickle was loaded."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize(
+    "name", ["pytorch_model.bin", "model.pt", "weights.pth", "state.pkl", "last.ckpt"]
+)
+def test_a_pickle_file_in_the_model_folder_is_refused_by_name(
+    tiny_folder: Path, tmp_path: Path, name: str
+) -> None:
+    folder = _copy(tiny_folder, tmp_path / "m")  # model.safetensors is there too
+    marker = tmp_path / "unpickled"
+    torch.save({"w": _Tripwire(marker)}, folder / name)
+    with pytest.raises(ConfigError) as err:
+        rb.rerankers.create("cross-encoder", model=str(folder)).start()
+    assert f"holds {name}, a pickle file" in str(err.value)
+    assert "convert it to safetensors" in str(err.value)
+    assert not marker.exists()
+
+
+def test_pytorch_model_bin_is_never_handed_to_torch_load_from_the_cli(
+    tiny_folder: Path, tmp_path: Path
+) -> None:
+    """The finding: a folder of pytorch_model.bin (no safetensors) was loaded with torch.load."""
+    folder = _copy(tiny_folder, tmp_path / "m", weights=False)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(tiny_folder)
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")  # a loadable pickle
+    proc = ragbench(
+        "run",
+        "-c",
+        "hashing",
+        "--dataset",
+        "pydocs",
+        "--queries",
+        "2",
+        "--set",
+        "rerank.backend=cross-encoder",
+        "--set",
+        f"rerank.model={folder}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stdout[-500:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert "pytorch_model.bin, a pickle file" in line and "safetensors" in line
 
 
 def test_score_before_start() -> None:
