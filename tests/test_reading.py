@@ -329,7 +329,7 @@ def test_every_command_prints_its_reading(tmp_path, capsys) -> None:
         r"^\w+ (is|is the largest stage at) \d+\.\d % of the time before first token", re.M
     )
     assert share.search(run_out) and share.search(report_out)
-    assert re.search(r"^flat/\S+: (B |no sure difference)", diff_out, re.M)
+    assert re.search(r"^flat/\S+: (B |no detectable difference)", diff_out, re.M)
     assert "these times are retrieval alone" in sweep_out
 
 
