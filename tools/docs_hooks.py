@@ -22,6 +22,8 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
                                             build s, recall mean/p10; memory from sweep records of
                                             the same build (``ragbench sweep``)
     <!-- gen: reproduce NAME... -->         the commands.toml commands that wrote data/NAME
+    <!-- gen: detection data/x.jsonl -->    ``tools/recipe_detection.py --summary --markdown``:
+                                            A/A pairs passed, planted slowdowns caught per CI job
 
 The comment is replaced when the site is built (``make docs``), so nothing generated is
 typed into a page. ``report`` paths are relative to the page's folder and runs
@@ -709,6 +711,18 @@ ENGINE_COLUMNS = [
 ]
 
 
+def detection_markdown(page_dir: Path, args: str) -> str:
+    """The counts of a ``tools/recipe_detection.py`` results file (path relative to the page)."""
+    path = ROOT / "tools" / "recipe_detection.py"
+    spec = importlib.util.spec_from_file_location("recipe_detection", path)
+    if spec is None or spec.loader is None or not args:
+        raise ValueError(f"<!-- gen: detection FILE -->: cannot read {args!r} with {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("recipe_detection", module)  # its dataclasses look the module up
+    spec.loader.exec_module(module)
+    return str(module.summary_markdown(page_dir / args))
+
+
 def search_after_markdown(page_dir: Path, args: str) -> str:
     """``bench/test_bench_search_after.py``'s ``--benchmark-json``: one row per engine, each
     condition's search p50 over back-to-back's with its 95 % interval (the bench's extra_info)."""
@@ -806,6 +820,8 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return engines_markdown(page_dir, args)
         if what == "search-after":
             return search_after_markdown(page_dir, args)
+        if what == "detection":
+            return detection_markdown(page_dir, args)
         if what == "plot":
             if site_page_dir is None:
                 raise ValueError("plot markers need the site folder of the page")
@@ -815,7 +831,7 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
                 [
                     *("report", "report-text", "reading", "plot", "reproduce", "bench", "stats"),
                     "engines",
-                    *("search-after", *GENERATORS),
+                    *("search-after", "detection", *GENERATORS),
                 ]
             )
             raise ValueError(f"unknown generated section {what!r}; known: {known}")

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,13 @@ def ci_steps(page: Path = PAGE) -> list[Step]:
     if len(found) != 1:
         raise ValueError(f"{page}: expected one <!-- run --> yaml block, found {len(found)}")
     return steps_of(found[0])
+
+
+def design(steps: Sequence[Step]) -> str:
+    """How the job runs the two sides: at the same time (a ``&`` job) or one after the other."""
+    script = "\n".join(step.script for step in steps)
+    background = re.search(r"(?<![&>|])&(?![&>])", script)  # a lone &, not && or 2>&1
+    return "side by side" if background else "alternated"
 
 
 def steps_of(code: str) -> list[Step]:
@@ -157,18 +165,31 @@ def run_job(
             raise ValueError(f"step {step.name!r}: an expression this runner cannot fill in")
         full_env = {**os.environ, **step.env, **(env or {})}
         full_env.pop("PYTHONPATH", None)  # each checkout runs its own code
-        proc = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", script],
-            cwd=checkout,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
+        proc = _bash(script, checkout, full_env)
         done.append(proc)
         if proc.returncode != 0:
             break
     return checkout, done
+
+
+def _bash(script: str, cwd: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """``bash -e`` running ``script`` in its own process group, all of it ended if we are."""
+    cmd = ["bash", "-e", "-o", "pipefail", "-c", script]
+    with subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=3600)
+        except BaseException:  # a timeout, Ctrl-C, SIGTERM: no compare left running
+            os.killpg(proc.pid, signal.SIGTERM)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _diff(checkout: Path, a: Path, b: Path, out: Path) -> int:
@@ -223,8 +244,8 @@ def _prefix(checkout: Path, runs: int, kind: str) -> dict[str, Any]:
     return _outcome(code, _verdicts(out), kind)
 
 
-def _provenance() -> dict[str, Any]:
-    """The checkout measured: HEAD, the last commit of diff.py, whether diff.py has edits."""
+def provenance() -> dict[str, Any]:
+    """The code copied (call it when copying): HEAD, diff.py's last commit, whether it had edits."""
     head = _git(ROOT, "rev-parse", "--short", "HEAD")
     diff_commit = _git(ROOT, "log", "-1", "--format=%h", "--", "ragbench/diff.py")
     dirty = bool(_git(ROOT, "status", "--porcelain", "--", "ragbench/diff.py"))
@@ -238,6 +259,7 @@ def _trial(
     kind: str,
     sizes: Mapping[str, str],
     prefixes: Sequence[int],
+    copied: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
     """One job run (A/A or planted) and its records: the job's own, then each prefix's."""
     head = shas["same"] if kind == "aa" else shas["planted"]
@@ -253,6 +275,7 @@ def _trial(
         derived = [(r, _prefix(checkout, r, kind)) for r in prefixes if r < runs]
     common = {
         "schema": SCHEMA,
+        "design": design(steps),
         "kind": kind,
         "stage": STAGE,
         "queries": int(sizes["QUERIES"]),
@@ -261,7 +284,7 @@ def _trial(
         "load_after": round(os.getloadavg()[0], 2),
         "seconds": round(seconds, 1),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        **_provenance(),
+        **copied,
     }
     out = [{**common, "runs": runs, "prefix_of": None, **own}]
     out += [{**common, "runs": r, "prefix_of": runs, **o} for r, o in derived]
@@ -270,6 +293,8 @@ def _trial(
 
 def measure(args: argparse.Namespace) -> None:
     """Run ``args.trials`` A/A and planted trials alternately, appending to ``args.out``."""
+    # SIGTERM unwinds like Ctrl-C: the running job's processes are ended, the folders removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     steps = ci_steps()
     sizes = {**next(s.env for s in steps if s.env)}
     for key in ("runs", "queries", "repeat"):
@@ -278,6 +303,7 @@ def measure(args: argparse.Namespace) -> None:
     start, took = time.monotonic(), []
     with tempfile.TemporaryDirectory(prefix="recipe-origin-") as tmp:
         origin = Path(tmp) / "origin"
+        copied = provenance()  # the working tree as copied: others may be editing diff.py
         shas = make_origin(origin)
         shas["planted"] = plant(origin, shas["base"], args.slowdown)
         for i in range(args.trials):
@@ -287,7 +313,7 @@ def measure(args: argparse.Namespace) -> None:
                     print(f"budget reached after {len(took)} trials", file=sys.stderr)
                     return
                 t0 = time.monotonic()
-                records = _trial(steps, origin, shas, kind, sizes, args.prefixes)
+                records = _trial(steps, origin, shas, kind, sizes, args.prefixes, copied)
                 for rec in records:
                     rec["slowdown"] = args.slowdown if kind == "planted" else 0.0
                 with open(args.out, "a", encoding="utf-8") as fh:
@@ -297,18 +323,30 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def summary(path: Path) -> list[dict[str, Any]]:
-    """Per job size (runs, queries, repeat): A/A pairs passed and planted slowdowns caught."""
-    groups: dict[tuple[int, int, int, float], dict[str, Any]] = {}
+    """Per job (design, runs, queries, repeat): A/A pairs passed and planted slowdowns caught."""
+    groups: dict[tuple[str, int, int, int, int], dict[str, Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
-        key = (rec["runs"], rec["queries"], rec["repeat"], rec["prefix_of"] or 0)
-        g = groups.setdefault(key, {"aa": [0, 0], "planted": [0, 0], "load": [], "slowdown": 0})
+        # the first trials, before the field, ran the alternated (ABBA) job
+        key = (
+            rec.get("design", "alternated"),
+            rec["runs"],
+            rec["queries"],
+            rec["repeat"],
+            rec["prefix_of"] or 0,
+        )
+        g = groups.setdefault(
+            key, {"aa": [0, 0], "planted": [0, 0], "load": [], "slowdown": 0, "when": []}
+        )
+        g["when"].append(rec["when"])
+        g["diff"] = f"{rec['diff_py_commit']}{'+edits' if rec['diff_py_edited'] else ''}"
         g[rec["kind"]][0] += rec["passed"]
         g[rec["kind"]][1] += 1
         g["load"] += [rec["load_before"], rec["load_after"]]
         g["slowdown"] = max(g["slowdown"], rec["slowdown"])
     return [
         {
+            "design": dsg,
             "runs": runs,
             "queries": q,
             "repeat": rep,
@@ -320,15 +358,36 @@ def summary(path: Path) -> list[dict[str, Any]]:
             "slowdown": g["slowdown"],
             "load_min": min(g["load"]),
             "load_max": max(g["load"]),
+            "first": min(g["when"]),
+            "last": max(g["when"]),
+            "diff_py": g["diff"],
         }
-        for (runs, q, rep, of), g in sorted(groups.items())
+        for (dsg, runs, q, rep, of), g in sorted(groups.items())
     ]
+
+
+def summary_markdown(path: Path) -> str:
+    """:func:`summary` as a Markdown table (the docs site's ``<!-- gen: detection FILE -->``)."""
+    header = "| job | runs per side | queries × repeat | A/A pairs passed | "
+    header += "planted slowdown caught | load average (1 min) | measured (UTC) | diff.py |"
+    lines = [header, "| " + " | ".join("---" for _ in range(8)) + " |"]
+    for r in summary(path):
+        of = f" (the first {r['runs']} of {r['prefix_of']})" if r["prefix_of"] else ""
+        lines.append(
+            f"| {r['design']} | {r['runs']}{of} | {r['queries']} × {r['repeat']} | "
+            f"{r['aa_passed']} of {r['aa_trials']} | "
+            f"{r['caught']} of {r['planted_trials']} ({r['slowdown']:.0%}) | "
+            f"{r['load_min']:.1f}–{r['load_max']:.1f} | "
+            f"{r['first'][:16].replace('T', ' ')}–{r['last'][11:16]} | `{r['diff_py']}` |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="Append one JSON line per trial here.")
     p.add_argument("--summary", type=Path, help="Print the counts of a results file and exit.")
+    p.add_argument("--markdown", action="store_true", help="--summary as a Markdown table.")
     p.add_argument("--trials", type=int, default=10, help="A/A pairs, and as many planted.")
     p.add_argument("--slowdown", type=float, default=0.2, help="Planted: 0.2 = 20 %% slower.")
     p.add_argument("--runs", type=int, help="Compare processes per side (the job's RUNS).")
@@ -343,8 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget-min", type=float, default=28.0, help="Wall-time bound, minutes.")
     args = p.parse_args(argv)
     if args.summary:
-        for row in summary(args.summary):
-            print(json.dumps(row))
+        print(summary_markdown(args.summary) if args.markdown else "")
+        if not args.markdown:
+            for row in summary(args.summary):
+                print(json.dumps(row))
         return 0
     if args.out is None:
         p.error("--out is needed to measure")

@@ -1,0 +1,73 @@
+"""``tools/recipe_detection.py``: the CI job it reads from the docs and the counts it reports."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "recipe_detection", ROOT / "tools" / "recipe_detection.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["recipe_detection"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_documented_job_runs_both_sides_at_once_and_diffs_them() -> None:
+    tool = _tool()
+    steps = tool.ci_steps()
+    assert tool.design(steps) == "side by side"
+    assert {"RUNS", "QUERIES", "REPEAT"} <= set(steps[0].env)
+    assert "ragbench diff base.jsonl head.jsonl" in steps[-1].script
+    at_once = [tool.Step("b", {}, "for i in 1 2; do a & b; wait; done")]
+    assert tool.design(at_once) == "side by side"
+    one_then_other = "for i in 1 2; do a 2>&1 && b >&2; done"
+    assert tool.design([tool.Step("b", {}, one_then_other)]) == "alternated"
+
+
+def _rec(kind: str, passed: bool, runs: int = 3, prefix_of: int | None = None) -> dict:
+    return {
+        "kind": kind,
+        "passed": passed,
+        "design": "side by side",
+        "runs": runs,
+        "queries": 400,
+        "repeat": 2,
+        "prefix_of": prefix_of,
+        "load_before": 2.0,
+        "load_after": 9.5,
+        "slowdown": 0.2 if kind == "planted" else 0.0,
+        "when": "2026-12-02T04:30:00Z",
+        "diff_py_commit": "abc1234",
+        "diff_py_edited": False,
+    }
+
+
+def test_the_summary_counts_each_job_size_apart(tmp_path: Path) -> None:
+    recs = [_rec("aa", True), _rec("aa", False), _rec("aa", True)]
+    recs += [_rec("planted", True), _rec("planted", False), _rec("aa", False, 2, prefix_of=3)]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rows = {(r["runs"], r["prefix_of"]): r for r in _tool().summary(path)}
+    assert set(rows) == {(3, None), (2, 3)}
+    full = rows[3, None]
+    assert (full["aa_passed"], full["aa_trials"], full["caught"], full["planted_trials"]) == (
+        2,
+        3,
+        1,
+        2,
+    )
+    assert (full["load_min"], full["load_max"], full["slowdown"]) == (2.0, 9.5, 0.2)
+    assert (rows[2, 3]["aa_passed"], rows[2, 3]["aa_trials"]) == (0, 1)
+    table = _tool().summary_markdown(path)
+    assert "| side by side | 3 | 400 × 2 | 2 of 3 | 1 of 2 (20%) | 2.0–9.5 |" in table
+    assert "| side by side | 2 (the first 2 of 3) | 400 × 2 | 0 of 1 |" in table
