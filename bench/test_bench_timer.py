@@ -18,6 +18,8 @@
 - a FastAPI ``def`` endpoint, 64 requests at a time: embed and ``queue`` per
   request with and without a ``queue`` stage (where the wait for a pool
   thread lands), reported.
+- ``stats()`` with the default window after 10 000 and after 100 000 requests,
+  interleaved: the ratio (bounded by the window, asserted ≤ 2x).
 
 Run: ``.venv/bin/pytest bench/test_bench_timer.py -p no:cacheprovider -s``
 """
@@ -134,7 +136,13 @@ def test_request_handle_vs_start_mark(benchmark: Any) -> None:
         f"{'met' if added <= HANDLE_TARGET_NS else 'NOT met'}); marks through "
         f"timer.mark(name) {ctx:.0f} ns ({ctx - new:+.0f} ns over r.mark)"
     )
-    assert len(handle_timer) == len(legacy_timer) > len(ctx_timer) == REPEATS * ROUNDS * len(runs)
+    # every request was stored (the default window keeps the last 10 000: trims are measured too)
+    assert (
+        handle_timer.stored
+        == legacy_timer.stored
+        > ctx_timer.stored
+        == REPEATS * ROUNDS * len(runs)
+    )
     benchmark(handle)
     judge(
         f"ns a request handle adds over start()/mark() ({MARGIN:g}x the target)",
@@ -393,3 +401,32 @@ def test_thread_pool_wait_of_a_def_endpoint(benchmark: Any) -> None:
     print()
     benchmark.extra_info.update(figures)
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+
+
+def test_stats_cost_does_not_grow_with_requests_served(benchmark: Any) -> None:
+    """``stats()`` after 10x the window of requests vs after one window: the same rows, the same cost.
+
+    Two timers with the default window (10 000), one fed 10 000 requests and one 100 000
+    (the timer before the window kept them all, so its ``stats()``, on the event loop of a
+    service's ``/stats``, grew with them); their ``stats()`` timed interleaved.
+    """
+    from ragbench.timing.timer import WINDOW
+
+    def fed(n: int) -> StageTimer:
+        timer = StageTimer(STAGES)
+        for i in range(n):
+            t = 1_000 * i
+            timer.add([t, t + 3 + i % 7, t + 10, t + 11 + i % 5, t + 30])
+        return timer
+
+    one, ten = fed(WINDOW), fed(10 * WINDOW)
+    assert len(one) == len(ten) == WINDOW and ten.stored == 10 * WINDOW
+    one_ns, ten_ns = _interleaved([one.stats, ten.stats], inner=3, rounds=pick(15, 7))
+    ratio = ten_ns / one_ns
+    benchmark.extra_info.update(stats_window_ns=one_ns, stats_10x_ns=ten_ns, ratio=ratio)
+    print(
+        f"\nstats() of {WINDOW} rows of 4 stages: {one_ns / 1e6:.2f} ms after {WINDOW} requests, "
+        f"{ten_ns / 1e6:.2f} ms after {10 * WINDOW} ({ratio:.2f}x)"
+    )
+    assert ratio <= 2.0, ratio  # the rows read are the same window
+    benchmark.pedantic(ten.stats, rounds=3, iterations=1)

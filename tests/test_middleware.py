@@ -497,3 +497,76 @@ def test_the_queue_stage_is_checked_and_optional() -> None:
     timer = StageTimer(["wait", "a"])
     assert TimingMiddleware(app, timer=timer, queue="wait").queue == "wait"
     assert TimingMiddleware(app, timer=StageTimer(["queue", "a"]), queue=None).queue is None
+
+
+@pytest.mark.integration
+def test_a_long_running_service_keeps_a_window_of_its_last_requests() -> None:
+    """400 requests, 40 at a time, to a real server: the timer keeps the last 50, and reads cost 50.
+
+    The old timer kept a row per request forever (+77 B each, its ``stats()`` on the event loop
+    growing with every request served); with ``window=50`` the rows, ``stats()`` and the
+    ``queue`` stage cover the 50 latest requests only, and ``stored`` counts them all.
+    """
+    timer = StageTimer(["queue", "embed"], window=50)
+    served: list[int] = []
+
+    async def ask(request: HTTPRequest) -> JSONResponse:
+        r = timer.current()  # marks queue
+        assert r is not None
+        await asyncio.sleep(0.001)
+        r.mark("embed")
+        served.append(r.start_ns)
+        return JSONResponse({"ok": True})
+
+    async def stats(request: HTTPRequest) -> JSONResponse:
+        return JSONResponse({k: s.count for k, s in timer.stats().items()})
+
+    app = Starlette(
+        routes=[Route("/ask", ask), Route("/stats", stats)],
+        middleware=[Middleware(TimingMiddleware, timer=timer)],
+    )
+    with serving(app) as base:
+        responses = asyncio.run(fire(base, ["/ask"] * 400, concurrency=40))
+        counts = httpx.get(f"{base}/stats", timeout=30).json()
+    assert [r.status_code for r in responses] == [200] * 400
+    assert timer.stored == 400
+    assert len(timer) == 50 and counts == {"queue": 50, "embed": 50, "total": 50}
+    kept = timer.starts().tolist()
+    assert set(kept) <= set(served) and kept == sorted(kept)
+    # the window holds the latest requests: none older than the 90 latest starts
+    # (completion order differs from start order by at most the 40 in flight)
+    assert min(kept) >= sorted(served)[-90]
+
+
+@pytest.mark.parametrize(
+    "name", ["embed\u00e9", "résumé", "a b", "a;dur=999", "a,b", "gen\r\nx-forged: 1", "a\tb", ""]
+)
+def test_a_stage_name_that_would_break_server_timing_is_refused_when_the_timer_is_made(
+    name: str,
+) -> None:
+    """Non-Latin-1 names made every response a 500, CR/LF dropped the connection, ``;``/``,``/
+    spaces forged or broke ``Server-Timing`` values: a name must be an RFC 9110 token."""
+    with pytest.raises(ConfigError, match=r"is not an HTTP token \(RFC 9110\)") as err:
+        StageTimer(["queue", name])
+    assert repr(name) in str(err.value)
+
+
+@pytest.mark.integration
+def test_every_token_character_goes_through_server_timing_intact() -> None:
+    """The names the rule allows are sent as they are and read back the same, over a real socket."""
+    names = ["rag.embed-v2", "retrieve_k10", "a!#$%&'*+^`|~z", "X9"]
+    timer = StageTimer(names)
+
+    async def ask(request: HTTPRequest) -> JSONResponse:
+        for name in names:
+            timer.mark(name)
+        return JSONResponse({"ok": True})
+
+    app = Starlette(
+        routes=[Route("/ask", ask)], middleware=[Middleware(TimingMiddleware, timer=timer)]
+    )
+    with serving(app) as base:
+        response = httpx.get(f"{base}/ask", timeout=30)
+    assert response.status_code == 200
+    items = [item.split(";dur=")[0] for item in response.headers["server-timing"].split(", ")]
+    assert items == names

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragbench.errors import InputError
+from ragbench.errors import ConfigError, InputError
 from ragbench.timing import Background, StageTimer
 
 httpx = pytest.importorskip("httpx", reason="needs ragbench[serve]")
@@ -501,7 +501,7 @@ def expected_row(t: int, i: int) -> list[int]:
 
 def test_add_from_8_threads_keeps_every_row_and_readers_see_whole_rows() -> None:
     n_threads, per_thread = 8, 20_000
-    timer = StageTimer(["a", "b", "c"])
+    timer = StageTimer(["a", "b", "c"], window=None)  # keep every row
     go = threading.Barrier(n_threads + 1)
     stop = threading.Event()
     bad: list[Any] = []
@@ -549,6 +549,78 @@ def test_add_from_8_threads_keeps_every_row_and_readers_see_whole_rows() -> None
     for t in range(n_threads):  # each thread's rows in the order it stored them
         mine = got[got[:, 0] == t + 1]
         np.testing.assert_array_equal(mine, [expected_row(t, i) for i in range(per_thread)])
+
+
+def test_a_window_keeps_the_latest_rows_whole_while_8_threads_store_and_trim() -> None:
+    """window=5000: each thread trims its buffer ~3 times while a reader reads all along."""
+    n_threads, per_thread, window = 8, 20_000, 5_000
+    timer = StageTimer(["a", "b", "c"], window=window)
+    go = threading.Barrier(n_threads + 1)
+    stop = threading.Event()
+    bad: list[Any] = []
+    seen: list[int] = []
+
+    def writer(t: int) -> None:
+        go.wait()
+        for i in range(per_thread):
+            a, b, c = expected_row(t, i)
+            base = 1_000_000 + i
+            timer.add([base, base + a, base + a + b, base + a + b + c])
+
+    def reader() -> None:
+        go.wait()
+        while not stop.is_set():
+            rows = timer.samples()
+            seen.append(len(rows))
+            t = rows[:, 0] - 1
+            ok = (rows[:, 2] - (t * 7 + rows[:, 1]) % 13) % 13 == 0
+            if not ok.all() or not ((t >= 0) & (t < n_threads)).all():
+                bad.append(rows)
+            if timer.stats()["total"].count > window:
+                bad.append("stats over the window")
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(n_threads)]
+    read = threading.Thread(target=reader)
+    for th in [*threads, read]:
+        th.start()
+    for th in threads:
+        th.join()
+    stop.set()
+    read.join()
+    assert not bad, bad[:2]
+    assert len(seen) > 1 and max(seen) <= window
+    assert timer.stored == n_threads * per_thread
+    assert len(timer) == window == timer.stats()["total"].count
+    # the window is the requests that started last: start 1_000_000 + i, the same i on every
+    # thread, so the newest window / n_threads values of i, on all 8 threads
+    first_kept = per_thread - window // n_threads
+    got = timer.samples()
+    want = [expected_row(t, i) for t in range(n_threads) for i in range(first_kept, per_thread)]
+    np.testing.assert_array_equal(
+        got[np.lexsort(got.T[::-1])], np.array(want)[np.lexsort(np.array(want).T[::-1])]
+    )
+    np.testing.assert_array_equal(timer.starts(), np.sort(timer.starts()))
+
+
+def test_the_window_bounds_a_service_timer_and_keeps_the_last_requests() -> None:
+    """Handles, one thread: the rows kept are the last `window` requests, whatever was served."""
+    seen: list[int] = []
+    timer = StageTimer(["a", "b"], window=100, on_request=lambda n, s, _: seen.append(s[0]))
+    assert timer.window == 100
+    for i in range(1_234):
+        with timer.request() as r:
+            r.mark("a")
+            if i % 3:
+                r.mark("b")
+    assert timer.stored == 1_234 and len(timer) == 100
+    np.testing.assert_array_equal(timer.starts(), seen[-100:])
+    stats = timer.stats()
+    assert stats["total"].count == 100
+    assert stats["b"].count == sum(1 for i in range(1_234 - 100, 1_234) if i % 3)
+    assert StageTimer(["a"]).window == 10_000  # the default
+    for bad in (0, -1, 2.5, True, "100"):
+        with pytest.raises(ConfigError, match="window"):
+            StageTimer(["a"], window=bad)  # type: ignore[arg-type]
 
 
 def test_add_rejects_decreasing_stamps() -> None:

@@ -1,11 +1,14 @@
 """The per-request, per-stage timer of a service: :class:`StageTimer` and its :class:`Request` handles.
 
 Each thread stores whole rows of int64 stage times in a buffer of its own;
-readers merge the buffers (see :class:`StageTimer`).
+readers merge the buffers (see :class:`StageTimer`). A timer keeps a window
+of the most recent requests (``window``, default :data:`WINDOW`), so its
+memory and the cost of reading it do not grow with the requests served.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +21,13 @@ import numpy as np
 from ..errors import ConfigError, InputError
 from .stages import Stats
 
-__all__ = ["Hook", "Request", "StageTimer"]
+__all__ = ["WINDOW", "Hook", "Request", "StageTimer", "check_stage_name"]
+
+#: Requests a :class:`StageTimer` keeps by default (the most recent ones).
+WINDOW = 10_000
+#: A stage name: an HTTP token (RFC 9110, section 5.6.2), so that it can be a
+#: ``Server-Timing`` metric name as it is.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 #: Leading values of a stored row: the request's start stamp.
 _HEAD = 1
@@ -31,19 +40,50 @@ _CLOSED: dict[str, int] = {}
 Hook = Callable[[list[str], Sequence[int], "dict[str, Any] | None"], None]
 
 
+def check_stage_name(name: object) -> str:
+    """``name`` if it is a stage name (an RFC 9110 token), else :class:`ConfigError` naming it.
+
+    A token is one or more of the letters, digits and ``!#$%&'*+-.^_`|~``:
+    what a ``Server-Timing`` metric name may be. Anything else (a space,
+    ``,``, ``;``, a quote, a control character, a non-ASCII letter) would
+    break the header or forge a value in it.
+    """
+    if not isinstance(name, str) or _TOKEN.fullmatch(name) is None:
+        raise ConfigError(
+            f"StageTimer stage name {name!r} is not an HTTP token (RFC 9110): use one or more "
+            "ASCII letters, digits or !#$%&'*+-.^_`|~ (no spaces, commas, semicolons, quotes, "
+            "control or non-ASCII characters), as Server-Timing metric names must be"
+        )
+    return name
+
+
 class _Buffer:
     """One thread's stored rows: ``count`` whole rows of int64 values in ``data``.
 
-    Only its own thread writes it (the row, then ``count``), so a reader that
-    reads ``count`` first and copies that many rows sees whole rows only.
+    Only its own thread writes it, a whole row at a time (one ``fromlist``),
+    and trims it in place (one ``del``) once it holds ``limit`` rows, back
+    to the newest ``keep``; each is one C call under the GIL, so a reader
+    that copies ``data`` (one slice) sees whole rows only, however many.
+    ``trimmed`` counts the rows trimmed away.
     """
 
-    __slots__ = ("data", "count", "failed")
+    __slots__ = ("data", "count", "failed", "limit", "keep", "trimmed")
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int, limit: int) -> None:
         self.data = array("q")
         self.count = 0
         self.failed = 0
+        self.keep = keep
+        self.limit = limit
+        self.trimmed = 0
+
+    def trim(self, width: int) -> None:
+        """Drop the oldest rows, keeping the newest ``keep`` (amortized: once per ``limit - keep`` rows)."""
+        drop = self.count - self.keep
+        if drop > 0:
+            del self.data[: drop * width]
+            self.count -= drop
+            self.trimmed += drop
 
 
 class Request:
@@ -127,6 +167,8 @@ class Request:
                 buf = timer._buffer()
             buf.data.fromlist(row)
             buf.count += 1
+            if buf.count >= buf.limit:  # once per `window` requests: back to the newest `window`
+                buf.trim(timer._width)
             hook = timer._on_request
             if hook is not None:
                 names, stamps = self.stamps()
@@ -235,7 +277,23 @@ class StageTimer:
     Read :meth:`stats`, :meth:`samples` whenever you like, from any thread,
     while requests are stored: each thread stores rows in its own buffer
     (registered once, under a lock) and readers merge them, in the order
-    the requests started, seeing whole rows only. Nothing is lost or averaged.
+    the requests started, seeing whole rows only. Nothing is averaged.
+
+    ``window`` bounds what is kept: the readers see the ``window`` (default
+    :data:`WINDOW`, 10 000) most recent requests -- of the rows each thread
+    stored last, those that started last -- so a long-running service's
+    memory stays flat and a :meth:`stats` call costs the same after a
+    billion requests as after ``window``. A thread's buffer holds up to
+    ``2 * window`` rows of ``8 * (1 + stages)`` bytes and is trimmed back
+    to its newest ``window`` when full (one move of ``window`` rows, once
+    per ``window`` requests). :attr:`stored` counts every request stored,
+    ``len(timer)`` those in the window. ``window=None`` keeps every request
+    (memory grows by a row per request).
+
+    Stage names must be HTTP tokens (RFC 9110: ASCII letters, digits and
+    ``!#$%&'*+-.^_`|~``), since :class:`~ragbench.middleware.TimingMiddleware`
+    sends them as ``Server-Timing`` metric names; anything else is a
+    :class:`ConfigError` naming it (:func:`check_stage_name`).
 
     The older :meth:`start` / :meth:`mark` pair (marks in stage order, no
     name) is for a single-threaded loop: two requests overlapping on it --
@@ -284,6 +342,7 @@ class StageTimer:
         "_next",
         "_owner",
         "_owner_var",
+        "_window",
     )
 
     def __init__(
@@ -293,10 +352,21 @@ class StageTimer:
         block: int = 1024,
         on_request: Hook | None = None,
         otel: Any = None,
+        window: int | None = WINDOW,
     ) -> None:
-        names = list(names)
+        if isinstance(names, str):
+            raise ConfigError(f"StageTimer needs a list of stage names, not one string {names!r}")
+        names = [check_stage_name(name) for name in names]
         if not names or len(set(names)) != len(names):
             raise ConfigError("StageTimer needs a non-empty list of distinct stage names")
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            raise ConfigError(
+                f"StageTimer window must be a whole number of requests >= 1 (or None: keep "
+                f"every request), got {window!r}"
+            )
+        self._window = window
         if on_request is not None and otel is not None:
             raise ConfigError("StageTimer takes on_request or otel, not both")
         if otel is not None:
@@ -323,6 +393,11 @@ class StageTimer:
     @property
     def names(self) -> list[str]:
         return list(self._names)
+
+    @property
+    def window(self) -> int | None:
+        """How many of the most recent requests the readers see (``None``: every one)."""
+        return self._window
 
     # ------------------------------------------------------------ per-request handles
 
@@ -430,6 +505,8 @@ class StageTimer:
             buf = self._buffer()
         buf.data.fromlist(row)
         buf.count += 1
+        if buf.count >= buf.limit:
+            buf.trim(self._width)
         hook = self._on_request
         if hook is not None:
             if handle is not None:
@@ -444,7 +521,9 @@ class StageTimer:
         try:
             buf: _Buffer = self._local.buf
         except AttributeError:
-            buf = self._local.buf = _Buffer()
+            window = self._window
+            keep = window if window is not None else 1 << 62
+            buf = self._local.buf = _Buffer(keep, 2 * keep)
             with self._lock:
                 self._buffers.append(buf)
         return buf
@@ -470,22 +549,25 @@ class StageTimer:
     # ------------------------------------------------------------ reading
 
     def _rows(self) -> np.ndarray:
-        """Every stored row, int64 ``(requests, 1 + stages)``, by start stamp; -1: skipped.
+        """The window's rows, int64 ``(requests, 1 + stages)``, by start stamp; -1: skipped.
 
-        Ties (``add`` with equal first stamps) keep each thread's own order.
+        At most ``window`` rows: the latest starts among the rows the threads
+        keep. Ties (``add`` with equal first stamps) keep each thread's own order.
         """
         with self._lock:
             buffers = list(self._buffers)
         width = self._width
         parts = []
         for buf in buffers:
-            count = buf.count  # before the data: the rows it counts are whole
-            data = buf.data[: count * width]
-            parts.append(np.frombuffer(data, dtype=np.int64).reshape(count, width))
+            data = buf.data[:]  # one copy: whole rows only (see _Buffer), however many
+            count = len(data) // width
+            parts.append(np.frombuffer(data, dtype=np.int64, count=count * width))
         if not parts:
             return np.zeros((0, width), dtype=np.int64)
-        rows = np.concatenate(parts)
-        return rows[np.argsort(rows[:, 0], kind="stable")]
+        rows = np.concatenate(parts).reshape(-1, width)
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+        window = self._window
+        return rows if window is None or len(rows) <= window else rows[-window:]
 
     def _unknown(self, name: str) -> str:
         return f"unknown stage {name!r}; stages: {', '.join(self._names)}"
@@ -531,7 +613,16 @@ class StageTimer:
             buffers = list(self._buffers)
         return sum(buf.failed for buf in buffers)
 
-    def __len__(self) -> int:
+    @property
+    def stored(self) -> int:
+        """Requests stored since the timer was made, including those no longer in the window."""
         with self._lock:
             buffers = list(self._buffers)
-        return sum(buf.count for buf in buffers)
+        return sum(buf.count + buf.trimmed for buf in buffers)
+
+    def __len__(self) -> int:
+        """Requests in the window: the rows :meth:`samples` returns (at most ``window``)."""
+        with self._lock:
+            buffers = list(self._buffers)
+        kept = sum(buf.count for buf in buffers)
+        return kept if self._window is None else min(kept, self._window)
