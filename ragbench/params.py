@@ -234,6 +234,7 @@ _SERVER = {
     "startup_timeout": Seconds,
     "tls": Annotated[bool, _d(False)],
     "keep_alive": Annotated[bool, _d(True)],
+    "allow_remote": Annotated[bool, _d(False)],
 }
 
 #: Stage table → backend → parameter → type (``Annotated`` with its default when known).

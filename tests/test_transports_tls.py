@@ -476,6 +476,94 @@ def test_cli_bad_setting_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[st
     assert "compression 'brotli'" in err and "gzip" in err
 
 
+# ----------------------------------------------------------------- host, TLS failures, limits
+
+
+def _run_config(tmp_path: Path, transport: str) -> Path:
+    """A small pipeline config (hashing vectors, flat index) with ``transport`` as its table body."""
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(
+        '[dataset]\nname = "synthetic"\nn = 300\ndim = 16\nn_queries = 10\n'
+        '[embed]\nbackend = "hashing"\n[run]\nqueries = 3\nwarmup = 1\n'
+        f"[transport]\n{transport}\n"
+    )
+    return cfg
+
+
+def _cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The one stderr line of a ``ragbench`` command that must exit 2."""
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", REMOTE)
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7", "far.example"])
+def test_a_host_other_than_loopback_needs_allow_remote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, host: str
+) -> None:
+    cfg = _run_config(tmp_path, f'backend = "{kind}"\nhost = "{host}"')
+    line = _cli_error(capsys, "run", "-c", str(cfg))
+    assert f"host = {host!r} is not a loopback address" in line and "allow_remote = true" in line
+    if host in ("0.0.0.0", "::"):
+        assert "on every interface" in line
+    for loopback in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        rb.transports.create(kind, host=loopback)  # accepted without the opt-in
+    with pytest.raises(ConfigError, match="allow_remote must be"):
+        rb.transports.create(kind, host=host, allow_remote="yes")
+
+
+def test_allow_remote_lets_the_far_side_listen_on_every_interface(made: list[Any]) -> None:
+    psutil = pytest.importorskip("psutil")
+    transport = start(made, "http", host="0.0.0.0", allow_remote=True)
+    listening = {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(transport.pid).net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert listening == {("0.0.0.0", transport.port)}
+    res = result()
+    assert transport.send(rb.codecs.create("msgpack").encode(res), res.query).prompt
+
+
+@pytest.mark.parametrize("kind", REMOTE)
+def test_a_certificate_the_near_side_refuses_is_a_transport_error_naming_tls(
+    made: list[Any], kind: str
+) -> None:
+    # the certificate made at start is for 127.0.0.1, ::1 and localhost; 127.0.0.2 is loopback too
+    transport = rb.transports.create(kind, host="127.0.0.2", tls=True)
+    made.append(transport)
+    with pytest.raises(TransportError) as err:
+        transport.start("msgpack", {}, dict(PROMPT_PARAMS))
+    text = str(err.value)
+    assert f"{kind} transport to 127.0.0.2:" in text
+    assert "TLS certificate check failed" in text
+    assert "certificate is not valid for '127.0.0.2'" in text  # the problem, from the check
+    assert transport.pid is None and transport.certificate is None  # nothing left behind
+
+
+def test_a_tls_failure_from_the_cli_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _run_config(tmp_path, 'backend = "grpc"\nhost = "127.0.0.2"\ntls = true')
+    line = _cli_error(capsys, "run", "-c", str(cfg))
+    assert "grpc transport to 127.0.0.2" in line and "TLS certificate check failed" in line
+
+
+@pytest.mark.parametrize(
+    "setting", ["max_message_bytes", "initial_window_bytes", "keepalive_ms", "stream_chunk_bytes"]
+)
+def test_grpc_settings_over_grpcs_int_limit_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str
+) -> None:
+    cfg = _run_config(tmp_path, f'backend = "grpc"\n{setting} = {2**63 - 1}')
+    line = _cli_error(capsys, "run", "-c", str(cfg))
+    assert f"grpc transport: {setting} must be in" in line and str(2**31 - 1) in line
+    rb.transports.create("grpc", **{setting: 2**31 - 1})  # gRPC's own limit is fine
+
+
 # ----------------------------------------------------------------- pipelines and compare
 
 

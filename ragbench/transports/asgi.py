@@ -71,6 +71,7 @@ from ..validate import bool_param, positive_int
 from . import FarSide
 from ._farside import decode_reply
 from .aio import AsyncPost
+from .child import COMMON_PARAMS
 from .tls import record_bytes
 
 __all__ = ["HTTP_IMPLEMENTATIONS", "LOOPS", "AsgiTransport"]
@@ -80,7 +81,7 @@ HTTP_IMPLEMENTATIONS = ("httptools", "h11")
 #: uvicorn's event loops, fastest first (``auto`` takes the first installed).
 LOOPS = ("uvloop", "asyncio")
 _NEEDS = {"h11": "h11", "httptools": "httptools", "asyncio": None, "uvloop": "uvloop"}
-_COMMON = frozenset({"host", "timeout", "startup_timeout", "tls", "keep_alive"})
+_COMMON = COMMON_PARAMS
 _OWN = frozenset({"http", "loop", "offload", "keep_alive_s", "http2"})
 _FRAME = 16384  # HTTP/2's default largest DATA frame
 

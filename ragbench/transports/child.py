@@ -22,7 +22,10 @@ See the how-to "Writing a backend".
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
+import ssl
 import sys
 import time
 from typing import Any
@@ -33,7 +36,51 @@ from ..threads import ThreadConnections
 from ..validate import positive_number
 from ._farside import DEFAULT_MAX_BODY, codec_spec, cpu_time_flag
 
-__all__ = ["ChildTransport"]
+__all__ = ["COMMON_PARAMS", "ChildTransport", "is_loopback"]
+
+#: The parameters every child transport takes.
+COMMON_PARAMS = frozenset(
+    {"host", "timeout", "startup_timeout", "tls", "keep_alive", "allow_remote"}
+)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: ``localhost`` or a loopback IP (127.0.0.0/8, ::1)."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def _check_loopback(owner: str, host: str) -> None:
+    """:class:`ConfigError` unless ``host`` is loopback (the far side has no authentication)."""
+    if is_loopback(host):
+        return
+    try:
+        every = ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        every = False
+    where = "on every interface" if every else "where the network reaches it"
+    raise ConfigError(
+        f"{owner}: host = {host!r} is not a loopback address: the far side would listen "
+        f"{where} and serve anyone, with no authentication; use 127.0.0.1, ::1 or localhost, "
+        "or set allow_remote = true to mean it"
+    )
+
+
+def tls_problem(exc: BaseException) -> str | None:
+    """What a TLS failure was, in words naming TLS (``None`` when ``exc`` is no TLS error)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        why = exc.verify_message or exc.reason or str(exc)
+        return (
+            f"TLS certificate check failed: {why} (the near side trusts only the certificate "
+            "made at start, valid for 127.0.0.1, ::1 and localhost)"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake failed: {exc.reason or exc}"
+    return None
 
 
 class ChildTransport:
@@ -41,9 +88,17 @@ class ChildTransport:
 
     Parameters (keyword only; unknown ones raise :class:`ConfigError`):
     ``host`` the far side binds and the near side dials (default
-    ``"127.0.0.1"``), ``timeout`` seconds one request may take before it
+    ``"127.0.0.1"``; a loopback address or ``localhost`` unless
+    ``allow_remote = true``: the far side serves anyone who reaches it, with
+    no authentication, so ``"0.0.0.0"`` or a network address is refused
+    without that opt-in), ``timeout`` seconds one request may take before it
     fails with :class:`TransportError` (default 30), ``startup_timeout``
     seconds the child may take to report ready (default 30).
+
+    With ``tls = true``, :meth:`start` shakes hands with the far side once
+    before anything else; a certificate the near side does not accept (the
+    one made at start is valid for 127.0.0.1, ::1 and localhost only) is a
+    :class:`TransportError` naming TLS and the certificate problem, at once.
 
     Threads: one started transport may be shared by many threads. Each
     calling thread gets its own connection, opened on its first
@@ -70,19 +125,20 @@ class ChildTransport:
         startup_timeout: float = 30.0,
         tls: bool = False,
         keep_alive: bool = True,
+        allow_remote: bool = False,
         **unknown: Any,
     ) -> None:
         from .._registry import check_params
         from ..validate import bool_param
 
-        check_params(
-            f"{self.name} transport",
-            unknown,
-            {"host", "timeout", "startup_timeout", "tls", "keep_alive"},
-        )
+        check_params(f"{self.name} transport", unknown, COMMON_PARAMS)
         if not isinstance(host, str) or not host:
             raise ConfigError(f"{self.name} transport: host must be a non-empty string")
         owner = f"{self.name} transport"
+        #: whether ``host`` may be other than loopback (the far side then serves the network)
+        self.allow_remote = bool_param(owner, "allow_remote", allow_remote)
+        if not self.allow_remote:
+            _check_loopback(owner, host)
         self.host = host
         self.timeout = positive_number(owner, "timeout", timeout)
         self.startup_timeout = positive_number(owner, "startup_timeout", startup_timeout)
@@ -181,7 +237,7 @@ class ChildTransport:
             self.port = int(port)
             self._child = child
             self._dead = None
-            self._adopt(self.open_connection())
+            self._adopt(self._first_connection())
         except BaseException:
             self._child = None
             self.disconnect_all()
@@ -189,6 +245,41 @@ class ChildTransport:
             self._remove_certificate()
             raise
         return time.perf_counter_ns() - t0
+
+    def _first_connection(self) -> Any:
+        """The starting thread's connection, TLS checked first; failures as TransportError."""
+        if self.tls:
+            self._check_tls()
+        try:
+            return self.open_connection()
+        except OSError as exc:
+            raise TransportError(
+                f"{self.name} transport to {self.host}:{self.port}: "
+                f"{tls_problem(exc) or f'cannot connect: {exc}'}"
+            ) from None
+
+    def _check_tls(self) -> None:
+        """Shake hands with the far side once, trusting the certificate made at start.
+
+        gRPC's channel only says it could not connect (after ``startup_timeout``),
+        so the handshake is made here, by ``ssl``, to name a certificate problem.
+        """
+        from .tls import client_context
+
+        ctx = client_context(self.certificate.cert_pem, ("h2", "http/1.1"))
+        try:
+            with (
+                socket.create_connection((self.host, self.port), timeout=self.timeout) as raw,
+                ctx.wrap_socket(raw, server_hostname=self.host),
+            ):
+                pass
+        except OSError as exc:
+            problem = tls_problem(exc)
+            if problem is not None:
+                raise TransportError(
+                    f"{self.name} transport to {self.host}:{self.port}: {problem}"
+                ) from None
+            # anything else (a refused connection) is reported by open_connection
 
     def _remove_certificate(self) -> None:
         cert, self.certificate = self.certificate, None
@@ -244,7 +335,7 @@ class ChildTransport:
         try:
             conn = self.open_connection()
         except OSError as exc:
-            raise self.failed(f"cannot connect: {exc}", query) from None
+            raise self.failed(tls_problem(exc) or f"cannot connect: {exc}", query) from None
         except TransportError as exc:
             raise self.failed(str(exc), query) from None
         return self._adopt(conn)

@@ -34,7 +34,8 @@ client does. :meth:`GrpcTransport.aclose` closes the running loop's channel.
 Settings (each also sent to the far side, so both ends agree):
 
 - ``max_message_bytes``: the largest message either end sends or accepts
-  (default: any size out, the codec's limit in). A payload or reply over it
+  (default: any size out, the codec's limit in; at most :data:`GRPC_INT_MAX`,
+  as every integer setting: grpc's channel arguments are C ints). A payload or reply over it
   fails at once with a :class:`~ragbench.errors.DecodeError` naming the
   setting, never a hang.
 - ``initial_window_bytes``: the HTTP/2 stream window each end advertises
@@ -73,16 +74,16 @@ from ..errors import ConfigError, DecodeError, MissingDependencyError, Transport
 from ..validate import bool_param, positive_int
 from . import FarSide
 from ._farside import GRPC_PATH, GRPC_STREAM_PATH, decode_reply
-from .child import ChildTransport
+from .child import COMMON_PARAMS, ChildTransport
 from .grpc_server import channel_options
 
-__all__ = ["COMPRESSIONS", "REPLIES", "GrpcTransport"]
+__all__ = ["COMPRESSIONS", "GRPC_INT_MAX", "REPLIES", "GrpcTransport"]
 
 #: Values of ``compression``.
 COMPRESSIONS = ("none", "gzip", "deflate")
 #: Values of ``reply``.
 REPLIES = ("unary", "stream")
-_COMMON = frozenset({"host", "timeout", "startup_timeout", "tls", "keep_alive"})
+_COMMON = COMMON_PARAMS
 _CLOSER_LOCK = threading.Lock()
 
 
@@ -92,8 +93,15 @@ def _one_of(name: str, value: object, valid: tuple[str, ...]) -> str:
     return value
 
 
+#: The largest value of a gRPC integer setting: grpc's channel arguments are C ints (a larger
+#: max_message_bytes used to reach the far side and kill it).
+GRPC_INT_MAX = 2**31 - 1
+
+
 def _optional_int(name: str, value: object, lo: int = 1) -> int | None:
-    return None if value is None else positive_int("grpc transport", name, value, lo=lo)
+    if value is None:
+        return None
+    return positive_int("grpc transport", name, value, lo=lo, hi=GRPC_INT_MAX)
 
 
 # 5-byte gRPC message prefix + 9-byte HTTP/2 DATA frame header.
@@ -160,7 +168,7 @@ class GrpcTransport(ChildTransport):
         self.keepalive_ms = _optional_int("keepalive_ms", keepalive_ms, lo=10)
         self.reply = _one_of("reply", reply, REPLIES)
         self.stream_chunk_bytes = positive_int(
-            "grpc transport", "stream_chunk_bytes", stream_chunk_bytes, lo=64
+            "grpc transport", "stream_chunk_bytes", stream_chunk_bytes, lo=64, hi=GRPC_INT_MAX
         )
         self._metadata: tuple[tuple[str, str], ...] = ()
         self._aio: dict[asyncio.AbstractEventLoop, _Channel] = {}

@@ -40,6 +40,7 @@ from ..errors import DecodeError, TransportError
 from . import FarSide
 from ._farside import decode_reply
 from .aio import AsyncPost
+from .child import tls_problem
 from .tls import client_context, record_bytes
 
 __all__ = ["HttpTransport"]
@@ -149,7 +150,7 @@ class HttpTransport(AsyncPost):
         except TimeoutError:
             raise self.failed(f"cannot connect within {self.timeout:g} s", query) from None
         except OSError as exc:
-            raise self.failed(f"cannot connect: {exc}", query) from None
+            raise self.failed(tls_problem(exc) or f"cannot connect: {exc}", query) from None
         request = b"".join((conn.head, str(len(payload)).encode(), b"\r\n\r\n", payload))
         try:
             t3 = perf_counter_ns()
