@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -378,3 +379,14 @@ def test_runbook_inserting_past_the_corpus_stops_at_its_end(tmp_path: Path) -> N
     assert res.returncode == 0, res.stderr
     (rec,) = read_records(out)
     assert rec["live"] == 2000 and rec["inserted_total"] == 2000 - rec["initial"]
+
+
+def test_stream_limits_are_the_documented_ones() -> None:
+    """docs/how-to/indexes.md states each maximum next to its option (kept in step with the code)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs/how-to/indexes.md").read_text()
+    section = " ".join(doc.split("## Streaming inserts and deletes")[1].split("\n## ")[0].split())
+    for name in ("delete_rate", "qps", "duration", "checkpoints", "search_threads", "k", "noise"):
+        flag = "--" + name.replace("_", "-")
+        # the flag, then its maximum before the next `option`
+        assert re.search(rf"`{flag}`[^`]*?\b{_top(name)}\b", section), flag
+    assert str(MAX_SEARCHES) in section and str(MAX_STEP_COUNT) in section
