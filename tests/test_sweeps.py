@@ -303,3 +303,11 @@ def test_an_unfiltered_sweep_names_the_cheapest_point_reaching_the_target(
     (lsh,) = [r for r in recs if r["index"] == "lsh"]
     assert lsh["recall"] < 0.95  # 16 bits over 32 dimensions
     assert f"lsh not reached (best {lsh['recall']:.3f} at lsh nbits=16)" in line
+
+
+def test_a_filtered_ef_label_says_post_raises_it_further(capsys) -> None:
+    argv = ["sweep", *SYN, "--index", "hnsw", "--param", "ef=4", "--filter-selectivity", "0.5"]
+    code, stdout, err = cli(capsys, *argv, "--filter-strategy", "pre,post")
+    assert code == 0, err
+    (note,) = [x for x in stdout.splitlines() if x.startswith("ef=4→10: ")]
+    assert note.endswith("`post` asks for more candidates, so its ef rises with them")

@@ -76,6 +76,11 @@ def query_notes(points: Sequence[SweepRecord]) -> list[str]:
             "rescore) runs as that number (hnswlib, usearch, faiss HNSW, Qdrant and pgvector "
             "raise ef to it); with no value before →, the index's default ef was raised"
         )
+        if any(p.strategy for p in raised):
+            notes[-1] += (
+                "; filtered, `pre` uses no ef and `post` asks for more candidates, so its ef "
+                "rises with them"
+            )
     if any(p.rescore for p in points):
         notes.append(
             "rescore=N: the index returns its top N candidates, re-scored exactly from the "
