@@ -185,9 +185,68 @@ def _check_kind(rec: Any, where: str) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise DatasetError(f"{where}: a record must be a JSON object")
     try:
-        return check_record(rec)  # older versions read, newer ones refused
+        out = check_record(rec)  # older versions read, newer ones refused
     except RecordError as exc:
         raise DatasetError(f"{where}: {exc}") from None
+    if out.get("kind") == "load":
+        _check_load_counts(out, where)
+    return out
+
+
+#: A load level's requests, by outcome: every one ``scheduled`` ended in at most one of the others.
+_LOAD_OUTCOMES = ("completed", "timed_out", "rejected", "failed")
+#: Fields of a load record that cannot be negative (counts, then rates and seconds).
+_LOAD_NON_NEGATIVE: tuple[str, ...] = (
+    "scheduled",
+    *_LOAD_OUTCOMES,
+    "workers",
+    "concurrency",
+    "queue_size",
+    "offered_qps",
+    "achieved_qps",
+    "goodput_qps",
+    "window_s",
+    "duration_s",
+)
+
+
+def _check_load_counts(rec: Mapping[str, Any], where: str) -> None:
+    """Refuse a load record whose counts no run produces: negative, or more ended than scheduled."""
+    for key in _LOAD_NON_NEGATIVE:
+        value = rec.get(key)
+        if isinstance(value, (int, float)) and value < 0:
+            raise DatasetError(
+                f"{where}: load record field {key!r} is {value}; it cannot be negative"
+            )
+    scheduled = rec.get("scheduled")
+    ended = {key: rec.get(key) for key in _LOAD_OUTCOMES}
+    if isinstance(scheduled, int) and all(isinstance(v, int) for v in ended.values()):
+        total = sum(ended.values())  # type: ignore[arg-type]  # ints, checked above
+        if total > scheduled:
+            parts = " + ".join(f"{key} {v}" for key, v in ended.items())
+            raise DatasetError(
+                f"{where}: load record field 'scheduled' is {scheduled}, fewer than the requests "
+                f"that ended ({parts} = {total}); the counts are inconsistent"
+            )
+
+
+def _lines(fh: Any, p: str) -> Iterator[bytes]:
+    """``fh``'s lines, at most :data:`RESULTS_LIMIT` bytes in all, a read error as DatasetError.
+
+    The size ``open_regular`` checked is not enough: a ``/proc`` file says 0
+    bytes and then reads endlessly, or fails (``/proc/self/mem``: EIO).
+    """
+    got = 0
+    try:
+        while line := fh.readline(RESULTS_LIMIT + 1 - got):
+            got += len(line)
+            if got > RESULTS_LIMIT:
+                raise DatasetError(
+                    f"results file {p} holds over the {RESULTS_LIMIT:,} bytes a results file may have"
+                )
+            yield line
+    except OSError as exc:
+        raise DatasetError(f"cannot read results file {p}: {exc.strerror or exc}") from None
 
 
 def iter_records(path: str | PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -205,7 +264,7 @@ def iter_records(path: str | PathLike[str]) -> Iterator[tuple[int, dict[str, Any
     skipped: list[tuple[int, str]] = []
     whole = 0
     with open_regular(p, limit_bytes=RESULTS_LIMIT, what="results file") as fh:
-        for n, line in enumerate(fh, 1):
+        for n, line in enumerate(_lines(fh, p), 1):
             if not line.strip():
                 continue
             values, problem = _values_of(line, f"{p}:{n}")
@@ -288,15 +347,12 @@ def read_benchmark_runs(path: str | PathLike[str]) -> list[dict[str, Any]] | Non
     """
     p = os.fspath(path)
     with open_regular(p, limit_bytes=RESULTS_LIMIT, what="results file") as fh:
-        first = b""
-        for line in fh:
-            if line.strip():
-                first = line
-                break
+        lines = _lines(fh, p)
+        first = next((line for line in lines if line.strip()), b"")
         # an indented document starts with "{" alone; a JSON line holds a whole one
         if first.strip() != b"{" and not _is_run(_first_value(first)):
             return None
-        text = first + fh.read()
+        text = first + b"".join(lines)
     return _benchmark_documents(text, p)
 
 

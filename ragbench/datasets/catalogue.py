@@ -84,7 +84,15 @@ def _read_known() -> dict[str, dict[str, Any]]:
         raise DatasetError(f"{path}: not UTF-8 text; {fix}") from None
     except DatasetError as exc:
         raise DatasetError(f"{exc}; {fix}") from None
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        raise DatasetError(f"{path}: not a JSON object of dataset entries; {fix}")
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise DatasetError(
+                f'{path}: entry {name!r} is not an object with a "path" string '
+                f"(got {json.dumps(entry)[:80]}); {fix}"
+            )
+    return data
 
 
 def _remember(ds: Dataset, path: Path) -> None:

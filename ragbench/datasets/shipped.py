@@ -127,9 +127,11 @@ def find_shipped(folder: Path | None, embedder: str) -> ShippedVectors | None:
             os_errors=True,
         ) as fh:
             meta = json_loads(fh.read(), "its text", _Unreadable)
-        parts = meta["parts"]
-        if meta.get("version") != _VERSION or set(parts) != set(PARTS):
-            raise ValueError(f"version {meta.get('version')!r}, parts {sorted(parts)}")
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+        parts = _checked_parts(meta.get("parts"))
+        if meta.get("version") != _VERSION:
+            raise ValueError(f"version {meta.get('version')!r}, this ragbench reads {_VERSION}")
         return ShippedVectors(
             side, str(meta["embedder"]), str(meta["corpus_hash"]), str(meta["queries_hash"]), parts
         )
@@ -141,6 +143,31 @@ def find_shipped(folder: Path | None, embedder: str) -> ShippedVectors | None:
         raise DatasetError(
             f"shipped vectors sidecar {side}: unreadable ({type(exc).__name__}: {exc})"
         ) from None
+
+
+def _checked_parts(parts: Any) -> dict[str, dict[str, Any]]:
+    """A sidecar's ``parts``, or ValueError saying what it must be (read before any part is used)."""
+    want = (
+        "parts must be an object with exactly corpus and queries, each an object with file "
+        "(a file name in the folder), dtype, shape (a list of ints) and sha256 (strings)"
+    )
+    if not isinstance(parts, dict) or set(parts) != set(PARTS):
+        got = sorted(parts) if isinstance(parts, dict) else type(parts).__name__
+        raise ValueError(f"{want}; got {got}")
+    for which, meta in parts.items():
+        ok = (
+            isinstance(meta, dict)
+            and isinstance(meta.get("file"), str)
+            and meta["file"] not in ("", ".", "..")
+            and Path(meta["file"]).name == meta["file"]
+            and isinstance(meta.get("dtype"), str)
+            and isinstance(meta.get("sha256"), str)
+            and isinstance(meta.get("shape"), list)
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in meta["shape"])
+        )
+        if not ok:
+            raise ValueError(f"{want}; {which} is {json.dumps(meta)[:80]}")
+    return parts
 
 
 def write_shipped(

@@ -432,7 +432,9 @@ def run_forever(
     ``model_params`` are :class:`StubModel`'s; :data:`SERVER_OPTIONS`
     describes every parameter as a command-line option. Bad values and an
     address it cannot listen on raise :class:`ConfigError` before anything
-    is printed. Returns the process exit code (0).
+    is printed. Returns the process exit code (0) when stdin ended; Ctrl-C
+    closes the server and raises :class:`KeyboardInterrupt` on (so
+    ``ragbench stub-llm`` exits 130, as every command does on Ctrl-C).
     """
     model = StubModel(**model_params)
     server = StubServer(
@@ -451,8 +453,6 @@ def run_forever(
     )
     try:
         server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
+    finally:  # Ctrl-C: closed here, the KeyboardInterrupt goes on to the command (exit 130)
         server.server_close()
     return 0
