@@ -49,7 +49,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ __all__ = [
     "LiveStream",
     "Step",
     "StreamOptions",
+    "check_steps",
     "read_runbook",
     "run_stream",
 ]
@@ -147,27 +148,40 @@ def read_runbook(path: str | Path) -> list[Step]:
     steps = data.get("step")
     if not isinstance(steps, list) or not steps:
         raise ConfigError(f"runbook {path}: no [[step]] tables")
-    out = [_step(st, f"runbook {path}: step {i}") for i, st in enumerate(steps, 1)]
+    return check_steps(steps, f"runbook {path}")
+
+
+def check_steps(steps: Sequence[Step | Mapping[str, Any]], where: str = "runbook") -> list[Step]:
+    """``steps`` (:class:`Step` objects or ``[[step]]`` tables) checked, as Steps.
+
+    :class:`ConfigError` starting with ``where`` unless each count is an
+    integer in ``[0, MAX_STEP_COUNT]``, each step does something, the searches
+    in all are at most :data:`MAX_SEARCHES` and the checkpoints between 1 and
+    ``LIMITS["checkpoints"]``.
+    """
+    out = [
+        _step(asdict(st) if isinstance(st, Step) else st, f"{where}: step {i}")
+        for i, st in enumerate(steps, 1)
+    ]
     searches = sum(st.search for st in out)
     if searches > MAX_SEARCHES:
         raise ConfigError(
-            f"runbook {path}: {searches} searches in all, more than the {MAX_SEARCHES} "
-            "a run may ask for"
+            f"{where}: {searches} searches in all, more than the {MAX_SEARCHES} a run may ask for"
         )
     checkpoints, most = sum(st.checkpoint for st in out), LIMITS["checkpoints"][1]
     if not 1 <= checkpoints <= most:
         problem = (
             "no step has checkpoint = true: nothing would be measured"
             if not checkpoints
-            else (f"{checkpoints} checkpoints, more than the {_num(most)} a run may have")
+            else f"{checkpoints} checkpoints, more than the {_num(most)} a run may have"
         )
-        raise ConfigError(f"runbook {path}: {problem}")
+        raise ConfigError(f"{where}: {problem}")
     return out
 
 
 def _step(st: Any, where: str) -> Step:
     """One ``[[step]]`` table as a :class:`Step`; ``where`` names it in errors."""
-    if not isinstance(st, dict):
+    if not isinstance(st, Mapping):
         raise ConfigError(f"{where}: must be a [[step]] table, got {st!r}")
     bad = sorted(set(st) - {"insert", "delete", "search", "checkpoint"})
     if bad:
@@ -511,9 +525,13 @@ def run_stream(
     ``vectors`` float32 ``(n, d)`` corpus, ``queries`` float32 ``(nq, d)``.
     ``stream``: a :class:`LiveStream` made from the same arguments, to read
     the live state and the index afterwards. An index that cannot delete
-    (faiss-hnsw) raises :class:`ConfigError` when the workload deletes.
+    (faiss-hnsw) raises :class:`ConfigError` when the workload deletes;
+    options and ``runbook`` steps outside their limits (:meth:`StreamOptions.check`,
+    :func:`check_steps`) raise it before anything is built.
     """
     options.check(timed=runbook is None)
+    if runbook is not None:
+        runbook = check_steps(runbook)
     if options.k > len(vectors):
         raise ConfigError(f"--k {options.k} is more than the corpus's {len(vectors)} rows")
     st = stream if stream is not None else LiveStream(vectors, queries, metric, options)

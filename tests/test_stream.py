@@ -390,3 +390,37 @@ def test_stream_limits_are_the_documented_ones() -> None:
         # the flag, then its maximum before the next `option`
         assert re.search(rf"`{flag}`[^`]*?\b{_top(name)}\b", section), flag
     assert str(MAX_SEARCHES) in section and str(MAX_STEP_COUNT) in section
+
+
+def test_run_stream_checks_steps_and_options_given_in_code(tmp_path: Path) -> None:
+    """The Python API checks what the CLI checks, before building (a child process: this used
+    to run 10**15 searches, and a NaN rate used to end in a ValueError mid-run)."""
+    code = (
+        "import math\n"
+        "from ragbench import datasets\n"
+        "from ragbench.errors import ConfigError\n"
+        "from ragbench.streaming import Step, StreamOptions, run_stream\n"
+        "ds = datasets.load('synthetic', n=500, dim=16, n_queries=10, seed=1)\n"
+        "X, Q = ds.vectors, ds.query_vectors_precomputed\n"
+        "cases = [\n"
+        "    (StreamOptions(qps=0), [Step(search=10**15, checkpoint=True)]),\n"
+        "    (StreamOptions(qps=0), [Step(insert=10)]),\n"
+        "    (StreamOptions(qps=0), [Step(), Step(checkpoint=True)]),\n"
+        "    (StreamOptions(insert_rate=math.nan, duration=0.1, checkpoints=1), None),\n"
+        "]\n"
+        "for opts, book in cases:\n"
+        "    try:\n"
+        "        run_stream(X, Q, 'ip', opts, runbook=book)\n"
+        "    except ConfigError as exc:\n"
+        "        print('refused:', exc)\n"
+        "    else:\n"
+        "        print('ran')\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 4 and all(line.startswith("refused: ") for line in lines), res.stdout
+    assert str(MAX_STEP_COUNT) in lines[0] and "checkpoint" in lines[1]
+    assert "step 1: does nothing" in lines[2] and "--insert-rate" in lines[3]
