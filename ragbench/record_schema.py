@@ -174,7 +174,8 @@ class SweepRecord(IndexPoint, frozen=True):
     filter_cliff: Obj | None = None
     build_given: Obj | None = None  # the --build values of the point (the rest: defaults)
     effective_query: Obj | None = None  # the query parameters that ran, when not ``query``
-    recall_target: Num = None  # --recall-target
+    recall_target: Num = None  # the lowest --recall-target: cliffs, the cheapest point
+    recall_targets: list[float] | None = None  # every --recall-target: the iso-recall reading
 
 
 class ScaleRecord(IndexPoint, frozen=True):

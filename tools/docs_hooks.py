@@ -773,14 +773,64 @@ def engines_markdown(page_dir: Path, args: str) -> str:
     }
     datasets = sorted({(r.get("dataset") or {}).get("name", "?") for r in runs})
     source = f"`{run_file}`" + "".join(f", memory from `{f}`" for f in sweep_files)
+    first = ((runs[0].get("info") or {}).get("index") or {}).get("backend")
+    iso = _iso_recall_markdown(sweeps, str(first), sweep_files)
     return "\n".join(
         [
             _table(ENGINE_COLUMNS, rows),
             "",
             f"From {source}: {', '.join(datasets)}, {runs[0].get('requests')} requests per row, "
             f"builds {how.get(frozenset(builds), 'mixed')}; recorded {runs[0].get('time', '?')}.",
+            *(["", iso] if iso else []),
         ]
     )
+
+
+def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[str]) -> str:
+    """Each engine's search p50 / p99 at recall 0.9, 0.95, 0.99, interpolated on its frontier
+    in the sweep records (unfiltered points), and its p50 over the first row's engine's at the
+    same recall (``ragbench.reading.isorecall``); "" without sweep points."""
+    from ragbench.reading.isorecall import DEFAULT_TARGETS, Point, at_recall
+
+    by: dict[str, list[Point]] = {}
+    for r in sweeps:
+        if r.get("strategy") is None and r.get("recall") is not None and r.get("p50_us"):
+            p99 = float(r["p99_us"]) if r.get("p99_us") is not None else float("nan")
+            by.setdefault(str(r["index"]), []).append(Point(r["recall"], r["p50_us"], p99))
+    if not by:
+        return ""
+    reads = {name: {t: at_recall(pts, t) for t in DEFAULT_TARGETS} for name, pts in by.items()}
+    rows = []
+    for name, at in reads.items():
+        cells = [f"`{name}`"]
+        for t, a in at.items():
+            ref = reads.get(first, {}).get(t)
+            cells.append(_iso_cell(a, ref if name != first else None))
+        rows.append(cells)
+    head = ["index", *(f"at recall {t:g}: p50 / p99 µs (× `{first}`)" for t in DEFAULT_TARGETS)]
+    return "\n".join(
+        [
+            _table(head, rows),
+            "",
+            f"At equal recall, from {', '.join(f'`{f}`' for f in files)}: each engine's search "
+            "p50 / p99 interpolated linearly between the two points of its recall–p50 frontier "
+            "around the target (never extrapolated), its p50 over the reference's at the same "
+            "recall; these are sweep times (one search call at a time, back to back), not the "
+            "retrieve stage above.",
+        ]
+    )
+
+
+def _iso_cell(at: Any, ref: Any) -> str:
+    """One cell of :func:`_iso_recall_markdown`: figures, "not reached" or an upper bound."""
+    if at.how == "not reached":
+        return f"not reached (best {at.below.recall:.3f})"
+    if at.how == "below the grid":
+        return f"≤ {_num(at.p50_us)} (first point at {at.above.recall:.3f})"
+    text = f"{_num(at.p50_us)} / {_num(at.p99_us)}"
+    if ref is not None and ref.figure:
+        text += f" ({at.p50_us / ref.p50_us:.2f}×)"
+    return text
 
 
 GENERATORS: dict[str, Callable[[], str]] = {

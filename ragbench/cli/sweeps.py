@@ -110,11 +110,12 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
 )
 @click.option(
     "--recall-target",
-    type=float,
-    default=0.9,
+    default="0.9,0.95,0.99",
     show_default=True,
-    help="Recall target: the reading names each index's cheapest point reaching it (per "
-    "filter, selectivity and strategy), and a filtered line under it has fallen off its cliff.",
+    metavar="R1,R2",
+    help="Recall targets: the reading gives each index's p50 / p99 at each one, interpolated "
+    "on its frontier, and their ratio at equal recall; the lowest is the one the cheapest "
+    "point must reach and under which a filtered line has fallen off its cliff.",
 )
 @fast_build_option()
 @rebuilds_option()
@@ -139,7 +140,7 @@ def sweep(
     filter_strategy: str,
     filter_attribute: str | None,
     filter_correlated: bool,
-    recall_target: float,
+    recall_target: str,
     fast_build: bool | None,
     rebuilds: int,
     executor: str,
@@ -158,7 +159,8 @@ def sweep(
 
     check_outputs(out, plot)
     names = _index_names(index)
-    sels, strategies = _filter_axes(filter_selectivity, filter_strategy, recall_target)
+    targets = _recall_targets(recall_target)
+    sels, strategies = _filter_axes(filter_selectivity, filter_strategy)
     query_grid, build_grid = grid(params, "--param"), grid(builds, "--build")
     # parameter names are checked before the data is loaded or embedded
     check_grid(names, dim or indexes.PROBE_DIM, "ip", build_grid, query_grid)
@@ -183,7 +185,8 @@ def sweep(
                 run: dict[str, Any] = {"repeat": repeat or 1, "rebuilds": rebuilds, "k": k}
                 run.update(fast_build=bool(fast_build), build_grid=build_grid, executor=ex)
                 run.update(query_grid=query_grid, on_point=writer, progress=advance)
-                sweep_points(data, names, strategies=strategies, recall_target=recall_target, **run)
+                run.update(recall_target=targets[0], recall_targets=targets)
+                sweep_points(data, names, strategies=strategies, **run)
         except KeyboardInterrupt:
             if writer.records:
                 echo(render(writer.records))
@@ -191,14 +194,21 @@ def sweep(
     _finish(writer, plot)
 
 
-def _filter_axes(
-    selectivity: str | None, strategy: str, target: float
-) -> tuple[list[float], list[str]]:
+def _recall_targets(value: str) -> list[float]:
+    """The --recall-target values, each in (0, 1], ascending without repeats."""
+    out = set()
+    for v in split_list(value, "--recall-target"):
+        x = parse_value(v)
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 < x <= 1.0:
+            raise ConfigError(f"--recall-target values must be in (0, 1], got {v!r}")
+        out.add(float(x))
+    return sorted(out)
+
+
+def _filter_axes(selectivity: str | None, strategy: str) -> tuple[list[float], list[str]]:
     """The --filter-selectivity values and --filter-strategy names, checked."""
     from ..config import FILTER_STRATEGIES
 
-    if not 0.0 < target <= 1.0:
-        raise ConfigError(f"--recall-target must be in (0, 1], got {target}")
     sels = [parse_value(v) for v in split_list(selectivity, "--filter-selectivity")]
     for v in sels:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:

@@ -14,11 +14,14 @@ nothing is typed in, every figure comes from the records:
   touches, each step with a 95 % bootstrap interval
   (:func:`ragbench.intervals.ratio`), pooled over the other axes; a warning
   when the ranking is decided by noise; how the interleaved order was
-  balanced; and why retrieval reads slower after a model's forward pass.
+  balanced; why retrieval reads slower after a model's forward pass; and a
+  warning when rows retrieving differently are not at equal recall.
 - :func:`sweep_reading`, :func:`scale_reading`: within each group of
   comparable sweep points (unfiltered; one filter, selectivity and
-  strategy), the indexes ranked at a recall every one of them reaches and
-  each one's cheapest point at the recall target; scale at the largest corpus.
+  strategy), the indexes ranked at a recall every one of them reaches,
+  each one's cheapest point at the recall target, and each one's p50 / p99 at
+  every recall target, interpolated on its frontier (:mod:`.isorecall`), with
+  their ratio at equal recall; scale at the largest corpus.
 - :func:`load_reading`: the dominant stage under load, the highest level each
   configuration sustained, and the levels at capacity.
 - :func:`diff_reading`: the verdict in total and the largest sure change;

@@ -10,6 +10,7 @@ import numpy as np
 from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
 from ..rendering.points import params_text
 from .common import SUGGESTED_REPEAT, ranking, step_text, us_text, within_noise
+from .isorecall import DEFAULT_TARGETS, Point, iso_recall_lines
 
 __all__ = [
     "scale_reading",
@@ -104,7 +105,29 @@ def _group_lines(key: Group, pts: Sequence[SweepRecord], keys: Mapping[str, set[
             f"p50 {us_text(float(need(p.p50_us, 'p50_us')))}"
         )
     lines.append(_target_line(label, by, keys))
-    return lines
+    return lines + iso_recall_lines(label, _frontier_points(by), _targets(pts))
+
+
+def _targets(points: Sequence[SweepRecord]) -> list[float]:
+    """The recall targets the records name (``--recall-target``), else :data:`DEFAULT_TARGETS`."""
+    named = {float(t) for p in points for t in p.recall_targets or []}
+    return sorted(named) if named else list(DEFAULT_TARGETS)
+
+
+def _frontier_points(by: Mapping[str, Sequence[SweepRecord]]) -> dict[str, list[Point]]:
+    """Per index, its points as (recall, p50, p99) for :func:`iso_recall_lines`."""
+    nan = float("nan")
+    return {
+        name: [
+            Point(
+                float(need(p.recall, "recall")),
+                float(need(p.p50_us, "p50_us")),
+                nan if p.p99_us is None else float(p.p99_us),
+            )
+            for p in ps
+        ]
+        for name, ps in by.items()
+    }
 
 
 def _cheapest(points: Sequence[SweepRecord], recall: float) -> SweepRecord | None:

@@ -26,6 +26,7 @@ __all__ = [
     "AXES",
     "SAME_RECALL",
     "candidates_note",
+    "recall_gap_note",
     "dominant_stage",
     "order_note",
     "run_reading",
@@ -283,6 +284,33 @@ def candidates_note(records: Sequence[RunRecord]) -> str:
     return line
 
 
+def recall_gap_note(records: Sequence[RunRecord]) -> str:
+    """A warning when rows retrieving differently reach recalls more than :data:`SAME_RECALL` apart.
+
+    Their latencies are then not at equal recall: a faster index that
+    finds fewer neighbours is not simply faster. "" when the rows retrieve
+    alike (same backend and settings) or their recalls are within the tolerance.
+    """
+    retrieve = _cfg("retrieve")
+    if len({repr(retrieve(r)) for r in records}) < 2:
+        return ""
+    recalls = {str(r.label): float(r.recall_at_k) for r in records if r.recall_at_k is not None}
+    recalls = {label: v for label, v in recalls.items() if v == v}
+    if len(recalls) < 2:
+        return ""
+    low = min(recalls, key=lambda n: recalls[n])
+    high = max(recalls, key=lambda n: recalls[n])
+    gap = recalls[high] - recalls[low]
+    if gap <= SAME_RECALL:
+        return ""
+    return (
+        f"WARNING: the rows are not at equal recall: {low} {recalls[low]:.3f} vs {high} "
+        f"{recalls[high]:.3f}, a gap of {gap:.3f} (more than {SAME_RECALL:g}); their latencies "
+        "compare indexes at different accuracy -- `ragbench sweep` reads each index's p50 at "
+        "the same recall (interpolated on its frontier)"
+    )
+
+
 def _total_line(records: Sequence[RunRecord]) -> str:
     """End to end: the fastest and slowest rows by total p50, or that no row is surely faster."""
     totals = {str(r.label): _pooled([r], need(r.stages, "stages")) for r in records if r.samples_ns}
@@ -340,7 +368,8 @@ def run_reading(
     total = _total_line(runs)
     if total:
         lines.append(total)
-    for note in (candidates_note(runs), _model_note(runs), order_note(runs)):
+    notes = (recall_gap_note(runs), candidates_note(runs), _model_note(runs), order_note(runs))
+    for note in notes:
         if note:
             lines.append(note)
     return lines

@@ -51,6 +51,7 @@ def sweep_unit(
     repeat: int = 1,
     strategies: Sequence[str] = ("auto",),
     recall_target: float = 0.9,
+    recall_targets: Sequence[float] | None = None,
     rebuilds: int = 1,
     fast_build: bool = False,
 ) -> Iterator[dict[str, Any]]:
@@ -66,27 +67,31 @@ def sweep_unit(
     """
     opts: dict[str, Any] = {"k": k, "repeat": repeat, "strategies": strategies}
     opts["fast_build"] = fast_build
+    targets = {"recall_target": recall_target, "recall_targets": list(recall_targets or [])}
+    if not recall_targets:
+        del targets["recall_targets"]
     n = positive_int("sweep", "rebuilds", rebuilds)
     if n == 1:
         for point, line in _build_points(data, name, build, queries, i=0, **opts):
-            yield from _with_cliffs(point, line, recall_target)
+            yield from _with_cliffs(point, line, targets)
         return
     per_build = [list(_build_points(data, name, build, queries, i=i, **opts)) for i in range(n)]
     for same in zip(*per_build, strict=True):
         point = merge_builds([p for p, _ in same])
         line = [merge_builds(list(group)) for group in zip(*[ln for _, ln in same], strict=True)]
-        yield from _with_cliffs(point, line, recall_target)
+        yield from _with_cliffs(point, line, targets)
 
 
 def _with_cliffs(
-    point: dict[str, Any], line: list[dict[str, Any]], recall_target: float
+    point: dict[str, Any], line: list[dict[str, Any]], targets: dict[str, Any]
 ) -> Iterator[dict[str, Any]]:
-    # the target goes in every record: the reading's "cheapest point reaching it" reads it there
-    yield new_record("sweep", {**point, "recall_target": recall_target})
-    cliffs = filter_cliffs(line, target=recall_target)
+    # the targets go in every record: the reading's "cheapest point reaching it" and its
+    # iso-recall lines read them there
+    yield new_record("sweep", {**point, **targets})
+    cliffs = filter_cliffs(line, target=targets["recall_target"])
     for p in line:
         cliff = cliffs[cliff_key(p)]
-        yield new_record("sweep", {**p, "filter_cliff": cliff, "recall_target": recall_target})
+        yield new_record("sweep", {**p, "filter_cliff": cliff, **targets})
 
 
 def _build_points(
@@ -144,6 +149,7 @@ def sweep_points(
     executor: Executor | None = None,
     strategies: Sequence[str] = ("auto",),
     recall_target: float = 0.9,
+    recall_targets: Sequence[float] | None = None,
     rebuilds: int = 1,
     fast_build: bool = False,
 ) -> list[dict[str, Any]]:
@@ -166,7 +172,8 @@ def sweep_points(
         queries = _combos(q_axes)
         for build in _combos(b_axes):
             opts = {"k": k, "repeat": repeat, "strategies": list(strategies)}
-            opts.update(recall_target=recall_target, rebuilds=rebuilds, fast_build=fast_build)
+            opts.update(recall_target=recall_target, recall_targets=recall_targets)
+            opts.update(rebuilds=rebuilds, fast_build=fast_build)
             units.append(Unit(sweep_unit, (shared, name, build, queries), opts))
     emit = Collector(on_point, progress)
     ex.run(units, emit)

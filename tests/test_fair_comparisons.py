@@ -1,0 +1,192 @@
+"""Issue 27: engines compared at equal recall (iso-recall reading), recall gaps warned about."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragbench import reading
+from ragbench.cli import main
+from ragbench.reading.isorecall import Point, at_recall, frontier
+
+ROOT = Path(__file__).resolve().parents[1]
+SYN = ["--dataset", "synthetic", "--n", "3000", "--dim", "32", "--queries", "40"]
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+# A planted frontier: (recall, p50 µs, p99 µs); the 0.93 point is beaten by the 0.96 one on
+# both axes (off the frontier), so it must not be one of the two bracketing points.
+PLANTED = [
+    Point(0.80, 100.0, 400.0),
+    Point(0.90, 200.0, 600.0),
+    Point(0.93, 700.0, 2000.0),
+    Point(0.96, 500.0, 1500.0),
+]
+
+
+def test_interpolation_on_a_planted_frontier_equals_the_hand_computation() -> None:
+    assert frontier(PLANTED) == [PLANTED[0], PLANTED[1], PLANTED[3]]
+    at = at_recall(PLANTED, 0.95)
+    # by hand: 0.95 is 5/6 of the way from 0.90 to 0.96
+    assert at.how == "interpolated" and (at.below, at.above) == (PLANTED[1], PLANTED[3])
+    assert at.p50_us == pytest.approx(200.0 + (5 / 6) * (500.0 - 200.0))  # 450
+    assert at.p99_us == pytest.approx(600.0 + (5 / 6) * (1500.0 - 600.0))  # 1350
+    exact = at_recall(PLANTED, 0.90)
+    assert (exact.how, exact.p50_us, exact.p99_us) == ("measured", 200.0, 600.0)
+    # never extrapolated: above the best point, and under the cheapest one
+    high = at_recall(PLANTED, 0.99)
+    assert high.how == "not reached" and not high.figure and high.below == PLANTED[3]
+    low = at_recall(PLANTED, 0.70)
+    assert low.how == "below the grid" and not low.figure and low.above == PLANTED[0]
+
+
+def _point(index: str, recall: float, p50: float, p99: float, **query: Any) -> dict[str, Any]:
+    return {
+        "kind": "sweep",
+        "index": index,
+        "recall": recall,
+        "p50_us": p50,
+        "p99_us": p99,
+        "query": query,
+        "recall_target": 0.9,
+        "recall_targets": [0.9, 0.95, 0.99],
+    }
+
+
+def test_the_sweep_reading_gives_each_index_at_equal_recall_and_their_ratio() -> None:
+    recs = [_point("hnsw", p.recall, p.p50_us, p.p99_us, ef=i) for i, p in enumerate(PLANTED)]
+    # lsh: 0.90 → 0.98 from 900 to 1700 µs: at 0.95, 900 + (5/8)·800 = 1400 µs
+    recs += [_point("lsh", 0.90, 900.0, 1000.0, rescore=10)]
+    recs += [_point("lsh", 0.98, 1700.0, 3000.0, rescore=100)]
+    lines = reading.sweep_reading(recs)
+    iso = [x for x in lines if "interpolated on each index's frontier" in x]
+    assert iso == [
+        "unfiltered: at recall 0.9, p50 / p99 interpolated on each index's frontier: "
+        "hnsw 200 µs / 600 µs; lsh 900 µs / 1,000 µs (4.50× hnsw)",
+        "unfiltered: at recall 0.95, p50 / p99 interpolated on each index's frontier: "
+        "hnsw 450 µs / 1,350 µs; lsh 1,400 µs / 2,250 µs (3.11× hnsw)",
+        "unfiltered: at recall 0.99, p50 / p99 interpolated on each index's frontier: "
+        "hnsw not reached (best 0.960); lsh not reached (best 0.980)",
+    ]
+
+
+def _lerp_at(recs: list[dict[str, Any]], target: float) -> float | None:
+    """By hand: the p50 at ``target`` between the frontier's two points around it."""
+    front: list[tuple[float, float]] = []
+    for r in sorted(recs, key=lambda r: (-r["recall"], r["p50_us"])):
+        if not front or r["p50_us"] < front[-1][1]:
+            front.append((r["recall"], r["p50_us"]))
+    front.reverse()
+    for (r0, t0), (r1, t1) in zip(front, front[1:], strict=False):
+        if r0 < target <= r1:
+            return t0 + (target - r0) / (r1 - r0) * (t1 - t0)
+    return None
+
+
+def test_sweep_cli_reads_its_points_at_the_recall_targets(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "s.jsonl"
+    argv = ["sweep", *SYN, "--index", "hnsw", "--param", "ef=4,8,16,64", "--build", "M=4"]
+    code, stdout, err = cli(capsys, *argv, "--recall-target", "0.95,0.8", "--out", str(out))
+    assert code == 0, err
+    recs = _records(out)
+    assert {r["recall_target"] for r in recs} == {0.8}  # the lowest: cliffs, the cheapest point
+    assert all(r["recall_targets"] == [0.8, 0.95] for r in recs)
+    lines = [x for x in stdout.splitlines() if "interpolated on each index's frontier" in x]
+    assert [x.split(",")[0] for x in lines] == [
+        "unfiltered: at recall 0.8",
+        "unfiltered: at recall 0.95",
+    ]
+    for line, target in zip(lines, (0.8, 0.95), strict=True):
+        want = _lerp_at(recs, target)
+        if want is None:
+            assert "hnsw not reached" in line or "hnsw ≤" in line
+            continue
+        (shown,) = re.findall(r"hnsw ([0-9.,]+) µs /", line)
+        assert float(shown.replace(",", "")) == pytest.approx(want, rel=0.01, abs=0.06)
+
+
+@pytest.mark.parametrize("value", ["0.9,1.5", "0,0.9", "x", "0.9,,0.95"])
+def test_a_bad_recall_target_is_one_line_and_exit_2(value: str, capsys) -> None:
+    code, stdout, err = cli(capsys, "sweep", *SYN, "--index", "hnsw", "--recall-target", value)
+    assert code == 2 and "--recall-target" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_compare_at_different_recall_warns_with_the_gap(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "c.jsonl"
+    argv = ["compare", "--dataset", "synthetic", "--n", "2000", "--dim", "32", "--queries", "25"]
+    argv += ["--index", "flat,lsh", "--k-candidates", "10", "--out", str(out)]
+    code, stdout, err = cli(capsys, *argv)
+    assert code == 0, err
+    recs = {r["label"]: r["recall_at_k"] for r in _records(out)}
+    low, high = min(recs, key=recs.__getitem__), max(recs, key=recs.__getitem__)
+    assert recs[high] - recs[low] > 0.01, "lsh should lose recall against flat here"
+    (warning,) = [x for x in stdout.splitlines() if "not at equal recall" in x]
+    assert warning.startswith(
+        f"WARNING: the rows are not at equal recall: {low} {recs[low]:.3f} vs {high} "
+        f"{recs[high]:.3f}, a gap of {recs[high] - recs[low]:.3f} (more than 0.01)"
+    )
+
+
+def test_compare_of_one_index_with_two_codecs_gets_no_recall_warning(capsys) -> None:
+    argv = ["compare", "--dataset", "synthetic", "--n", "2000", "--dim", "32", "--queries", "10"]
+    code, stdout, err = cli(capsys, *argv, "--index", "lsh", "--codec", "json,protobuf")
+    assert code == 0, err
+    assert "not at equal recall" not in stdout
+
+
+def _hooks() -> Any:
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("docs_hooks", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_engines_table_reads_the_sweeps_at_equal_recall(tmp_path: Path) -> None:
+    run = {
+        "schema": "ragbench.run/1",
+        "kind": "run",
+        "label": "hnsw+ef=20",
+        "dataset": {"name": "d"},
+        "requests": 3,
+        "recall_at_k": 0.95,
+        "recall_p10": 0.9,
+        "setup_s": {"index_build": 1.0},
+        "summary": {"retrieve": {"p50_us": 200.0, "p50_us_ci": [190, 210], "p99_us": 300.0}},
+        "samples_ns": {"retrieve": [100_000, 200_000, 300_000]},
+        "info": {"index": {"backend": "hnsw", "params": {}, "build": {"deterministic": True}}},
+    }
+    sweep = [
+        {"schema": "ragbench.sweep/1", **_point("hnsw", p.recall, p.p50_us, p.p99_us)}
+        for p in PLANTED
+    ]
+    sweep += [{"schema": "ragbench.sweep/1", **_point("usearch", 0.90, 600.0, 900.0)}]
+    sweep += [{"schema": "ragbench.sweep/1", **_point("usearch", 0.99, 1500.0, 3000.0)}]
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
+    (tmp_path / "sweep.jsonl").write_text("\n".join(map(json.dumps, sweep)) + "\n")
+    text = _hooks().expand("<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path)
+    rows = {ln.split(" | ")[0]: ln.strip("| ").split(" | ") for ln in text.splitlines()}
+    # usearch at 0.95: 600 + (5/9)·900 = 1,100 µs; hnsw 450 (above): 2.44×
+    assert rows["| `hnsw`"][1:] == ["200 / 600", "450 / 1,350", "not reached (best 0.960)"]
+    assert rows["| `usearch`"][1:] == [
+        "600 / 900 (3.00×)",
+        "1,100 / 2,067 (2.44×)",
+        "1,500 / 3,000",
+    ]
