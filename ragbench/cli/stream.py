@@ -45,7 +45,11 @@ def _most(name: str) -> str:
 @click.option("--n", "n", help="Corpus size for synthetic (e.g. 20k).")
 @click.option("--dim", type=click.IntRange(min=2), help="Dimension for synthetic.")
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of the data and the run."
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the run (initial rows, deletes, aimed queries) and of synthetic data.",
 )
 @click.option(
     "--index",
@@ -88,7 +92,7 @@ def _most(name: str) -> str:
     type=float,
     default=200.0,
     show_default=True,
-    help=f"Queries/s, open loop, {_most('qps')} (0: back to back, for runbooks); "
+    help=f"Queries/s, open loop, {_most('qps')} (0: none in a timed run, back to back in a runbook); "
     f"--qps x --duration at most {MAX_SEARCHES} searches.",
 )
 @click.option(
