@@ -97,6 +97,16 @@ Export
     ``OTEL_BSP_*`` settings apply) of the exporter's own tracer provider
     unless one is passed; :meth:`TraceExporter.close` flushes them.
 
+Bounded
+    A collector that is down or does not answer must not slow the service:
+    :class:`TraceExporter` counts the spans it handed to its batch processor
+    that the span exporter has not finished with (queued, or in the batch
+    being sent or retried), and while a request's spans would take that past
+    ``max_queued`` it drops the whole request before building a single span
+    (counted in :attr:`TraceExporter.dropped` and ``spans_dropped``, said
+    once by :meth:`TraceExporter.flush`), so a dead collector costs a request
+    a lock and a comparison. Sending always runs on the processor's thread.
+
 Nothing here imports OpenTelemetry until an exporter is made
 (:func:`check_available` only looks for the packages); without the ``otel``
 extra that raises :class:`~ragbench.errors.MissingDependencyError`
@@ -108,6 +118,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from importlib.util import find_spec
@@ -253,6 +264,15 @@ class TraceExporter:
     ``batch``
         ``BatchSpanProcessor`` (default: spans are queued and sent by a
         background thread) or ``SimpleSpanProcessor`` (sent as each ends).
+    ``max_queued``
+        With the ``BatchSpanProcessor`` made here: at most this many spans
+        wait for the span exporter (queued or being sent); a request whose
+        spans would not fit is dropped and counted (:attr:`dropped`,
+        :attr:`spans_dropped`), never waited for. Default
+        ``OTEL_BSP_MAX_QUEUE_SIZE``, else 2048; the processor's queue is made
+        this size and its batches at most half of it (or
+        ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, 512, if smaller), so a batch goes
+        out before requests are dropped.
     ``first_token_stage``
         The stage whose end is the first token (``"generate"``).
     ``attributes``, ``stage_attributes``
@@ -262,6 +282,11 @@ class TraceExporter:
 
     :meth:`export` is safe to call from several threads at once.
     """
+
+    #: requests dropped because ``max_queued`` spans were already waiting (a slow or dead collector)
+    dropped: int
+    #: the spans of those requests
+    spans_dropped: int
 
     def __init__(
         self,
@@ -273,10 +298,16 @@ class TraceExporter:
         first_token_stage: str | None = "generate",
         attributes: Attributes | None = None,
         stage_attributes: Mapping[str, Attributes] | None = None,
+        max_queued: int | None = None,
     ) -> None:
         trace, sdk_trace, resource, export = _sdk()
         self._set_parent = trace.set_span_in_context
         self._own = tracer_provider is None
+        self.max_queued = _max_queued(max_queued)
+        #: the spans handed to the batch processor (``queued`` = this - what the exporter finished)
+        self._handed = 0
+        self._gate: threading.Lock | None = None
+        self._tally: _Tally | None = None
         if tracer_provider is None:
             name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "ragbench"
             tracer_provider = sdk_trace.TracerProvider(
@@ -284,11 +315,17 @@ class TraceExporter:
             )
             if span_exporter is None:
                 span_exporter = otlp_span_exporter()
-            processor = export.BatchSpanProcessor if batch else export.SimpleSpanProcessor
-            self._tally: _Tally | None = _Tally(span_exporter)
-            tracer_provider.add_span_processor(processor(self._tally))
-        else:
-            self._tally = None
+            self._tally = _Tally(span_exporter)
+            if batch:
+                size = self.max_queued
+                batch_size = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), size // 2 or 1)
+                processor = export.BatchSpanProcessor(
+                    self._tally, max_queue_size=size, max_export_batch_size=batch_size
+                )
+                self._gate = threading.Lock()
+            else:
+                processor = export.SimpleSpanProcessor(self._tally)
+            tracer_provider.add_span_processor(processor)
         self.provider = tracer_provider
         self.span_exporter = span_exporter
         self._tracer = tracer_provider.get_tracer("ragbench")
@@ -298,8 +335,32 @@ class TraceExporter:
         #: added to every ``perf_counter_ns`` stamp to make it Unix-epoch ns (taken once)
         self.offset_ns = clock_offset_ns()
         self.exported = 0
+        self.dropped = 0
+        self.spans_dropped = 0
         self._closed = False
         self._warned = False
+        self._warned_drops = 0
+
+    @property
+    def queued(self) -> int:
+        """Spans handed to the batch processor that the span exporter has not finished with."""
+        tally = self._tally
+        return (
+            0 if tally is None or self._gate is None else self._handed - tally.sent - tally.failed
+        )
+
+    def _admit(self, spans: int) -> bool:
+        """Reserve room for ``spans`` under ``max_queued``; False (counted) when there is none."""
+        gate, tally = self._gate, self._tally
+        if gate is None or tally is None:
+            return True  # no batch processor of ours: nothing of ours to bound
+        with gate:
+            if self._handed - tally.sent - tally.failed + spans > self.max_queued:
+                self.dropped += 1
+                self.spans_dropped += spans
+                return False
+            self._handed += spans
+            return True
 
     @property
     def endpoint(self) -> str | None:
@@ -328,6 +389,30 @@ class TraceExporter:
         n = len(names)
         if len(stamps) != n + 1:
             raise InputError(f"expected {n + 1} stamps for {n} stages, got {len(stamps)}")
+        nested = {name: list(spans) for name, spans in (inner or {}).items()}
+        spans = 1 + n + sum(len(nested.get(name, ())) for name in names)
+        if not self._admit(spans):
+            return
+        try:
+            self._spans(names, stamps, attributes, stage_attributes, nested, first_token)
+        except BaseException:
+            if self._gate is not None:
+                with self._gate:
+                    self._handed -= spans  # not all of them reached the processor
+            raise
+        self.exported += 1
+
+    def _spans(
+        self,
+        names: Sequence[str],
+        stamps: Sequence[int],
+        attributes: Attributes | None,
+        stage_attributes: Mapping[str, Attributes] | None,
+        nested: Mapping[str, Iterable[InnerSpan]],
+        first_token: bool,
+    ) -> None:
+        """Build and end one request's spans (see :meth:`export`)."""
+        n = len(names)
         off = self.offset_ns
         start_span, parent_of = self._tracer.start_span, self._set_parent
         root = start_span(
@@ -337,7 +422,6 @@ class TraceExporter:
         )
         parent = parent_of(root)
         per_stage = stage_attributes or {}
-        nested = inner or {}
         first = self.first_token_stage if first_token else None
         for j, name in enumerate(names):
             span = start_span(
@@ -364,7 +448,6 @@ class TraceExporter:
                 root.add_event(FIRST_TOKEN_EVENT, attributes=since, timestamp=end)
             span.end(end_time=end)
         root.end(end_time=stamps[n] + off)
-        self.exported += 1
 
     def on_request(
         self, names: Sequence[str], stamps: Sequence[int], attributes: Attributes | None
@@ -389,6 +472,16 @@ class TraceExporter:
         down retries each batch until ``OTEL_EXPORTER_OTLP_TIMEOUT`` (10 s).
         """
         done = bool(self.provider.force_flush(int(timeout_s * 1000)))
+        if self.dropped > self._warned_drops:
+            log.warning(
+                "OpenTelemetry: %d requests (%d spans) dropped so far: %d spans were already "
+                "waiting for %s (max_queued); is the collector slow or down?",
+                self.dropped,
+                self.spans_dropped,
+                self.max_queued,
+                self.endpoint or type(self.span_exporter).__name__,
+            )
+            self._warned_drops = self.dropped
         failed = self.spans_failed
         if failed and not self._warned:
             self._warned = True
@@ -445,6 +538,25 @@ class _Tally:
             self.inner.shutdown(timeout_millis=timeout_millis)
         else:
             self.inner.shutdown()
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return _max_queued(int(value))
+    except ValueError:
+        raise ConfigError(f"{name}={value!r} must be a whole number >= 1") from None
+
+
+def _max_queued(value: int | None) -> int:
+    """``max_queued`` checked, or its default (``OTEL_BSP_MAX_QUEUE_SIZE``, else 2048)."""
+    if value is None:
+        return _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"TraceExporter max_queued must be a whole number >= 1, got {value!r}")
+    return value
 
 
 def _merged(base: Attributes | None, extra: Attributes | None) -> Attributes | None:

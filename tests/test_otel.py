@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from time import perf_counter_ns
@@ -720,3 +722,110 @@ def test_otlp_grpc_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {service for service, _ in spans} == {"ragbench"}
     first = [s for _, s in spans if s.name == "retrieve"][0]
     assert first.end_time_unix_nano - first.start_time_unix_nano == STAMPS[2] - STAMPS[1]
+
+
+# ---------------------------------------------------------------- a dead collector
+
+
+@contextmanager
+def blackhole() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A collector address on 127.0.0.1 that accepts connections and never answers."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])  # kept open, never read, never answered
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces", held
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def test_a_dead_collector_drops_requests_at_a_bounded_queue_off_the_request_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """8 threads x 250 requests, exported as each is stored, to a collector that never answers.
+
+    The old exporter built every request's spans on the request path and handed them to a
+    batch processor logging each span it dropped: a dead collector halved a service's
+    throughput. Now at most ``max_queued`` spans wait for the collector; every request past
+    that is dropped before a span is built, and counted. No clock is read by the asserts.
+    """
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    sent_from: list[str] = []
+
+    class Recording(OTLPSpanExporter):  # type: ignore[misc]
+        def export(self, spans: Any) -> Any:
+            sent_from.append(threading.current_thread().name)
+            return super().export(spans)
+
+    n_threads, per_thread, max_queued = 8, 250, 60
+    with blackhole() as (endpoint, held):
+        exporter = TraceExporter(
+            Recording(endpoint=endpoint, timeout=1),
+            max_queued=max_queued,
+            first_token_stage=None,
+        )
+        timer = StageTimer(["embed", "retrieve"], otel=exporter)
+        queued_seen: list[int] = []
+        go = threading.Barrier(n_threads)
+
+        def serve() -> None:
+            go.wait()
+            for _ in range(per_thread):
+                with timer.request() as r:
+                    r.mark("embed")
+                    r.mark("retrieve")
+                queued_seen.append(exporter.queued)  # after the hook ran, in this thread
+
+        threads = [threading.Thread(target=serve, name=f"request-{t}") for t in range(n_threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        total = n_threads * per_thread
+        assert timer.stored == total  # every request was timed and stored, none waited
+        assert exporter.exported + exporter.dropped == total
+        assert exporter.dropped > 0 and exporter.spans_dropped == 3 * exporter.dropped
+        assert 0 < max(queued_seen) <= max_queued  # the bound held all along
+        with caplog.at_level(logging.WARNING, logger="ragbench.otel"):
+            assert not exporter.flush(timeout_s=5)
+        exporter.close()
+    assert held, "the exporter never reached the collector address"
+    assert sent_from and not any(name.startswith("request-") for name in sent_from)
+    assert exporter.spans_sent == 0 and exporter.spans_failed > 0
+    assert f"{exporter.dropped} requests ({exporter.spans_dropped} spans) dropped" in caplog.text
+
+
+def test_max_queued_is_checked_and_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OTEL_BSP_MAX_QUEUE_SIZE", raising=False)
+    spans = InMemorySpanExporter()
+    assert TraceExporter(spans).max_queued == 2048
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "300")
+    assert TraceExporter(spans).max_queued == 300
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "lots")
+    with pytest.raises(ConfigError, match="OTEL_BSP_MAX_QUEUE_SIZE='lots'"):
+        TraceExporter(spans)
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ConfigError, match="max_queued"):
+            TraceExporter(spans, max_queued=bad)  # type: ignore[arg-type]
