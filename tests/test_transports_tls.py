@@ -544,6 +544,29 @@ def test_a_certificate_the_near_side_refuses_is_a_transport_error_naming_tls(
     assert transport.pid is None and transport.certificate is None  # nothing left behind
 
 
+@pytest.mark.parametrize("keep_alive", [True, False])
+@pytest.mark.parametrize("kind", REMOTE)
+def test_a_later_connection_refusing_the_certificate_names_tls(
+    made: list[Any], kind: str, keep_alive: bool
+) -> None:
+    transport = start(made, kind, tls=True, keep_alive=keep_alive, timeout=5.0)
+    transport.startup_timeout = 5.0  # how long a gRPC channel is waited for
+    codec = rb.codecs.create("msgpack")
+    res = result()
+    payload = codec.encode(res)
+    transport.send(payload, res.query)
+    mine, other = transport.certificate, tls.make_certificate()
+    try:
+        transport.certificate = other  # the far side shows a certificate no longer trusted
+        transport.__dict__.pop("_ssl", None)
+        with pytest.raises(TransportError) as err:
+            in_thread(lambda: transport.send(payload, res.query))
+        assert "TLS certificate check failed" in str(err.value)
+    finally:
+        transport.certificate = mine
+        other.remove()
+
+
 def test_a_tls_failure_from_the_cli_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

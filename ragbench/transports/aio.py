@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import DecodeError, MissingDependencyError, TransportError
 from . import FarSide
 from ._farside import decode_reply
-from .child import ChildTransport
+from .child import ChildTransport, tls_problem
 from .tls import client_context
 
 __all__ = ["AsyncPost", "head_bytes", "require_httpx"]
@@ -100,7 +100,8 @@ class AsyncPost(ChildTransport):
         try:
             await self._client().get("/health")
         except httpx.HTTPError as exc:
-            raise self.failed(f"cannot connect: {type(exc).__name__}: {exc}", "(connect)") from None
+            problem = tls_problem(exc) or f"cannot connect: {type(exc).__name__}: {exc}"
+            raise self.failed(problem, "(connect)") from None
 
     async def asend(self, payload: bytes, query: str) -> FarSide:
         """POST ``payload`` from the running loop; the far side's prompt, timings and wire bytes.

@@ -71,7 +71,7 @@ from ..validate import bool_param, positive_int
 from . import FarSide
 from ._farside import decode_reply
 from .aio import AsyncPost
-from .child import COMMON_PARAMS
+from .child import COMMON_PARAMS, tls_problem
 from .tls import record_bytes
 
 __all__ = ["HTTP_IMPLEMENTATIONS", "LOOPS", "AsgiTransport"]
@@ -278,7 +278,9 @@ class AsgiTransport(AsyncPost):
             ) from None
         except httpx.HTTPError as exc:
             client.close()
-            raise TransportError(f"asgi transport: cannot connect: {exc}") from None
+            raise TransportError(
+                f"asgi transport: {tls_problem(exc) or f'cannot connect: {exc}'}"
+            ) from None
         if resp.status_code != 200:
             client.close()
             raise TransportError(f"asgi transport: /health answered {resp.status_code}")

@@ -70,8 +70,16 @@ def _check_loopback(owner: str, host: str) -> None:
     )
 
 
-def tls_problem(exc: BaseException) -> str | None:
-    """What a TLS failure was, in words naming TLS (``None`` when ``exc`` is no TLS error)."""
+def tls_problem(error: BaseException) -> str | None:
+    """What a TLS failure was, in words naming TLS (``None`` when ``error`` is no TLS error).
+
+    The ``ssl`` error may be the cause of another (httpx's ``ConnectError``).
+    """
+    exc: BaseException | None = error
+    for _ in range(8):  # the chain of causes, bounded
+        if exc is None or isinstance(exc, ssl.SSLError):
+            break
+        exc = exc.__cause__ or exc.__context__
     if isinstance(exc, ssl.SSLCertVerificationError):
         why = exc.verify_message or exc.reason or str(exc)
         return (
@@ -259,10 +267,21 @@ class ChildTransport:
             ) from None
 
     def _check_tls(self) -> None:
-        """Shake hands with the far side once, trusting the certificate made at start.
+        """Raise :class:`TransportError` naming TLS when the far side's certificate is refused.
 
         gRPC's channel only says it could not connect (after ``startup_timeout``),
-        so the handshake is made here, by ``ssl``, to name a certificate problem.
+        so a handshake is made here, by ``ssl``, to name a certificate problem.
+        """
+        problem = self.tls_refusal()
+        if problem is not None:
+            raise TransportError(f"{self.name} transport to {self.host}:{self.port}: {problem}")
+
+    def tls_refusal(self) -> str | None:
+        """Shake hands with the far side once, trusting the certificate made at start.
+
+        Returns what went wrong with TLS in words naming it, or ``None`` when
+        the handshake succeeds or fails for another reason (a refused
+        connection: the caller's own connection attempt reports that).
         """
         from .tls import client_context
 
@@ -272,14 +291,9 @@ class ChildTransport:
                 socket.create_connection((self.host, self.port), timeout=self.timeout) as raw,
                 ctx.wrap_socket(raw, server_hostname=self.host),
             ):
-                pass
+                return None
         except OSError as exc:
-            problem = tls_problem(exc)
-            if problem is not None:
-                raise TransportError(
-                    f"{self.name} transport to {self.host}:{self.port}: {problem}"
-                ) from None
-            # anything else (a refused connection) is reported by open_connection
+            return tls_problem(exc)
 
     def _remove_certificate(self) -> None:
         cert, self.certificate = self.certificate, None

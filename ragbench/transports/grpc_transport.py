@@ -231,6 +231,8 @@ class GrpcTransport(ChildTransport):
             grpc.channel_ready_future(channel).result(timeout=self.startup_timeout)
         except grpc.FutureTimeoutError:
             channel.close()
+            if self.tls:  # grpc does not say why: a refused certificate looks the same
+                self._check_tls()
             raise TransportError(
                 f"grpc transport: could not connect to {host}:{self.port} "
                 f"within {self.startup_timeout:g} s"
@@ -310,7 +312,10 @@ class GrpcTransport(ChildTransport):
             try:
                 grpc.channel_ready_future(channel).result(timeout=self.timeout)
             except grpc.FutureTimeoutError:
-                raise self.failed(f"cannot connect within {self.timeout:g} s", query) from None
+                refused = self.tls_refusal() if self.tls else None
+                raise self.failed(
+                    refused or f"cannot connect within {self.timeout:g} s", query
+                ) from None
             t1 = perf_counter_ns()
             call = self._method(channel)
             try:
