@@ -51,6 +51,7 @@ __all__ = [
     "folder_bytes",
     "import_engine",
     "in_new_folder",
+    "is_panic",
     "pad_rows",
     "padded",
     "tar_folder",
@@ -75,6 +76,15 @@ def import_engine(index: str, module: str, what: str) -> Any:
         raise ConfigError(
             f"index {index!r} needs {what}: pip install 'ragbench[vectordb]'"
         ) from None
+
+
+def is_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Rust panic surfaced by PyO3 (``pyo3_runtime.PanicException``).
+
+    PyO3 derives it from ``BaseException``, so ``except Exception`` lets it
+    through; the class is not importable, hence the name test.
+    """
+    return type(exc).__name__ == "PanicException"
 
 
 def check_graph_params(owner: str, params: dict[str, Any], *ints: str) -> dict[str, Any]:

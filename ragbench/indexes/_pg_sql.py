@@ -49,8 +49,9 @@ __all__ = [
 OPS = {"ip": ("<#>", "ip"), "cosine": ("<=>", "cosine"), "l2": ("<->", "l2")}
 #: attribute dtype kind -> its column type
 PG_TYPES = {"i": "bigint", "f": "double precision", "U": "text"}
-#: the table's own columns (no attribute may take these names)
-RESERVED = ("id", "embedding")
+#: the table's own columns and PostgreSQL's system column names (no attribute may take
+#: these: CREATE TABLE fails on a system column's name; ``oid`` was one before PostgreSQL 12)
+RESERVED = ("id", "embedding", "tableoid", "xmin", "cmin", "xmax", "cmax", "ctid", "oid")
 
 
 def _sql() -> Any:

@@ -69,7 +69,12 @@ class AttributeColumns:
 
     Names must not be ``reserved`` (the backend's own columns) and must be
     1-63 characters without NUL or control characters (PostgreSQL's limit on
-    identifiers).
+    identifiers). A str value must not hold a NUL character: PostgreSQL's
+    ``text`` cannot store one, and LanceDB's SQL filter does not match it
+    (a filter on ``"a\0b"`` found no row: recall 0.00 where ``flat`` had
+    1.00), so it is refused here, naming the attribute and the row, before
+    the table is set up. (numpy's str arrays drop trailing NULs themselves,
+    on every backend alike.)
     """
 
     __slots__ = ("columns", "n")
@@ -95,6 +100,8 @@ class AttributeColumns:
                 arr = arr.astype(np.int64)
             elif arr.dtype.kind == "f" and arr.dtype != np.float64:
                 arr = arr.astype(np.float64)
+            if arr.dtype.kind == "U":
+                _check_no_nul(owner, name, arr)
             if n is not None and arr.shape[0] != n:
                 raise ConfigError(f"{owner}: attribute {name!r} has {arr.shape[0]} rows, not {n}")
             n = arr.shape[0]
@@ -105,6 +112,31 @@ class AttributeColumns:
     def kinds(self) -> dict[str, str]:
         """name -> ``int64``, ``float64`` or ``str``, for records."""
         return {name: _KINDS[col.dtype.kind] for name, col in self.columns.items()}
+
+
+def _check_no_nul(owner: str, name: str, column: np.ndarray) -> None:
+    """ConfigError naming ``name`` and the first row whose str value holds a NUL."""
+    rows = np.flatnonzero(_has_nul(column))
+    if rows.size:
+        row = int(rows[0])
+        raise ConfigError(
+            f"{owner}: attribute {name!r} holds a NUL character (row {row}: "
+            f"{str(column[row])!r}); the database cannot store or filter on it: "
+            "remove NUL characters from the attribute values"
+        )
+
+
+def _has_nul(values: np.ndarray) -> np.ndarray:
+    """bool ``(n,)``: which str values hold a NUL before their end.
+
+    numpy pads each value with NULs to the array's width (and ``np.char.find``
+    reads ``"\\0"`` as an empty string), so the code points are compared.
+    """
+    if not values.size or values.dtype.itemsize == 0:
+        return np.zeros(values.shape, dtype=bool)
+    codes = np.ascontiguousarray(values).view(np.uint32).reshape(values.shape[0], -1)
+    inside = np.arange(codes.shape[1]) < np.char.str_len(values)[:, None]
+    return ((codes == 0) & inside).any(axis=1)  # type: ignore[no-any-return]
 
 
 def spec_terms(attrs: AttributeColumns, spec: Mapping[str, Any]) -> tuple[Term, ...]:
@@ -145,6 +177,10 @@ def _term(name: str, column: np.ndarray, want: Any, spec: Mapping[str, Any]) -> 
     # exactly the values mask_of allows: a wrong type raises, an inexact number
     # (2.5 for int64, NaN: NULL in the table) is left out and matches nothing
     values = filter_values(name, column, want, spec)
+    if kind == "U" and values.size:
+        # no stored value holds a NUL (refused at set-up): such a value matches
+        # nothing, and PostgreSQL's text cannot even receive it
+        values = values[~_has_nul(values)]
     return Term(name, kind, "in", np.unique(values))
 
 

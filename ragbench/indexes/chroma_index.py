@@ -211,6 +211,7 @@ class ChromaIndex(FolderEngineIndex):
             collection = client.get_collection(_COLLECTION, embedding_function=None)
             count = int(collection.count())
             got = collection.get(ids=["0"], include=["embeddings"])["embeddings"]
+            space = (collection.configuration or {}).get("hnsw", {}).get("space")
         except Exception as exc:
             self.close()
             raise IndexFileError(
@@ -220,5 +221,10 @@ class ChromaIndex(FolderEngineIndex):
         if width != self.dim:
             self.close()
             raise IndexFileError(f"chroma: the collection holds dim={width}, header dim={self.dim}")
+        if space != self.metric:  # Chroma searches with the space it was built with
+            self.close()
+            raise IndexFileError(
+                f"chroma: the collection's space is {space!r}, header metric {self.metric!r}"
+            )
         self._set_collection(collection)
         self._publish_built(count)

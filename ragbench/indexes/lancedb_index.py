@@ -48,6 +48,9 @@ with ``where=spec`` (the query's filter; see
 ``(`tenant` IN (3, 7)) AND (`year` >= 2010 AND `year` <= 2015)`` (strings
 quoted with ``'`` doubled), as ``in-graph`` (``auto`` too: the filter runs in
 LanceDB); a filter given only as a mask or ids keeps ``id IN (...)``.
+``set_attributes`` refuses (ConfigError naming the attribute) a name
+starting with ``_`` (LanceDB's own columns), holding ``.`` or a backtick,
+and a str value holding a NUL character.
 ``filter_path`` says which a spec takes (``where`` or ``ids``).
 Rows added later have null attributes: no ``where`` filter returns them.
 
@@ -157,6 +160,28 @@ def _arrow_table(
     return pa.table(cols)
 
 
+def _check_lance_name(owner: str, name: Any) -> None:
+    """ConfigError for a column name LanceDB reserves or cannot hold as a top-level column.
+
+    Lance keeps names starting with ``_`` for its own columns (``_rowid``,
+    ``_rowaddr``, ``_distance``, ``_score``, ...; it raised on ``_rowid``), a
+    ``.`` means a struct field to it (``a.b`` raised), and ragbench quotes
+    names with backticks in its SQL filters.
+    """
+    text = str(name)
+    why = None
+    if text.startswith("_"):
+        why = (
+            "LanceDB reserves names starting with '_' for its own columns (_rowid, _distance, ...)"
+        )
+    elif "." in text:
+        why = "LanceDB reads a '.' as a struct field path"
+    elif "`" in text:
+        why = "it holds a backtick (ragbench quotes names with backticks in LanceDB's SQL)"
+    if why is not None:
+        raise ConfigError(f"{owner}: attribute name {text!r} cannot be a column: {why}")
+
+
 def _id_list(positions: np.ndarray) -> str:
     """SQL ``id IN (...)`` of int positions."""
     return "id IN (" + ",".join(map(str, positions.tolist())) + ")"
@@ -247,8 +272,8 @@ class LanceDbIndex(WhereSearch, FolderEngineIndex):
     def set_attributes(self, columns: Mapping[str, Any]) -> None:
         """Attribute columns for the next ``build``: name -> int64, float64 or str ``(n,)``."""
         owner = f"index {self.name!r}"
-        if any("`" in str(name) for name in columns):
-            raise ConfigError(f"{owner}: attribute names must not hold a backtick")
+        for name in columns:
+            _check_lance_name(owner, name)
         attrs = AttributeColumns(owner, columns, _RESERVED)
         self._attrs = attrs if attrs.columns else None
 

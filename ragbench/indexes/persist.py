@@ -25,9 +25,12 @@ regular file (a FIFO or device is refused before it is read), magic,
 version, header length, JSON (nesting depth bounded), total file size against the declared
 payload size (truncation), the payload's SHA-256, the backend being
 registered, then the backend's own structural checks (dimension and count
-against the header; hnswlib's binary layout is walked in Python first
-because hnswlib trusts its file). Any failure raises
-:class:`~ragbench.errors.IndexFileError`.
+against the header; hnswlib's and usearch's binary layouts are walked in
+Python first because those libraries trust their files; qdrant-edge's
+vectors are read back and compared with a hash the header holds). The
+header itself is not covered by the payload's SHA-256: each backend compares
+what its engine reads with the header rather than trusting either. Any
+failure raises :class:`~ragbench.errors.IndexFileError`.
 """
 
 from __future__ import annotations

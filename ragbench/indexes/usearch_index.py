@@ -24,8 +24,10 @@ Live writes: ``add`` = ``Index.add`` (usearch grows its capacity itself),
 memory is not freed). Both hold searches off (usearch may reallocate on add).
 
 Files: ``save`` stores usearch's own serialization; ``load`` walks its layout
-(sizes, levels, keys, every neighbour slot, finite vectors) before usearch
-reads it (:func:`check_usearch_payload`): usearch trusts its bytes.
+(sizes; the head's metric, scalar, key and slot kinds against an empty index
+of the header's configuration, its count and dimensions; levels, keys, every
+neighbour slot, finite vectors) before usearch reads it
+(:func:`check_usearch_payload`): usearch trusts its bytes.
 
 Threads: builds and batch searches use ``ragbench.threads.get_threads()``; a
 single query runs on the calling thread (``threads=1``).
@@ -244,8 +246,11 @@ class UsearchIndex(EngineIndex):
         if not isinstance(count, int) or count < 0:
             raise IndexFileError("usearch: header count is missing")
         p = self.build_params
-        check_usearch_payload(payload, self.dim, count, p["M"], p["dtype"])
         index = self._new_index()
+        # usearch writes the kinds this configuration stands for into an empty
+        # index's head: the file's head must carry the same ones
+        expected = bytes(index.save())
+        check_usearch_payload(payload, self.dim, count, p["M"], p["dtype"], expected)
         try:
             index.load(bytes(payload))
         except Exception as exc:  # usearch raises RuntimeError/ValueError on bad bytes
@@ -277,13 +282,18 @@ _GRAPH = struct.Struct("<5Q")
 _BYTES_PER = {"f32": 4, "f16": 2, "i8": 1}
 
 
-def check_usearch_payload(data: memoryview, dim: int, count: int, m: int, dtype: str) -> None:
+def check_usearch_payload(
+    data: memoryview, dim: int, count: int, m: int, dtype: str, empty: bytes
+) -> None:
     """Walk usearch's serialized layout; reject what it could mis-read.
 
     usearch trusts its bytes: a neighbour slot or level past the graph makes
-    it read out of bounds (a crafted payload with a valid ragbench checksum
-    crashed it). Sizes, levels, keys and every neighbour slot are checked
-    against the headers before usearch sees the bytes.
+    it read out of bounds, and ``load`` takes the metric and scalar kinds
+    from the file's head (metric kind 0 crashed the first search; another
+    valid kind answered under another metric). Sizes, the head (see
+    :func:`_check_usearch_head`; ``empty`` is an empty index of the header's
+    configuration, serialized), levels, keys and every neighbour slot are
+    checked against the headers before usearch sees the bytes.
     """
     size = len(data)
     if size < _MATRIX.size:
@@ -303,25 +313,60 @@ def check_usearch_payload(data: memoryview, dim: int, count: int, m: int, dtype:
         )
         if not np.isfinite(vectors).all():
             raise IndexFileError("usearch: a stored vector holds NaN or inf: rebuild the index")
-    if size < pos + _HEAD_SIZE + _GRAPH.size:
-        raise IndexFileError("usearch: payload is truncated before its headers")
-    head = _HEAD.unpack_from(data, pos)
-    if head[0] != b"usearch" or head[8:11] != (count, 0, dim):
-        raise IndexFileError("usearch: payload head does not match the header (count, dim)")
+    _check_usearch_head(data, pos, count, dim, empty)
     graph = _GRAPH.unpack_from(data, pos + _HEAD_SIZE)
     n, conn, base, max_level, entry = graph
     if (n, conn, base) != (count, m, 2 * m) or max_level >= 64 or (n and entry >= n):
         raise IndexFileError("usearch: payload graph header does not match M or count")
     pos += _HEAD_SIZE + _GRAPH.size
-    _check_usearch_nodes(data, pos, n, m, max_level)
+    _check_usearch_nodes(data, pos, n, m, max_level, entry)
 
 
-def _check_usearch_nodes(data: memoryview, pos: int, n: int, m: int, max_level: int) -> None:
-    """Check the node levels, keys and neighbour lists that follow the graph header."""
+#: The head's fields that say how usearch reads the file, by their place in _HEAD.
+_KINDS = {
+    0: "magic",
+    1: "major version",
+    4: "metric kind",
+    5: "scalar kind",
+    6: "key kind",
+    7: "slot kind",
+}
+
+
+def _check_usearch_head(data: memoryview, pos: int, count: int, dim: int, empty: bytes) -> None:
+    """The 64-byte head at ``pos``: kinds as in ``empty``'s, count, dimensions, one vector a key.
+
+    ``empty``: an empty usearch index of the header's ndim/metric/dtype,
+    serialized (its head follows an 8-byte vectors header). The minor and
+    patch versions may differ (usearch reads files of its major version).
+    """
+    head = _HEAD.unpack_from(data, pos)
+    want = _HEAD.unpack_from(empty, _MATRIX.size)
+    for i, field in _KINDS.items():
+        if head[i] != want[i]:
+            raise IndexFileError(
+                f"usearch: payload head's {field} is {head[i]!r}, an index of the header's "
+                f"metric and dtype has {want[i]!r}"
+            )
+    if head[8:12] != (count, 0, dim, False):
+        raise IndexFileError(
+            f"usearch: payload head says {head[8]} present, {head[9]} deleted, dim={head[10]}, "
+            f"multi={head[11]}; the header says {count} present, dim={dim}"
+        )
+
+
+def _check_usearch_nodes(
+    data: memoryview, pos: int, n: int, m: int, max_level: int, entry: int
+) -> None:
+    """Check the node levels, keys and neighbour lists that follow the graph header.
+
+    The entry node must reach ``max_level``: a search starts there at the top
+    level and would read the lists of levels the node does not have.
+    """
     if len(data) < pos + 2 * n:
         raise IndexFileError("usearch: payload is truncated inside the node levels")
     levels = np.frombuffer(data, dtype="<i2", count=n, offset=pos).astype(np.int64)
-    if n and (levels.min() < 0 or levels.max() > max_level):
+    if n and (levels.min() < 0 or levels.max() > max_level or levels[entry] != max_level):
         raise IndexFileError("usearch: a node level is out of range")
     pos += 2 * n
     base_bytes, upper_bytes = 4 + 4 * 2 * m, 4 + 4 * m
