@@ -232,7 +232,8 @@ def test_settings_are_checked_before_any_process() -> None:
     with pytest.raises(ConfigError, match="keep_alive_s"):
         rb.transports.create("asgi", keep_alive_s=0)
     with pytest.raises(
-        ConfigError, match="valid: host, http, http2, keep_alive, keep_alive_s, loop, offload"
+        ConfigError,
+        match="valid: allow_remote, host, http, http2, keep_alive, keep_alive_s, loop, offload",
     ):
         rb.transports.create("asgi", workers=2)
     explicit = rb.transports.create("asgi", http="h11", loop="asyncio")
