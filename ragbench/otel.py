@@ -384,7 +384,9 @@ class TraceExporter:
         stamps; ``attributes`` go on the request span, ``stage_attributes[name]``
         on that stage's span, ``inner[name]`` nest under it. With
         ``first_token`` (and a ``first_token_stage`` among ``names``) the
-        end of that stage is marked as the first token.
+        end of that stage is marked as the first token. When ``max_queued``
+        spans already wait for the span exporter, the request is dropped
+        before any span is built and counted in :attr:`dropped`.
         """
         n = len(names)
         if len(stamps) != n + 1:
