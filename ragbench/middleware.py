@@ -26,7 +26,9 @@ then:
   stored row, at the end of the request, has them all); stages not marked
   are left out;
 - stores the request in the timer when the app returns (a request whose app
-  raised is not stored, only counted in ``timer.failed``);
+  raised is not stored, only counted in ``timer.failed``); the timer keeps
+  the last ``window`` requests (its stage names are HTTP tokens, checked
+  when it is made, so they go into the header as they are);
 - hands the stored request, with the handle's ``annotate`` attributes plus
   ``http.request.method``, ``url.path`` and ``http.response.status_code``,
   to ``export``: a :class:`ragbench.timing.Background` whose thread feeds
