@@ -211,7 +211,8 @@ class ChromaIndex(FolderEngineIndex):
             collection = client.get_collection(_COLLECTION, embedding_function=None)
             count = int(collection.count())
             got = collection.get(ids=["0"], include=["embeddings"])["embeddings"]
-            space = (collection.configuration or {}).get("hnsw", {}).get("space")
+            # the JSON form: ``configuration`` rebuilds the embedding function and warns
+            space = ((collection.configuration_json or {}).get("hnsw") or {}).get("space")
         except Exception as exc:
             self.close()
             raise IndexFileError(
