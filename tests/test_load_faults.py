@@ -65,6 +65,14 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError):
+        return 0
+
+
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -96,16 +104,46 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 
 class Load:
-    """``ragbench load`` running in a child process, its output in files."""
+    """``ragbench load`` running in a child process, its output in files.
 
-    def __init__(self, tmp: Path, *args: str) -> None:
+    ``group``: in a process group of its own, as a shell runs a command (a
+    terminal's Ctrl-C then reaches every process of it: :meth:`ctrl_c`).
+    """
+
+    def __init__(
+        self, tmp: Path, *args: str, group: bool = False, env: dict[str, str] | None = None
+    ) -> None:
         self.out = tmp / "load.jsonl"
         self._stdout, self._stderr = tmp / "stdout.txt", tmp / "stderr.txt"
         exe = Path(sys.executable).with_name("ragbench")
         argv = [str(exe), "load", *SMALL, *args, "--out", str(self.out)]
         with open(self._stdout, "wb") as so, open(self._stderr, "wb") as se:
-            self.proc = subprocess.Popen(argv, cwd=tmp, stdout=so, stderr=se)
+            self.proc = subprocess.Popen(
+                argv, cwd=tmp, stdout=so, stderr=se, start_new_session=group, env=env
+            )
         self.seen: set[int] = set()
+
+    def ctrl_c(self) -> None:
+        """SIGINT to the whole process group, as a terminal's Ctrl-C sends it."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def offload_processes(self) -> list[int]:
+        """Pids of the asyncio workers' offload pool processes (the workers' own children)."""
+        workers = set(self.workers())
+        return sorted(
+            p
+            for p in _children(self.proc.pid)
+            if p not in workers and "multiprocessing" in _cmdline(p) and _parent(p) in workers
+        )
+
+    def in_a_level(self) -> bool:
+        """The load generator holds a level's shared board (``/dev/shm/psm_*``) open."""
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{self.proc.pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if "/psm_" in os.readlink(f"/proc/{self.proc.pid}/fd/{fd}"):
+                        return True
+        return False
 
     def first_level_done(self) -> None:
         """Wait until the first level's record is written: the second level is running."""
@@ -122,7 +160,9 @@ class Load:
         return sorted(
             p
             for p in _children(self.proc.pid)
-            if "multiprocessing" in _cmdline(p) and "resource_tracker" not in _cmdline(p)
+            if "multiprocessing" in _cmdline(p)
+            and "resource_tracker" not in _cmdline(p)
+            and _parent(p) == self.proc.pid
         )
 
     def wait(self, timeout: float) -> int:
@@ -145,8 +185,8 @@ class Load:
 def started(tmp_path: Path) -> Iterator[Callable[..., Load]]:
     runs: list[Load] = []
 
-    def start(*args: str) -> Load:
-        runs.append(Load(tmp_path, *args))
+    def start(*args: str, **how: Any) -> Load:
+        runs.append(Load(tmp_path, *args, **how))
         return runs[-1]
 
     yield start
@@ -165,6 +205,11 @@ def _levels(*args: str) -> list[str]:
         str(TIMEOUT_S),
         *args,
     ]
+
+
+def _lines(run: Load) -> list[str]:
+    """stderr's lines, less the progress lines of a slow step (start-up on a busy machine)."""
+    return [line for line in run.stderr.splitlines() if " items (" not in line]
 
 
 def _counts_add_up(rec: dict[str, Any]) -> None:
@@ -261,7 +306,7 @@ def test_a_worker_stopped_for_a_moment_marks_its_level_invalid(started, tmp_path
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("kind", ["thread", "process"])
+@pytest.mark.parametrize("kind", ["thread", "process", "asyncio"])
 def test_ctrl_c_ends_load_at_once_with_130_and_keeps_the_records(started, kind: str) -> None:
     run = started(
         "--duration",
@@ -282,7 +327,7 @@ def test_ctrl_c_ends_load_at_once_with_130_and_keeps_the_records(started, kind: 
     assert code == 130, run.stderr
     # the CLI's grace is 1.5 s; this bound only tells "ended" from "hung" on a loaded machine
     assert took < 6.0, took
-    assert run.stderr.splitlines() == ["ragbench: interrupted; records already written are kept"]
+    assert _lines(run) == ["ragbench: interrupted; records already written are kept"]
     recs = _records(run.out)
     assert 1 <= len(recs) < 8 and all(r["completed"] == r["scheduled"] for r in recs)
     assert "offered QPS" in run.stdout  # the finished levels' table
@@ -313,3 +358,157 @@ def test_overload_ends_in_time_and_every_request_is_counted_once(started) -> Non
     # the level ends by duration + timeout + 1 s, however many arrivals were turned away
     assert rec["window_s"] < 1.0 + 1.0 + 1.0
     assert rec["achieved_qps"] == pytest.approx(rec["completed"] / rec["window_s"])
+
+
+# ---------------------------------------------------------------- asyncio workers and start-up
+
+ASYNC = ("--worker-kind", "asyncio", "--offload", "process", "--concurrency", "4")
+
+
+def _one_fault_line(run: Load, *named: str) -> None:
+    """stderr is one line (beside slow steps' progress lines), no traceback, naming ``named``."""
+    lines = _lines(run)
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    for what in named:
+        assert what in lines[0], run.stderr
+
+
+@pytest.mark.integration
+def test_an_asyncio_worker_killed_mid_level_is_named_and_exits_1(started) -> None:
+    run = started(*_levels("--qps", "100,100,100", "--workers", "2", *ASYNC))
+    run.first_level_done()
+    victim = run.workers()[1]
+    time.sleep(0.3)
+    os.kill(victim, signal.SIGKILL)
+    code = run.wait(timeout=60)
+    assert code == 1, run.stderr
+    recs = _records(run.out)
+    assert len(recs) == 2  # the level it died in is kept; no third
+    hit = recs[1]
+    _counts_add_up(hit)
+    # its tasks each held a request (served or waited for): failed; the other worker went on
+    assert hit["failed"] >= 1 and hit["completed"] > 0
+    assert len(hit["dead_workers"]) == 1
+    assert not hit["generator_ok"] and f"pid {victim}" in hit["generator_note"]
+    assert "SIGKILL" in hit["generator_note"]
+    assert "offered QPS" in run.stdout and "INVALID" in run.stdout
+    _one_fault_line(run, f"pid {victim}")
+    run.no_process_left()
+
+
+@pytest.mark.integration
+def test_a_killed_offload_process_fails_the_level_visibly(started) -> None:
+    run = started(*_levels("--qps", "100,100,100", "--workers", "1", *ASYNC))
+    run.first_level_done()
+    victim = run.offload_processes()[0]
+    time.sleep(0.3)
+    os.kill(victim, signal.SIGKILL)
+    code = run.wait(timeout=60)
+    # a broken pool fails every request sent to it: the level says so and the run stops
+    assert code == 1, run.stderr
+    recs = _records(run.out)
+    assert len(recs) == 2
+    first, hit = recs
+    assert first["failed"] == 0 and first["dead_workers"] == []
+    _counts_add_up(hit)
+    assert hit["failed"] >= 1 and hit["dead_workers"] == [0]
+    assert not hit["generator_ok"]
+    note = hit["generator_note"]
+    assert f"offload process {victim} died (killed by SIGKILL)" in note
+    assert "requests failed with it" in note
+    assert "INVALID" in run.stdout
+    _one_fault_line(run, f"offload process {victim}")
+    run.no_process_left()
+
+
+@pytest.mark.integration
+def test_a_stopped_offload_process_is_killed_with_its_worker(started) -> None:
+    # two workers on two cores: one offload process each, so the victim is sent every one of
+    # its worker's requests (with several, it might hold none)
+    run = started(*_levels("--qps", "100,100,100", "--workers", "2", *ASYNC))
+    run.first_level_done()
+    victim = run.offload_processes()[0]
+    time.sleep(0.3)
+    os.kill(victim, signal.SIGSTOP)
+    # the request it holds never comes back: the watchdog ends the level and kills the worker
+    code = run.wait(timeout=60)
+    assert code == 1, run.stderr
+    recs = _records(run.out)
+    assert len(recs) == 2
+    hit = recs[1]
+    _counts_add_up(hit)
+    assert len(hit["stuck_workers"]) == 1 and hit["failed"] >= 1
+    assert f"its process {victim} stopped (SIGSTOP)" in hit["generator_note"]
+    _one_fault_line(run, f"its process {victim} stopped")
+    assert not _alive(victim)  # killed, not left behind stopped
+    run.no_process_left()
+
+
+def _first_worker(run: Load) -> int:
+    """A worker process as soon as it exists (it is still starting: importing, setting up)."""
+    _wait_for(lambda: bool(run.workers()) or run.proc.poll() is not None, 120, "a worker")
+    assert run.proc.poll() is None, run.stderr
+    return run.workers()[0]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["process", "asyncio"])
+def test_a_worker_stopped_during_start_up_fails_the_run_at_the_deadline(started, kind) -> None:
+    run = started(
+        *_levels("--qps", "50", "--workers", "1", "--worker-kind", kind),
+        "--startup-timeout",
+        "8",
+    )
+    victim = _first_worker(run)
+    os.kill(victim, signal.SIGSTOP)
+    run.seen = {victim}
+    # before the start-up deadline, a stopped worker hung load for ever (the watchdog
+    # covered levels only): this wait would time out
+    code = run.wait(timeout=90)
+    assert code == 1, run.stderr
+    _one_fault_line(run, f"(pid {victim})", "start-up deadline of 8 s", "SIGSTOP", "killed")
+    assert _records(run.out) == []
+    assert not _alive(victim)
+    run.no_process_left()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["process", "asyncio"])
+def test_a_worker_killed_during_start_up_is_named_and_exits_1(started, kind) -> None:
+    run = started(*_levels("--qps", "50", "--workers", "2", "--worker-kind", kind))
+    victim = _first_worker(run)
+    os.kill(victim, signal.SIGKILL)
+    code = run.wait(timeout=90)
+    assert code == 1, run.stderr  # not 2: nothing was wrong with the input
+    _one_fault_line(run, f"(pid {victim}) died during start-up (killed by SIGKILL)")
+    run.no_process_left()
+
+
+@pytest.mark.integration
+def test_kill_9_of_load_leaves_no_asyncio_worker_or_offload_process(started) -> None:
+    # levels of 30 s: a worker that outlived load would still be serving one when checked
+    run = started("--duration", "30", "--qps", "50", "--workers", "2", *ASYNC)
+    _wait_for(lambda: run.in_a_level() or run.proc.poll() is not None, 240, "the first level")
+    assert run.proc.poll() is None, run.stderr
+    run.seen = set(_children(run.proc.pid))
+    assert len(run.offload_processes()) >= 2
+    run.proc.kill()
+    run.wait(timeout=10)
+    run.no_process_left()
+
+
+@pytest.mark.integration
+def test_ctrl_c_during_asyncio_start_up_is_130_one_line_and_leaves_nothing(started) -> None:
+    run = started(*_levels("--qps", "50", "--workers", "2", *ASYNC), group=True)
+    # the offload pools are starting: each worker waits for its pool processes' set-up
+    _wait_for(
+        lambda: bool(run.offload_processes()) or run.proc.poll() is not None, 240, "offload pools"
+    )
+    run.seen = set(_children(run.proc.pid))
+    assert not _records(run.out)
+    run.ctrl_c()
+    code = run.wait(timeout=30)
+    assert code == 130, run.stderr
+    # every process of the group got the SIGINT: none prints a traceback (BrokenPipeError)
+    assert _lines(run) == ["ragbench: interrupted; records already written are kept"]
+    run.no_process_left()

@@ -52,7 +52,16 @@ summarises as ``loop_lag_p50_us``/``loop_lag_p99_us``.
 
 The worker processes are not daemonic (a daemonic process may not start the
 process pool); each stops when :meth:`AsyncWorkers.close` says so or its
-pipe to the parent breaks, and pool processes stop when their worker does.
+pipe to the parent breaks, and the kernel kills it (and a pool process) when
+its parent ends, however that ends (:func:`ragbench.workers.watch.die_with_parent`).
+
+**Faults** are handled as :class:`ragbench.workers.ProcessWorkers` handles
+them: a worker that dies during a level, or is still silent at its end +
+timeout + grace, is killed and named in the level's ``faults``; a pool
+process that dies breaks its worker's pool, so that worker stops taking
+requests and reports it (the process, how it died, how many requests failed
+with it) and is then killed; a worker that dies or is not ready within
+``startup_timeout`` is a :class:`~ragbench.workers.WorkerFault` at start.
 Per-stage CPU time (``[run] cpu_time``) is not measured here: one thread
 interleaves many requests, so its CPU clock belongs to none of them.
 

@@ -15,10 +15,10 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from time import perf_counter_ns
 from typing import Any, NamedTuple
 
@@ -33,6 +33,7 @@ from ..pipeline.capabilities import (
     InstantStage,
     NamesAsyncClient,
 )
+from ..workers.watch import die_with_parent, exit_text, parent_for_children
 
 __all__ = [
     "LoopServer",
@@ -78,23 +79,19 @@ def register_backends(entries: tuple[tuple[str, str, str], ...]) -> None:
 _POOL: dict[str, Any] = {}
 
 
-def _watch_parent(parent: int) -> None:
-    """Exit when the process that started this one is gone (a pool process never outlives it)."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="ragbench-parent-watch").start()
-
-
 def _pool_init(
-    config: Mapping[str, Any], register: tuple[tuple[str, str, str], ...], barrier: Any
+    config: Mapping[str, Any],
+    register: tuple[tuple[str, str, str], ...],
+    barrier: Any,
+    parent: int | None = None,
 ) -> None:
-    """Initializer of an offload pool process: its own set-up pipeline, warm."""
+    """Initializer of an offload pool process: its own set-up pipeline, warm.
+
+    It dies with its asyncio worker (``parent``, :func:`die_with_parent`),
+    even one killed with SIGKILL; SIGINT is its worker's to act on.
+    """
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(os.getppid())
     register_backends(register)
     pipe = Pipeline(config)
     pipe.setup()
@@ -188,8 +185,12 @@ class LoopServer:
                 max_workers=n,
                 mp_context=ctx,
                 initializer=_pool_init,
-                initargs=(dict(config), settings.register, ctx.Barrier(n)),
+                initargs=(dict(config), settings.register, ctx.Barrier(n), parent_for_children()),
             )
+        #: the offload pool's processes (pid -> process), known once it has started
+        self.pool_procs: dict[int, Any] = {}
+        #: requests that failed because the offload pool broke (one of its processes died)
+        self.lost = 0
 
     async def start(self) -> None:
         """Start the pools, open the async clients' connections, run the warm-up requests."""
@@ -198,6 +199,7 @@ class LoopServer:
             n = self.settings.offload_workers
             ready = [loop.run_in_executor(self.procs, _pool_ready, 600.0) for _ in range(n)]
             await asyncio.gather(*ready)
+            self.pool_procs = dict(getattr(self.procs, "_processes", None) or {})
         for part in (self.pipe.transport, self.pipe.components.generator):
             if isinstance(part, ConnectsAsync):
                 await part.aconnect()
@@ -221,7 +223,13 @@ class LoopServer:
             elif seg.how == "thread":
                 await loop.run_in_executor(self.threads, _run_cpu, stages, seg, ctx, stamps)
             else:
-                inner, fields = await loop.run_in_executor(self.procs, _pool_cpu_part, i, seg.stop)
+                try:
+                    inner, fields = await loop.run_in_executor(
+                        self.procs, _pool_cpu_part, i, seg.stop
+                    )
+                except BrokenProcessPool:
+                    self.lost += 1
+                    raise
                 stamps[seg.start + 1 : seg.stop] = inner[seg.start + 1 : seg.stop]
                 _adopt(ctx, fields)
             # the segment ends when the loop resumes this request: its wait for the loop counts
@@ -265,6 +273,30 @@ class LoopServer:
                 clients[name] = part.async_client()
         return {"stage_runs": how, "async_clients": clients}
 
+    @property
+    def broken(self) -> bool:
+        """The offload pool broke (one of its processes died): no request can be served."""
+        return self.lost > 0
+
+    def faults(self) -> list[dict[str, Any]]:
+        """The offload pool's failure, for the level's record (``[]`` if none).
+
+        ``pid`` and ``detail`` name the process that died (the pool
+        terminates the others with SIGTERM when it notices) and how many
+        requests failed with it.
+        """
+        if not self.lost:
+            return []
+        ended = {pid: p.exitcode for pid, p in self.pool_procs.items() if p.exitcode is not None}
+        culprits = [pid for pid, code in ended.items() if code != -signal.SIGTERM] or list(ended)
+        pid = culprits[0] if culprits else 0
+        how = exit_text(ended.get(pid))
+        detail = (
+            f"offload process {pid} died ({how}): its process pool broke, "
+            f"{self.lost} requests failed with it"
+        )
+        return [{"pid": pid, "what": "died", "detail": detail}]
+
     async def close(self) -> None:
         for part in (self.pipe.transport, self.pipe.components.generator):
             if isinstance(part, ClosesAsync):
@@ -273,7 +305,21 @@ class LoopServer:
         if self.threads is not None:
             self.threads.shutdown(wait=True)
         if self.procs is not None:
-            self.procs.shutdown(wait=True, cancel_futures=True)
+            self.procs.shutdown(wait=False, cancel_futures=True)
+            _end_processes(list(self.pool_procs.values()), 5.0)
+
+
+def _end_processes(procs: list[Any], within_s: float) -> None:
+    """Let ``procs`` end by themselves for ``within_s`` s, then kill the rest (a stopped one too)."""
+    end = time.monotonic() + within_s
+    for proc in procs:
+        proc.join(max(0.0, end - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGCONT)  # a stopped one: ends with its pipe's fds too
+            proc.kill()
+            proc.join(2.0)
 
 
 def _adopt(ctx: RequestContext, fields: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from ..workers import (
     admit,
     pack_record,
 )
+from ..workers.watch import die_with_parent
 from .loop import LoopServer, Settings, register_backends
 
 __all__ = ["HEARTBEAT_S", "Heartbeat", "SPIN_NS", "aio_worker"]
@@ -80,8 +81,12 @@ async def _until(t_ns: int) -> None:
 async def _open_task(
     server: LoopServer, board: Board, run: OpenRun, kept: list[tuple[int, Any, str | None]]
 ) -> None:
-    """One task's part of an open-loop run: take, wait or admit, serve, record."""
-    while (j := board.take()) >= 0:
+    """One task's part of an open-loop run: take, wait or admit, serve, record.
+
+    It stops taking when the parent stopped the board (the level's deadline)
+    or the offload pool broke (what is left goes to the other workers).
+    """
+    while not (board.stopped or server.broken) and (j := board.take()) >= 0:
         arrived = int(board.due[j])
         now = perf_counter_ns()
         if now < arrived:
@@ -100,12 +105,13 @@ async def _open_task(
 
 
 async def _open_run(server: LoopServer, lock: Any, job: tuple[Any, ...]) -> tuple[Any, ...]:
-    _, shm_name, n, run = job
+    _, shm_name, n, run, worker = job
     shm = shared_memory.SharedMemory(name=shm_name)
     kept: list[tuple[int, Any, str | None]] = []
     beat = Heartbeat()
     try:
         board = Board(shm.buf, n, lock)
+        board.tag = worker + 1
         beat.start()
         params = OpenRun(*run)
         tasks = [
@@ -116,7 +122,7 @@ async def _open_run(server: LoopServer, lock: Any, job: tuple[Any, ...]) -> tupl
     finally:
         lag = await beat.stop()
         shm.close()
-    return ("done", kept, lag, server.async_requests())
+    return ("done", kept, lag, server.async_requests(), server.faults())
 
 
 async def _closed_run(server: LoopServer, job: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -127,7 +133,7 @@ async def _closed_run(server: LoopServer, job: tuple[Any, ...]) -> tuple[Any, ..
     count = [0]
 
     async def client() -> None:
-        while (sent := perf_counter_ns()) < end_ns:
+        while not server.broken and (sent := perf_counter_ns()) < end_ns:
             i = first + stride * count[0]
             count[0] += 1
             t0, t1, rec, err = await server.serve_timed(i)
@@ -145,14 +151,14 @@ async def _closed_run(server: LoopServer, job: tuple[Any, ...]) -> tuple[Any, ..
     finally:
         lag = await beat.stop()
     times = np.asarray(rows, dtype=np.int64).reshape(-1, 4).tobytes()
-    return ("done", kept, lag, server.async_requests(), times)
+    return ("done", kept, lag, server.async_requests(), times, server.faults())
 
 
 async def _serve_jobs(conn: Any, lock: Any, server: LoopServer) -> None:
     while True:
         try:
             job = await asyncio.to_thread(conn.recv)
-        except EOFError:  # the parent went away
+        except (EOFError, OSError):  # the parent went away
             return
         if job is None:
             return
@@ -160,7 +166,17 @@ async def _serve_jobs(conn: Any, lock: Any, server: LoopServer) -> None:
             reply = await _open_run(server, lock, job)
         else:
             reply = await _closed_run(server, job)
-        conn.send(reply)
+        if not _send(conn, reply):
+            return
+
+
+def _send(conn: Any, message: Any) -> bool:
+    """Send ``message`` to the parent; False (quietly) if it is gone (killed, interrupted)."""
+    try:
+        conn.send(message)
+    except OSError:  # BrokenPipeError and kin: nobody is listening any more
+        return False
+    return True
 
 
 async def _worker_main(
@@ -171,22 +187,33 @@ async def _worker_main(
         server = LoopServer(pipe, settings, config)
         await server.start()
     except BaseException as exc:  # the parent turns this into an error of its own
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        _send(conn, ("error", f"{type(exc).__name__}: {exc}"))
         if server is not None:
             await server.close()
         return
-    conn.send(("ready", os.getpid(), server.describe()))
     try:
-        await _serve_jobs(conn, lock, server)
+        if _send(conn, ("ready", os.getpid(), server.describe())):
+            await _serve_jobs(conn, lock, server)
     finally:
         await server.close()
 
 
 def aio_worker(
-    config: Mapping[str, Any], conn: Any, lock: Any, settings: Settings, core: int | None = None
+    config: Mapping[str, Any],
+    conn: Any,
+    lock: Any,
+    settings: Settings,
+    core: int | None = None,
+    parent: int | None = None,
 ) -> None:
-    """Entry point of an asyncio worker process (spawned): set up, start the loop, serve runs."""
+    """Entry point of an asyncio worker process (spawned): set up, start the loop, serve runs.
+
+    It dies with ``parent`` (the pid that started it, :func:`die_with_parent`),
+    its offload processes with it; Ctrl-C is the parent's to act on.
+    """
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
         register_backends(settings.register)
         pipe = Pipeline(config)
@@ -194,7 +221,7 @@ def aio_worker(
         if core is not None:
             os.sched_setaffinity(0, {core})
     except BaseException as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        _send(conn, ("error", f"{type(exc).__name__}: {exc}"))
         return
     try:
         asyncio.run(_worker_main(pipe, conn, lock, settings, config))

@@ -95,8 +95,13 @@ def _pools(
     workers: int,
     warmup: int,
     aio: tuple[int | None, list[str]] = (None, []),
+    startup_s: float = 600.0,
 ) -> list[Any]:
-    """One worker pool per configuration, warm, closed by ``stack``."""
+    """One worker pool per configuration, warm, closed by ``stack``.
+
+    Worker processes have ``startup_s`` to set up and warm up, or the run
+    fails (:class:`~ragbench.workers.WorkerFault` naming the worker).
+    """
     from ..aioworkers import AsyncWorkers
     from ..traffic import warm
     from ..workers import ProcessWorkers, ThreadWorkers
@@ -114,11 +119,18 @@ def _pools(
             elif kind == "asyncio":
                 tasks, offloads = aio
                 pool = AsyncWorkers(
-                    pipe.config, workers, concurrency=tasks or 1, offload=offloads[j], warmup=warmup
+                    pipe.config,
+                    workers,
+                    concurrency=tasks or 1,
+                    offload=offloads[j],
+                    warmup=warmup,
+                    startup_timeout=startup_s,
                 )
-                stack.callback(pool.close)
+                stack.push(_closer(pool))
             else:
-                pool = ProcessWorkers(pipe.config, workers, warmup=warmup)
+                pool = ProcessWorkers(
+                    pipe.config, workers, warmup=warmup, startup_timeout=startup_s
+                )
                 stack.push(_closer(pool))
             pools.append(pool)
             advance(1)
@@ -184,6 +196,14 @@ def _closer(pool: Any) -> Any:
     "several comma-separated: one pool each, taking turns at every level. [default: none]",
 )
 @click.option(
+    "--startup-timeout",
+    type=click.FloatRange(min=0, min_open=True, max=86_400),
+    default=600.0,
+    show_default=True,
+    help="Seconds worker processes have to set up and warm up; one still not ready (or "
+    "dead) is killed and the run fails with exit 1, naming it.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=10.0,
@@ -227,14 +247,15 @@ def load(**opts: Any) -> None:
     """Offer increasing load to each configuration and report response time, throughput and stages.
 
     A level where the load generator did not keep up is marked invalid. A worker that dies or
-    hangs ends the run after that level's record: exit 1. Ctrl-C stops the workers: exit 130.
+    hangs (or an asyncio worker's offload pool that breaks) ends the run after that level's
+    record: exit 1; so does one that dies or is not ready within --startup-timeout. Ctrl-C
+    stops the workers: exit 130.
 
     With --executor ray, load generators run as Ray actors (open loop only), each offering
     its share of every rate; their requests are merged into one curve per configuration.
     """
     from ..pipeline import Pipeline, SharedParts
-    from ..traffic import LoadOptions, load_points
-    from ..workers import WorkerFault
+    from ..traffic import LoadOptions
 
     check_outputs(opts["out"], opts["plot"])
     mode, levels, tasks, offloads = _asyncio_options(opts)
@@ -280,28 +301,50 @@ def load(**opts: Any) -> None:
                 pipe.setup(shared=shared)
                 advance(1)
         aio = (tasks, pipe_offloads)
-        pools = _pools(stack, pipelines, kind, workers, opts["warmup"], aio)
-        with progress(len(levels) * len(pipelines), "load levels") as advance:
-            try:
-                load_points(
-                    pipelines,
-                    pools,
-                    levels,
-                    mode=mode,
-                    options=options,
-                    on_point=writer,
-                    progress=advance,
-                )
-            except KeyboardInterrupt:
-                if writer.records:
-                    echo(render(writer.records))
-                raise
-            except WorkerFault as exc:
-                # the level's record is kept and shown; the pool is short of a worker
-                _finish(writer, opts["plot"])
-                click.echo(f"ragbench: {exc}", err=True)
-                raise SystemExit(1) from None
+        _measure(stack, pipelines, (kind, workers, aio), levels, mode, options, opts, writer)
     _finish(writer, opts["plot"])
+
+
+def _measure(
+    stack: ExitStack,
+    pipelines: list[Any],
+    pool_kind: tuple[str, int, tuple[int | None, list[str]]],
+    levels: list[float],
+    mode: str,
+    options: Any,
+    opts: dict[str, Any],
+    writer: RecordWriter,
+) -> None:
+    """Start the pools and run the levels; a worker fault (at start-up too) is exit 1, one line."""
+    from ..traffic import load_points
+    from ..workers import WorkerFault
+
+    kind, workers, aio = pool_kind
+    try:
+        pools = _pools(
+            stack, pipelines, kind, workers, opts["warmup"], aio, opts["startup_timeout"]
+        )
+        with progress(len(levels) * len(pipelines), "load levels") as advance:
+            load_points(
+                pipelines,
+                pools,
+                levels,
+                mode=mode,
+                options=options,
+                on_point=writer,
+                progress=advance,
+            )
+    except KeyboardInterrupt:
+        if writer.records:
+            echo(render(writer.records))
+        raise
+    except WorkerFault as exc:
+        # the level's record is kept and shown; the pool is short of a worker (at start-up:
+        # no record, the one line); not bad input, so 1, not 2
+        if writer.records:
+            _finish(writer, opts["plot"])
+        click.echo(f"ragbench: {exc}", err=True)
+        raise SystemExit(1) from None
 
 
 def _finish(writer: RecordWriter, plot: str | None) -> None:

@@ -31,7 +31,9 @@ The package: :mod:`~ragbench.workers.board` (the open-loop board, outcome
 codes, the wait), :mod:`~ragbench.workers.closed` (the closed loop in a
 worker), :mod:`~ragbench.workers.threaded` and
 :mod:`~ragbench.workers.processes` (the two pools), :mod:`~ragbench.workers.spawn`
-(starting, greeting and reading spawned workers; the asyncio pool uses it too).
+(starting, greeting and reading spawned workers; the asyncio pool uses it too) and
+:mod:`~ragbench.workers.watch` (the watchdog over spawned workers, and tying a
+child's life to its parent's).
 """
 
 from __future__ import annotations

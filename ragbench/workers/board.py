@@ -229,8 +229,11 @@ class Board:
     def take(self) -> int:
         """The next request in arrival order, or -1 when every one is taken (then :func:`admit` it)."""
         with self.lock:
-            j = self._h[_TAKEN]
-            self._h[_TAKEN] = j + 1
+            h = self._h
+            h[_HOLDER] = self.tag  # a worker killed holding the lock is known by it
+            j = h[_TAKEN]
+            h[_TAKEN] = j + 1
+            h[_HOLDER] = 0
         return j if j < self.n else -1
 
     def take_next(self, run: OpenRun) -> int:
@@ -372,16 +375,24 @@ def admit(board: Board, j: int, run: OpenRun, now_ns: int) -> int:
     than the timeout), with ``left`` and ``outcome`` written.
     """
     with board.lock:
-        board._classify_until(now_ns, run, taken=j)  # j leaves the queue now, not before
-        if board.outcome[j] == REJECTED:
-            return REJECTED
-        arrived = int(board.due[j])
-        if now_ns - arrived > run.timeout_ns:
-            board.left[j] = arrived + run.timeout_ns
-            board.outcome[j] = TIMED_OUT
-            return TIMED_OUT
-        board.left[j] = now_ns
-        return PENDING
+        board._h[_HOLDER] = board.tag
+        try:
+            return _admit_locked(board, j, run, now_ns)
+        finally:
+            board._h[_HOLDER] = 0
+
+
+def _admit_locked(board: Board, j: int, run: OpenRun, now_ns: int) -> int:
+    board._classify_until(now_ns, run, taken=j)  # j leaves the queue now, not before
+    if board.outcome[j] == REJECTED:
+        return REJECTED
+    arrived = int(board.due[j])
+    if now_ns - arrived > run.timeout_ns:
+        board.left[j] = arrived + run.timeout_ns
+        board.outcome[j] = TIMED_OUT
+        return TIMED_OUT
+    board.left[j] = now_ns
+    return PENDING
 
 
 class OpenRun(NamedTuple):

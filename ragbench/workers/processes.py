@@ -28,7 +28,6 @@ from ..validate import positive_int
 from .board import (
     FAILED,
     GRACE_NS,
-    STOP_GRACE_NS,
     Board,
     OpenRun,
     Result,
@@ -37,7 +36,16 @@ from .board import (
     serve_timed,
 )
 from .closed import ClosedResult, ClosedRun, closed_result, run_closed_worker, split_clients
-from .spawn import WORKER_ENV, ask_to_stop, board_copy, recv_from, spawn, wait_ready
+from .spawn import (
+    WORKER_ENV,
+    ask_to_stop,
+    board_copy,
+    quiet_resource_tracker,
+    recv_from,
+    spawn,
+    wait_ready,
+)
+from .watch import WatchedWorkers, die_with_parent, parent_for_children
 
 __all__ = ["ProcessWorkers", "WORKER_ENV", "pack_record", "process_worker", "unpack_record"]
 
@@ -100,13 +108,21 @@ def _closed_in_process(conn: Any, pipe: Pipeline, job: tuple[Any, ...]) -> None:
 
 
 def process_worker(
-    config: Mapping[str, Any], conn: Any, lock: Any, warmup: int, core: int | None = None
+    config: Mapping[str, Any],
+    conn: Any,
+    lock: Any,
+    warmup: int,
+    core: int | None = None,
+    parent: int | None = None,
 ) -> None:
     """Entry point of a worker process (``multiprocessing``, spawn): set up, warm, serve its pipe.
 
     ``core``: the one CPU this worker then runs on (set-up may use every core).
     Ctrl-C is the parent's: a worker ignores SIGINT and is stopped by it.
+    ``parent``: the pid of the process that started it; the worker dies with
+    it (:func:`~ragbench.workers.watch.die_with_parent`).
     """
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
@@ -140,26 +156,7 @@ def process_worker(
         pipe.close()
 
 
-def _proc_state(pid: int | None) -> str:
-    """The kernel's one-letter state of a process ('T': stopped), '' if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return ""
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-        return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-class ProcessWorkers:
+class ProcessWorkers(WatchedWorkers):
     """``n`` worker processes, each with its own pipeline built from ``config`` (see the module docstring).
 
     A worker that dies or hangs during a level is a fault: it is killed, its
@@ -186,6 +183,7 @@ class ProcessWorkers:
         # dispatch delay at 200 QPS 386 -> 74 µs with two workers on 2 cores)
         self.pinned = bool(pin and self.size <= len(cores))
         ctx = multiprocessing.get_context("spawn")
+        quiet_resource_tracker()
         self._lock = ctx.Lock()
         self._conns: list[Any] = []
         self._procs: list[Any] = []
@@ -204,6 +202,7 @@ class ProcessWorkers:
                     self._lock,
                     warmup,
                     cores[w] if self.pinned else None,
+                    parent_for_children(),
                 ),
                 name="ragbench-worker",
                 conns=self._conns,
@@ -219,7 +218,7 @@ class ProcessWorkers:
             raise
 
     def _wait_ready(self, timeout: float) -> None:
-        wait_ready(self._conns, self._recv, timeout, "worker process")
+        wait_ready(self._conns, self._procs, timeout, "worker process")
 
     def _recv(self, w: int) -> Any:
         return recv_from(self._conns, self._procs, w, "worker process")
@@ -227,10 +226,6 @@ class ProcessWorkers:
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
-
-    def live(self) -> list[int]:
-        """The workers still serving (not dead or killed)."""
-        return [w for w in range(len(self._procs)) if w not in self.dead]
 
     def dispatch(self, worker: int, slot: int, request: int) -> None:
         self._conns[worker].send((slot, request))
@@ -318,77 +313,6 @@ class ProcessWorkers:
             else:  # its clients' requests went with it: one failed request each
                 parts.append(([(start, -1, -1, FAILED)] * shares[k], [None] * shares[k], []))
         return closed_result(parts, faults)
-
-    def _collect(
-        self, live: list[int], deadline_ns: int, board: Board | None
-    ) -> tuple[dict[int, tuple[Any, ...]], list[dict[str, Any]]]:
-        """Each of ``live``'s reply to the job just sent, watching for faults.
-
-        A worker whose process ends first is a fault ("died"). At
-        ``deadline_ns`` the board (if any) is stopped and a worker the kernel
-        has stopped (SIGSTOP) is killed at once; one still silent
-        :data:`STOP_GRACE_NS` later is killed too ("stuck"). The parent
-        blocks on the pipes and process sentinels meanwhile: no polling.
-        """
-        replies: dict[int, tuple[Any, ...]] = {}
-        faults: list[dict[str, Any]] = []
-        waiting = set(live)
-        stopped_at: int | None = None
-        while waiting:
-            now = perf_counter_ns()
-            limit = deadline_ns if stopped_at is None else stopped_at + STOP_GRACE_NS
-            if now >= limit:
-                if stopped_at is not None:
-                    faults += [self._fault(w, "stuck", board) for w in sorted(waiting)]
-                    break
-                stopped_at = now
-                if board is not None:
-                    board.stop()
-                for w in sorted(waiting):
-                    if _proc_state(self._procs[w].pid) in ("T", "t"):
-                        faults.append(self._fault(w, "stuck", board))
-                        waiting.discard(w)
-                continue
-            objs: dict[Any, int] = {self._conns[w]: w for w in waiting}
-            objs.update({self._procs[w].sentinel: w for w in waiting})
-            ready = multiprocessing.connection.wait(list(objs), timeout=(limit - now) / 1e9)
-            for w in sorted({objs[o] for o in ready}):
-                with contextlib.suppress(EOFError, OSError):
-                    if self._conns[w].poll():
-                        replies[w] = tuple(self._conns[w].recv()[1:])
-                        waiting.discard(w)
-                        continue
-                faults.append(self._fault(w, "died", board))
-                waiting.discard(w)
-        return replies, faults
-
-    def _fault(self, w: int, what: str, board: Board | None) -> dict[str, Any]:
-        """Kill worker ``w`` if alive, free the board's lock if it held it; what to record."""
-        proc = self._procs[w]
-        state = _proc_state(proc.pid)
-        if proc.is_alive():
-            proc.kill()
-        proc.join(2.0)
-        if board is not None and board.holder == w + 1:  # it died inside take_next
-            board.clear_holder()
-            with contextlib.suppress(ValueError):
-                self._lock.release()
-        self.dead.add(w)
-        with contextlib.suppress(OSError):
-            self._conns[w].close()
-        if what == "died":
-            detail = f"died ({_exit_text(proc.exitcode)})"
-        else:
-            how = "stopped (SIGSTOP)" if state in ("T", "t") else "still busy"
-            detail = f"{how} at the level's end + timeout + grace: killed"
-        return {"worker": w, "pid": proc.pid, "what": what, "detail": detail}
-
-    def _kill_all(self) -> None:
-        for w in self.live():
-            proc = self._procs[w]
-            proc.kill()
-            proc.join(1.0)
-            self.dead.add(w)
 
     def close(self, *, now: bool = False) -> None:
         """Ask every worker to end (``now``: kill them) and reap them; at most ~5 s."""

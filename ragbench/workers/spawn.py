@@ -14,17 +14,22 @@ before its shared block goes away. ``label`` names a worker in messages
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.connection
 import os
+import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ConfigError, TransportError
-from .board import Board
+from .board import Board, WorkerFault
+from .watch import exit_text, proc_state
 
 __all__ = [
     "WORKER_ENV",
     "ask_to_stop",
     "board_copy",
+    "quiet_resource_tracker",
     "recv_from",
     "spawn",
     "wait_ready",
@@ -53,6 +58,31 @@ def worker_env() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+#: How the resource tracker's own warnings are silenced (a ``-W`` option it is started with).
+_QUIET_TRACKER = "ignore:resource_tracker:UserWarning"
+
+
+def quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (if it is not yet running) without its warnings.
+
+    A worker killed mid-run (a fault the run reports itself, naming the
+    worker) leaves the semaphores of its own pools to the tracker, which
+    removes them at the end and warns about "leaked semaphore objects" on
+    stderr: true, handled, and noise beside the one line that says what
+    happened. The tracker takes ``-W`` options from ``sys.warnoptions`` when
+    it starts: the option is there for that moment only, so the workers
+    spawned later do not inherit it.
+    """
+    from multiprocessing import resource_tracker
+
+    saved = list(sys.warnoptions)
+    sys.warnoptions.append(_QUIET_TRACKER)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions[:] = saved
 
 
 def spawn(
@@ -94,23 +124,52 @@ def recv_from(conns: list[Any], procs: list[Any], w: int, label: str) -> Any:
         raise TransportError(f"{label} {w} died (exit code {code})") from None
 
 
-def wait_ready(
-    conns: list[Any], recv: Callable[[int], Any], timeout: float, label: str
-) -> list[Any]:
-    """Each worker's ``("ready", ...)`` reply, in order, each waited for up to ``timeout`` s.
+def wait_ready(conns: list[Any], procs: list[Any], timeout: float, label: str) -> list[Any]:
+    """Each worker's ``("ready", ...)`` reply, in order, all within ``timeout`` s of this call.
 
-    :class:`TransportError` for a worker silent that long, :class:`ConfigError`
-    with its message for one whose set-up failed (``("error", message)``).
+    :class:`ConfigError` with its message for a worker whose set-up failed
+    (``("error", message)``: the configuration's fault, exit 2).
+    :class:`WorkerFault` for one that died meanwhile (killed, crashed) or is
+    still silent at the deadline (stopped with SIGSTOP, or slow: the caller
+    kills it): the message names it, its pid and why. The parent blocks on
+    the pipes and the processes' sentinels: a death is seen at once.
     """
-    replies = []
-    for w, conn in enumerate(conns):
-        if not conn.poll(timeout):
-            raise TransportError(f"{label} {w} was not ready after {timeout:.0f} s")
-        reply = recv(w)
-        if reply[0] != "ready":
-            raise ConfigError(f"{label} {w} failed to set up: {reply[1]}")
-        replies.append(reply)
-    return replies
+    end = time.monotonic() + timeout
+    replies: dict[int, Any] = {}
+    waiting = set(range(len(conns)))
+    while waiting:
+        left = end - time.monotonic()
+        if left <= 0:
+            w = min(waiting)
+            how = "stopped (SIGSTOP)" if proc_state(procs[w].pid) in ("T", "t") else "silent"
+            raise WorkerFault(
+                f"{label} {w} (pid {procs[w].pid}) was not ready within the start-up "
+                f"deadline of {timeout:g} s ({how}): killed (--startup-timeout sets it)"
+            )
+        objs: dict[Any, int] = {conns[w]: w for w in waiting}
+        objs.update({procs[w].sentinel: w for w in waiting})
+        for w in sorted({objs[o] for o in multiprocessing.connection.wait(list(objs), left)}):
+            reply = _message(conns[w])
+            if reply is None:  # its pipe closed: it died
+                procs[w].join(1.0)
+                raise WorkerFault(
+                    f"{label} {w} (pid {procs[w].pid}) died during start-up "
+                    f"({exit_text(procs[w].exitcode)})"
+                )
+            if reply[0] != "ready":
+                raise ConfigError(f"{label} {w} failed to set up: {reply[1]}")
+            replies[w] = reply
+            waiting.discard(w)
+    return [replies[w] for w in range(len(conns))]
+
+
+def _message(conn: Any) -> Any:
+    """The next message on ``conn`` if one is there; ``None`` if the pipe closed (or nothing yet:
+    only a process's sentinel was ready, so it ended)."""
+    try:
+        return conn.recv() if conn.poll() else None
+    except (EOFError, OSError):
+        return None
 
 
 def ask_to_stop(conns: list[Any]) -> None:
