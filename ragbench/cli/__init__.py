@@ -194,7 +194,28 @@ def _main(args: list[str]) -> int:
         return 130
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else 1
+    except BrokenPipeError as exc:
+        if not _stdout_reader_gone():
+            click.echo(f"ragbench: error: a connection closed (BrokenPipeError: {exc})", err=True)
+            return 1
+        # the reader of the output went away (`ragbench report F | head`): stop quietly, as a
+        # command killed by SIGPIPE would (128 + 13), and send what is still buffered nowhere
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     return 0
+
+
+def _stdout_reader_gone() -> bool:
+    """True when standard output is a pipe whose reading end is closed (poll reports POLLERR)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def one_line(text: str) -> str:
