@@ -121,6 +121,8 @@ def merge_builds(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         recall_build_spread=spread["recall_build_spread"],
         recall_per_query=[round(float(v), 6) for v in per_query.mean(axis=0)],
         recall_p10=float(np.percentile(per_query, 10)) if per_query.size else float("nan"),
+        # queries at recall 0 in every build (their mean over the builds is 0)
+        recall_zero=int(np.count_nonzero(per_query.mean(axis=0) == 0)) if per_query.size else 0,
         recall_ci=spread["recall_ci"],
         rebuilds=len(points),
         build_s=float(np.mean([p["build_s"] for p in points])),

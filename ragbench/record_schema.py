@@ -71,6 +71,7 @@ class PipelineRecord(Record, frozen=True):
     k: int | None = None
     recall_at_k: Num = None
     recall_p10: Num = None
+    recall_zero: int | None = None  # requests that found none of the true top k
     simulated: list[str] | None = None
     caveats: list[str] | None = None
 
@@ -89,6 +90,7 @@ class IndexRecord(Record, frozen=True):
     build_s: Num = None
     recall: Num = None
     recall_p10: Num = None
+    recall_zero: int | None = None  # queries that found none of the true top k
     recall_per_query: list[float] | None = None
 
 

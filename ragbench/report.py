@@ -185,6 +185,8 @@ class Report:
             "recall_at_k": self.mean_recall,
             # recall as a distribution: the worst tenth of queries (filtered runs vary)
             "recall_p10": float(np.percentile(self.recall, 10)) if self.recall.size else None,
+            # and the requests that lost every neighbour: a mean of 0.95 can be 5 % at zero
+            "recall_zero": int(np.count_nonzero(self.recall == 0)),
             "payload_bytes_p50": _median(self.payload_bytes),
             "wire_bytes_p50": _median(self.wire_bytes),
             "cache_hit_rate": self.cache_hit_rate,

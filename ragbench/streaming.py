@@ -380,6 +380,7 @@ class LiveStream:
             "deleted_total": int((self.deleted_ns > 0).sum()),
             "recall": float(recall.mean()),
             "recall_p10": float(np.percentile(recall, 10)),
+            "recall_zero": int(np.count_nonzero(recall == 0)),
             "recall_per_query": recall.tolist(),
             "search": self.ops["search"].take(),
             "insert": self.ops["insert"].take(),

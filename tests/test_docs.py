@@ -409,10 +409,12 @@ def _check_engines_table(page_dir: Path, args: list[str], expanded: str) -> None
         row = next(ln for ln in table.splitlines() if ln.startswith(f"| `{rec['label']}` |"))
         cells = row.strip("| ").split(" | ")
         assert float(cells[1]) == pytest.approx(rec["recall_at_k"], abs=5e-4)
-        p50 = float(cells[3].split(" [")[0].replace(",", ""))
+        zero = sum(1 for v in rec["recall"] if v == 0)
+        assert cells[3] == f"{zero:,} / {len(rec['recall']):,}"
+        p50 = float(cells[4].split(" [")[0].replace(",", ""))
         assert p50 == pytest.approx(rec["summary"]["retrieve"]["p50_us"], rel=0.01)
         if rec is not runs[0]:
-            ratio = float(cells[5].split(" [")[0])
+            ratio = float(cells[6].split(" [")[0])
             assert ratio == pytest.approx(rec["summary"]["retrieve"]["p50_us"] / base, rel=0.01)
 
 
@@ -463,11 +465,12 @@ def test_engines_marker_rows_ratio_split_and_memory_of_the_same_build(tmp_path: 
     table = hooks.expand("<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path)
     rows = {ln.split(" | ")[0]: ln.strip("| ").split(" | ") for ln in table.splitlines()}
     first, second = rows["| `hnsw+ef=20`"], rows["| `pgvector+ef=20`"]
-    assert first[3].startswith("200 [") and first[5] == "1 (reference)"
-    assert first[6] == "—" and first[8] == "37.4" and first[9] == "1,872"
-    assert second[3].startswith("600 [") and second[5].startswith("3.00 [")
-    assert second[6] == "20.0 / 500 / 30.0" and second[8] == "—"  # no sweep of its build
-    assert first[7] == "12.5" and "builds deterministic (one thread)" in table
+    assert first[3] == "—"  # no per-request recall in these hand-built runs
+    assert first[4].startswith("200 [") and first[6] == "1 (reference)"
+    assert first[7] == "—" and first[9] == "37.4" and first[10] == "1,872"
+    assert second[4].startswith("600 [") and second[6].startswith("3.00 [")
+    assert second[7] == "20.0 / 500 / 30.0" and second[9] == "—"  # no sweep of its build
+    assert first[8] == "12.5" and "builds deterministic (one thread)" in table
     runs[1]["info"]["index"]["build"] = {"deterministic": True, "cached": True, "seconds": 104.0}
     (tmp_path / "runs.jsonl").write_text("\n".join(map(json.dumps, runs)) + "\n")
     table = hooks.expand("<!-- gen: engines runs.jsonl -->", tmp_path)

@@ -184,9 +184,67 @@ def test_the_engines_table_reads_the_sweeps_at_equal_recall(tmp_path: Path) -> N
     text = _hooks().expand("<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path)
     rows = {ln.split(" | ")[0]: ln.strip("| ").split(" | ") for ln in text.splitlines()}
     # usearch at 0.95: 600 + (5/9)·900 = 1,100 µs; hnsw 450 (above): 2.44×
-    assert rows["| `hnsw`"][1:] == ["200 / 600", "450 / 1,350", "not reached (best 0.960)"]
-    assert rows["| `usearch`"][1:] == [
+    assert rows["| `hnsw` sweep"][1:] == ["200 / 600", "450 / 1,350", "not reached (best 0.960)"]
+    assert rows["| `usearch` sweep"][1:] == [
         "600 / 900 (3.00×)",
         "1,100 / 2,067 (2.44×)",
         "1,500 / 3,000",
     ]
+
+
+# ---------------------------------------------------------------- recall as the user meets it
+
+
+def _zero_cells(table: str, label: str) -> list[str]:
+    """The ``N / M`` cells of ``label``'s row of a printed table."""
+    row = next(ln for ln in table.splitlines() if ln.startswith(f"│ {label} "))
+    return re.findall(r"\b\d[\d,]* / \d[\d,]*\b", row)
+
+
+def test_compare_records_and_shows_the_requests_at_recall_zero(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "c.jsonl"
+    argv = ["compare", "--dataset", "synthetic", "--n", "2000", "--dim", "32", "--queries", "20"]
+    code, stdout, err = cli(
+        capsys, *argv, "--index", "flat,lsh", "--k-candidates", "10", "--out", str(out)
+    )
+    assert code == 0, err
+    recs = _records(out)
+    for rec in recs:
+        zero = sum(1 for v in rec["recall"] if v == 0)
+        assert rec["recall_zero"] == zero
+        assert _zero_cells(stdout, rec["label"]) == [f"{zero} / {len(rec['recall'])}"]
+    assert "recall 0" in stdout
+    # a record written before recall_zero: counted from its per-request recalls, shown by report
+    planted = dict(recs[1])
+    del planted["recall_zero"]
+    planted["recall"] = [0.0, 0.0, 0.0] + planted["recall"][3:]
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps(recs[0]) + "\n" + json.dumps(planted) + "\n")
+    code, shown, err = cli(capsys, "report", str(old))
+    assert code == 0, err
+    want = sum(1 for v in planted["recall"] if v == 0)
+    assert want >= 3
+    assert _zero_cells(shown, planted["label"]) == [f"{want} / {len(planted['recall'])}"]
+    one = tmp_path / "run.jsonl"
+    argv = ["run", "-c", "hashing", "--dataset", "synthetic", "--queries", "12", "--out", str(one)]
+    code, shown, err = cli(capsys, *argv, "--set", "retrieve.search.ef=1")
+    assert code == 0, err
+    (rec,) = _records(one)
+    zero = sum(1 for v in rec["recall"] if v == 0)
+    assert f"at 0: {zero} / {len(rec['recall'])} requests" in shown
+
+
+def test_sweep_records_and_shows_the_queries_at_recall_zero(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "s.jsonl"
+    argv = ["sweep", *SYN, "--index", "hnsw", "--param", "ef=1,64", "--build", "M=2"]
+    code, stdout, err = cli(capsys, *argv, "--out", str(out))
+    assert code == 0, err
+    for rec in _records(out):
+        zero = sum(1 for v in rec["recall_per_query"] if v == 0)
+        assert rec["recall_zero"] == zero
+        row = next(
+            ln
+            for ln in stdout.splitlines()
+            if f" ef={rec['query']['ef']}" in ln and ln.startswith("│")
+        )
+        assert f" {zero} / {len(rec['recall_per_query'])} " in row

@@ -325,7 +325,7 @@ def test_run_cli_takes_the_filter_by_set(tmp_path: Path) -> None:
         cwd=tmp_path,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert "p10 1.00 (vs exact filtered search)" in res.stdout
+    assert "p10 1.00, at 0: 0 / 20 requests (vs exact filtered search)" in res.stdout
     assert "filter on year at selectivity 0.05 (random): achieved mean" in res.stdout
     assert "strategy pre" in res.stdout
 

@@ -686,6 +686,7 @@ def _engine_row(
         f"`{rec.get('label')}`",
         f"{rec['recall_at_k']:.3f}",
         f"{rec['recall_p10']:.2f}",
+        _zero_of(rec),
         f"{_num(retrieve['p50_us'])} [{_num(lo)}–{_num(hi)}]",
         _num(retrieve["p99_us"]),
         ratio,
@@ -696,11 +697,19 @@ def _engine_row(
     ]
 
 
+def _zero_of(rec: dict[str, Any]) -> str:
+    """``4 / 120``: the run's requests that found none of the true top 10, of all."""
+    from ragbench.rendering.cells import zero_cell
+
+    return zero_cell(rec.get("recall_zero"), rec.get("recall"))
+
+
 #: The columns of :func:`engines_markdown`.
 ENGINE_COLUMNS = [
     "index",
     "recall@10 mean",
     "recall@10 p10",
+    "requests at recall 0",
     "retrieve p50 µs [95 % CI]",
     "retrieve p99 µs",
     "× first row's retrieve p50 [95 % CI]",
@@ -751,7 +760,8 @@ def search_after_markdown(page_dir: Path, args: str) -> str:
 
 def engines_markdown(page_dir: Path, args: str) -> str:
     """One row per index of a ``ragbench compare`` results file, the figures a user compares
-    engines by: recall@10 (mean and the 10th percentile over queries), the retrieve stage's
+    engines by: recall@10 (mean, the 10th percentile over queries and the requests that found
+    none of the true top 10), the retrieve stage's
     p50 with its interval and p99, its p50 over the first row's with a bootstrap interval of
     the ratio (``ragbench.intervals.ratio`` over the two rows' requests), the index's own
     send/server/decode split where it gives one, the build's seconds in that run (or, for an
@@ -802,7 +812,7 @@ def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[s
     reads = {name: {t: at_recall(pts, t) for t in DEFAULT_TARGETS} for name, pts in by.items()}
     rows = []
     for name, at in reads.items():
-        cells = [f"`{name}`"]
+        cells = [f"`{name}` sweep"]  # not `name` alone: a page's other tables key rows on that
         for t, a in at.items():
             ref = reads.get(first, {}).get(t)
             cells.append(_iso_cell(a, ref if name != first else None))

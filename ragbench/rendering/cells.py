@@ -20,6 +20,7 @@ __all__ = [
     "stat_cells",
     "text_table",
     "with_ci",
+    "zero_cell",
 ]
 
 
@@ -179,3 +180,15 @@ def ms_with_ci(us: float | None, ci: Sequence[float] | None) -> str:
 
 def pct_cell(share: Any) -> str:
     return "—" if share is None or share != share else f"{100 * share:.0f}%"
+
+
+def zero_cell(count: int | None, per_query: Sequence[float] | None) -> str:
+    """``4 / 120``: queries (requests) that found none of the true top k, of all measured.
+
+    ``count`` is the record's ``recall_zero``; records written before it carried
+    one are counted from their per-query recalls; ``—`` when neither is there.
+    """
+    if per_query is None:
+        return "—" if count is None else f"{count:,}"
+    zero = count if count is not None else sum(1 for v in per_query if v == 0)
+    return f"{zero:,} / {len(per_query):,}"

@@ -42,6 +42,11 @@ def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "total_p99_us_ci": total.get("p99_us_ci"),
             "recall_at_k": rec.recall_at_k,
             "recall_p10": rec.recall_p10,
+            "recall_zero": (
+                rec.recall_zero
+                if rec.recall_zero is not None or rec.recall is None
+                else sum(1 for v in rec.recall if v == 0)
+            ),
             "index_build_s": (rec.setup_s or {}).get("index_build"),
             "payload_bytes_p50": rec.payload_bytes_p50,
         }

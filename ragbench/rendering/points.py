@@ -9,7 +9,7 @@ import msgspec
 
 from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
 from ..records import growth_exponents, pareto
-from .cells import num, text_table, with_ci
+from .cells import num, text_table, with_ci, zero_cell
 from .notes import build_note, hardware_note
 
 __all__ = [
@@ -144,7 +144,7 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     cols = [("", "left"), ("index", "left"), ("params", "left")] + [
         (c, "right")
         for c in (
-            "recall", "recall p10", "before rescore", "p50 µs", "p95 µs", "p99 µs",
+            "recall", "recall p10", "recall 0", "before rescore", "p50 µs", "p95 µs", "p99 µs",
             "QPS 1 thread", "QPS batch", "build s", "memory MB", "B/vector",
         )
     ]  # fmt: skip
@@ -156,6 +156,10 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         reps = max(int(p.repeats or 1) for p in points)
         over = f"{reps} passes over the queries, then queries" if reps > 1 else "queries"
         table += f"\np50/p99 ±: 95 % bootstrap intervals over {over}"
+    table += (
+        "\nrecall: mean over queries; recall p10: the worst tenth's; recall 0: queries that found "
+        "none of the true top k, of all"
+    )
     if any(p.bytes_per_vector is not None for p in points):
         table += (
             "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "
@@ -177,6 +181,7 @@ def _sweep_row(p: SweepRecord, star: bool, varying: Mapping[str, set[str]]) -> l
         params_text(p, varying[index]) or "(defaults)",
         _recall_ci_cell(p),
         _recall_cell(p.recall_p10),
+        zero_cell(p.recall_zero, p.recall_per_query),
         _recall_cell(p.recall_before_rescore),
         with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
         num(need(p.p95_us, "p95_us")),
@@ -207,7 +212,16 @@ def filtered_sweep_table(
     )
     cols = [("index", "left"), ("params", "left"), ("strategy", "left")] + [
         (c, "right")
-        for c in ("selectivity", "achieved", "recall", "recall p10", "p50 µs", "p99 µs", "cliff")
+        for c in (
+            "selectivity",
+            "achieved",
+            "recall",
+            "recall p10",
+            "recall 0",
+            "p50 µs",
+            "p99 µs",
+            "cliff",
+        )  # fmt: skip
     ]
     ordered = sorted(
         points,
@@ -233,6 +247,7 @@ def filtered_sweep_table(
                 f"{(p.filter or {}).get('achieved_mean', float('nan')):.4g}",
                 f"{need(p.recall, 'recall'):.4f}",
                 f"{float('nan') if p.recall_p10 is None else p.recall_p10:.3f}",
+                zero_cell(p.recall_zero, p.recall_per_query),
                 with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
                 num(need(p.p99_us, "p99_us")),
                 f"◀ {cliff.get('reason', '')}" if here else "",
@@ -256,7 +271,16 @@ def scale_table(records: Sequence[Mapping[str, Any] | ScaleRecord], *, width: in
     title = f"scale — p50 per query at recall@{need(r0.k, 'k')} ≥ {need(r0.target_recall, 'target_recall')}"
     cols = [("index", "left"), ("n", "right"), ("query param used", "left")] + [
         (c, "right")
-        for c in ("recall", "recall p10", "p50 µs", "p99 µs", "build s", "memory MB", "B/vector")
+        for c in (
+            "recall",
+            "recall p10",
+            "recall 0",
+            "p50 µs",
+            "p99 µs",
+            "build s",
+            "memory MB",
+            "B/vector",
+        )  # fmt: skip
     ]
     rows = []
     for p in sorted(points, key=lambda p: (need(p.index, "index"), need(p.n, "n"))):
@@ -270,6 +294,7 @@ def scale_table(records: Sequence[Mapping[str, Any] | ScaleRecord], *, width: in
                 used,
                 _recall_ci_cell(p),
                 _recall_cell(p.recall_p10),
+                zero_cell(p.recall_zero, p.recall_per_query),
                 with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
                 with_ci(need(p.p99_us, "p99_us"), p.p99_us_ci),
                 f"{need(p.build_s, 'build_s'):.2f}",

@@ -8,7 +8,7 @@ from typing import Any
 from .. import intervals
 from ..errors import ConfigError
 from ..record_schema import RunRecord, need, read_struct
-from .cells import cpu_cells, event_text, num, stat_cells, text_table, with_ci
+from .cells import cpu_cells, event_text, num, stat_cells, text_table, with_ci, zero_cell
 from .notes import (
     SETUP_LABELS,
     build_note,
@@ -96,8 +96,10 @@ def run_table(rec: Run, *, width: int = 110) -> str:
 def _run_extras(run: RunRecord) -> list[str]:
     """The line under a run's table: recall, payload and wire bytes, the filter, the cache."""
     k, recall = need(run.k, "k"), need(run.recall_at_k, "recall_at_k")
+    zero = zero_cell(run.recall_zero, run.recall)
     extra = [
-        f"recall@{k} {num(recall)} (tie-aware, vs exact search)",
+        f"recall@{k} mean {num(recall)}, p10 {num(run.recall_p10)}, at 0: {zero} requests "
+        "(tie-aware, vs exact search)",
         f"payload {num(run.payload_bytes_p50)} B p50",
     ]
     if run.wire_bytes_p50:
@@ -105,7 +107,8 @@ def _run_extras(run: RunRecord) -> list[str]:
     filt = (run.info or {}).get("filter")
     if filt:
         extra[0] = (
-            f"recall@{k} mean {num(recall)}, p10 {num(run.recall_p10)} (vs exact filtered search)"
+            f"recall@{k} mean {num(recall)}, p10 {num(run.recall_p10)}, at 0: {zero} requests "
+            "(vs exact filtered search)"
         )
         extra.append(filter_note(filt))
     if run.cache_hit_rate is not None:
@@ -142,7 +145,7 @@ def compare_table(
     title = f"side by side, {how}, {stat} µs per stage — {name}{sim}"
     wire = any(r.wire_bytes_p50 for r in runs)
     filters = [(r.info or {}).get("filter") for r in runs]
-    recall_cols = ("recall@k", "recall p10") if any(filters) else ("recall@k",)
+    recall_cols = ("recall@k", "recall p10", "recall 0")
     cols = [("run", "left")]
     cols += [(stage_label(n, runs, True), "right") for n in names]
     cols += [(c, "right") for c in ("total p50", "total p99", "× best", *recall_cols, "bytes")]
@@ -156,7 +159,7 @@ def compare_table(
         row = [need(r.label, "label") + (" [stopped early]" if r.error else ""), *cells]
         row += stat_cells(need(r.total, "total"), ("p50", "p99"))
         row += [_ratio_cell(r, best), _recall_cell(r)]
-        row += [num(r.recall_p10)] if any(filters) else []
+        row += [num(r.recall_p10), zero_cell(r.recall_zero, r.recall)]
         row += [num(r.payload_bytes_p50)]
         row += [num(r.wire_bytes_p50)] if wire else []
         rows.append(row)
@@ -167,6 +170,10 @@ def compare_table(
     what = {str(r.intervals) for r in runs if r.intervals}
     if what:
         table += f"\n±: {'; '.join(sorted(what))}; × best: total p50 ratio to the fastest run, [95 % interval]"
+    table += (
+        "\nrecall@k: mean over requests; recall p10: the worst tenth's; recall 0: requests that "
+        "found none of the true top k, of all"
+    )
     table += "".join(f"\n{stopped_line(r)}" for r in runs if r.error)
     hardware = hardware_note(runs)
     return table + ("\n" + hardware if hardware else "")

@@ -168,10 +168,12 @@ def _p10(recall: np.ndarray) -> float:
 
 
 def recall_fields(recall: np.ndarray) -> dict[str, Any]:
-    """``recall`` (mean), ``recall_p10`` and ``recall_per_query`` of per-query recalls ``(nq,)``."""
+    """``recall`` (mean), ``recall_p10``, ``recall_zero`` (queries at 0) and ``recall_per_query``
+    of per-query recalls ``(nq,)``."""
     return {
         "recall": float(recall.mean()) if recall.size else float("nan"),
         "recall_p10": _p10(recall),
+        "recall_zero": int(np.count_nonzero(recall == 0)),
         "recall_per_query": [round(float(v), 6) for v in recall],
     }
 

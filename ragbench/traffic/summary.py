@@ -219,6 +219,7 @@ def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str,
         "recall_at_k": float(recall.mean()) if recall.size else float("nan"),
         # recall as a distribution: the worst tenth of the completed requests, and each one
         "recall_p10": float(np.percentile(recall, 10)) if recall.size else float("nan"),
+        "recall_zero": int(np.count_nonzero(recall == 0)),
         "recall_per_query": [round(float(v), 6) for v in recall],
         "k": pipeline.config["run"]["k"],
         "stages": list(pipeline.stage_names),
