@@ -306,6 +306,7 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
             "startup_timeout": Seconds,
             "client": Annotated[str, _d("minimal")],
             "read_timeout_s": Seconds | None,
+            "allow_remote": Annotated[bool, _d(False)],
         },
         "openai": {
             "base_url": str | None,

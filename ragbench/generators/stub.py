@@ -20,6 +20,7 @@ from typing import Any
 from .._registry import check_params
 from ..errors import ConfigError, GeneratorError, NotBuiltError
 from ..process import ChildProcess
+from ..transports.child import check_loopback
 from ..validate import positive_int, positive_number
 from . import FirstToken
 from .aio import AsyncSdkClient, AsyncStreamClient, make_async_client
@@ -81,6 +82,7 @@ class StubGenerator:
         startup_timeout: float = 30.0,
         client: str = "minimal",
         read_timeout_s: float | None = None,
+        allow_remote: bool = False,
         **unknown: Any,
     ) -> None:
         check_params(
@@ -96,6 +98,7 @@ class StubGenerator:
                 "startup_timeout",
                 "client",
                 "read_timeout_s",
+                "allow_remote",
             },
         )
         if client not in CLIENTS:
@@ -114,6 +117,12 @@ class StubGenerator:
         self.max_tokens = positive_int("stub generator", "max_tokens", max_tokens)
         if not isinstance(host, str) or not host:
             raise ConfigError("stub generator: host must be a non-empty string")
+        if type(allow_remote) is not bool:
+            raise ConfigError(
+                f"stub generator: allow_remote must be true or false, got {allow_remote!r}"
+            )
+        if not allow_remote:  # the stub server has no authentication, as the transports' far side
+            check_loopback("stub generator", host)
         self.host = host
         self.timeout = positive_number("stub generator", "timeout", timeout)
         self.startup_timeout = positive_number("stub generator", "startup_timeout", startup_timeout)

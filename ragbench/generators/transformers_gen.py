@@ -184,6 +184,10 @@ class TransformersGenerator:
                     f"{_OWNER}: model folder {str(self.model_path)!r} has no config.json; "
                     "point model at a folder saved with save_pretrained()"
                 )
+            # safetensors only: a pickle can run code (the cross-encoder's rule, its check)
+            from ..rerankers.cross_encoder import check_weights
+
+            check_weights(self.model_path, _OWNER)
             if tokenizer is not None:
                 raise ConfigError(
                     f"{_OWNER}: tokenizer is for architecture only; a model "
@@ -304,7 +308,10 @@ class TransformersGenerator:
         torch = self._torch
         try:
             model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(path), local_files_only=True, dtype=getattr(torch, self.dtype)
+                str(path),
+                local_files_only=True,
+                dtype=getattr(torch, self.dtype),
+                use_safetensors=True,
             )
         except (OSError, ValueError, KeyError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

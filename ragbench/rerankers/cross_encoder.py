@@ -74,6 +74,7 @@ __all__ = [
     "PICKLE_SUFFIXES",
     "RUNTIMES",
     "CrossEncoderReranker",
+    "check_weights",
 ]
 
 #: What every report of a random-weight cross-encoder says after its name.
@@ -138,8 +139,11 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 _SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")
 
 
-def _check_weights(path: Path) -> None:
+def check_weights(path: Path, owner: str = _OWNER) -> None:
     """:class:`ConfigError` unless the folder's weights are safetensors and it holds no pickle.
+
+    ``owner`` names the component in the message (the ``transformers``
+    generator checks its model folders with this too).
 
     Loading a pickle runs whatever code it names, so a folder with one (by
     name: :data:`PICKLE_SUFFIXES`, e.g. ``pytorch_model.bin``) is refused
@@ -154,12 +158,12 @@ def _check_weights(path: Path) -> None:
     )
     if pickles:
         raise ConfigError(
-            f"{_OWNER}: model folder {str(path)!r} holds {pickles[0]}, a pickle file, which "
+            f"{owner}: model folder {str(path)!r} holds {pickles[0]}, a pickle file, which "
             f"ragbench never loads (it can run code); {convert}"
         )
     if not any((path / name).is_file() for name in _SAFETENSORS):
         raise ConfigError(
-            f"{_OWNER}: model folder {str(path)!r} has no model.safetensors; only "
+            f"{owner}: model folder {str(path)!r} has no model.safetensors; only "
             f"safetensors weights are loaded: {convert}"
         )
 
@@ -223,7 +227,7 @@ class CrossEncoderReranker:
             else _folder_config(self.model_path)
         )
         if self.model_path is not None:
-            _check_weights(self.model_path)
+            check_weights(self.model_path)
         runtime = params.get("runtime", "torch")
         if runtime not in RUNTIMES:
             raise ConfigError(

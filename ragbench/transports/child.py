@@ -36,7 +36,7 @@ from ..threads import ThreadConnections
 from ..validate import positive_number
 from ._farside import DEFAULT_MAX_BODY, codec_spec, cpu_time_flag
 
-__all__ = ["COMMON_PARAMS", "ChildTransport", "is_loopback"]
+__all__ = ["COMMON_PARAMS", "ChildTransport", "check_loopback", "is_loopback"]
 
 #: The parameters every child transport takes.
 COMMON_PARAMS = frozenset(
@@ -54,7 +54,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _check_loopback(owner: str, host: str) -> None:
+def check_loopback(owner: str, host: str) -> None:
     """:class:`ConfigError` unless ``host`` is loopback (the far side has no authentication)."""
     if is_loopback(host):
         return
@@ -146,7 +146,7 @@ class ChildTransport:
         #: whether ``host`` may be other than loopback (the far side then serves the network)
         self.allow_remote = bool_param(owner, "allow_remote", allow_remote)
         if not self.allow_remote:
-            _check_loopback(owner, host)
+            check_loopback(owner, host)
         self.host = host
         self.timeout = positive_number(owner, "timeout", timeout)
         self.startup_timeout = positive_number(owner, "startup_timeout", startup_timeout)
