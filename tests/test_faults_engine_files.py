@@ -222,6 +222,29 @@ def test_qdrant_edge_file_without_the_vector_hash_is_refused(
         rb.indexes.load(tmp_path / "old.index")
 
 
+def _nudge(data: bytes) -> bytes:
+    """Bit 6 flipped in 50 bytes a third into the file (Lance's data: inside the vectors)."""
+    out = bytearray(data)
+    for k in range(50):
+        out[len(out) // 3 + 4 * k] ^= 0x40
+    return bytes(out)
+
+
+def test_lancedb_changed_vectors_with_a_recomputed_checksum_are_refused(tmp_path: Path) -> None:
+    """Lance's data files carry no checksum: the changed table loaded and was searched."""
+    x = np.random.default_rng(6).standard_normal((300, 16)).astype(np.float32)
+    index: Any = rb.indexes.create("lancedb", dim=16, metric="l2")
+    index.build(x)
+    path = tmp_path / "l.index"
+    index.save(path, data=x)
+    index.close()
+    loaded: Any = rb.indexes.load(path)  # the untouched file loads
+    loaded.close()
+    rewrite_payload(path, lambda payload: _retar(payload, ".lance", _nudge))
+    with pytest.raises(IndexFileError, match="stored vectors differ from those saved"):
+        rb.indexes.load(path)
+
+
 # --------------------------------------------------------------------------- attribute values
 
 

@@ -54,6 +54,13 @@ and a str value holding a NUL character.
 ``filter_path`` says which a spec takes (``where`` or ``ids``).
 Rows added later have null attributes: no ``where`` filter returns them.
 
+Files: ``save`` stores the table folder as a tar, and in the header
+(``extra.vectors_sha256``) the sha256 of the table's vectors (float32, in id
+order, prefixed by ``dim``); ``load`` reads the table back, checks the
+vector width, the ids ``0..count-1`` and that hash (Lance's data files carry
+no checksum: changed vector bytes loaded). An IVF index's own codes are not
+covered. A file without the hash (older ragbench) is refused: rebuild it.
+
 Live writes: ``add`` appends rows (``Table.add``; an IVF index does not
 cover them until rebuilt, LanceDB scans them exactly beside it),
 ``delete`` deletes by id (``Table.delete("id IN (...)")``). Both hold
@@ -71,6 +78,7 @@ call with one query vector per row.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -93,6 +101,7 @@ from ._engine import (
     check_graph_params,
     extract_tar,
     import_engine,
+    is_panic,
     padded,
 )
 from ._lance_checks import check_ef, search_error
@@ -180,6 +189,20 @@ def _check_lance_name(owner: str, name: Any) -> None:
         why = "it holds a backtick (ragbench quotes names with backticks in LanceDB's SQL)"
     if why is not None:
         raise ConfigError(f"{owner}: attribute name {text!r} cannot be a column: {why}")
+
+
+def _vectors_sha256(data: Any, dim: int) -> str:
+    """sha256 hex of an Arrow table's ``vector`` column as float32 rows in ``id`` order.
+
+    Covers ``dim`` and each row's little-endian float32 bytes; the table's
+    rows, not the copies or codes inside an IVF index.
+    """
+    ids = data.column("id").to_numpy()
+    flat = data.column("vector").combine_chunks().flatten().to_numpy()
+    rows = np.ascontiguousarray(flat.reshape(-1, dim)[np.argsort(ids, kind="stable")], "<f4")
+    sha = hashlib.sha256(f"lancedb vectors f32 dim={dim}\0".encode())
+    sha.update(rows.tobytes())
+    return sha.hexdigest()
 
 
 def _id_list(positions: np.ndarray) -> str:
@@ -458,23 +481,44 @@ class LanceDbIndex(WhereSearch, FolderEngineIndex):
             "attribute_columns": {n: _ARROW[kd] for n, kd in self._attr_kinds.items()},
         }
 
+    def _payload_extra(self) -> dict[str, Any]:
+        if self._table is None:
+            raise self._not_built()
+        return {"vectors_sha256": _vectors_sha256(self._table.to_arrow(), self.dim)}
+
     def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
         folder = tempfile.mkdtemp(prefix="ragbench-lancedb-")
         self._own_folder(None, folder)
+        extra = header.get("extra")
+        want = extra.get("vectors_sha256") if isinstance(extra, dict) else None
+        if not isinstance(want, str):
+            self.close()
+            raise IndexFileError(
+                "lancedb: the header holds no hash of the stored vectors (a file saved by an "
+                "older ragbench); delete it so it is rebuilt"
+            )
         try:
             extract_tar(payload, folder)
             table = _lancedb().connect(os.path.join(folder, "db")).open_table(_TABLE)
             width = table.schema.field("vector").type.list_size
-            ids = table.to_arrow().column("id").to_numpy()
-        except Exception as exc:  # tarfile, LanceDB (plain Rust errors) and pyarrow
+            data = table.to_arrow()
+            ids = data.column("id").to_numpy()
+            got = _vectors_sha256(data, width) if width == self.dim else None
+        except BaseException as exc:  # tarfile, LanceDB (plain Rust errors, panics), pyarrow
             self.close()
+            if not (isinstance(exc, Exception) or is_panic(exc)):
+                raise  # KeyboardInterrupt, SystemExit
             raise IndexFileError(f"lancedb: the payload is not a LanceDB table: {exc}") from None
+        problem = None
         if width != self.dim:
+            problem = f"the table holds dim={width}, header dim={self.dim}"
+        elif not np.array_equal(np.sort(ids), np.arange(ids.size)):
+            problem = "the table's ids are not the row ids 0..count-1"
+        elif got != want:
+            problem = "the stored vectors differ from those saved (their sha256 does not match)"
+        if problem is not None:
             self.close()
-            raise IndexFileError(f"lancedb: the table holds dim={width}, header dim={self.dim}")
-        if not np.array_equal(np.sort(ids), np.arange(ids.size)):
-            self.close()
-            raise IndexFileError("lancedb: the table's ids are not the row ids 0..count-1")
+            raise IndexFileError(f"lancedb: {problem}")
         self._table = table
         kinds = {"int64": "i", "double": "f", "string": "U", "large_string": "U"}
         self._attr_kinds = {
