@@ -163,6 +163,7 @@ class IndexPoint(IndexRecord, frozen=True):
     build_info: Obj | None = None
     rebuilds: int | None = None
     warmup: int | None = None  # untimed searches before the point's timed ones
+    search_threads: int | None = None  # threads one query's search may use (None: not limited)
 
 
 class SweepRecord(IndexPoint, frozen=True):

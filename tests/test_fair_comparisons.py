@@ -248,3 +248,84 @@ def test_sweep_records_and_shows_the_queries_at_recall_zero(tmp_path: Path, caps
             if f" ef={rec['query']['ef']}" in ln and ln.startswith("│")
         )
         assert f" {zero} / {len(rec['recall_per_query'])} " in row
+
+
+# ---------------------------------------------------------------- equal threads
+
+
+def test_qdrant_searches_with_the_configured_threads(monkeypatch, tmp_path: Path) -> None:
+    """Its search pool is ``search_threads`` (1 by default), not the build's thread count, at
+    build (one thread or --fast-build) and at load (the index cache's path) alike."""
+    import numpy as np
+    import qdrant_edge
+
+    from ragbench import indexes, threads
+    from ragbench.indexes import builds
+
+    seen: list[tuple[str, int]] = []
+    real = qdrant_edge.EdgeShard
+
+    class Spy:
+        @staticmethod
+        def create(path: str, config: Any) -> Any:
+            seen.append(("create", config.max_search_threads))
+            return real.create(path, config)
+
+        @staticmethod
+        def load(path: str, config: Any) -> Any:
+            seen.append(("load", config.max_search_threads))
+            return real.load(path, config)
+
+    monkeypatch.setattr(qdrant_edge, "EdgeShard", Spy)
+    before = threads.get_threads()
+    threads.set_threads(2)
+    try:
+        X = np.random.default_rng(0).standard_normal((200, 8)).astype(np.float32)
+        for fast in (False, True):
+            idx = indexes.create("qdrant-edge", dim=8)
+            builds.build(idx, X, fast=fast)
+            assert idx.info()["search_threads"] == 1
+            idx.save(tmp_path / f"q{fast}.rbi")
+            loaded = indexes.load(tmp_path / f"q{fast}.rbi")
+            assert loaded.info()["search_threads"] == 1
+            loaded.search(X[:1], 5)
+        three = indexes.create("qdrant-edge", dim=8, search_threads=3)
+        builds.build(three, X)
+        three.search(X[:1], 5)
+    finally:
+        threads.set_threads(before)
+    assert seen == [("create", 1), ("load", 1), ("create", 1), ("load", 1), ("create", 3)]
+
+
+@pytest.mark.parametrize("value", [0, 257, "two"])
+def test_a_bad_qdrant_search_threads_is_refused(value: Any) -> None:
+    from ragbench import indexes
+    from ragbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="search_threads"):
+        indexes.create("qdrant-edge", dim=8, search_threads=value)
+
+
+def test_sweep_records_and_shows_every_engines_search_threads(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "s.jsonl"
+    argv = ["sweep", "--dataset", "synthetic", "--n", "500", "--dim", "16", "--queries", "10"]
+    argv += ["--index", "hnsw,qdrant-edge", "--param", "ef=16", "--out", str(out)]
+    code, stdout, err = cli(capsys, *argv)
+    assert code == 0, err
+    recs = _records(out)
+    assert {(r["index"], r["search_threads"]) for r in recs} == {("hnsw", 1), ("qdrant-edge", 1)}
+    assert {r["build"]["search_threads"] for r in recs if r["index"] == "qdrant-edge"} == {1}
+    assert "; search threads per query: 1\n" in stdout.replace(" ", " ")
+
+
+def test_compare_records_and_shows_every_engines_search_threads(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "c.jsonl"
+    argv = ["compare", "--dataset", "synthetic", "--n", "500", "--dim", "16", "--queries", "10"]
+    code, stdout, err = cli(capsys, *argv, "--index", "hnsw,qdrant-edge", "--out", str(out))
+    assert code == 0, err
+    got = {
+        r["info"]["index"]["backend"]: r["info"]["index"]["search_threads"] for r in _records(out)
+    }
+    assert got == {"hnsw": 1, "qdrant-edge": 1}
+    (title,) = [ln for ln in stdout.splitlines() if ln.startswith("side by side")]
+    assert title.endswith("; search threads per query: 1")

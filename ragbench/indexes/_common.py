@@ -212,8 +212,19 @@ class BaseIndex:
         """Backend facts added to ``info()`` (e.g. the effective ``nlist``)."""
         return {}
 
+    def search_thread_count(self) -> int | None:
+        """Threads one query's search may use; ``None``: the library's own pools, not limited.
+
+        One query at a time is a fair comparison only when every engine answers
+        it on the same number of threads. The bundled in-process indexes search
+        one query on the calling thread (``threads``/``get_threads()`` is for
+        builds and batches), so 1; an engine with a search pool of its own says
+        its setting (qdrant-edge's ``search_threads``) or ``None``.
+        """
+        return 1
+
     def info(self) -> dict[str, Any]:
-        """JSON-able description for records: backend, params, library, threads."""
+        """JSON-able description for records: backend, params, library, threads, search_threads."""
         out: dict[str, Any] = {
             "backend": self.name,
             "input_kind": self.input_kind,
@@ -224,6 +235,7 @@ class BaseIndex:
             "library": self.library,
             "library_version": self.library_version(),
             "threads": get_threads(),
+            "search_threads": self.search_thread_count(),
             "ntotal": self._n,
             "build_seconds": self.build_seconds,
         }

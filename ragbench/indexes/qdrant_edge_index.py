@@ -37,10 +37,13 @@ while it opens or reads a loaded folder (``PanicException``, a
 ``BaseException``) becomes an ``IndexFileError`` as well. A file without the
 vector hash (saved by an older ragbench) is refused: rebuild it.
 
-Threads: the shard's search and indexing pools get
-``ragbench.threads.get_threads()`` threads (set at build and again at load, which
-re-applies the configuration to the unpacked shard); queries are sent
-one per ``search`` call.
+Threads: the shard's indexing pool gets ``ragbench.threads.get_threads()``
+threads (one for a deterministic build); its search pool gets the build
+parameter ``search_threads`` (default 1, at most 256: one query on one thread,
+as every other engine answers it; it used to follow ``get_threads()``, so a
+shard loaded from the index cache searched on 2 threads beside single-threaded
+hnswlib). Both are set at build and again at load, which re-applies the
+configuration to the unpacked shard; queries are sent one per ``search`` call.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ import numpy as np
 
 from .. import progress
 from ..errors import IndexFileError
-from ..threads import get_threads
+from ..threads import MAX_THREADS, get_threads
+from ..validate import positive_int
 from ._common import F32, I64, INF
 from ._engine import (
     FolderEngineIndex,
@@ -95,6 +99,7 @@ class QdrantEdgeIndex(FolderEngineIndex):
         "M": 16,
         "ef_construction": 100,
         "full_scan_threshold": 10_000,
+        "search_threads": 1,
     }
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 64}
     filter_strategies: ClassVar[tuple[str, ...]] = ("post", "in-graph")
@@ -116,7 +121,14 @@ class QdrantEdgeIndex(FolderEngineIndex):
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
-        return check_graph_params(owner, params, "ef_construction", "full_scan_threshold")
+        params = check_graph_params(owner, params, "ef_construction", "full_scan_threshold")
+        threads = params["search_threads"]
+        params["search_threads"] = positive_int(owner, "search_threads", threads, hi=MAX_THREADS)
+        return params
+
+    def search_thread_count(self) -> int:
+        """The shard's search pool: the ``search_threads`` build parameter."""
+        return int(self.build_params["search_threads"])
 
     def _compile_query(self, params: dict[str, Any]) -> Any:
         return _qdrant().SearchParams(hnsw_ef=params["ef"])
@@ -136,7 +148,7 @@ class QdrantEdgeIndex(FolderEngineIndex):
             ),
             # index every segment whatever its size, in one segment
             optimizers=qe.EdgeOptimizersConfig(indexing_threshold=1, default_segment_number=1),
-            max_search_threads=threads,
+            max_search_threads=p["search_threads"],
             # a temporary folder needs no crash recovery; flush() still persists the segments
             wal_enabled=False,
         )

@@ -11,6 +11,7 @@ from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_str
 from ..records import growth_exponents, pareto
 from .cells import num, text_table, with_ci, zero_cell
 from .notes import build_note, hardware_note
+from .search_threads import search_threads_text
 
 __all__ = [
     "filtered_sweep_table",
@@ -141,6 +142,13 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         f"{need(r0.metric, 'metric')} k={need(r0.k, 'k')}; "
         "★ = Pareto-optimal (recall vs 1-thread QPS = 1e6 / p50)"
     )
+    threads = {  # None: an engine not limited; records from before the field are left out
+        need(p.index, "index"): p.search_threads
+        for p, r in typed
+        if p.strategy is None
+        and (p.search_threads is not None or (isinstance(r, Mapping) and "search_threads" in r))
+    }
+    title += f"; {search_threads_text(threads)}" if threads else ""
     cols = [("", "left"), ("index", "left"), ("params", "left")] + [
         (c, "right")
         for c in (

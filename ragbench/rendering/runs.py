@@ -20,6 +20,7 @@ from .notes import (
     simulated_note,
     stage_label,
 )
+from .search_threads import search_threads_text
 
 __all__ = [
     "STATS",
@@ -143,6 +144,8 @@ def compare_table(
     )
     name = need(runs[0].dataset, "dataset").get("name", "?")
     title = f"side by side, {how}, {stat} µs per stage — {name}{sim}"
+    threads = _search_threads(runs)
+    title += f"; {threads}" if threads else ""
     wire = any(r.wire_bytes_p50 for r in runs)
     filters = [(r.info or {}).get("filter") for r in runs]
     recall_cols = ("recall@k", "recall p10", "recall 0")
@@ -177,6 +180,16 @@ def compare_table(
     table += "".join(f"\n{stopped_line(r)}" for r in runs if r.error)
     hardware = hardware_note(runs)
     return table + ("\n" + hardware if hardware else "")
+
+
+def _search_threads(runs: Sequence[RunRecord]) -> str:
+    """The header's ``search threads per query`` of the rows' indexes (records that carry it)."""
+    by: dict[str, Any] = {}
+    for r in runs:
+        index = (r.info or {}).get("index") or {}
+        if "search_threads" in index:
+            by.setdefault(str(index.get("backend")), index["search_threads"])
+    return search_threads_text(by)
 
 
 def stopped_line(rec: Run) -> str:

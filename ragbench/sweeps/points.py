@@ -93,7 +93,14 @@ def point_fields(data: SweepData, k: int, name: str, index: Any, build_s: float)
         "build_s": build_s,
         "build_info": dict(record) if record else None,
         "memory_bytes": int(index.memory_bytes()),
+        # threads one query's search may use (None: the library's pools, not limited)
+        "search_threads": _search_threads(index),
     }
+
+
+def _search_threads(index: Any) -> int | None:
+    count = getattr(index, "search_thread_count", None)
+    return count() if callable(count) else 1
 
 
 def build_index(
