@@ -1,0 +1,240 @@
+"""ONNX graphs of in-process torch models: exported once, quantized once, cached, checked by hash.
+
+One mechanism for every model ragbench runs in ONNX Runtime or OpenVINO:
+the cross-encoder reranker (:mod:`ragbench.rerankers.onnx_graph`) and the
+MiniLM query embedder (:mod:`ragbench.embedders.minilm`). A graph is
+exported with ``torch.onnx.export`` (TorchScript exporter, dynamic batch and
+sequence axes) and cached under ``$RAGBENCH_CACHE_DIR/onnx`` as
+``<kind>-<key>.onnx``, keyed by :func:`weights_key` (the configuration,
+every weight's bytes, torch's version, the opset and :data:`EXPORT_VERSION`);
+the int8 graph (``onnxruntime.quantization.quantize_dynamic``, ``QInt8``
+weights) is cached beside it as ``<kind>-<key>-int8.onnx``.
+
+Each file's sha256 and full key are written, after the file is complete, to
+``$RAGBENCH_CACHE_DIR/onnx-hashes/<file name>.json``. A cached file is used
+only when that record exists, names the same key and the file's bytes hash
+to it: a truncated, corrupted or foreign file (another model's graph copied
+over the name) is exported again, never loaded. Every file is written to a
+temporary name and moved into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .datasets.cache import cache_dir
+from .errors import ConfigError, MissingDependencyError
+
+__all__ = [
+    "EXPORT_VERSION",
+    "ONNX_OPSET",
+    "GraphSpec",
+    "cached_graph",
+    "file_sha256",
+    "onnxruntime",
+    "ort_session",
+    "verified",
+    "weights_key",
+]
+
+ONNX_OPSET = 17
+#: Bumped when the export changes, so old cache entries are not reused.
+EXPORT_VERSION = 1
+_CHUNK = 1 << 20
+
+
+def onnxruntime() -> Any:
+    """The ``onnxruntime`` module, or :class:`MissingDependencyError` naming the ``onnx`` extra."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise MissingDependencyError("onnxruntime", "onnx") from None
+    return onnxruntime
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """How to export one kind of model.
+
+    ``kind`` names the cache files; ``module`` is the ``torch.nn.Module`` to
+    trace; ``sample`` the example inputs (tensors, in ``inputs`` order);
+    ``inputs``/``outputs`` the graph's names; ``dynamic`` each name's dynamic
+    axes (``{name: {axis: label}}``); ``per_channel`` the int8 quantization's
+    weight scales (one per output channel, not one per tensor).
+    """
+
+    kind: str
+    module: Any
+    sample: tuple[Any, ...]
+    inputs: Sequence[str]
+    outputs: Sequence[str]
+    dynamic: dict[str, dict[int, str]]
+    #: int8 weights scaled per output channel rather than per tensor
+    per_channel: bool = False
+
+
+def weights_key(torch: Any, model: Any, kind: str = "") -> str:
+    """sha256 hex of the configuration, every weight's bytes, the runtime and the exporter.
+
+    ``kind`` is hashed too when given (two exports of one model differ by it).
+    """
+    digest = hashlib.sha256()
+    meta = {
+        "config": model.config.to_diff_dict(),
+        "torch": torch.__version__,
+        "opset": ONNX_OPSET,
+        "export": EXPORT_VERSION,
+    }
+    if kind:
+        meta["kind"] = kind
+    digest.update(json.dumps(meta, sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def cached_graph(torch: Any, spec: GraphSpec, key: str, runtime: str) -> tuple[Path, bool]:
+    """The cached ``.onnx`` of ``spec`` for ``runtime`` (``"onnx"`` fp32 or ``"onnx-int8"``).
+
+    ``key`` is the model's :func:`weights_key`. Exported (and quantized) when
+    missing or not the file its hash record names; returns ``(path,
+    exported)``, ``exported`` false when the cached graph was used.
+    """
+    folder = cache_dir() / "onnx"
+    fp32 = folder / f"{spec.kind}-{key[:24]}.onnx"
+    exported = False
+    if not verified(fp32, key):
+        folder.mkdir(parents=True, exist_ok=True)
+        _write(fp32, key, lambda tmp: _export(torch, spec, tmp))
+        exported = True
+    if runtime == "onnx":
+        return fp32, exported
+    int8 = folder / f"{spec.kind}-{key[:24]}-int8.onnx"
+    int8_key = f"{key}:int8" + (":per-channel" if spec.per_channel else "")
+    if exported or not verified(int8, int8_key):
+        _write(int8, int8_key, lambda tmp: _quantize(fp32, tmp, spec.per_channel))
+        exported = True
+    return int8, exported
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 hex of the file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _record_path(path: Path) -> Path:
+    return path.parent.parent / "onnx-hashes" / f"{path.name}.json"
+
+
+def verified(path: Path, key: str) -> bool:
+    """Whether ``path`` is the graph exported for ``key``: its hash record names ``key`` and
+    the file's sha256 (a missing, truncated, changed or foreign file is not)."""
+    if not path.is_file():
+        return False
+    try:
+        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict) or record.get("key") != key:
+        return False
+    return record.get("sha256") == file_sha256(path)
+
+
+def _write(path: Path, key: str, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` beside ``path``, moved into place, then its hash record written."""
+    record = _record_path(path)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        record.unlink()  # no record names a file while it is replaced
+    _atomic(path, write, ".tmp.onnx")
+    text = json.dumps({"key": key, "sha256": file_sha256(path), "file": path.name})
+    _atomic(record, lambda tmp: _write_text(tmp, text), ".tmp.json")
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def ort_session(path: Path, n_threads: int, owner: str, inputs: Sequence[str]) -> Any:
+    """An ONNX Runtime CPU session of ``path``: ``n_threads`` intra-op threads, sequential.
+
+    Intra- and inter-op threads do not spin when idle (they would take the
+    core the next stage needs); a graph asking for inputs outside ``inputs``
+    is a :class:`ConfigError`.
+    """
+    ort = onnxruntime()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = n_threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    if not names <= set(inputs):
+        raise ConfigError(f"{owner}: {path}: unexpected graph inputs {sorted(names)}")
+    return session
+
+
+def _atomic(path: Path, write: Callable[[Path], None], suffix: str) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then move it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _export(torch: Any, spec: GraphSpec, path: Path) -> None:
+    """``torch.onnx.export`` (TorchScript exporter) of ``spec`` into ``path``."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
+        torch.onnx.export(
+            spec.module,
+            spec.sample,
+            str(path),
+            input_names=list(spec.inputs),
+            output_names=list(spec.outputs),
+            dynamic_axes=spec.dynamic,
+            opset_version=ONNX_OPSET,
+            dynamo=False,
+        )
+
+
+def _quantize(source: Path, path: Path, per_channel: bool) -> None:
+    """Dynamic int8 quantization of ``source``'s weights (``QInt8``) into ``path``."""
+    onnxruntime()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()
+    quiet = logging.NullHandler()
+    # quantize_dynamic logs a hint through the root logger, which would otherwise
+    # install a stderr handler for the whole process (logging.basicConfig)
+    root.addHandler(quiet)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_dynamic(
+                str(source), str(path), weight_type=QuantType.QInt8, per_channel=per_channel
+            )
+    finally:
+        root.removeHandler(quiet)
