@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -176,9 +177,9 @@ class Load:
     def stderr(self) -> str:
         return self._stderr.read_text()
 
-    def no_process_left(self) -> None:
+    def no_process_left(self, within_s: float = 5.0) -> None:
         """Every process the run started has ended (the resource tracker may take a moment)."""
-        _wait_for(lambda: not any(_alive(p) for p in self.seen), 5, f"{self.seen} to end")
+        _wait_for(lambda: not any(_alive(p) for p in self.seen), within_s, f"{self.seen} to end")
 
 
 @pytest.fixture
@@ -207,9 +208,13 @@ def _levels(*args: str) -> list[str]:
     ]
 
 
+#: A progress line (``... 0/1 items (0 %), 10 s``), printed when a step is slow.
+_PROGRESS = re.compile(r" \d+/\d+ \w+ \(\d+ %\), ")
+
+
 def _lines(run: Load) -> list[str]:
     """stderr's lines, less the progress lines of a slow step (start-up on a busy machine)."""
-    return [line for line in run.stderr.splitlines() if " items (" not in line]
+    return [line for line in run.stderr.splitlines() if not _PROGRESS.search(line)]
 
 
 def _counts_add_up(rec: dict[str, Any]) -> None:
@@ -512,3 +517,61 @@ def test_ctrl_c_during_asyncio_start_up_is_130_one_line_and_leaves_nothing(start
     # every process of the group got the SIGINT: none prints a traceback (BrokenPipeError)
     assert _lines(run) == ["ragbench: interrupted; records already written are kept"]
     run.no_process_left()
+
+
+def _postgres_under(folder: str) -> list[int]:
+    """``postgres`` processes whose command line names ``folder`` (their data folder's parent)."""
+    return [
+        int(p)
+        for p in os.listdir("/proc")
+        if p.isdigit()
+        and os.path.basename(_cmdline(int(p)).split(" ")[0]) == "postgres"
+        and folder in _cmdline(int(p))
+    ]
+
+
+@pytest.mark.integration
+def test_kill_9_of_load_leaves_no_postgres_of_its_asyncio_workers(started, tmp_path: Path) -> None:
+    import shutil
+    import tempfile
+
+    # a folder the unprivileged server user can traverse (pytest's tmp_path is 0700)
+    folder = tempfile.mkdtemp(prefix="rb-h28-pg-", dir="/tmp")
+    os.chmod(folder, 0o711)
+    try:
+        env = dict(os.environ, TMPDIR=folder)
+        args = ("--duration", "30", "--qps", "20", "--workers", "1", "--index", "pgvector")
+        run = started(*args, *ASYNC, env=env)
+        _wait_for(lambda: run.in_a_level() or run.proc.poll() is not None, 300, "the level")
+        assert run.proc.poll() is None, run.stderr
+        servers = _postgres_under(folder)
+        assert len(servers) >= 2  # the worker's and its offload processes' own servers
+        run.seen = set(_children(run.proc.pid))
+        run.proc.kill()
+        run.wait(timeout=10)
+        # each server's keeper stops it when its worker's pipe closes (fast shutdown)
+        _wait_for(lambda: not _postgres_under(folder), 30, "no postgres left")
+        # (the data folders; load's own temporary index folder goes only when load can act)
+        _wait_for(
+            lambda: not [f for f in os.listdir(folder) if f.startswith("ragbench-pg-")],
+            30,
+            f"the servers' folders removed: {os.listdir(folder)}",
+        )
+        run.no_process_left()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_ctrl_c_mid_level_of_asyncio_workers_ends_them_without_a_traceback(started) -> None:
+    # a level of 6 s: longer than the 1.5 s Ctrl-C grace, so a worker left serving it would
+    # send its reply to a parent already gone (a BrokenPipeError traceback, on the same stderr)
+    run = started("--duration", "6", "--qps", "50", "--workers", "2", *ASYNC, group=True)
+    _wait_for(lambda: run.in_a_level() or run.proc.poll() is not None, 240, "the first level")
+    assert run.proc.poll() is None, run.stderr
+    run.seen = set(_children(run.proc.pid))
+    time.sleep(0.5)
+    run.ctrl_c()
+    assert run.wait(timeout=30) == 130, run.stderr
+    run.no_process_left(within_s=20)
+    assert _lines(run) == ["ragbench: interrupted; records already written are kept"]
