@@ -184,6 +184,9 @@ class PgvectorBuild(Params, frozen=True):
     dsn: Annotated[str | None, _d(None)] | UnsetType = UNSET
     table: Annotated[str | None, _d(None)] | UnsetType = UNSET
     attribute_index: Annotated[bool, _d(False)] | UnsetType = UNSET
+    connect_timeout: Annotated[float, Meta(gt=0), _d(10.0)] | UnsetType = UNSET
+    statement_timeout: Annotated[float, Meta(gt=0), _d(60.0)] | UnsetType = UNSET
+    build_timeout: Annotated[float, Meta(gt=0), _d(3600.0)] | UnsetType = UNSET
 
 
 class PgvectorSearch(Params, frozen=True):
@@ -244,6 +247,8 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
             "batch_size": Annotated[int, _d(64)],
             "device": str,
             "threads": ThreadCount | None,
+            "runtime": Annotated[Literal["torch", "onnx", "onnx-int8", "openvino"], _d("torch")],
+            "query_only": Annotated[bool, _d(False)],
         },
         "hashing": {
             "dim": Annotated[int, _d(384)],

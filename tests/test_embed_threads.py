@@ -46,7 +46,7 @@ def loaded(torch: Any) -> MiniLMEmbedder:
 def seen(loaded: MiniLMEmbedder, torch: Any) -> Iterator[list[int]]:
     """torch.get_num_threads() at every forward pass of the model's transformer."""
     counts: list[int] = []
-    transformer = loaded.model[0]  # the Transformer module: its forward runs the encoder
+    transformer = loaded.model[0].auto_model  # the BertModel the torch runtime calls
     handle = transformer.register_forward_pre_hook(
         lambda *_: counts.append(torch.get_num_threads())
     )
@@ -99,7 +99,7 @@ def test_an_encode_that_fails_still_restores(
         raise RuntimeError("encode failed")
 
     torch.set_num_threads(1)
-    monkeypatch.setattr(loaded.model, "encode", broken)
+    monkeypatch.setattr(loaded.model[0].auto_model, "forward", broken)
     loaded.threads = 2
     try:
         with pytest.raises(RuntimeError, match="encode failed"):

@@ -324,6 +324,7 @@ class Pipeline:
             rest() if rest is not None else (),
             ctx.retrieve_parts,
             exact()[0] if exact is not None else None,
+            ctx.embed_parts,
         )
 
     def serve(self, i: int) -> RequestRecord:
@@ -477,7 +478,11 @@ class Pipeline:
                 "n_queries": len(ds.queries.ids),
                 "content_hash": ds.content_hash,
             },
-            info={**samples.with_retrieve_parts(self.info, recs), **self._rerank_recall(recs)},
+            info={
+                **samples.with_retrieve_parts(self.info, recs),
+                **samples.embed_parts(recs),
+                **self._rerank_recall(recs),
+            },
             cache_events=list(self.cache_events),
             error=self.error,
             repetition=self.repetitions(),

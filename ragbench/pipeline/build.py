@@ -21,7 +21,7 @@ import numpy as np
 from .. import embedders, indexes, rerankers
 from ..attributes import QueryFilters
 from ..config import backend_params
-from ..datasets import Dataset
+from ..datasets import Dataset, brute_force_neighbors
 from ..errors import ConfigError, IndexFileError, KTooLargeError, RagbenchError
 from ..files import check_writable
 from ..generators import Generator
@@ -34,6 +34,7 @@ from .cache import CacheStage, LruTtlCache
 from .capabilities import (
     Cautioned,
     Describes,
+    EmbedsCorpusApart,
     FilteredSearch,
     FiltersOnAttributes,
     HasDim,
@@ -196,12 +197,15 @@ class _SetUp:
             shared.embedders[ekey] = made if made is not None else embedders.create(name, **params)
         embedder = shared.embedders[ekey]
         self.times.time("model_load", embedder.load)
+        of_corpus = (
+            embedder.corpus_embedder if isinstance(embedder, EmbedsCorpusApart) else embedder
+        )
         vkey = (ds.content_hash, ekey)
         if vkey not in shared.vectors:
             n_events = len(ds.cache_events)
             re_embed = cfg["embed"]["re_embed"]
             corpus = self.times.time(
-                "corpus_vectors", ds.corpus_vectors, embedder, re_embed=re_embed
+                "corpus_vectors", ds.corpus_vectors, of_corpus, re_embed=re_embed
             )
             queries = self.times.time(
                 "query_vectors", ds.query_vectors, embedder, re_embed=re_embed
@@ -209,7 +213,7 @@ class _SetUp:
             shared.vectors[vkey] = (corpus, queries)
             self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
         corpus, queries = shared.vectors[vkey]
-        return Embedding(name, params, embedder, corpus, queries)
+        return Embedding(name, params, embedder, corpus, queries, mixed=of_corpus is not embedder)
 
     def _index(self, ds: Dataset, emb: Embedding, metric: str) -> Index:
         r = self.config["retrieve"]
@@ -267,6 +271,17 @@ class _SetUp:
     ) -> np.ndarray:
         k = self.config["run"]["k"]
         key = (ds.content_hash, emb.key, k, metric, None if filters is None else filters.key)
+        if key not in self.shared.truth and emb.mixed:  # query_only: the arrays themselves
+            allowed = None if filters is None else filters.masks
+            self.shared.truth[key] = self.times.time(
+                "exact_neighbors",
+                brute_force_neighbors,
+                emb.queries,
+                emb.corpus,
+                k,
+                metric,
+                allowed=allowed,
+            )
         if key not in self.shared.truth:
             embedder = None if emb.name == "precomputed" else emb.embedder
             self.shared.truth[key] = self.times.time(
@@ -342,6 +357,7 @@ class _SetUp:
             "rerank": cfg["rerank"]["backend"],
             "request_threads": parts.threads[0],
             "build_threads": parts.threads[1],
+            **_described("embedder_info", parts.embedding.embedder),
             **_described("reranker_info", self.components.reranker),
             **_described("generator_info", self.components.generator),
             **_described("transport_info", self.components.transport),

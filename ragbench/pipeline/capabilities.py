@@ -27,6 +27,8 @@ __all__ = [
     "CompressedCodes",
     "RanksTexts",
     "RecordsBuild",
+    "EmbedsCorpusApart",
+    "SplitsEmbed",
     "SplitsSearch",
     "ConnectsAsync",
     "CountsAsyncRequests",
@@ -103,6 +105,21 @@ def filter_path(index: object, strategy: str | None) -> str | None:
 @runtime_checkable
 class SplitsSearch(Protocol):
     """An index behind a client (pgvector): this thread's last search as (send, server, decode) ns."""
+
+    def last_parts(self) -> tuple[int, int, int] | None: ...
+
+
+@runtime_checkable
+class EmbedsCorpusApart(Protocol):
+    """An embedder whose corpus vectors may come from another embedder (MiniLM's ``query_only``)."""
+
+    @property
+    def corpus_embedder(self) -> Any: ...
+
+
+@runtime_checkable
+class SplitsEmbed(Protocol):
+    """An embedder that times its parts: this thread's last embed as (tokenize, forward, pool) ns."""
 
     def last_parts(self) -> tuple[int, int, int] | None: ...
 

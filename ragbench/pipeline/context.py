@@ -65,6 +65,7 @@ class RequestContext:
         "model_prompt_tokens",
         "decode_rest",
         "retrieve_parts",
+        "embed_parts",
         "exact_top",
     )
 
@@ -83,6 +84,7 @@ class RequestContext:
         self.model_prompt_tokens = -1  # the LLM's own count, when its generator reports one
         self.decode_rest: Callable[[], tuple[int, ...]] | None = None
         self.retrieve_parts: tuple[int, int, int] | None = None  # (send, server, decode) ns
+        self.embed_parts: tuple[int, int, int] | None = None  # (tokenize, forward, pool) ns
         # a text reranker's exact top k of the candidates, computed after the stamps (recall)
         self.exact_top: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
@@ -101,3 +103,4 @@ class RequestRecord(NamedTuple):
     inter_token_ns: tuple[int, ...] = ()  # each next token's latency, decoded after the stamps
     retrieve_parts: tuple[int, int, int] | None = None  # the index's (send, server, decode) ns
     exact_ids: np.ndarray | None = None  # a text reranker's exact top k of the candidates (recall)
+    embed_parts: tuple[int, int, int] | None = None  # the embedder's (tokenize, forward, pool) ns

@@ -67,6 +67,9 @@ class Embedding:
     embedder: Embedder
     corpus: np.ndarray
     queries: np.ndarray
+    #: the corpus vectors come from another embedder (``query_only``): exact search is
+    #: over these arrays, not the dataset's cache for one embedder
+    mixed: bool = False
 
     @property
     def key(self) -> Hashable:

@@ -19,6 +19,7 @@ from .parts import Embedding
 
 __all__ = [
     "RECORD_BYTES",
+    "EMBED_PARTS",
     "RETRIEVE_PARTS",
     "connection_ns",
     "check_record_memory",
@@ -30,6 +31,7 @@ __all__ = [
     "repetitions",
     "stage_samples",
     "with_retrieve_parts",
+    "embed_parts",
 ]
 
 #: Bytes a run keeps per measured request (its record and its share of the
@@ -38,6 +40,8 @@ RECORD_BYTES = 3000
 
 #: An index's split of its search (:class:`~ragbench.pipeline.capabilities.SplitsSearch`).
 RETRIEVE_PARTS = ("send", "server", "decode")
+#: An embedder's split of the embed stage (:class:`~ragbench.pipeline.capabilities.SplitsEmbed`).
+EMBED_PARTS = ("tokenize", "forward", "pool")
 
 
 def check_record_memory(queries: Any, repeat: Any) -> None:
@@ -181,6 +185,21 @@ def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) 
             for j, name in enumerate(RETRIEVE_PARTS)
         }
     return out
+
+
+def embed_parts(recs: Sequence[RequestRecord]) -> dict[str, Any]:
+    """``{"embed_parts": {tokenize|forward|pool: {p50_ns, mean_ns}}}`` when the embedder split
+    the stage (MiniLM), else ``{}``."""
+    parts = [r.embed_parts for r in recs if r.embed_parts is not None]
+    if not parts:
+        return {}
+    a = np.asarray(parts, dtype=np.int64)
+    return {
+        "embed_parts": {
+            name: {"p50_ns": int(np.median(a[:, j])), "mean_ns": int(a[:, j].mean())}
+            for j, name in enumerate(EMBED_PARTS)
+        }
+    }
 
 
 def connection_ns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray] | None:

@@ -27,7 +27,13 @@ from ..rerankers.texts import exact_hit_scores
 from ..transports import FarSide, Transport
 from ..types import Hit, RetrievalResult
 from .cache import LruTtlCache
-from .capabilities import RanksTexts, SplitsSearch, SupportsAsyncFirstToken, SupportsAsyncSend
+from .capabilities import (
+    RanksTexts,
+    SplitsEmbed,
+    SplitsSearch,
+    SupportsAsyncFirstToken,
+    SupportsAsyncSend,
+)
 from .context import RequestContext
 
 __all__ = [
@@ -69,13 +75,19 @@ class Stage(Protocol):
 
 
 class EmbedStage:
+    """The query's vector; an embedder that times its parts (MiniLM) leaves
+    ``ctx.embed_parts`` = (tokenize, forward, pool) ns."""
+
     name = "embed"
 
     def __init__(self, embedder: Embedder) -> None:
         self._embed = embedder.embed
+        self._parts = embedder.last_parts if isinstance(embedder, SplitsEmbed) else None
 
     def __call__(self, ctx: RequestContext) -> None:
         ctx.query_vector = self._embed([ctx.query])
+        if self._parts is not None:
+            ctx.embed_parts = self._parts()
 
 
 class RetrieveStage:
