@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ragbench import reading
@@ -329,3 +330,111 @@ def test_compare_records_and_shows_every_engines_search_threads(tmp_path: Path, 
     assert got == {"hnsw": 1, "qdrant-edge": 1}
     (title,) = [ln for ln in stdout.splitlines() if ln.startswith("side by side")]
     assert title.endswith("; search threads per query: 1")
+
+
+# ---------------------------------------------------------------- determinism, checked
+
+
+def _build_cases() -> list[tuple[str, dict[str, Any]]]:
+    from ragbench import indexes
+
+    cases = [(name, {}) for name in indexes.names()]
+    return cases + [("pgvector", {"index": "flat"})]
+
+
+#: The backends whose one-thread builds are known to differ (their records say so).
+NOT_REPRODUCIBLE = {("chroma", ""), ("pgvector", "")}
+
+
+@pytest.mark.parametrize(
+    ("name", "build"), _build_cases(), ids=lambda v: v if isinstance(v, str) else str(v or "")
+)
+def test_a_backend_called_deterministic_builds_the_same_index_twice(
+    name: str, build: dict[str, Any], monkeypatch, tmp_path: Path
+) -> None:
+    """Two one-thread builds of the same data (through ragbench.indexes.builds, as every driver
+    builds): identical ids and scores when the record says ``deterministic: true``."""
+    # two real builds: no index cache (a slow build would be saved, the second one loaded)
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RAGBENCH_INDEX_CACHE_MIN_S", "inf")
+    import numpy as np
+    from pgshared import params as pg_params
+
+    from ragbench import indexes
+    from ragbench.indexes import builds
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((3000, 32)).astype(np.float32)
+    Q = rng.standard_normal((60, 32)).astype(np.float32)
+    texts = [f"doc {i} alpha{i % 37} beta{i % 11} gamma{i % 5}" for i in range(3000)]
+    results, claims = [], set()
+    for _ in range(2):
+        idx = indexes.create(name, dim=32, **build, **pg_params(name))
+        data, queries = (texts, texts[:60]) if idx.input_kind == "texts" else (X, Q)
+        built = builds.build(idx, data)
+        assert not built.index.build_record.get("cached")
+        claims.add(bool(built.index.build_record["deterministic"]))
+        results.append(built.index.search(queries, 10))
+        close = getattr(built.index, "close", None)
+        if callable(close):
+            close()
+    (claim,) = claims
+    if (name, build.get("index", "")) in NOT_REPRODUCIBLE:
+        assert claim is False  # and a record of it says "deterministic: false"
+        return
+    assert claim is True, f"{name} no longer claims reproducible builds: add it to the set"
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_chroma_builds_do_differ_so_it_is_not_called_deterministic() -> None:
+    """The reason chroma is in NOT_REPRODUCIBLE: the same rows twice give other neighbours."""
+    import numpy as np
+
+    from ragbench import indexes
+    from ragbench.indexes import builds
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((3000, 32)).astype(np.float32)
+    Q = rng.standard_normal((60, 32)).astype(np.float32)
+    ids = []
+    for _ in range(2):
+        idx = indexes.create("chroma", dim=32, ef_search=10)
+        ids.append(builds.build(idx, X).index.search(Q, 10)[0])
+        idx.close()
+    assert not np.array_equal(ids[0], ids[1])
+
+
+@pytest.mark.parametrize(
+    ("name", "grid"),
+    [
+        ("chroma", ["ef=8,128"]),
+        ("lancedb", ["nprobes=1,4", "refine_factor=0,2"]),
+        ("hnsw", ["ef=8,128"]),
+    ],
+)
+def test_a_query_parameter_sweep_builds_once(
+    name: str, grid: list[str], tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from ragbench import indexes
+
+    cls = type(indexes.create(name, dim=32))
+    built: list[int] = []
+    real = cls.build
+
+    def counted(self: Any, data: Any) -> None:
+        built.append(1)
+        real(self, data)
+
+    monkeypatch.setattr(cls, "build", counted)
+    out = tmp_path / "s.jsonl"
+    argv = ["sweep", *SYN, "--index", name, *[a for g in grid for a in ("--param", g)]]
+    code, stdout, err = cli(capsys, *argv, "--out", str(out))
+    assert code == 0, err
+    recs = _records(out)
+    assert len(recs) == np.prod([len(g.split("=")[1].split(",")) for g in grid]) >= 2
+    assert len(built) == 1  # one build, every query-parameter point measured on it
+    if name == "chroma":  # and the ef asked for is the one searched with
+        low, high = sorted(recs, key=lambda r: r["query"]["ef"])
+        assert low["recall"] < high["recall"]
+        assert all(r["build_info"]["deterministic"] is False for r in recs)

@@ -35,7 +35,10 @@ never cached (they are not the same index twice).
 
 A backend says what it can promise: ``build_deterministic`` False (pgvector's
 ``hnsw`` and ``ivfflat``: their random draws are not seedable from SQL) makes
-the record say ``deterministic: false`` even on one thread, and
+the record say ``deterministic: false`` even on one thread (Chroma, whose
+one-thread builds of the same rows differ, says the same) and keeps the
+backend out of the cache (a loaded build would claim to be the one every
+run gets), and
 ``build_cacheable`` False (pgvector: a saved index is its rows, so a "load"
 is a rebuild on the server, no faster and not the same graph) keeps the
 backend out of the cache: every build is a real build, ``cached: false``
@@ -119,7 +122,10 @@ def build(index: Any, data: Any, *, fast: bool = False, source: str | None = Non
     loaded from the cache (same backend, parameters and data).
     """
     deterministic = not fast
-    entry = _entry_dir(index, data, deterministic) if deterministic else None
+    # only a build that is the same index twice is cached: one thread, and a backend that
+    # can promise it (Chroma's one-thread builds differ; a cached one read "deterministic")
+    same_twice = deterministic and bool(getattr(index, "build_deterministic", True))
+    entry = _entry_dir(index, data, deterministic) if same_twice else None
     if entry is not None and entry.is_dir():
         loaded = _load_cached(index, data, entry)
         if loaded is not None:
@@ -134,7 +140,7 @@ def build(index: Any, data: Any, *, fast: bool = False, source: str | None = Non
         if used != before:
             set_threads(before)
     record = {
-        "deterministic": deterministic and bool(getattr(index, "build_deterministic", True)),
+        "deterministic": same_twice,
         "threads": used,
         "seed": dict(index.build_params).get("seed"),
         "cached": False,

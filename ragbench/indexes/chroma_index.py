@@ -11,12 +11,26 @@ ids are strings: row position ``i`` is stored as ``str(i)`` and read back
 into int64 arrays.
 
 Build parameters (ragbench's names): ``M`` (Chroma ``max_neighbors``,
-default 16), ``ef_construction`` (default 100), ``ef_search`` (default 64).
-Chroma takes ``ef_search`` at collection creation: in chromadb 1.5.9 a later
+default 16), ``ef_construction`` (default 100), ``ef_search`` (default 64:
+the collection's ``ef_search`` at creation). Query parameter: ``ef`` (the
+name every HNSW backend uses; default ``None``: the collection's
+``ef_search`` as built). In chromadb 1.5.9
 ``Collection.modify(configuration={"hnsw": {"ef_search": ...}})`` is
-recorded but not applied to the loaded index (measured; the HNSW index
-reads it when it is loaded), so it is a build parameter here and there are
-no query parameters.
+recorded but not applied to the loaded index: the HNSW index reads it when
+it is loaded (measured: recall 0.405 at 10 stayed 0.405 after modify to
+200, and read 0.991 once the folder was opened again). So a search with
+another ``ef`` modifies the collection and opens a copy of its folder with a
+new client (tens of milliseconds at 8 000 rows, a folder copy at any size),
+the old client closed and its folder removed: a sweep over ``ef`` measures
+one build, never a rebuild per value. Searches with the same ``ef`` never
+reload; do not search one index with different ``ef`` from several threads
+at once (a reload closes the collection the others are reading).
+
+Builds are not reproducible: two one-thread builds of the same rows in the
+same order give different graphs (tests/test_fair_comparisons.py; 100k ×
+384 rebuilt at ``ef_search`` 40 read recall 0.924 and 0.951), so
+``build_deterministic`` is False: records say ``deterministic: false`` and
+the index cache keeps no Chroma build.
 
 Metrics: ``ip`` → Chroma ``ip`` (distance ``1 - dot``, measured),
 ``cosine`` → ``cosine`` (``1 - cos``; the corpus is normalized at build),
@@ -39,6 +53,10 @@ build). A batch is one Chroma call.
 from __future__ import annotations
 
 import os
+import shutil
+import threading
+import warnings
+import weakref
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,6 +68,7 @@ from ._common import F32, I64
 from ._engine import (
     FolderEngineIndex,
     check_graph_params,
+    close_and_remove,
     extract_tar,
     import_engine,
     in_new_folder,
@@ -88,7 +107,9 @@ class ChromaIndex(FolderEngineIndex):
     library: ClassVar[str] = "chromadb"
     payload_format: ClassVar[str] = "chroma persistent folder (tar)"
     build_defaults: ClassVar[dict[str, Any]] = {"M": 16, "ef_construction": 100, "ef_search": 64}
-    query_defaults: ClassVar[dict[str, Any]] = {}
+    query_defaults: ClassVar[dict[str, Any]] = {"ef": None}
+    #: Two builds of the same rows differ (see the module docstring).
+    build_deterministic: ClassVar[bool] = False
     filter_strategies: ClassVar[tuple[str, ...]] = ("post", "in-graph")
     default_strategy: ClassVar[str] = "in-graph"
     delete_mode: ClassVar[str | None] = "mark"
@@ -98,9 +119,18 @@ class ChromaIndex(FolderEngineIndex):
         self._client: Any = None
         self._collection: Any = None
         self._query: Any = None
+        # the ef_search the open collection searches with; reloads take the lock
+        self._ef: int = int(self.build_params["ef_search"])
+        self._ef_lock = threading.Lock()
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return check_graph_params(f"index {self.name!r}", params, "ef_construction", "ef_search")
+
+    def _check_query_value(self, name: str, value: Any) -> Any:
+        return None if value is None else super()._check_query_value(name, value)
+
+    def _compile_query(self, params: dict[str, Any]) -> Any:
+        return params["ef"]  # None: the collection's ef_search as it is
 
     def _configuration(self) -> dict[str, Any]:
         p = self.build_params
@@ -146,15 +176,50 @@ class ChromaIndex(FolderEngineIndex):
     def _set_collection(self, collection: Any) -> None:
         self._collection = collection
         self._query = collection.query
+        hnsw = (collection.configuration_json or {}).get("hnsw") or {}
+        self._ef = int(hnsw.get("ef_search") or self.build_params["ef_search"])
+
+    def _use_ef(self, ef: int) -> None:
+        """Search with ``ef_search = ef`` from now on: modify, then open a copy of the folder.
+
+        Chroma applies a modified ``ef_search`` only when it loads the HNSW
+        index, and a client on the same path reuses the loaded one; a client on
+        a copy of the folder loads it afresh. The old client is closed and its
+        folder removed.
+        """
+        with self._ef_lock:
+            if ef == self._ef or self._folder is None:
+                return
+            with warnings.catch_warnings():
+                # modify reads the stored configuration, whose embedding function (None)
+                # Chroma calls "legacy" with a DeprecationWarning
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._collection.modify(configuration={"hnsw": {"ef_search": ef}})
+            source = os.path.join(self._folder, "db")
+
+            def copy(folder: str) -> Any:
+                shutil.copytree(source, os.path.join(folder, "db"))
+                return _client(os.path.join(folder, "db"))
+
+            client, folder = in_new_folder("ragbench-chroma-", copy)
+            old, self._finalizer = self._finalizer, None
+            self._folder = folder
+            self._finalizer = weakref.finalize(self, close_and_remove, client, folder)
+            self._client = client
+            self._set_collection(client.get_collection(_COLLECTION, embedding_function=None))
+            if old is not None:
+                old()
 
     def _drop_handles(self) -> None:
         self._client = self._collection = self._query = None
 
-    # -- search (EngineIndex.search: no query parameters, ef_search is built in) ------
+    # -- search (EngineIndex.search; ``compiled`` is the ef asked for, or None) ---------
 
     def _raw_search(
         self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
+        if compiled is not None and compiled != self._ef:
+            self._use_ef(compiled)
         if allow is None:
             found = self._query(query_embeddings=q, n_results=k, include=_INCLUDE)
         else:
