@@ -438,3 +438,16 @@ def test_a_query_parameter_sweep_builds_once(
         low, high = sorted(recs, key=lambda r: r["query"]["ef"])
         assert low["recall"] < high["recall"]
         assert all(r["build_info"]["deterministic"] is False for r in recs)
+
+
+def test_an_engine_that_cannot_be_limited_says_so_in_the_header(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "s.jsonl"
+    argv = ["sweep", "--dataset", "synthetic", "--n", "500", "--dim", "16", "--queries", "10"]
+    argv += ["--index", "hnsw,lancedb", "--out", str(out)]
+    code, stdout, err = cli(capsys, *argv)
+    assert code == 0, err
+    assert {(r["index"], r["search_threads"]) for r in _records(out)} == {
+        ("hnsw", 1),
+        ("lancedb", None),
+    }
+    assert "; search threads per query: 1, except lancedb not limited" in stdout

@@ -73,7 +73,10 @@ result), in ns.
 
 Threads: searches may run from many threads at once (LanceDB's table is
 shared; each call runs on LanceDB's own runtime); a batch is one LanceDB
-call with one query vector per row.
+call with one query vector per row. How many threads one query's search
+uses is LanceDB's (its Rust runtime and pools; ragbench's thread setting
+does not size them): ``search_thread_count()`` is ``None``, and tables say
+"not limited" on its row.
 """
 
 from __future__ import annotations
@@ -472,6 +475,10 @@ class LanceDbIndex(WhereSearch, FolderEngineIndex):
         self._table.delete(_id_list(positions))
 
     # -- facts, files -----------------------------------------------------------------
+
+    def search_thread_count(self) -> None:
+        """``None``: LanceDB's own runtime and pools search, not sized by ragbench."""
+        return None
 
     def extra_info(self) -> dict[str, Any]:
         return {
