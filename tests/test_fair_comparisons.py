@@ -451,3 +451,13 @@ def test_an_engine_that_cannot_be_limited_says_so_in_the_header(tmp_path: Path, 
         ("lancedb", None),
     }
     assert "; search threads per query: 1, except lancedb not limited" in stdout
+
+
+def test_a_codec_ranking_says_it_measures_the_stage_not_the_library(capsys) -> None:
+    argv = ["compare", "--dataset", "synthetic", "--n", "500", "--dim", "16", "--queries", "10"]
+    code, stdout, err = cli(capsys, *argv, "--codec", "json,protobuf")
+    assert code == 0, err
+    lines = stdout.splitlines()
+    ranked = next(i for i, ln in enumerate(lines) if ln.startswith("codec (serialize + "))
+    assert lines[ranked + 1 :].index(reading.runs.CODEC_NOTE) <= 1  # right under it
+    assert "library calls alone" in reading.runs.CODEC_NOTE

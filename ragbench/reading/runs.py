@@ -24,6 +24,7 @@ from .common import (
 
 __all__ = [
     "AXES",
+    "CODEC_NOTE",
     "SAME_RECALL",
     "candidates_note",
     "recall_gap_note",
@@ -174,7 +175,19 @@ def _axis_lines(
             else "run with more --queries"
         )
         lines.append(f"WARNING: the {plural}' differences are within noise; {how}")
+    if what == "codec":
+        lines.append(CODEC_NOTE)
     return lines
+
+
+#: What a codec ranking measures (the reading says it under every codec ranking).
+CODEC_NOTE = (
+    "codec: measured as ragbench's serialize + deserialize stages, as a pipeline runs them "
+    "(building its payload objects, its checks, and the library call), work every codec "
+    "shares, so the ratio is that of the stages, not of the libraries' own round trips: "
+    "`bench/test_bench_codecs.py` times the library calls alone on the same payload (its "
+    "`floor` and `hand` baselines), where the ratio between codecs can be much larger"
+)
 
 
 def _varied(
