@@ -461,3 +461,35 @@ def test_a_codec_ranking_says_it_measures_the_stage_not_the_library(capsys) -> N
     ranked = next(i for i, ln in enumerate(lines) if ln.startswith("codec (serialize + "))
     assert lines[ranked + 1 :].index(reading.runs.CODEC_NOTE) <= 1  # right under it
     assert "library calls alone" in reading.runs.CODEC_NOTE
+
+
+def test_the_engines_table_says_when_compare_and_sweep_read_other_queries(tmp_path: Path) -> None:
+    run = {
+        "schema": "ragbench.run/1",
+        "kind": "run",
+        "label": "hnsw+ef=20",
+        "dataset": {"name": "d"},
+        "config": {"run": {"queries": 120}},
+        "requests": 3,
+        "recall_at_k": 0.95,
+        "recall_p10": 0.9,
+        "setup_s": {"index_build": 1.0},
+        "summary": {"retrieve": {"p50_us": 200.0, "p50_us_ci": [190, 210], "p99_us": 300.0}},
+        "samples_ns": {"retrieve": [100_000, 200_000, 300_000]},
+        "info": {"index": {"backend": "hnsw", "params": {}, "build": {"deterministic": True}}},
+    }
+    sweep = [
+        {"schema": "ragbench.sweep/1", "queries": 100, **_point("hnsw", p.recall, p.p50_us, 1.0)}
+        for p in PLANTED
+    ]
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
+    (tmp_path / "sweep.jsonl").write_text("\n".join(map(json.dumps, sweep)) + "\n")
+    hooks = _hooks()
+    text = hooks.expand("<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path)
+    assert "NOT the same queries: the sweep measured the dataset's first 100 queries, " in text
+    assert "the compare its first 120" in text
+    run["config"]["run"]["queries"] = 100
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
+    assert "NOT the same queries" not in hooks.expand(
+        "<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path
+    )

@@ -785,6 +785,8 @@ def engines_markdown(page_dir: Path, args: str) -> str:
     source = f"`{run_file}`" + "".join(f", memory from `{f}`" for f in sweep_files)
     first = ((runs[0].get("info") or {}).get("index") or {}).get("backend")
     iso = _iso_recall_markdown(sweeps, str(first), sweep_files)
+    if iso:
+        iso += _query_set_note(runs, sweeps)
     return "\n".join(
         [
             _table(ENGINE_COLUMNS, rows),
@@ -828,6 +830,24 @@ def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[s
             "recall; these are sweep times (one search call at a time, back to back), not the "
             "retrieve stage above.",
         ]
+    )
+
+
+def _query_set_note(runs: list[dict[str, Any]], sweeps: list[dict[str, Any]]) -> str:
+    """A sentence when the compare and the sweep read different query sets (their first N
+    queries of the same dataset, N unequal): the same point then shows another recall."""
+    ran = {((r.get("config") or {}).get("run") or {}).get("queries") for r in runs}
+    swept = {r.get("queries") for r in sweeps if r.get("strategy") is None}
+    ran.discard(None)
+    swept.discard(None)
+    if not ran or not swept or ran == swept:
+        return ""
+    n_run = "/".join(str(n) for n in sorted(ran))
+    n_sweep = "/".join(str(n) for n in sorted(swept))
+    return (
+        f" NOT the same queries: the sweep measured the dataset's first {n_sweep} queries, "
+        f"the compare its first {n_run}, so one engine at one setting reads another recall "
+        "in each table; re-measure both on one query set."
     )
 
 
