@@ -323,23 +323,23 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def summary(path: Path) -> list[dict[str, Any]]:
-    """Per job (design, runs, queries, repeat): A/A pairs passed and planted slowdowns caught."""
-    groups: dict[tuple[str, int, int, int, int], dict[str, Any]] = {}
+    """Per job (design, runs, queries, repeat) and diff.py: A/A pairs passed, slowdowns caught."""
+    groups: dict[tuple[str, int, int, int, int, str], dict[str, Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
-        # the first trials, before the field, ran the alternated (ABBA) job
+        diff_py = f"{rec['diff_py_commit']}{'+edits' if rec['diff_py_edited'] else ''}"
         key = (
-            rec.get("design", "alternated"),
+            rec["design"],
             rec["runs"],
             rec["queries"],
             rec["repeat"],
             rec["prefix_of"] or 0,
+            diff_py,  # another diff.py is another verdict rule: counted apart
         )
         g = groups.setdefault(
             key, {"aa": [0, 0], "planted": [0, 0], "load": [], "slowdown": 0, "when": []}
         )
         g["when"].append(rec["when"])
-        g["diff"] = f"{rec['diff_py_commit']}{'+edits' if rec['diff_py_edited'] else ''}"
         g[rec["kind"]][0] += rec["passed"]
         g[rec["kind"]][1] += 1
         g["load"] += [rec["load_before"], rec["load_after"]]
@@ -360,25 +360,32 @@ def summary(path: Path) -> list[dict[str, Any]]:
             "load_max": max(g["load"]),
             "first": min(g["when"]),
             "last": max(g["when"]),
-            "diff_py": g["diff"],
+            "diff_py": diff_py,
         }
-        for (dsg, runs, q, rep, of), g in sorted(groups.items())
+        for (dsg, runs, q, rep, of, diff_py), g in sorted(groups.items())
     ]
 
 
 def summary_markdown(path: Path) -> str:
     """:func:`summary` as a Markdown table (the docs site's ``<!-- gen: detection FILE -->``)."""
     header = "| job | runs per side | queries × repeat | A/A pairs passed | "
-    header += "planted slowdown caught | load average (1 min) | measured (UTC) | diff.py |"
-    lines = [header, "| " + " | ".join("---" for _ in range(8)) + " |"]
+    header += "planted slowdown caught | load average (1 min) | measured (UTC) | diff.py | "
+    header += "the page's job |"
+    lines = [header, "| " + " | ".join("---" for _ in range(9)) + " |"]
+    steps = ci_steps()
+    sizes = next(s.env for s in steps if s.env)
+    page_job = (design(steps), *(int(sizes[k]) for k in ("RUNS", "QUERIES", "REPEAT")))
     for r in summary(path):
         of = f" (the first {r['runs']} of {r['prefix_of']})" if r["prefix_of"] else ""
+        job = (r["design"], r["runs"], r["queries"], r["repeat"])
+        mine = "**this one**" if job == page_job and not r["prefix_of"] else ""
         lines.append(
             f"| {r['design']} | {r['runs']}{of} | {r['queries']} × {r['repeat']} | "
             f"{r['aa_passed']} of {r['aa_trials']} | "
             f"{r['caught']} of {r['planted_trials']} ({r['slowdown']:.0%}) | "
             f"{r['load_min']:.1f}–{r['load_max']:.1f} | "
-            f"{r['first'][:16].replace('T', ' ')}–{r['last'][11:16]} | `{r['diff_py']}` |"
+            f"{r['first'][:16].replace('T', ' ')}–{r['last'][11:16]} | `{r['diff_py']}` | "
+            f"{mine} |"
         )
     return "\n".join(lines)
 
