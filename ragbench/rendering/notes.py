@@ -194,28 +194,13 @@ def filter_note(filt: Mapping[str, Any]) -> str:
 
 
 def retrieve_parts_note(rec: Mapping[str, Any] | RunRecord) -> str | None:
-    """The stages' parts a run recorded, one line each, or ``None``.
-
-    ``retrieve p50 split (the index's client): send 12 µs, server 480 µs, decode 9 µs``
-    for an index behind a client; ``embed p50 split (minilm onnx): tokenize 40 µs,
-    forward 5,100 µs, pool 12 µs; forward dominates`` for an embedder that splits its stage.
-    """
+    """``retrieve p50 split: send 12 µs, server 480 µs, decode 9 µs`` for an index behind a client."""
     run = read_struct(rec, RunRecord)
-    info = run.info or {}
-    label = run.label or "run"
-    lines = []
-    parts = info.get("retrieve_parts")
-    if parts:
-        text = ", ".join(f"{name} {parts[name]['p50_ns'] / 1e3:,.1f} µs" for name in parts)
-        lines.append(f"{label}: retrieve p50 split (the index's client): {text}")
-    embed = info.get("embed_parts")
-    if embed:
-        text = ", ".join(f"{name} {embed[name]['p50_ns'] / 1e3:,.1f} µs" for name in embed)
-        top = max(embed, key=lambda name: embed[name]["p50_ns"])
-        runtime = (info.get("embedder_info") or {}).get("runtime")
-        what = f"{info.get('embedder', 'embedder')} {runtime}" if runtime else "the embedder"
-        lines.append(f"{label}: embed p50 split ({what}): {text}; {top} dominates")
-    return "\n".join(lines) or None
+    parts = (run.info or {}).get("retrieve_parts")
+    if not parts:
+        return None
+    text = ", ".join(f"{name} {parts[name]['p50_ns'] / 1e3:,.1f} µs" for name in parts)
+    return f"{run.label or 'run'}: retrieve p50 split (the index's client): {text}"
 
 
 def _build_of(rec: Record) -> Mapping[str, Any] | None:
