@@ -69,6 +69,7 @@ __all__ = [
     "iter_records",
     "read_benchmark_runs",
     "records_of",
+    "without_secrets",
 ]
 
 RUN_SCHEMA = schema_name("run")
@@ -152,13 +153,33 @@ def jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+def without_secrets(obj: Any) -> Any:
+    """``obj`` (JSON types) with the password of every ``dsn`` value redacted (``***``).
+
+    A database server's connection string (``[retrieve] dsn``, pgvector's
+    ``dsn`` build parameter) may hold a password; no record keeps it.
+    """
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            if key == "dsn" and isinstance(value, str):
+                from .indexes._pg_conn import redact  # only when a record names a server
+
+                value = redact(value)
+            out[key] = without_secrets(value)
+        return out
+    if isinstance(obj, list):
+        return [without_secrets(v) for v in obj]
+    return obj
+
+
 def append_record(path: str | PathLike[str], record: Mapping[str, Any]) -> None:
     """Append one JSON line and flush it to disk, so an interrupted run keeps what it finished.
 
     All or nothing: a write that fails (a full disk) leaves the file as it
     was and raises the ``OSError``.
     """
-    plain = jsonable(record)
+    plain = without_secrets(jsonable(record))
     try:
         validate(plain)  # written through its kind's schema
     except RecordError as exc:

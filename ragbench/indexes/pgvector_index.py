@@ -8,12 +8,22 @@ Two ways to get a server:
   when the index is garbage-collected, at exit, or when ragbench dies (see
   :mod:`ragbench.indexes._pg_server`; as root, it runs as ``ragbench-pg``);
 - ``dsn="postgresql://..."`` connects to an existing server and leaves it as
-  it found it: one table of its own (``ragbench_<pid>_<random>``, or the
-  ``table`` parameter, which must not exist yet), dropped at close; the
-  ``vector`` extension is created only if missing, and then dropped again
-  at close if nothing else uses it. The connection, the extension and the
-  table name are checked when the index is created, before any data is
-  embedded.
+  it found it: one table of its own in the current schema, always named
+  schema-qualified (``ragbench_<pid>_<random>``, or the ``table`` parameter,
+  which must not exist yet, start with ``pg_`` or name a catalog relation),
+  commented with the run that made it, dropped at close; the ``vector``
+  extension is created only if missing, marked as ragbench's, and dropped by
+  whichever ragbench run closes last. The connection, the extension (and
+  whether the role may create it), the schema (and the role's ``CREATE`` on
+  it) and the table name are checked when the index is created, before any
+  data is embedded. docs/vectordb.md says what a killed run leaves.
+
+Timeouts (build parameters, seconds): ``connect_timeout`` (10),
+``statement_timeout`` (60: each search and write, PostgreSQL's own and a
+watchdog's), ``build_timeout`` (3600: the whole build). A server that stops
+answering is given up on ``GRACE`` seconds past the limit: the watchdog
+shuts the connection's socket and the call raises
+:class:`~ragbench.errors.IndexServerError` naming the limit.
 
 Build parameters: ``index`` (``hnsw`` with ``M`` and ``ef_construction``,
 pgvector's ``m``/``ef_construction``; ``ivfflat`` with ``lists``; ``flat``:
@@ -135,12 +145,16 @@ class PgvectorIndex(PgvectorBase):
         terms: tuple[Term, ...] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         psycopg = _psycopg()
+        c = None
         try:
             c = self._conn()
             return self._run_rows(c, q, k, compiled, allow, terms)
         except psycopg.Error as exc:
             self._local.c = None
-            raise self._server_error(exc) from None
+            raise self._server_error(exc, c) from None
+        finally:
+            if c is not None:
+                c.since = 0  # out of the watchdog's sight
 
     def _filter_args(
         self, c: Conn, allow: np.ndarray | None, terms: tuple[Term, ...] | None, nq: int
@@ -170,6 +184,7 @@ class PgvectorIndex(PgvectorBase):
         t0 = _perf()
         last = c.last
         if last is None or last[0] is not compiled or last[1] != k:
+            c.since = t0
             self._settle(c, compiled, k)  # SET what differs; the limits of this (params, k)
         sort, limit, cand = c.plan
         cur, prepare = c.cur, self.build_params["prepare"]
@@ -182,7 +197,7 @@ class PgvectorIndex(PgvectorBase):
             vec = VectorParam(wire.vector_value(q[r]))
             args: list[Any] = [vec, *extra]
             args += [limit] if cand is None else [vec, cand, limit]
-            t2 = _perf()
+            t2 = c.since = _perf()  # the watchdog's start: a silent server is given up on
             cur.execute(sql, args, prepare=prepare)
             t3 = _perf()
             rows = cur.fetchall()
@@ -230,27 +245,36 @@ class PgvectorIndex(PgvectorBase):
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
         psycopg = _psycopg()
+        c = None
         try:
-            self._copy(self._conn().conn, positions, vectors)
+            c = self._conn()
+            with self._state.busy(c):
+                self._copy(c.conn, positions, vectors)
         except psycopg.Error as exc:
-            raise self._server_error(exc) from None
+            self._local.c = None
+            raise self._server_error(exc, c) from None
 
     def _lib_delete(self, positions: np.ndarray) -> None:
         from psycopg import sql
 
         psycopg = _psycopg()
-        stmt = sql.SQL("DELETE FROM {} WHERE id = ANY(%b)").format(sql.Identifier(self._table))
+        stmt = sql.SQL("DELETE FROM {} WHERE id = ANY(%b)").format(pgsql.table_ident(self._qtable))
+        c = None
         try:
-            self._conn().cur.execute(stmt, [IdsParam(wire.id_array(positions))])
+            c = self._conn()
+            with self._state.busy(c):
+                c.cur.execute(stmt, [IdsParam(wire.id_array(positions))])
         except psycopg.Error as exc:
-            raise self._server_error(exc) from None
+            self._local.c = None
+            raise self._server_error(exc, c) from None
 
     def _read_vectors(self, space: IdSpace) -> np.ndarray:
         """float32 ``(n_pos, dim)``: the rows copied out with binary ``COPY`` (deleted: zeros)."""
 
-        stmt = pgsql.copy_sql(self._table, (), "TO STDOUT")
+        stmt = pgsql.copy_sql(self._qtable, (), "TO STDOUT")
         buf = bytearray()
-        with self._conn().conn.cursor().copy(stmt) as copy:
+        c = self._conn()
+        with self._state.busy(c), c.conn.cursor().copy(stmt) as copy:
             for chunk in copy:
                 buf += chunk
         ids, vecs = wire.read_copy_rows(bytes(buf), self.dim)
@@ -274,14 +298,17 @@ class PgvectorIndex(PgvectorBase):
         if self._space is None:
             raise self._not_built()
         psycopg = _psycopg()
+        c = None
         try:
-            row = (
-                self._conn()
-                .conn.execute("SELECT pg_total_relation_size(%s::regclass)", (self._table,))
-                .fetchone()
-            )
+            c = self._conn()
+            name = pgsql.table_ident(self._qtable).as_string(c.conn)
+            with self._state.busy(c):
+                row = c.conn.execute(
+                    "SELECT pg_total_relation_size(%s::regclass)", (name,)
+                ).fetchone()
         except psycopg.Error as exc:
-            raise self._server_error(exc) from None
+            self._local.c = None
+            raise self._server_error(exc, c) from None
         return int(row[0])
 
     def library_version(self) -> str:
@@ -299,6 +326,7 @@ class PgvectorIndex(PgvectorBase):
             "pgvector_version": self._versions.get("pgvector"),
             "psycopg_version": self._versions["psycopg"],
             "table": self._table,
+            "schema": self._schema,
             "prepare": self.build_params["prepare"],
             "connections": len(state.conns),
             "filter_path": self.filter_path,
