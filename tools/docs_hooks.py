@@ -792,7 +792,9 @@ def engines_markdown(page_dir: Path, args: str) -> str:
             _table(ENGINE_COLUMNS, rows),
             "",
             f"From {source}: {', '.join(datasets)}, {runs[0].get('requests')} requests per row, "
-            f"builds {how.get(frozenset(builds), 'mixed')}; recorded {runs[0].get('time', '?')}.",
+            f"builds {how.get(frozenset(builds), 'mixed')}; recorded {runs[0].get('time', '?')}"
+            + _threads_of(runs)
+            + ".",
             *(["", iso] if iso else []),
         ]
     )
@@ -831,6 +833,19 @@ def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[s
             "retrieve stage above.",
         ]
     )
+
+
+def _threads_of(runs: list[dict[str, Any]]) -> str:
+    """``; search threads per query: 1`` from the runs' index info ("" for older records)."""
+    from ragbench.rendering.search_threads import search_threads_text
+
+    by = {}
+    for r in runs:
+        index = (r.get("info") or {}).get("index") or {}
+        if "search_threads" in index:
+            by.setdefault(str(index.get("backend")), index["search_threads"])
+    text = search_threads_text(by)
+    return f"; {text}" if text else "; search threads per query not recorded (older records)"
 
 
 def _query_set_note(runs: list[dict[str, Any]], sweeps: list[dict[str, Any]]) -> str:
