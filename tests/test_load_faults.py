@@ -575,3 +575,26 @@ def test_ctrl_c_mid_level_of_asyncio_workers_ends_them_without_a_traceback(start
     assert run.wait(timeout=30) == 130, run.stderr
     run.no_process_left(within_s=20)
     assert _lines(run) == ["ragbench: interrupted; records already written are kept"]
+
+
+@pytest.mark.integration
+def test_an_offload_process_stopped_in_a_pool_of_two_is_not_left_behind(started) -> None:
+    # one worker on two cores: two offload processes; the stopped one may hold a request of
+    # the level (then its worker is stuck: exit 1) or none (the other serves them all: exit 0)
+    run = started(*_levels("--qps", "100,100", "--workers", "1", *ASYNC))
+    run.first_level_done()
+    victim = run.offload_processes()[0]
+    time.sleep(0.3)
+    os.kill(victim, signal.SIGSTOP)
+    code = run.wait(timeout=60)
+    recs = _records(run.out)
+    assert len(recs) == 2, run.stderr
+    _counts_add_up(recs[1])
+    if code == 1:
+        assert recs[1]["stuck_workers"] == [0]
+        _one_fault_line(run, f"its process {victim} stopped (SIGSTOP)")
+    else:
+        assert code == 0 and recs[1]["failed"] == 0, run.stderr
+    # either way it is killed at the end, not left behind stopped
+    assert not _alive(victim)
+    run.no_process_left()
