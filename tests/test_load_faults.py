@@ -598,3 +598,23 @@ def test_an_offload_process_stopped_in_a_pool_of_two_is_not_left_behind(started)
     # either way it is killed at the end, not left behind stopped
     assert not _alive(victim)
     run.no_process_left()
+
+
+@pytest.mark.integration
+def test_an_asyncio_worker_killed_in_a_closed_loop_level_is_named_and_exits_1(started) -> None:
+    run = started(*_levels("--concurrency", "2,2,2", "--workers", "2", "--worker-kind", "asyncio"))
+    run.first_level_done()
+    victim = run.workers()[0]
+    time.sleep(0.3)
+    os.kill(victim, signal.SIGKILL)
+    code = run.wait(timeout=60)
+    assert code == 1, run.stderr
+    recs = _records(run.out)
+    assert len(recs) == 2
+    hit = recs[1]
+    _counts_add_up(hit)
+    # its two clients' requests went with it (one failed request each); the other loop's went on
+    assert hit["failed"] >= 2 and hit["completed"] > 0 and len(hit["dead_workers"]) == 1
+    assert f"pid {victim}" in hit["generator_note"] and "SIGKILL" in hit["generator_note"]
+    _one_fault_line(run, f"pid {victim}")
+    run.no_process_left()
