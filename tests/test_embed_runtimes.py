@@ -242,3 +242,31 @@ def test_compare_embeds_the_corpus_with_the_runtime(
     assert events and not any(e.get("shipped") for e in events)
     # exact search over this runtime's own vectors finds what the runtime's queries ask
     assert rec["recall_at_k"] == 1.0
+
+
+def test_compare_puts_the_runtimes_side_by_side(folder: Path, tmp_path: Path) -> None:
+    """``--embed-runtime`` is an axis: one row per runtime, interleaved like every compare axis,
+    each embedding the corpus with its own runtime."""
+    out = tmp_path / "runs.jsonl"
+    proc = _cli(
+        "compare", "--dataset", str(folder), "--embed", "minilm",
+        "--embed-runtime", "torch,onnx,onnx-int8", "--index", "flat", "--rerank", "none",
+        "--queries", "4", "--warmup", "1", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["label"] for r in recs] == ["embed=torch", "embed=onnx", "embed=onnx-int8"]
+    assert [r["info"]["embedder_info"]["runtime"] for r in recs] == ["torch", "onnx", "onnx-int8"]
+    assert all(r["info"]["embed_parts"]["forward"]["p50_ns"] > 0 for r in recs)
+    for runtime in ("torch", "onnx", "onnx-int8"):
+        assert f"embed={runtime}: embed p50 split: tokenize" in proc.stdout
+
+
+def test_an_unknown_runtime_in_the_axis_is_refused_before_set_up(folder: Path) -> None:
+    proc = _cli(
+        "compare", "--dataset", str(folder), "--embed", "minilm",
+        "--embed-runtime", "torch,tensorrt", "--index", "flat", "--queries", "2",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "'tensorrt'" in proc.stderr and "torch, onnx, onnx-int8, openvino" in proc.stderr
+    assert "Traceback" not in proc.stderr

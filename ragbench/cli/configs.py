@@ -63,6 +63,12 @@ def backend_options(fn: F) -> F:
         click.option("--n", "n", help="Corpus size for synthetic (e.g. 10k)."),
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
         click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
+        click.option(
+            "--embed-runtime",
+            "embed_runtime",
+            help="Comma-separated runtimes of the minilm embedder, one row each, e.g. "
+            "torch,onnx,onnx-int8,openvino ([embed] runtime).",
+        ),
         re_embed_option(),
         click.option("--index", "index", help=INDEX_HELP),
         click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),
@@ -188,7 +194,8 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
 
 
 def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
-    axes: list[tuple[str, list[Any]]] = []
+    runtimes = split_list(opts.get("embed_runtime"), "--embed-runtime")
+    axes: list[tuple[str, list[Any]]] = [("embed_runtime", runtimes)] if runtimes else []
     for option, table in AXES:
         items = split_list(opts[option.lstrip("-")], option)
         axes += [(table, items)] if items else []
@@ -248,7 +255,9 @@ def configurations(
 
 def _part(axis: str, value: Any) -> str:
     """The label part of one axis value (``kc=100``, ``sel=0.01``, ``hnsw``)."""
-    prefix = {"k_candidates": "kc=", "filter_selectivity": "sel="}.get(axis, "")
+    prefix = {"k_candidates": "kc=", "filter_selectivity": "sel=", "embed_runtime": "embed="}.get(
+        axis, ""
+    )
     return f"{prefix}{value}"
 
 
@@ -259,6 +268,7 @@ def _apply(cfg: dict[str, Any], axis: str, value: Any) -> None:
         "payload_shape": "serialize",
         "filter_selectivity": "retrieve",
         "filter_strategy": "retrieve",
+        "embed_runtime": "embed",
     }.get(axis, axis)
     t = cfg.setdefault(table, {})
     if axis == "k_candidates":
@@ -269,6 +279,8 @@ def _apply(cfg: dict[str, Any], axis: str, value: Any) -> None:
         t["filter"] = {**(t.get("filter") or {}), "selectivity": value}
     elif axis == "filter_strategy":
         t["filter_strategy"] = value
+    elif axis == "embed_runtime":
+        t["runtime"] = value
     elif axis == "retrieve":  # an item's own parameters (pgvector+ef=40) for that index only
         name, own = index_item(str(value))
         for sub, params in own.items():
