@@ -1070,12 +1070,13 @@ def test_the_watchdog_gives_up_on_a_silent_dsn_server_and_close_does_not_hang() 
 def test_kill_9_during_initdb_leaves_no_folder_no_process_no_segment(folder_tmp: str) -> None:
     """The finding: initdb ran before the keeper existed; a killed ragbench left its ~40 MB folder."""
 
-    def segments() -> set[int]:
+    def segments(creators: set[int]) -> list[str]:
+        """Segments that a process of ``creators`` made and nothing is attached to."""
         with open("/proc/sysvipc/shm", encoding="ascii") as fh:
             rows = [line.split() for line in fh.readlines()[1:]]
-        return {int(r[1]) for r in rows if int(r[6]) == 0}  # not attached to any process
+        return [" ".join(r[:8]) for r in rows if int(r[4]) in creators and int(r[6]) == 0]
 
-    before = segments()
+    creators: set[int] = set()
     code = """
         import numpy as np, ragbench as rb
         idx = rb.indexes.create("pgvector", dim=8)
@@ -1089,13 +1090,17 @@ def test_kill_9_during_initdb_leaves_no_folder_no_process_no_segment(folder_tmp:
             time.sleep(0.005)
         assert _our_initdb(folder_tmp), "initdb never started"
         time.sleep(0.3)  # into initdb's bootstrap (its postgres child holds shared memory)
+        for proc in _our_initdb(folder_tmp):
+            with contextlib.suppress(psutil.Error):
+                creators |= {proc.pid} | {p.pid for p in proc.children(recursive=True)}
         child.kill()
     finally:
         if child.poll() is None:
             child.kill()
         child.communicate()
     assert _gone(folder_tmp), os.listdir(folder_tmp)
-    assert not (segments() - before), "a shared-memory segment outlived initdb"
+    assert creators, "no initdb process seen"
+    assert not segments(creators), "a shared-memory segment outlived initdb"
 
 
 def _database(name: str, *, vector: bool) -> str:

@@ -87,6 +87,17 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
     proc.wait()
 
 
+def _wait_group(pgid: int, limit: float = 2.0) -> None:
+    """Wait (up to ``limit`` s) until no process is left in process group ``pgid``."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return
+        time.sleep(0.01)
+
+
 def _stdin_closed(timeout: float) -> bool:
     """Wait up to ``timeout`` s for stdin; True at EOF (ragbench closed it or died)."""
     fd = sys.stdin.fileno()
@@ -122,8 +133,13 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _remove_segments(inode: int | None) -> None:
-    """Remove unattached System V segments keyed near the data folder's inode (PostgreSQL's key)."""
+def _remove_segments(inode: int | None, uid: int) -> None:
+    """Remove unattached System V segments of ``uid`` keyed at the data folder's inode.
+
+    PostgreSQL keys its segment with the data folder's inode (the next key
+    when that one is taken); a server or ``initdb`` killed before it detached
+    leaves it. Only unattached segments of the server's user are removed.
+    """
     if inode is None:
         return
     try:
@@ -133,8 +149,8 @@ def _remove_segments(inode: int | None) -> None:
         return
     libc = ctypes.CDLL(None, use_errno=True)
     for row in rows:
-        key, shmid, nattch = int(row[0]), int(row[1]), int(row[6])
-        if inode <= key < inode + 100 and nattch == 0:
+        key, shmid, nattch, owner = int(row[0]), int(row[1]), int(row[6]), int(row[7])
+        if inode <= key < inode + 10 and nattch == 0 and owner == uid:
             libc.shmctl(shmid, 0, None)  # IPC_RMID
 
 
@@ -150,8 +166,10 @@ def _initdb(cfg: dict[str, Any]) -> bool:
             if _stdin_closed(0.02):
                 return False
     finally:
-        if proc.poll() is None:
-            _stop(proc)
+        if proc.poll() is None:  # its folder is deleted next: nothing to shut down cleanly
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+            _wait_group(proc.pid)  # its bootstrap postgres detaches its segment as it exits
     if proc.returncode != 0:
         _say(f"failed initdb {proc.returncode} {json.dumps(_tail(log))}")
         return False
@@ -197,7 +215,7 @@ def main() -> int:
             return 1
         return _serve(cfg, time.monotonic() - t0)
     finally:
-        _remove_segments(inode)
+        _remove_segments(inode, os.geteuid() if cfg.get("uid") is None else cfg["uid"])
         if remove:
             shutil.rmtree(remove, ignore_errors=True)
 
