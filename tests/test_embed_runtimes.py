@@ -232,12 +232,13 @@ def test_compare_embeds_the_corpus_with_the_runtime(
     proc = _cli(
         "compare", "--dataset", str(folder), "--embed", "minilm", "--index", "flat",
         "--rerank", "none", "--set", f"embed.runtime={runtime}", "--queries", "6",
-        "--warmup", "1", "--out", str(out),
+        "--warmup", "1", "--re-embed", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rec = _record(out)
     assert rec["info"]["embedder_info"]["runtime"] == runtime
-    assert rec["info"]["embedder_info"]["truncated_texts"] >= 1  # the long passage
+    # the long passage (--re-embed: embedded now, not read from an earlier run's cache)
+    assert rec["info"]["embedder_info"]["truncated_texts"] >= 1
     events = [e for e in rec["cache_events"] if e["what"].startswith("corpus_vectors")]
     assert events and not any(e.get("shipped") for e in events)
     # exact search over this runtime's own vectors finds what the runtime's queries ask
@@ -260,6 +261,12 @@ def test_compare_puts_the_runtimes_side_by_side(folder: Path, tmp_path: Path) ->
     assert all(r["info"]["embed_parts"]["forward"]["p50_ns"] > 0 for r in recs)
     for runtime in ("torch", "onnx", "onnx-int8"):
         assert f"embed={runtime}: embed p50 split: tokenize" in proc.stdout
+    # agreement with torch's vectors: none for torch itself, exact for fp32, close for int8
+    assert "embed_agreement" not in recs[0]["info"]
+    onnx, int8 = recs[1]["info"]["embed_agreement"], recs[2]["info"]["embed_agreement"]
+    assert onnx["top_k_mean"] >= 0.975 and onnx["cosine_p1"] > 0.999  # fp32: ties aside, equal
+    assert 0.5 <= int8["top_k_mean"] <= 1.0 and 0.97 <= int8["cosine_p1"] < 0.9999
+    assert "embed=onnx-int8: against minilm torch: top-10 agreement" in proc.stdout
 
 
 def test_an_unknown_runtime_in_the_axis_is_refused_before_set_up(folder: Path) -> None:

@@ -196,6 +196,14 @@ class MiniLMEmbedder:
             return self
         return MiniLMEmbedder(self.batch_size, self.device, self.threads)
 
+    @property
+    def reference_embedder(self) -> MiniLMEmbedder | None:
+        """The torch runtime's embedder, whose vectors this runtime's are compared with
+        (drift, top-k agreement); ``None`` for torch itself."""
+        if self.runtime == "torch":
+            return None
+        return MiniLMEmbedder(self.batch_size, self.device, self.threads)
+
     def load(self) -> int:
         """Load the model if needed; return the nanoseconds it took (0 if already loaded).
 

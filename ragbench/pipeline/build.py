@@ -38,6 +38,7 @@ from .capabilities import (
     FilteredSearch,
     FiltersOnAttributes,
     HasDim,
+    HasReferenceEmbedder,
     IndexInfo,
     RanksTexts,
     RecordsData,
@@ -172,7 +173,7 @@ class _SetUp:
             ),
             transport=transport,
             generator=generator,
-            info=self._describe_parts(parts),
+            info={**self._describe_parts(parts), **self._agreement(ds, emb, metric)},
             simulated=self._simulated(generator),
             caveats=(*self.caveats, *(c for c in _caveats(generator) if c not in self.caveats)),
             cache_events=tuple(self.cache_events),
@@ -265,6 +266,44 @@ class _SetUp:
             "query_filters", ds.query_filters, table, embedder=embedder, metric=metric
         )
         return filters
+
+    def _agreement(self, ds: Dataset, emb: Embedding, metric: str) -> dict[str, Any]:
+        """``embed_agreement`` of an embedder with a reference (MiniLM's non-torch runtimes):
+        its query vectors' cosine to the reference's (mean, 1st percentile) and the overlap of
+        the exact top 10 over the corpus with its vectors and with the reference's (mean, min
+        over queries). The reference's vectors (torch: the shipped ones where they apply) are
+        set-up time, ``reference_vectors``."""
+        ref = (
+            emb.embedder.reference_embedder
+            if isinstance(emb.embedder, HasReferenceEmbedder)
+            else None
+        )
+        if ref is None:
+            return {}
+
+        def vectors() -> tuple[np.ndarray, np.ndarray]:
+            return ds.corpus_vectors(ref), ds.query_vectors(ref)
+
+        n_events = len(ds.cache_events)
+        ref_corpus, ref_queries = self.times.time("reference_vectors", vectors)
+        self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
+        k = min(10, len(ds.corpus.ids))
+        mine = brute_force_neighbors(emb.queries, emb.corpus, k, metric)
+        theirs = brute_force_neighbors(ref_queries, ref_corpus, k, metric)
+        overlap = np.asarray(
+            [len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(mine, theirs, strict=True)]
+        )
+        cos = np.einsum("ij,ij->i", emb.queries, ref_queries)
+        return {
+            "embed_agreement": {
+                "reference": "minilm torch",
+                "k": k,
+                "top_k_mean": float(overlap.mean()),
+                "top_k_min": float(overlap.min()),
+                "cosine_mean": float(cos.mean()),
+                "cosine_p1": float(np.percentile(cos, 1)),
+            }
+        }
 
     def _exact_neighbors(
         self, ds: Dataset, emb: Embedding, metric: str, filters: QueryFilters | None

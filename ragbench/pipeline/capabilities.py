@@ -28,6 +28,7 @@ __all__ = [
     "RanksTexts",
     "RecordsBuild",
     "EmbedsCorpusApart",
+    "HasReferenceEmbedder",
     "SplitsEmbed",
     "SplitsSearch",
     "ConnectsAsync",
@@ -115,6 +116,14 @@ class EmbedsCorpusApart(Protocol):
 
     @property
     def corpus_embedder(self) -> Any: ...
+
+
+@runtime_checkable
+class HasReferenceEmbedder(Protocol):
+    """An embedder with a reference whose vectors it is compared with (MiniLM's torch runtime)."""
+
+    @property
+    def reference_embedder(self) -> Any: ...
 
 
 @runtime_checkable
