@@ -101,7 +101,9 @@ def _wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
 def _records(out: Path) -> list[dict[str, Any]]:
     if not out.exists():
         return []
-    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    text = out.read_text()
+    whole = text[: text.rfind("\n") + 1]  # a record being appended right now is not one yet
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 class Load:
