@@ -52,6 +52,14 @@ INDEX_HELP = (
 )
 
 
+_EMBED_RUNTIME = click.option(
+    "--embed-runtime",
+    "embed_runtime",
+    help="Comma-separated runtimes of the minilm embedder, one row each, e.g. "
+    "torch,onnx,onnx-int8,openvino ([embed] runtime).",
+)
+
+
 def backend_options(fn: F) -> F:
     """The options of every command that runs configurations side by side."""
     decorators = [
@@ -63,12 +71,7 @@ def backend_options(fn: F) -> F:
         click.option("--n", "n", help="Corpus size for synthetic (e.g. 10k)."),
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
         click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
-        click.option(
-            "--embed-runtime",
-            "embed_runtime",
-            help="Comma-separated runtimes of the minilm embedder, one row each, e.g. "
-            "torch,onnx,onnx-int8,openvino ([embed] runtime).",
-        ),
+        _EMBED_RUNTIME,
         re_embed_option(),
         click.option("--index", "index", help=INDEX_HELP),
         click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),
