@@ -127,6 +127,7 @@ class RunRecord(PipelineRecord, frozen=True):
     connection: dict[str, Obj] | None = None  # a new connection per request: its parts
     connection_ns: dict[str, list[int]] | None = None
     interleaved: bool | None = None  # False: each configuration in its own task
+    cache_state: str | None = None  # "after-stages": each search inside its request
     # compare --rebuilds N: recall over N builds (seed + i), its spread and envelope interval
     rebuilds: int | None = None
     recall_builds: list[float] | None = None
@@ -164,6 +165,9 @@ class IndexPoint(IndexRecord, frozen=True):
     rebuilds: int | None = None
     warmup: int | None = None  # untimed searches before the point's timed ones
     search_threads: int | None = None  # threads one query's search may use (None: not limited)
+    cache_state: str | None = None  # "hot": the point's searches back to back
+    cpu_p50_us: Num = None  # p50 of each query's thread CPU time (time.thread_time_ns)
+    cpu_ns: list[int] | None = None  # each query's thread CPU time, as latency_ns
 
 
 class SweepRecord(IndexPoint, frozen=True):

@@ -202,6 +202,8 @@ class Report:
             "wire_bytes": self.wire_bytes.tolist(),
             "prompt_tokens": self.prompt_tokens.tolist(),
             "cache": {"hits": self.cache_hits, "lookups": self.cache_lookups},
+            # each search timed inside its request, after the other stages (never back to back)
+            "cache_state": "after-stages",
         }
         if self.repetition is not None:
             fields["repetition"] = self.repetition.tolist()

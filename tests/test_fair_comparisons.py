@@ -316,7 +316,7 @@ def test_sweep_records_and_shows_every_engines_search_threads(tmp_path: Path, ca
     recs = _records(out)
     assert {(r["index"], r["search_threads"]) for r in recs} == {("hnsw", 1), ("qdrant-edge", 1)}
     assert {r["build"]["search_threads"] for r in recs if r["index"] == "qdrant-edge"} == {1}
-    assert "; search threads per query: 1\n" in stdout.replace(" ", " ")
+    assert "; search threads per query: 1; cache state: hot" in stdout.replace(" ", " ")
 
 
 def test_compare_records_and_shows_every_engines_search_threads(tmp_path: Path, capsys) -> None:
@@ -329,7 +329,7 @@ def test_compare_records_and_shows_every_engines_search_threads(tmp_path: Path, 
     }
     assert got == {"hnsw": 1, "qdrant-edge": 1}
     (title,) = [ln for ln in stdout.splitlines() if ln.startswith("side by side")]
-    assert title.endswith("; search threads per query: 1")
+    assert "; search threads per query: 1; cache state: after-stages" in title
 
 
 # ---------------------------------------------------------------- determinism, checked
@@ -493,8 +493,8 @@ def test_the_engines_table_says_when_compare_and_sweep_read_other_queries(tmp_pa
     assert "NOT the same queries" not in hooks.expand(
         "<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path
     )
-    assert "; search threads per query not recorded (older records)." in text
+    assert "; search threads per query not recorded (older records); cache state" in text
     run["info"]["index"]["search_threads"] = 1
     (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
     text = hooks.expand("<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path)
-    assert "; search threads per query: 1." in text
+    assert "; search threads per query: 1; cache state: after-stages" in text

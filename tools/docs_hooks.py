@@ -794,7 +794,7 @@ def engines_markdown(page_dir: Path, args: str) -> str:
             f"From {source}: {', '.join(datasets)}, {runs[0].get('requests')} requests per row, "
             f"builds {how.get(frozenset(builds), 'mixed')}; recorded {runs[0].get('time', '?')}"
             + _threads_of(runs)
-            + ".",
+            + f"; {_cache_of(runs)}.",
             *(["", iso] if iso else []),
         ]
     )
@@ -830,9 +830,16 @@ def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[s
             "p50 / p99 interpolated linearly between the two points of its recall–p50 frontier "
             "around the target (never extrapolated), its p50 over the reference's at the same "
             "recall; these are sweep times (one search call at a time, back to back), not the "
-            "retrieve stage above.",
+            f"retrieve stage above; {_cache_of(sweeps)}.",
         ]
     )
+
+
+def _cache_of(records: list[dict[str, Any]]) -> str:
+    """``cache state: after-stages (...)`` of the records (inferred from their kind when older)."""
+    from ragbench.rendering.cache_state import cache_state_text
+
+    return cache_state_text(records) or "cache state not recorded"
 
 
 def _threads_of(runs: list[dict[str, Any]]) -> str:

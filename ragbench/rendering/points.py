@@ -9,6 +9,7 @@ import msgspec
 
 from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
 from ..records import growth_exponents, pareto
+from .cache_state import cache_state_text
 from .cells import num, text_table, with_ci, zero_cell
 from .notes import build_note, hardware_note
 from .search_threads import search_threads_text
@@ -149,6 +150,8 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         and (p.search_threads is not None or (isinstance(r, Mapping) and "search_threads" in r))
     }
     title += f"; {search_threads_text(threads)}" if threads else ""
+    cache = cache_state_text(p for p, _ in typed)
+    title += f"; {cache}" if cache else ""
     cols = [("", "left"), ("index", "left"), ("params", "left")] + [
         (c, "right")
         for c in (

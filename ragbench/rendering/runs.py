@@ -8,6 +8,7 @@ from typing import Any
 from .. import intervals
 from ..errors import ConfigError
 from ..record_schema import RunRecord, need, read_struct
+from .cache_state import cache_state_text
 from .cells import cpu_cells, event_text, num, stat_cells, text_table, with_ci, zero_cell
 from .notes import (
     SETUP_LABELS,
@@ -146,6 +147,8 @@ def compare_table(
     title = f"side by side, {how}, {stat} µs per stage — {name}{sim}"
     threads = _search_threads(runs)
     title += f"; {threads}" if threads else ""
+    cache = cache_state_text(runs)
+    title += f"; {cache}" if cache else ""
     wire = any(r.wire_bytes_p50 for r in runs)
     filters = [(r.info or {}).get("filter") for r in runs]
     recall_cols = ("recall@k", "recall p10", "recall 0")

@@ -115,9 +115,6 @@ def measure(
     found, before, stamps = _time_queries(steps, data, masks, k, repeat, texts, specs)
     per_step = np.diff(stamps, axis=1)
     totals = per_step.sum(axis=1)
-    lat = Stats.from_samples(totals)
-    groups = np.repeat(np.arange(repeat), nq) if repeat > 1 else None
-    cis = {s: intervals.bootstrap(totals, s, groups=groups) for s in ("p50", "p99")}
     batch_s = _batch_seconds(index, data, kk, params, masks, steps, reranker, k, specs)
     violations = _drop_outside(found, masks)
     truth = data.truth if case is None else case.truth
@@ -125,26 +122,18 @@ def measure(
     point = {
         **recall_fields(recall),
         "recall_ci": recall_interval(recall),
-        "p50_us": lat.p50_ns / 1e3,
-        "p95_us": lat.p95_ns / 1e3,
-        "p99_us": lat.p99_ns / 1e3,
-        "mean_us": lat.mean_ns / 1e3,
-        "qps_single": 1e9 / lat.p50_ns if lat.p50_ns > 0 else float("inf"),
+        **_latency_fields(totals, repeat, nq),
         "qps_batch": nq / batch_s if batch_s > 0 else float("inf"),
         "batch_threads": batch_threads,
         "queries": nq,
         "search_p50_us": Stats.from_samples(per_step[:, 0]).p50_ns / 1e3,
-        "latency_ns": totals.tolist(),  # raw, one query per call (diff, intervals)
-        "p50_us_ci": [cis["p50"].low / 1e3, cis["p50"].high / 1e3],
-        "p99_us_ci": [cis["p99"].low / 1e3, cis["p99"].high / 1e3],
-        "repeats": repeat,
         "warmup": WARMUP_QUERIES,
+        # the point's searches back to back, nothing between them (ragbench.rendering.cache_state)
+        "cache_state": "hot",
     }
     if case is not None:
         point.update(strategy=strategy or "auto", selectivity=case.selectivity)
         point.update(filter=_filter_summary(case, index, strategy), filter_violations=violations)
-    if groups is not None:
-        point["repetition"] = groups.tolist()
     if len(steps) > 1:
         point["rescore_p50_us"] = Stats.from_samples(per_step[:, 1]).p50_ns / 1e3
         _drop_outside(before, masks)
@@ -152,6 +141,29 @@ def measure(
         point["recall_before_rescore"] = float(pre.mean())
         point["recall_before_rescore_p10"] = _p10(pre)
     return point
+
+
+def _latency_fields(totals: np.ndarray, repeat: int, nq: int) -> dict[str, Any]:
+    """p50/p95/p99/mean µs of the per-query ``totals`` (ns, ``(repeat * nq,)``), one-thread QPS,
+    the raw samples and bootstrap intervals of p50 and p99 (passes, then queries, when
+    ``repeat > 1``)."""
+    lat = Stats.from_samples(totals)
+    groups = np.repeat(np.arange(repeat), nq) if repeat > 1 else None
+    cis = {s: intervals.bootstrap(totals, s, groups=groups) for s in ("p50", "p99")}
+    out = {
+        "p50_us": lat.p50_ns / 1e3,
+        "p95_us": lat.p95_ns / 1e3,
+        "p99_us": lat.p99_ns / 1e3,
+        "mean_us": lat.mean_ns / 1e3,
+        "qps_single": 1e9 / lat.p50_ns if lat.p50_ns > 0 else float("inf"),
+        "latency_ns": totals.tolist(),  # raw, one query per call (diff, intervals)
+        "p50_us_ci": [cis["p50"].low / 1e3, cis["p50"].high / 1e3],
+        "p99_us_ci": [cis["p99"].low / 1e3, cis["p99"].high / 1e3],
+        "repeats": repeat,
+    }
+    if groups is not None:
+        out["repetition"] = groups.tolist()
+    return out
 
 
 def _filter_summary(case: FilterCase, index: Any, strategy: str | None) -> dict[str, Any]:

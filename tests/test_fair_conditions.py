@@ -1,0 +1,122 @@
+"""Issue 27: the conditions a figure was measured in, said beside it (cache state, CPU time,
+the order engines are measured in, builds of this run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragbench.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--dataset", "synthetic", "--n", "500", "--dim", "16", "--queries", "10"]
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def _hooks() -> Any:
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("docs_hooks", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- cache state, declared
+
+
+def test_sweep_records_and_says_its_searches_are_hot(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "s.jsonl"
+    code, stdout, err = cli(capsys, "sweep", *SMALL, "--index", "hnsw", "--out", str(out))
+    assert code == 0, err
+    assert {r["cache_state"] for r in _records(out)} == {"hot"}
+    title = " ".join(stdout.split("\n\n")[0].split())  # rich wraps a long title
+    assert "; cache state: hot (searches back to back)" in title
+
+
+def test_compare_records_and_says_its_searches_are_after_stages(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "c.jsonl"
+    code, stdout, err = cli(capsys, "compare", *SMALL, "--index", "flat,hnsw", "--out", str(out))
+    assert code == 0, err
+    assert {r["cache_state"] for r in _records(out)} == {"after-stages"}
+    (title,) = [ln for ln in stdout.splitlines() if ln.startswith("side by side")]
+    assert title.endswith(
+        "; cache state: after-stages (each search right after its request's other stages)"
+    )
+
+
+def _run(**extra: Any) -> dict[str, Any]:
+    return {
+        "schema": "ragbench.run/1",
+        "kind": "run",
+        "label": "hnsw",
+        "dataset": {"name": "d"},
+        "requests": 3,
+        "recall_at_k": 0.95,
+        "recall_p10": 0.9,
+        "setup_s": {"index_build": 1.5},
+        "summary": {"retrieve": {"p50_us": 200.0, "p50_us_ci": [190, 210], "p99_us": 300.0}},
+        "samples_ns": {"retrieve": [100_000, 200_000, 300_000]},
+        "info": {"index": {"backend": "hnsw", "params": {}, "build": {"deterministic": True}}},
+        **extra,
+    }
+
+
+def _sweep(**extra: Any) -> dict[str, Any]:
+    return {
+        "schema": "ragbench.sweep/1",
+        "kind": "sweep",
+        "dataset": "d",
+        "index": "hnsw",
+        "build": {},
+        "query": {"ef": 10},
+        "recall": 0.95,
+        "p50_us": 100.0,
+        "p99_us": 200.0,
+        "memory_bytes": 2_000_000,
+        "bytes_per_vector": 20.0,
+        **extra,
+    }
+
+
+def _engines(tmp_path: Path, run: dict[str, Any], sweep: dict[str, Any]) -> str:
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
+    (tmp_path / "sweep.jsonl").write_text(json.dumps(sweep) + "\n")
+    return str(_hooks().expand("<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path))
+
+
+def test_the_engines_table_names_each_part_s_cache_state(tmp_path: Path) -> None:
+    # records that carry it: said as recorded
+    text = _engines(tmp_path, _run(cache_state="after-stages"), _sweep(cache_state="hot"))
+    assert "cache state: after-stages (each search right after its request's other stages)." in text
+    assert "not the retrieve stage above; cache state: hot (searches back to back)." in text
+    assert "inferred" not in text
+    # older records without the field: read from their kind, and said to be inferred
+    text = _engines(tmp_path, _run(), _sweep())
+    assert "inferred from the record kind)." in text
+    assert "cache state: hot (searches back to back, inferred from the record kind)." in text
+
+
+def test_a_sweep_table_of_mixed_cache_states_says_so() -> None:
+    from ragbench.rendering.points import sweep_table
+
+    base = {"n": 10, "dim": 4, "metric": "l2", "k": 10, "p95_us": 1.0, "qps_single": 1.0}
+    base |= {"qps_batch": 1.0, "build_s": 1.0, "memory_bytes": 1000, "recall_p10": 0.9}
+    hot = _sweep(**base, cache_state="hot")
+    other = _sweep(**base, cache_state="after-stages", index="usearch")
+    title = sweep_table([hot, other]).splitlines()[0]
+    assert "cache states MIXED, do not compare rows: after-stages" in title
