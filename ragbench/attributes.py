@@ -175,7 +175,11 @@ class QueryFilters:
         return sha.hexdigest()
 
     def summary(self) -> dict[str, Any]:
-        """For records: the request, the achieved selectivity's mean, min and max, and each query's."""
+        """For records: the request, the achieved selectivity's mean, min and max, and each query's.
+
+        ``empty_rows``: the query rows whose filter allows no corpus row (their
+        results are empty and their recall is 1.0, nothing to find).
+        """
         s = self.selectivity
         return {
             **self.requested,
@@ -183,6 +187,7 @@ class QueryFilters:
             "achieved_min": float(s.min()),
             "achieved_max": float(s.max()),
             "achieved_per_query": s.tolist(),
+            "empty_rows": np.flatnonzero(~self.masks.any(axis=1)).tolist(),
         }
 
     def subset(self, nq: int) -> QueryFilters:

@@ -408,7 +408,9 @@ class Dataset:
             info={"dataset": self.name, "embedder": fingerprint, "metric": metric, "k": k},
             force=re_embed,
             rows=len(self.queries),
-            check=lambda ids: neighbour_problem(ids, len(self.queries), k, len(self.corpus)),
+            check=lambda ids: neighbour_problem(
+                ids, len(self.queries), k, len(self.corpus), padded=filters is not None
+            ),
         )
 
     def query_filters(

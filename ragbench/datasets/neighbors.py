@@ -117,10 +117,21 @@ def _block_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.take_along_axis(scores, part, axis=1), ids
 
 
-def neighbour_problem(ids: np.ndarray, nq: int, k: int, n: int) -> str:
-    """Why ``ids`` cannot be the exact top-``k`` of ``nq`` queries over ``n`` rows ("" if it can)."""
+def neighbour_problem(ids: np.ndarray, nq: int, k: int, n: int, *, padded: bool = False) -> str:
+    """Why ``ids`` cannot be the exact top-``k`` of ``nq`` queries over ``n`` rows ("" if it can).
+
+    ``padded``: filtered truth, where a query with fewer than ``k`` allowed
+    rows ends in ``-1`` pads (see :func:`brute_force_neighbors`); a pad
+    before a real id is still a problem.
+    """
     if ids.dtype.kind not in "iu" or ids.shape != (nq, k):
         return f"neighbours are {ids.dtype}{list(ids.shape)}, expected int64[{nq}, {k}]"
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+    if not ids.size:
+        return ""
+    pad = ids == -1 if padded else np.zeros(ids.shape, dtype=bool)
+    if padded and (pad[:, :-1] & ~pad[:, 1:]).any():
+        return "a -1 pad before a neighbour id (pads only end a row)"
+    real = ids[~pad]
+    if real.size and (int(real.min()) < 0 or int(real.max()) >= n):
         return f"neighbour ids outside the corpus rows [0, {n})"
     return ""

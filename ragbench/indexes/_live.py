@@ -330,6 +330,13 @@ def _one_mask(f: Any, space: IdSpace, what: str) -> np.ndarray:
             raise InputError(f"{what}: the allow-list is empty (no ids)")
         ids = arr.astype(np.int64)
         lo, hi = int(ids.min()), int(ids.max())
+        if lo >= 0 and hi <= 1 and ids.size == space.id_bound >= 2:
+            # Only a bool array is a mask; 0/1 integers one per id look like a mask cast to
+            # int8 (read as ids, they would allow rows 0 and 1 only), so neither is guessed.
+            raise InputError(
+                f"{what}: an integer array of {ids.size} 0s and 1s (one per id) could be a mask "
+                "or ids; pass a bool mask (arr.astype(bool)) or the ids (np.flatnonzero(arr))"
+            )
         if lo < 0 or hi >= space.id_bound:
             bad = lo if lo < 0 else hi
             raise IdOutOfRangeError(

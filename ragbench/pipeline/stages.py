@@ -117,7 +117,8 @@ class FilteredRetrieveStage:
 
     ``masks``: bool ``(nq, n)``, row ``ctx.index`` is the request's allowed
     corpus rows. Whatever the index returns outside it (or ``-1`` padding) is
-    dropped here, so no later stage can return a row the filter excludes.
+    dropped here, so no later stage can return a row the filter excludes. A
+    query whose row allows nothing is not searched: its candidates are empty.
     """
 
     name = "retrieve"
@@ -139,6 +140,8 @@ class FilteredRetrieveStage:
         if strategy is not None:
             self._params["strategy"] = strategy
         self._masks = masks
+        # (nq,) bool: whether each query's filter allows any row
+        self._any: np.ndarray = np.any(masks, axis=1)
         self._parts = index.last_parts if isinstance(index, SplitsSearch) else None
 
     def __call__(self, ctx: RequestContext) -> None:
@@ -146,6 +149,12 @@ class FilteredRetrieveStage:
             return
         query = [ctx.query] if self._texts else ctx.query_vector
         allowed = self._masks[ctx.index]
+        if not self._any[ctx.index]:
+            # A filter that matches no row: the answer is empty, not an aborted run (its exact
+            # truth is all pads too; the run's filter note counts these queries).
+            ctx.candidate_ids = np.zeros(0, dtype=np.int64)
+            ctx.candidate_scores = np.zeros(0, dtype=np.float32)
+            return
         if self._specs is None:
             ids, scores = self._search(query, self._k, filter=allowed, **self._params)
         else:

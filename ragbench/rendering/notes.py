@@ -187,10 +187,18 @@ def filter_note(filt: Mapping[str, Any]) -> str:
         asked = (
             f"filter on {filt.get('attribute')} at selectivity {filt.get('selectivity')} ({corr})"
         )
-    return (
+    line = (
         f"{asked}: achieved mean {filt['achieved_mean']:.4g} "
         f"[{filt['achieved_min']:.4g}–{filt['achieved_max']:.4g}], strategy {filt.get('strategy')}"
     )
+    empty = filt.get("empty_rows") or []
+    if empty:
+        shown = ", ".join(str(r) for r in empty[:5]) + (", ..." if len(empty) > 5 else "")
+        line += (
+            f"; {len(empty)} quer{'y' if len(empty) == 1 else 'ies'} (row {shown}) "
+            "match no row: empty results, recall 1.00 (nothing to find)"
+        )
+    return line
 
 
 def retrieve_parts_note(rec: Mapping[str, Any] | RunRecord) -> str | None:
