@@ -120,3 +120,40 @@ def test_a_sweep_table_of_mixed_cache_states_says_so() -> None:
     other = _sweep(**base, cache_state="after-stages", index="usearch")
     title = sweep_table([hot, other]).splitlines()[0]
     assert "cache states MIXED, do not compare rows: after-stages" in title
+
+
+# ---------------------------------------------------------------- sweep: engines interleaved
+
+
+def test_sweep_measures_engines_round_by_round(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Every search call of ``ragbench sweep`` spied on: the engines' points alternate (hnsw's
+    ef=10, faiss-hnsw's ef=10, hnsw's ef=20, ...), not all of one engine, then the other."""
+    from ragbench import indexes
+
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path))
+    calls: list[str] = []
+    for name in ("hnsw", "faiss-hnsw"):
+        cls = type(indexes.create(name, dim=4))
+        real = cls.search
+
+        def spy(self: Any, *args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            calls.append(f"{_name} ef={kw.get('ef')}")
+            return _real(self, *args, **kw)
+
+        monkeypatch.setattr(cls, "search", spy)
+    out = tmp_path / "s.jsonl"
+    argv = ["sweep", *SMALL, "--index", "hnsw,faiss-hnsw", "--param", "ef=10,20,30"]
+    code, _, err = cli(capsys, *argv, "--out", str(out))
+    assert code == 0, err
+    runs = [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]  # runs of one point
+    points = [f"{n} ef={ef}" for ef in (10, 20, 30) for n in ("hnsw", "faiss-hnsw")]
+    assert runs == points
+    assert [(r["index"], r["query"]["ef"]) for r in _records(out)] == [
+        (n, ef) for ef in (10, 20, 30) for n in ("hnsw", "faiss-hnsw")
+    ]
+    # the table keeps one engine's rows together
+    code, stdout, err = cli(capsys, "report", str(out))
+    assert code == 0, err
+    rows = [ln.split("│")[2].strip() for ln in stdout.splitlines() if ln.count("│") > 3]
+    named = [r for r in rows if r in ("hnsw", "faiss-hnsw")]
+    assert named == ["hnsw"] * 3 + ["faiss-hnsw"] * 3

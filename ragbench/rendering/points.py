@@ -122,6 +122,10 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     vector: the index's own, ``+`` what re-scoring reads per candidate.
     """
     typed = [(read_struct(r, SweepRecord), r) for r in records]
+    # one index's rows together, in the order indexes first appear: a sweep measures the
+    # engines round by round, so its records alternate between them
+    first = {name: i for i, name in reversed(list(enumerate(p.index for p, _ in typed)))}
+    typed.sort(key=lambda pr: first[pr[0].index])
     filtered = [p for p, _ in typed if p.strategy is not None]
     points = [p for p, _ in typed if p.strategy is None]
     if not points:

@@ -17,7 +17,7 @@ from .data import SweepData, index_param_names
 from .measure import measure
 from .points import build_index, bytes_fields, effective_query, exact_reranker, point_fields
 
-__all__ = ["count_points", "sweep_points", "sweep_unit"]
+__all__ = ["count_points", "engines_round_robin", "sweep_points", "sweep_unit"]
 
 
 def _grid_axes(
@@ -159,7 +159,8 @@ def sweep_points(
     (index, build params), merged per point (see :func:`sweep_unit`).
 
     One unit of work per (index, build params) (:func:`sweep_unit`), run by
-    ``executor`` (default: in this process, in order); the data is shared
+    ``executor``: in this process (the default), engines interleaved point by
+    point (:func:`engines_round_robin`); on Ray, one task per unit; the data is shared
     with the units once (:meth:`~ragbench.executors.Executor.share`: on Ray,
     one copy in the object store, since embedding and exact search are done once here).
     """
@@ -176,8 +177,39 @@ def sweep_points(
             opts.update(rebuilds=rebuilds, fast_build=fast_build)
             units.append(Unit(sweep_unit, (shared, name, build, queries), opts))
     emit = Collector(on_point, progress)
-    ex.run(units, emit)
+    if ex.in_process:
+        engines_round_robin(units, emit)
+    else:  # one task per unit, run side by side on the cluster's nodes
+        ex.run(units, emit)
     return emit.records
+
+
+def engines_round_robin(units: Sequence[Unit], on_record: Callable[[dict[str, Any]], None]) -> None:
+    """Run sweep ``units`` in this process, engines interleaved round by round.
+
+    Round ``i`` takes the next record of each engine (index name) in turn, in
+    the order the units name them: each engine's ``i``-th query-parameter point
+    is measured seconds after the other engines' ``i``-th, under the same load,
+    never minutes apart. One engine's units (its build parameters) still run
+    one after the other, so one build per engine is alive at a time. A unit's
+    records are measured when first asked for (:func:`sweep_unit` is a
+    generator), so a record already measured with its point (a filtered line)
+    costs its round nothing.
+    """
+    by_engine: dict[str, list[Unit]] = {}
+    for unit in units:
+        by_engine.setdefault(str(unit.args[1]), []).append(unit)
+    streams = [
+        itertools.chain.from_iterable(u.fn(*u.args, **u.kwargs) for u in group)
+        for group in by_engine.values()
+    ]
+    while streams:
+        for stream in list(streams):
+            record = next(stream, None)
+            if record is None:
+                streams.remove(stream)
+            else:
+                on_record(record)
 
 
 def count_points(
