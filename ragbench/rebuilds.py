@@ -137,6 +137,9 @@ def merge_builds(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = _median_of(points, key)
     if "recall_before_rescore" in first:
         out["recall_before_rescore"] = float(np.mean([p["recall_before_rescore"] for p in points]))
+    if all(p.get("cpu_ns") is not None for p in points):  # every build's queries, as latency_ns
+        cpu = np.concatenate([np.asarray(p["cpu_ns"], dtype=np.int64) for p in points])
+        out.update(cpu_ns=cpu.tolist(), cpu_p50_us=Stats.from_samples(cpu).p50_ns / 1e3)
     return out
 
 

@@ -157,3 +157,43 @@ def test_sweep_measures_engines_round_by_round(tmp_path: Path, capsys, monkeypat
     rows = [ln.split("│")[2].strip() for ln in stdout.splitlines() if ln.count("│") > 3]
     named = [r for r in rows if r in ("hnsw", "faiss-hnsw")]
     assert named == ["hnsw"] * 3 + ["faiss-hnsw"] * 3
+
+
+# ---------------------------------------------------------------- CPU time beside wall time
+
+
+def test_sweep_records_cpu_time_and_warns_when_wall_time_is_not_work(
+    tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "s.jsonl"
+    argv = ["sweep", *SMALL, "--index", "hnsw", "--param", "ef=10,20", "--out", str(out)]
+    code, stdout, err = cli(capsys, *argv)
+    assert code == 0, err
+    recs = _records(out)
+    for r in recs:
+        assert len(r["cpu_ns"]) == len(r["latency_ns"]) == r["queries"]
+        assert all(c > 0 for c in r["cpu_ns"])
+        assert r["cpu_p50_us"] == pytest.approx(
+            sorted(r["cpu_ns"])[(len(r["cpu_ns"]) - 1) // 2] / 1e3
+        )
+    assert "CPU p50 µs" in stdout and "CPU p50: the searching thread's CPU time" in stdout
+    # a point whose wall p50 is 3× its CPU p50 (as under pre-emption) is named; 1.2× is not
+    recs[0]["cpu_p50_us"] = recs[0]["p50_us"] / 3
+    recs[1]["cpu_p50_us"] = recs[1]["p50_us"] / 1.2
+    planted = tmp_path / "planted.jsonl"
+    planted.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    code, stdout, err = cli(capsys, "report", str(planted))
+    assert code == 0, err
+    (warning,) = [ln for ln in stdout.splitlines() if ln.startswith("WARNING: wall time inflated")]
+    assert "compare CPU" in warning and "exceeds 1.5 at 1 of 2 points: hnsw ef=10 3.0×" in warning
+    assert "ef=20" not in warning
+
+
+def test_a_sweep_over_rebuilds_keeps_every_build_s_cpu_times(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "s.jsonl"
+    argv = ["sweep", *SMALL, "--index", "hnsw", "--rebuilds", "2", "--out", str(out)]
+    code, _, err = cli(capsys, *argv)
+    assert code == 0, err
+    (rec,) = _records(out)
+    assert len(rec["cpu_ns"]) == len(rec["latency_ns"]) == 2 * rec["queries"]
+    assert rec["cpu_p50_us"] == pytest.approx(sorted(rec["cpu_ns"])[rec["queries"] - 1] / 1e3)

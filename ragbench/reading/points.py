@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
+from ..rendering.cells import num
 from ..rendering.points import params_text
 from .common import SUGGESTED_REPEAT, ranking, step_text, us_text, within_noise
 from .isorecall import DEFAULT_TARGETS, Point, iso_recall_lines
@@ -187,6 +188,37 @@ def _timing_note(points: Sequence[SweepRecord]) -> str:
     )
 
 
+#: Wall p50 over CPU p50 above which a point's wall time is not its work (``sweep`` warns).
+WALL_OVER_CPU = 1.5
+
+
+def _cpu_warning(points: Sequence[SweepRecord], keys: Mapping[str, set[str]]) -> list[str]:
+    """A WARNING naming the points whose wall p50 exceeds :data:`WALL_OVER_CPU` × their CPU p50.
+
+    CPU time is the calling thread's (``cpu_p50_us``); records without it are skipped.
+    """
+    odd = []
+    for p in points:
+        cpu, wall = p.cpu_p50_us, p.p50_us
+        if cpu is not None and wall is not None and cpu > 0 and wall / cpu > WALL_OVER_CPU:
+            odd.append((wall / cpu, p))
+    if not odd:
+        return []
+    odd.sort(key=lambda t: -t[0])
+    named = ", ".join(
+        f"{_point_name(p, keys.get(need(p.index, 'index')))} {r:.1f}× ({num(need(p.p50_us, 'p50_us'))}"
+        f" vs {num(float(p.cpu_p50_us or 0))} µs)"
+        for r, p in odd[:3]
+    )
+    more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+    return [
+        f"WARNING: wall time inflated by pre-emption or waiting; compare CPU: wall p50 over the "
+        f"calling thread's CPU p50 exceeds {WALL_OVER_CPU:g} at {len(odd)} of {len(points)} "
+        f"points: {named}{more} (a busy machine, or an engine that searches on its own threads "
+        "or in a server, whose work this thread's CPU time does not count)"
+    ]
+
+
 def sweep_reading(records: Sequence[Mapping[str, Any] | SweepRecord]) -> list[str]:
     """Per comparable group (unfiltered; each filter, selectivity and strategy): the verdicts.
 
@@ -204,7 +236,7 @@ def sweep_reading(records: Sequence[Mapping[str, Any] | SweepRecord]) -> list[st
     # unfiltered first, then by strategy and selectivity, largest first
     order = sorted(groups, key=lambda g: (bool(g), g[3] if g else "", -g[2] if g else 0.0, g))
     lines = [line for g in order for line in _group_lines(g, groups[g], keys)]
-    return lines + [_timing_note(points)]
+    return lines + _cpu_warning(points, keys) + [_timing_note(points)]
 
 
 def scale_reading(records: Sequence[Mapping[str, Any] | ScaleRecord]) -> list[str]:

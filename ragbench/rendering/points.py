@@ -159,7 +159,8 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     cols = [("", "left"), ("index", "left"), ("params", "left")] + [
         (c, "right")
         for c in (
-            "recall", "recall p10", "recall 0", "before rescore", "p50 µs", "p95 µs", "p99 µs",
+            "recall", "recall p10", "recall 0", "before rescore", "p50 µs", "CPU p50 µs",
+            "p95 µs", "p99 µs",
             "QPS 1 thread", "QPS batch", "build s", "memory MB", "B/vector",
         )
     ]  # fmt: skip
@@ -171,6 +172,10 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         reps = max(int(p.repeats or 1) for p in points)
         over = f"{reps} passes over the queries, then queries" if reps > 1 else "queries"
         table += f"\np50/p99 ±: 95 % bootstrap intervals over {over}"
+    table += (
+        "\nCPU p50: the searching thread's CPU time per query (time.thread_time_ns), beside its "
+        "wall p50; work an engine does on its own threads or in a server is not in it"
+    )
     table += (
         "\nrecall: mean over queries; recall p10: the worst tenth's; recall 0: queries that found "
         "none of the true top k, of all"
@@ -199,6 +204,7 @@ def _sweep_row(p: SweepRecord, star: bool, varying: Mapping[str, set[str]]) -> l
         zero_cell(p.recall_zero, p.recall_per_query),
         _recall_cell(p.recall_before_rescore),
         with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
+        "—" if p.cpu_p50_us is None else num(p.cpu_p50_us),  # the calling thread's CPU
         num(need(p.p95_us, "p95_us")),
         with_ci(need(p.p99_us, "p99_us"), p.p99_us_ci),
         num(need(p.qps_single, "qps_single")),

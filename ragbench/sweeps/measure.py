@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from time import perf_counter_ns
+from time import perf_counter_ns, thread_time_ns
 from typing import Any
 
 import numpy as np
@@ -112,7 +112,7 @@ def measure(
     steps = _steps(index, kk, params, k, X, reranker if rescore else None, masks is not None)
     batch_threads = threads.get_threads()
     _warm_up(steps, data, masks, texts, specs)
-    found, before, stamps = _time_queries(steps, data, masks, k, repeat, texts, specs)
+    found, before, stamps, cpu = _time_queries(steps, data, masks, k, repeat, texts, specs)
     per_step = np.diff(stamps, axis=1)
     totals = per_step.sum(axis=1)
     batch_s = _batch_seconds(index, data, kk, params, masks, steps, reranker, k, specs)
@@ -127,6 +127,9 @@ def measure(
         "batch_threads": batch_threads,
         "queries": nq,
         "search_p50_us": Stats.from_samples(per_step[:, 0]).p50_ns / 1e3,
+        # the calling thread's CPU time per query, beside its wall time (latency_ns)
+        "cpu_p50_us": Stats.from_samples(cpu).p50_ns / 1e3,
+        "cpu_ns": cpu.tolist(),
         "warmup": WARMUP_QUERIES,
         # the point's searches back to back, nothing between them (ragbench.rendering.cache_state)
         "cache_state": "hot",
@@ -198,10 +201,14 @@ def _time_queries(
     repeat: int,
     texts: bool,
     specs: list[dict[str, Any]] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each query once per repeat through ``steps`` on one thread.
 
-    (found ids, the index's own top k before re-scoring, stamps); ids ``(nq, k)`` -1 padded.
+    (found ids, the index's own top k before re-scoring, stamps, CPU ns); ids ``(nq, k)`` -1
+    padded; CPU ns ``(repeat * nq,)``: the calling thread's CPU time
+    (:func:`time.thread_time_ns`) across each query's steps, read outside the wall stamps so
+    the wall times do not include the reads. Work an engine does on its own threads or in a
+    server process is not in it.
     """
     Q = data.queries
     nq = len(Q)
@@ -209,6 +216,7 @@ def _time_queries(
     before = np.full((nq, k), -1, dtype=np.int64)
     stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
     row = [0] * (len(steps) + 1)
+    cpu = np.zeros(repeat * nq, dtype=np.int64)
     batch_threads = threads.get_threads()
     threads.set_threads(1)
     try:
@@ -217,14 +225,16 @@ def _time_queries(
                 allowed = None if masks is None else masks[i]
                 where = None if specs is None else specs[i]
                 q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed, where)
+                c0 = thread_time_ns()
                 run_stages(steps, q, row)
+                cpu[r * nq + i] = thread_time_ns() - c0
                 stamps[r * nq + i] = row
                 before[i, : min(k, len(q.ids))] = q.ids[:k]
                 final = q.rescored if len(steps) > 1 else q.ids
                 found[i, : min(k, len(final))] = final[:k]
     finally:
         threads.set_threads(batch_threads)
-    return found, before, stamps
+    return found, before, stamps, cpu
 
 
 def _warm_up(
