@@ -197,3 +197,28 @@ def test_a_sweep_over_rebuilds_keeps_every_build_s_cpu_times(tmp_path: Path, cap
     (rec,) = _records(out)
     assert len(rec["cpu_ns"]) == len(rec["latency_ns"]) == 2 * rec["queries"]
     assert rec["cpu_p50_us"] == pytest.approx(sorted(rec["cpu_ns"])[rec["queries"] - 1] / 1e3)
+
+
+# ---------------------------------------------------------------- build time of this run
+
+
+def test_a_reused_build_shows_no_seconds(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The second sweep loads the first one's build from the index cache: its build column
+    reads ``reused``, not the first run's seconds."""
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("RAGBENCH_INDEX_CACHE_MIN_S", "0")  # every build is cached
+    tables = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.jsonl"
+        code, stdout, err = cli(capsys, "sweep", *SMALL, "--index", "hnsw", "--out", str(out))
+        assert code == 0, err
+        (rec,) = _records(out)
+        assert rec["build_info"]["cached"] is bool(i)
+        (head,) = [ln for ln in stdout.splitlines() if "┃ index" in ln]
+        column = [c.strip() for c in head.split("┃")].index("build s")
+        (row,) = [ln for ln in stdout.splitlines() if "│ hnsw" in ln]
+        tables.append((rec, [c.strip() for c in row.split("│")][column], stdout))
+    (built, cell, _), (_, reused, text) = tables
+    assert cell == f"{built['build_s']:.2f}"
+    assert reused == "reused"
+    assert "1 loaded from the index cache (build s: reused, no seconds of this run)" in text

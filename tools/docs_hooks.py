@@ -677,8 +677,8 @@ def _engine_row(
         _num(parts[p]["p50_ns"] / 1e3) for p in ("send", "server", "decode") if p in parts
     )
     build = ((rec.get("info") or {}).get("index") or {}).get("build") or {}
-    if build.get("cached"):  # loaded from the index cache: the original build's seconds
-        built = f"{_num(float(build.get('seconds', float('nan'))))} (cached)"
+    if build.get("cached"):  # loaded from the index cache: its seconds were another run's
+        built = "reused"
     else:
         built = _num(float((rec.get("setup_s") or {}).get("index_build", float("nan"))))
     mem = _memory_of(rec, sweeps)
@@ -764,8 +764,8 @@ def engines_markdown(page_dir: Path, args: str) -> str:
     none of the true top 10), the retrieve stage's
     p50 with its interval and p99, its p50 over the first row's with a bootstrap interval of
     the ratio (``ragbench.intervals.ratio`` over the two rows' requests), the index's own
-    send/server/decode split where it gives one, the build's seconds in that run (or, for an
-    index loaded from the index cache, the original build's, marked ``(cached)``), and the
+    send/server/decode split where it gives one, the build's seconds in that run (or ``reused``, no seconds, for an
+    index loaded from the index cache: they were another run's), and the
     memory of the same build from ``ragbench sweep`` records (files after the first)."""
     run_file, *sweep_files = shlex.split(args)
     runs = [r for r in _records(page_dir / run_file) if r.get("kind") == "run"]

@@ -244,7 +244,7 @@ def build_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
             text = f"builds: {len(loose)} of {len(known)} {what}, the rest deterministic"
     cached = sum(1 for b in known if b.get("cached"))
     if cached:
-        text += f"; {cached} loaded from the index cache (build s: the original build's)"
+        text += f"; {cached} loaded from the index cache (build s: reused, no seconds of this run)"
     reps = max(int(r.rebuilds or 1) if isinstance(r, IndexPoint | RunRecord) else 1 for r in recs)
     if reps > 1:
         text += (

@@ -193,6 +193,14 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     return table + ("\n" + hardware if hardware else "")
 
 
+def build_cell(p: IndexPoint) -> str:
+    """``1.84`` (seconds of this run's build) or ``reused`` for an index loaded from the index
+    cache: no seconds, since those were another run's build."""
+    if (p.build_info or {}).get("cached"):
+        return "reused"
+    return f"{need(p.build_s, 'build_s'):.2f}"
+
+
 def _sweep_row(p: SweepRecord, star: bool, varying: Mapping[str, set[str]]) -> list[str]:
     index = need(p.index, "index")
     return [
@@ -209,7 +217,7 @@ def _sweep_row(p: SweepRecord, star: bool, varying: Mapping[str, set[str]]) -> l
         with_ci(need(p.p99_us, "p99_us"), p.p99_us_ci),
         num(need(p.qps_single, "qps_single")),
         num(need(p.qps_batch, "qps_batch")),
-        f"{need(p.build_s, 'build_s'):.2f}",
+        build_cell(p),
         f"{need(p.memory_bytes, 'memory_bytes') / 1e6:.1f}",
         _bytes_cell(p),
     ]
@@ -318,7 +326,7 @@ def scale_table(records: Sequence[Mapping[str, Any] | ScaleRecord], *, width: in
                 zero_cell(p.recall_zero, p.recall_per_query),
                 with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
                 with_ci(need(p.p99_us, "p99_us"), p.p99_us_ci),
-                f"{need(p.build_s, 'build_s'):.2f}",
+                build_cell(p),
                 f"{need(p.memory_bytes, 'memory_bytes') / 1e6:.1f}",
                 _bytes_cell(p),
             ]
