@@ -49,19 +49,23 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def _children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (from /proc): PostgreSQL's children each call setsid()."""
+def _stats() -> list[tuple[int, str, int, int]]:
+    """``(pid, state, ppid, pgrp)`` of every process, from /proc."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                    stat = fh.read()
-            except OSError:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
+            found.append((int(entry), fields[0], int(fields[1]), int(fields[2])))
     return found
+
+
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid``: PostgreSQL's children each call setsid()."""
+    return [p for p, _, ppid, _ in _stats() if ppid == pid]
 
 
 def _kill(pids: list[int], sig: int) -> None:
@@ -88,14 +92,12 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
 
 
 def _wait_group(pgid: int, limit: float = 2.0) -> None:
-    """Wait (up to ``limit`` s) until no process is left in process group ``pgid``."""
+    """Wait (up to ``limit`` s) until every process of group ``pgid`` has exited (zombies have)."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except OSError:
+        if not any(pgrp == pgid and state != "Z" for _, state, _, pgrp in _stats()):
             return
-        time.sleep(0.01)
+        time.sleep(0.005)
 
 
 def _stdin_closed(timeout: float) -> bool:
