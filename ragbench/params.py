@@ -96,6 +96,7 @@ class QdrantBuild(Params, frozen=True):
     M: Annotated[int, _d(16)] | UnsetType = UNSET
     ef_construction: Annotated[int, _d(100)] | UnsetType = UNSET
     full_scan_threshold: Annotated[int, _d(10000)] | UnsetType = UNSET
+    search_threads: Annotated[int, Meta(ge=1, le=256), _d(1)] | UnsetType = UNSET
 
 
 class IvfBuild(Params, frozen=True):
@@ -172,6 +173,13 @@ class ChromaBuild(Params, frozen=True):
     ef_search: Annotated[int, _d(64)] | UnsetType = UNSET
 
 
+class ChromaSearch(Params, frozen=True):
+    """Search parameters of ``chroma``: ``ef`` (None: the build's ``ef_search``; another value
+    updates the collection and reopens a copy of its folder, as Chroma reads it only at load)."""
+
+    ef: Annotated[int | None, _d(None)] | UnsetType = UNSET
+
+
 class PgvectorBuild(Params, frozen=True):
     """Build parameters of ``pgvector`` (``dsn`` None: ragbench's own PostgreSQL server)."""
 
@@ -219,7 +227,7 @@ INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
     "usearch": (UsearchBuild, EfSearch),
     "qdrant-edge": (QdrantBuild, EfSearch),
     "lancedb": (LanceDbBuild, LanceDbSearch),
-    "chroma": (ChromaBuild, NoParams),
+    "chroma": (ChromaBuild, ChromaSearch),
     "pgvector": (PgvectorBuild, PgvectorSearch),
 }
 
