@@ -62,7 +62,7 @@ def test_fp32_runtimes_give_sentence_transformers_vectors(
 
 def test_int8_is_close_but_not_the_same(passages: list[str], reference: np.ndarray) -> None:
     """Per-channel int8 weights: mean cosine 0.994, min 0.989 measured on these passages (per
-    tensor it was 0.95 / 0.92); the figure the docs quote comes from tools/embed_drift.py."""
+    tensor it was 0.95 / 0.92); the figures the docs show come from bench/test_bench_embed_runtimes.py."""
     batch, one = _cosines("onnx-int8", passages, reference)
     assert batch.min() >= 0.97 and one.min() >= 0.97, (batch.min(), one.min())
     assert batch.mean() < 0.9999  # quantized: not the fp32 vectors
