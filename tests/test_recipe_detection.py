@@ -71,3 +71,20 @@ def test_the_summary_counts_each_job_size_apart(tmp_path: Path) -> None:
     table = _tool().summary_markdown(path)
     assert "| side by side | 3 | 400 × 2 | 2 of 3 | 1 of 2 (20%) | 2.0–9.5 |" in table
     assert "| side by side | 2 (the first 2 of 3) | 400 × 2 | 0 of 1 |" in table
+
+
+def test_the_docs_marker_renders_the_counts_of_the_committed_results(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(_rec("aa", True)) + "\n" + json.dumps(_rec("planted", True)) + "\n")
+    table = hooks.expand("<!-- gen: detection r.jsonl -->\n", tmp_path)
+    assert "| side by side | 3 | 400 × 2 | 1 of 1 | 1 of 1 (20%) |" in table
+    page = ROOT / "docs" / "how-to" / "comparing-runs.md"
+    marker = "<!-- gen: detection data/recipe-detection.jsonl -->"
+    assert marker in page.read_text(encoding="utf-8")
+    # the job the page shows was measured as it stands (its sizes changed: measure again)
+    committed = _tool().summary_markdown(page.parent / "data" / "recipe-detection.jsonl")
+    assert "**this one**" in committed
