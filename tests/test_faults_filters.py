@@ -92,7 +92,7 @@ def test_a_query_whose_filter_matches_nothing_does_not_abort_the_run(
     out = tmp_path / "run.jsonl"
     res = _run_cli(tmp_path, backend, out)
     assert res.returncode == 0, res.stderr
-    assert "1 query (row 1) match no row: empty results, recall 1.00" in res.stdout
+    assert "1 query (row 1) matches no row: empty results, recall 1.00" in res.stdout
     (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert rec["info"]["filter"]["empty_rows"] == [1]
     assert len(rec["recall"]) == 4

@@ -196,7 +196,8 @@ def filter_note(filt: Mapping[str, Any]) -> str:
         shown = ", ".join(str(r) for r in empty[:5]) + (", ..." if len(empty) > 5 else "")
         line += (
             f"; {len(empty)} quer{'y' if len(empty) == 1 else 'ies'} (row {shown}) "
-            "match no row: empty results, recall 1.00 (nothing to find)"
+            f"match{'es' if len(empty) == 1 else ''} no row: empty results, recall 1.00 "
+            "(nothing to find)"
         )
     return line
 
