@@ -195,6 +195,7 @@ def test_missing_model_folder(tmp_path: Path) -> None:
 
 def test_a_folder_without_a_causal_lm(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "resnet"}))
+    (tmp_path / "model.safetensors").write_bytes(b"")  # past the safetensors-only check
     gen = TransformersGenerator(model=str(tmp_path))
     with pytest.raises(ConfigError, match="does not hold a causal language model"):
         gen.start()

@@ -279,6 +279,9 @@ ENVIRONMENT = {
     "OTEL_EXPORTER_OTLP_PROTOCOL": "`http/protobuf` (default) or `grpc`",
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "the same, for traces only",
     "OTEL_SERVICE_NAME": "the service name of exported spans (default `ragbench`)",
+    "OTEL_BSP_MAX_QUEUE_SIZE": "spans waiting for the exporter before whole requests are dropped "
+    "and counted (default 2048; `TraceExporter(max_queued=)` wins)",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "spans per export call (default 512)",
     "OPENAI_BASE_URL": '`generate = "openai"`: the endpoint when the config gives no `base_url`',
     "OPENAI_API_KEY": '`generate = "openai"`: the API key when the config gives none',
     "HF_HUB_OFFLINE": "set to 1 by ragbench before a model loads (never downloads); "
