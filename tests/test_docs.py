@@ -717,7 +717,9 @@ def test_readme_make_run_block_is_a_record_of_make_runs_command() -> None:
     m = re.search(r"^RUN_COMPARE := (.*?)(?<!\\)\n", makefile, re.M | re.S)
     assert m, "the Makefile has no RUN_COMPARE"
     run_compare = " ".join(m.group(1).replace("\\\n", " ").split())
-    dry = subprocess.run(["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True)
+    dry = subprocess.run(
+        ["make", "--no-print-directory", "-n", "run"], cwd=ROOT, capture_output=True, text=True
+    )
     assert dry.stdout.rstrip().splitlines()[-1].endswith(f"ragbench {run_compare}")
     manifest = tomllib.loads((FINDINGS / "commands.toml").read_text(encoding="utf-8"))
     (entry,) = [f for f in manifest["finding"] if f["name"] == "make-run-pydocs.jsonl"]
