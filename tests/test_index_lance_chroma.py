@@ -101,8 +101,14 @@ def test_lancedb_bad_params() -> None:
     assert index.search(Q[:1], 1, refine_factor=0)[0].shape == (1, 1)
     with pytest.raises(ConfigError, match="ef_search"):
         rb.indexes.create("chroma", dim=DIM, ef_search=0)
-    with pytest.raises(ConfigError, match="ef"):
-        rb.indexes.create("chroma", dim=DIM).search(Q[:1], 1, ef=10)
+    # chroma takes ef per query (its ef_search, reopened on one build), checked like ef_search
+    chroma = rb.indexes.create("chroma", dim=DIM)
+    chroma.build(X[:100])
+    try:
+        with pytest.raises(ConfigError, match="ef"):
+            chroma.search(Q[:1], 1, ef=0)
+    finally:
+        chroma.close()
 
 
 def test_chroma_ef_search_is_a_build_parameter() -> None:
