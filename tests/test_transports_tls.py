@@ -3,6 +3,7 @@ child processes on loopback, real sockets, real handshakes)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -562,6 +563,36 @@ def test_a_later_connection_refusing_the_certificate_names_tls(
         with pytest.raises(TransportError) as err:
             in_thread(lambda: transport.send(payload, res.query))
         assert "TLS certificate check failed" in str(err.value)
+    finally:
+        transport.certificate = mine
+        other.remove()
+
+
+@pytest.mark.parametrize("kind", REMOTE)
+def test_an_async_connection_refusing_the_certificate_names_tls(made: list[Any], kind: str) -> None:
+    # what load --worker-kind asyncio sends with: it said only "could not connect within 5 s"
+    # (grpc.aio) or "request failed: ConnectError: [SSL: CERTIFICATE_VERIFY_FAILED] ..." (httpx)
+    transport = start(made, kind, tls=True, timeout=5.0)
+    transport.startup_timeout = 0.5  # how long a grpc.aio channel is waited for
+    res = result()
+    payload = rb.codecs.create("msgpack").encode(res)
+    mine, other = transport.certificate, tls.make_certificate()
+
+    async def send_and_close() -> None:
+        try:
+            await transport.asend(payload, res.query)
+        finally:
+            await transport.aclose()
+
+    try:
+        transport.certificate = other  # the far side shows a certificate no longer trusted
+        with pytest.raises(TransportError) as err:
+            asyncio.run(send_and_close())
+        text = str(err.value)
+        assert (
+            f"{kind} transport to 127.0.0.1:{transport.port}: TLS certificate check failed" in text
+        )
+        assert "self-signed certificate" in text  # the check's own reason
     finally:
         transport.certificate = mine
         other.remove()

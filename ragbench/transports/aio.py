@@ -117,7 +117,9 @@ class AsyncPost(ChildTransport):
         except httpx.TimeoutException:
             raise self.failed(f"no reply within {self.timeout:g} s", query) from None
         except httpx.HTTPError as exc:
-            raise self.failed(f"request failed: {type(exc).__name__}: {exc}", query) from None
+            # a refused certificate in words naming TLS, as the sync send says it
+            problem = tls_problem(exc) or f"request failed: {type(exc).__name__}: {exc}"
+            raise self.failed(problem, query) from None
         body = resp.content
         if resp.status_code != 200:
             text = body[:500].decode("utf-8", "replace")

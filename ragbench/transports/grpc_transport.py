@@ -415,6 +415,12 @@ class GrpcTransport(ChildTransport):
             await asyncio.wait_for(channel.channel_ready(), self.startup_timeout)
         except asyncio.TimeoutError:
             await channel.close()
+            if self.tls:  # as open_connection: grpc does not say a certificate was refused
+                problem = await asyncio.to_thread(self.tls_refusal)
+                if problem is not None:
+                    raise TransportError(
+                        f"{self.name} transport to {self.host}:{self.port}: {problem}"
+                    ) from None
             raise TransportError(
                 f"grpc transport: could not connect to {host}:{self.port} "
                 f"within {self.startup_timeout:g} s"
