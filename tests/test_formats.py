@@ -289,7 +289,11 @@ def test_beir_folder(tmp_path: Path) -> None:
     ]
     assert ds.corpus.metadata[0] == {"title": "Microstructural development"}
     assert ds.queries.ids == ["1"] and ds.queries.texts == ["0-dimensional biomaterials"]
-    assert any("qrels are ignored" in n for n in ds.notes)
+    # the qrels are read now (issue 31): judged answers, by id and by row
+    assert ds.qrels == {"1": {"4983": 1}}
+    assert ds.qrels_source == str(folder / "qrels" / "test.tsv")
+    judgments = ds.judgments()
+    assert judgments is not None and judgments.grades == [{0: 1}]
     assert ds.vectors is None and ds.default_embedder == "minilm"
 
 

@@ -165,7 +165,9 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
     Paths: see the module docstring; they accept ``metric`` to override what
     the file says, and ``drop_empty=True`` to drop passages and queries whose
     text is empty or only whitespace (logged, and listed in :attr:`Dataset.notes`)
-    instead of raising :class:`DatasetError` naming the first one. Unknown names raise :class:`DatasetError` listing the known
+    instead of raising :class:`DatasetError` naming the first one, and ``qrels``
+    to name the judged answers (a ``.tsv``/``.csv`` file or a BEIR split such as
+    ``"dev"``) instead of those found beside the corpus (:mod:`ragbench.datasets.qrels`). Unknown names raise :class:`DatasetError` listing the known
     ones; unknown parameters raise :class:`ConfigError` naming them.
     """
     if not isinstance(name_or_path, (str, os.PathLike)):
@@ -195,9 +197,12 @@ def load(name_or_path: str | os.PathLike[str], **params: Any) -> Dataset:
 
 
 def _load_path(path: Path, params: dict[str, Any]) -> Dataset:
-    check_params(f"dataset {str(path)!r}", params, {"metric", "drop_empty"})
+    check_params(f"dataset {str(path)!r}", params, {"metric", "drop_empty", "qrels"})
     drop_empty = bool_param(f"dataset {str(path)!r}", "drop_empty", params.get("drop_empty", False))
-    raw = formats.read_path(path, drop_empty=drop_empty)
+    qrels = params.get("qrels")
+    if qrels is not None and not isinstance(qrels, str):
+        raise ConfigError(f"dataset qrels must be a file path or a BEIR split name, got {qrels!r}")
+    raw = formats.read_path(path, drop_empty=drop_empty, qrels=qrels)
     if "metric" in params:
         metric = params["metric"]
         if metric not in formats.METRIC_NAMES:
@@ -226,6 +231,8 @@ def _from_raw(raw: formats.RawDataset, source: str) -> Dataset:
         ground_truth=raw.ground_truth,
         source=source,
         notes=raw.notes,
+        qrels=None if raw.qrels is None else raw.qrels.qrels,
+        qrels_source="" if raw.qrels is None else raw.qrels.source,
     )
 
 

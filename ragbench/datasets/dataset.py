@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import attributes, progress
 from ..errors import ConfigError, DatasetError, InputError
+from ..judged import Judgments
 from ..validate import check_k, check_metric
 from .cache import ArrayCache, CacheEvent
 from .neighbors import brute_force_neighbors, neighbour_problem
@@ -115,7 +116,10 @@ class Dataset:
     (float32 ``(nq, d)`` or None); ``ground_truth`` (int64 ``(nq, K)`` or
     None); ``default_embedder`` (``"precomputed"`` when vectors ship, else
     ``"minilm"``); ``cache_events`` (list of :class:`CacheEvent`);
-    ``source`` and ``notes`` (strings describing where it came from).
+    ``source`` and ``notes`` (strings describing where it came from);
+    ``qrels`` (judged answers, ``{query id: {corpus id: grade}}``, or None
+    without any) and ``qrels_source`` (their file); :meth:`judgments` gives
+    them by row, as :mod:`ragbench.judged` measures them.
     """
 
     def __init__(
@@ -132,6 +136,8 @@ class Dataset:
         notes: Sequence[str] = (),
         corpus_hash: str | None = None,
         queries_hash: str | None = None,
+        qrels: Mapping[str, Mapping[str, int]] | None = None,
+        qrels_source: str = "",
     ) -> None:
         check_metric(f"dataset {name!r}", metric)
         if len(corpus) == 0:
@@ -171,6 +177,8 @@ class Dataset:
         self.source = source
         self.notes = list(notes)
         self.cache_events: list[CacheEvent] = []
+        self.qrels = None if qrels is None else {q: dict(g) for q, g in qrels.items()}
+        self.qrels_source = qrels_source
         #: folder that may hold shipped vectors (``vectors-<embedder>.json``); bundled datasets
         self.shipped_dir: Path | None = None
         self._corpus_hash = corpus_hash
@@ -184,6 +192,28 @@ class Dataset:
             f"Dataset({self.name!r}, corpus={len(self.corpus)}, queries={len(self.queries)}"
             f"{dim}, metric={self.metric!r})"
         )
+
+    # -- judged answers ----------------------------------------------------------
+
+    def judgments(self) -> Judgments | None:
+        """The judged answers by row (one grade mapping per query row), or None without qrels.
+
+        Corpus ids are looked up once per call; judgments of ids this corpus
+        lacks raise :class:`DatasetError` (the readers refuse them earlier).
+        """
+        if self.qrels is None:
+            return None
+        rows = {doc_id: i for i, doc_id in enumerate(self.corpus.ids)}
+        grades: list[dict[int, int]] = []
+        for qid in self.queries.ids:
+            judged = self.qrels.get(qid, {})
+            missing = [d for d in judged if d not in rows]
+            if missing:
+                raise DatasetError(
+                    f"{self.qrels_source}: query {qid!r} judges {missing[0]!r}, not in the corpus"
+                )
+            grades.append({rows[d]: g for d, g in judged.items()})
+        return Judgments(grades, self.qrels_source)
 
     # -- hashes ----------------------------------------------------------------
 
@@ -460,6 +490,8 @@ class Dataset:
             source=self.source,
             notes=self.notes,
             corpus_hash=self._corpus_hash,
+            qrels=self.qrels,
+            qrels_source=self.qrels_source,
         )
         out.default_embedder = self.default_embedder
         out.shipped_dir = self.shipped_dir  # queries differ, so only a full set's vectors apply

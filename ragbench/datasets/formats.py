@@ -14,9 +14,10 @@ Formats, picked by extension or folder layout:
 - texmex ``.fvecs``/``.ivecs``/``.bvecs`` (SIFT/GIST layout):
   ``<p>_base.fvecs``, ``<p>_query.fvecs``, optional ``<p>_groundtruth.ivecs``;
   metric l2. ``.bvecs`` bytes become float32.
-- BEIR folder: ``corpus.jsonl`` (``_id``, ``title``, ``text``) and
-  ``queries.jsonl`` (``_id``, ``text``); ``qrels/`` is ignored because recall is
-  measured against exact search, not relevance labels.
+- BEIR folder: ``corpus.jsonl`` (``_id``, ``title``, ``text``),
+  ``queries.jsonl`` (``_id``, ``text``) and ``qrels/*.tsv``, the judged answers
+  (graded) that nDCG@10, MRR@10 and recall@100 are measured against (see
+  :mod:`ragbench.datasets.qrels`; recall@k stays against exact search).
 - ``.npy``: a corpus matrix with queries in ``<stem>_queries.npy`` or
   ``queries.npy`` next to it; placeholder texts.
 - JSONL (``.jsonl``): one ``{"id", "text", "metadata"?}`` object per line for
@@ -25,6 +26,10 @@ Formats, picked by extension or folder layout:
   ``text`` (other columns become metadata), queries in ``queries.csv``.
 - a text folder: ``corpus/`` with one passage per ``.txt``/``.md`` file, and
   ``queries.txt`` (one per line), ``queries.jsonl`` or ``queries.csv``.
+
+Any text layout takes judged answers beside its corpus: ``qrels.tsv``,
+``qrels.csv``, BEIR's ``qrels/`` or ``relevant`` fields on the queries
+(:mod:`ragbench.datasets.qrels`); they land in :attr:`RawDataset.qrels`.
 
 Text files must be UTF-8 and no passage or query may be empty or only
 whitespace (``drop_empty=True`` drops such rows instead); see
@@ -43,6 +48,7 @@ import numpy as np
 from ..errors import DatasetError, MissingDependencyError
 from ..files import DATA_LIMIT, open_regular
 from ..validate import load_npy
+from . import qrels as judged
 from .texts import QUERY_FILES, Columns, collect, find_queries, read_rows, text_folder_rows
 
 __all__ = ["RawDataset", "read_path", "read_jsonl_folder", "read_vecs"]
@@ -80,18 +86,24 @@ class RawDataset:
     corpus_attributes: dict[str, np.ndarray] = field(default_factory=dict)
     #: each query's ``filter`` field, None when no query has one
     query_filters: list[dict[str, Any] | None] | None = None
+    #: judged answers, ``{query id: {corpus id: grade}}`` and their file; None without any
+    qrels: judged.QrelsFound | None = None
 
 
-def read_path(path: Path, *, drop_empty: bool = False) -> RawDataset:
+def read_path(path: Path, *, drop_empty: bool = False, qrels: str | None = None) -> RawDataset:
     """Read a dataset file or folder, choosing the format by extension or layout.
 
     ``drop_empty`` drops passages and queries whose text is empty or only
-    whitespace (with a note) instead of refusing the file.
+    whitespace (with a note) instead of refusing the file. ``qrels`` names the
+    judged answers of a text dataset (a ``.tsv``/``.csv`` file or a BEIR split,
+    see :func:`ragbench.datasets.qrels.find_qrels`) instead of the ones found beside it.
     """
     if not path.exists():
         raise DatasetError(f"{path}: no such file or folder")
     if path.is_dir():
-        return _read_dir(path, drop_empty)
+        return _read_dir(path, drop_empty, qrels)
+    if qrels is not None and path.suffix.lower() not in (".jsonl", ".csv"):
+        raise DatasetError(f"{path}: qrels apply to text datasets (JSONL, CSV, a text folder)")
     suffix = path.suffix.lower()
     if suffix in (".hdf5", ".h5"):
         return read_hdf5(path)
@@ -107,7 +119,7 @@ def read_path(path: Path, *, drop_empty: bool = False) -> RawDataset:
     if suffix in (".jsonl", ".csv"):
         if path.name.lower() in QUERY_FILES:
             raise DatasetError(f"{path}: this is a queries file; load the corpus file or folder")
-        return _read_text_pair(path, path.stem, drop_empty=drop_empty)
+        return _read_text_pair(path, path.stem, drop_empty=drop_empty, qrels=qrels)
     raise DatasetError(
         f"{path}: unknown dataset format {suffix or '(no extension)'!r}; expected .hdf5/.h5, "
         ".fvecs/.bvecs, .npy, .jsonl, .csv, or a folder with corpus.jsonl/corpus.csv + queries, "
@@ -115,12 +127,14 @@ def read_path(path: Path, *, drop_empty: bool = False) -> RawDataset:
     )
 
 
-def _read_dir(path: Path, drop_empty: bool = False) -> RawDataset:
+def _read_dir(path: Path, drop_empty: bool = False, qrels: str | None = None) -> RawDataset:
     for corpus in ("corpus.jsonl", "corpus.csv"):
         if (path / corpus).is_file():
-            return _read_text_pair(path / corpus, path.name, drop_empty=drop_empty)
+            return _read_text_pair(path / corpus, path.name, drop_empty=drop_empty, qrels=qrels)
     if (path / "corpus").is_dir():
-        return _read_text_folder(path, drop_empty=drop_empty)
+        return _read_text_folder(path, drop_empty=drop_empty, qrels=qrels)
+    if qrels is not None:
+        raise DatasetError(f"{path}: qrels apply to text datasets (JSONL, CSV, a text folder)")
     for ext in ("fvecs", "bvecs"):
         bases = sorted(path.glob(f"*_base.{ext}"))
         if len(bases) == 1:
@@ -140,7 +154,9 @@ def _read_dir(path: Path, drop_empty: bool = False) -> RawDataset:
 # --------------------------------------------------------------------------- texts
 
 
-def _read_text_pair(corpus: Path, name: str, *, drop_empty: bool = False) -> RawDataset:
+def _read_text_pair(
+    corpus: Path, name: str, *, drop_empty: bool = False, qrels: str | None = None
+) -> RawDataset:
     """A JSONL or CSV corpus file and the queries file beside it (:mod:`ragbench.datasets.texts`)."""
     queries = find_queries(corpus.parent, corpus.suffix.lower(), corpus)
     notes: list[str] = []
@@ -149,7 +165,7 @@ def _read_text_pair(corpus: Path, name: str, *, drop_empty: bool = False) -> Raw
     ids, texts, metadata = collect(
         rows, corpus, what="corpus", drop_empty=drop_empty, notes=notes, fields=fields
     )
-    raw = _text_dataset(name, corpus, (ids, texts, metadata), queries, drop_empty, notes)
+    raw = _text_dataset(name, corpus, (ids, texts, metadata), queries, drop_empty, notes, qrels)
     if any(fields):
         raw.corpus_fields = fields
     return raw
@@ -160,20 +176,29 @@ def _open_data(path: Path) -> BinaryIO:
     return open_regular(path, limit_bytes=DATA_LIMIT, what="dataset file")
 
 
-def _read_text_folder(path: Path, *, drop_empty: bool = False) -> RawDataset:
+def _read_text_folder(
+    path: Path, *, drop_empty: bool = False, qrels: str | None = None
+) -> RawDataset:
     """A folder whose ``corpus/`` holds one passage per text file, with queries beside it."""
     corpus = path / "corpus"
     queries = find_queries(path, ".txt", corpus)
     notes: list[str] = []
     rows = text_folder_rows(corpus, notes)
     columns = collect(rows, corpus, what="corpus", drop_empty=drop_empty, notes=notes)
-    return _text_dataset(path.name, corpus, columns, queries, drop_empty, notes)
+    return _text_dataset(path.name, corpus, columns, queries, drop_empty, notes, qrels)
 
 
 def _text_dataset(
-    name: str, corpus: Path, columns: Columns, queries: Path, drop_empty: bool, notes: list[str]
+    name: str,
+    corpus: Path,
+    columns: Columns,
+    queries: Path,
+    drop_empty: bool,
+    notes: list[str],
+    qrels: str | None = None,
 ) -> RawDataset:
     qfields: list[dict[str, Any]] = []
+    qwheres: list[str] = []
     qids, qtexts, _ = collect(
         read_rows(queries),
         queries,
@@ -181,13 +206,20 @@ def _text_dataset(
         drop_empty=drop_empty,
         notes=notes,
         fields=qfields,
+        wheres=qwheres,
     )
     filters = [f.get("filter") for f in qfields]
     for f, qid in zip(filters, qids, strict=True):
         if f is not None and (not isinstance(f, dict) or not f):
             raise DatasetError(f"{queries}: query {qid!r}: filter must be a non-empty object")
-    if (corpus.parent / "qrels").exists():
-        notes.append("qrels are ignored: recall is measured against exact search")
+    relevant = any("relevant" in f for f in qfields)
+    found = judged.find_qrels(corpus.parent, relevant=relevant, choice=qrels)
+    if found is not None:
+        rows = judged.read_qrels(found)
+        source = str(found)
+    else:
+        rows = judged.from_relevant_fields(qfields, qids, qwheres)
+        source = f"{queries} (relevant)"
     return RawDataset(
         name=name,
         source=str(corpus),
@@ -198,6 +230,7 @@ def _text_dataset(
         query_texts=qtexts,
         notes=notes,
         query_filters=filters if any(f is not None for f in filters) else None,
+        qrels=judged.check_ids(rows, columns[0], qids, source) if rows else None,
     )
 
 

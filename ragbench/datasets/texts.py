@@ -281,12 +281,14 @@ def collect(
     drop_empty: bool,
     notes: list[str],
     fields: list[dict[str, Any]] | None = None,
+    wheres: list[str] | None = None,
 ) -> Columns:
     """Ids, texts and metadata of ``rows``: unique ids, no empty text (or such rows dropped).
 
     ``what`` is ``"corpus"`` or ``"query"``; ``path`` names the file or
     folder in messages. Dropped rows are logged and described in ``notes``.
-    ``fields``, when given, gets each kept row's :attr:`Row.fields`.
+    ``fields``, when given, gets each kept row's :attr:`Row.fields`, and
+    ``wheres`` its :attr:`Row.where`.
     """
     noun = _NOUN[what]
     ids: list[str] = []
@@ -313,6 +315,8 @@ def collect(
         metadata.append(row.meta)
         if fields is not None:
             fields.append(row.fields)
+        if wheres is not None:
+            wheres.append(row.where)
     if dropped:
         shown = ", ".join(dropped[:5]) + (", ..." if len(dropped) > 5 else "")
         note = f"dropped {len(dropped)} empty {noun} row(s) (drop_empty): {shown}"

@@ -61,6 +61,8 @@ class Dataset(Table, frozen=True):
     n_queries: PositiveInt | UnsetType = UNSET
     seed: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
     drop_empty: bool | UnsetType = UNSET
+    #: the judged answers of a path dataset: a .tsv/.csv file or a BEIR split ("dev")
+    qrels: str | UnsetType = UNSET
 
     def __post_init__(self) -> None:
         if self.name is not UNSET and self.path is not UNSET:
