@@ -54,16 +54,6 @@ from ._common import (
     new_result,
 )
 
-__all__ = [
-    "Columns",
-    "WireColumns",
-    "check_shape",
-    "columns_from_json_obj",
-    "columns_json_tree",
-    "result_from_columns",
-    "split_columns",
-]
-
 _UINT32 = 1 << 32
 _INT32 = 1 << 31
 

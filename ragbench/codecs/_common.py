@@ -33,19 +33,6 @@ from ..errors import DecodeError, InputError
 from ..types import Hit, RetrievalResult
 from ..validate import positive_int
 
-__all__ = [
-    "DEFAULT_MAX_PAYLOAD_BYTES",
-    "BaseCodec",
-    "WireHit",
-    "WireResult",
-    "json_tree",
-    "new_hit",
-    "new_result",
-    "result_from_json_obj",
-    "result_from_wire",
-    "scores_all_finite",
-]
-
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 # Hit and RetrievalResult are frozen, slotted dataclasses: their generated

@@ -22,8 +22,6 @@ import numpy as np
 from .. import onnx_graphs
 from ..errors import MissingDependencyError
 
-__all__ = ["INPUTS", "RUNTIMES", "Forward", "int8_kernels", "make_forward", "require"]
-
 RUNTIMES = ("torch", "onnx", "onnx-int8", "openvino")
 #: The graph's inputs, in the order the export traces them.
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")

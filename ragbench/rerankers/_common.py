@@ -38,17 +38,6 @@ from .._registry import check_params
 from ..errors import DimensionError, InputError
 from ..validate import as_float32, check_finite, check_ids, check_k, check_metric, int_arg
 
-__all__ = [
-    "PAD_ID",
-    "PAD_SCORE",
-    "K_LIMIT",
-    "BaseReranker",
-    "check_queries",
-    "check_query",
-    "check_vectors",
-    "padded",
-]
-
 PAD_ID = -1
 PAD_SCORE = np.float32(-np.inf)
 #: What bounds ``k`` in :func:`~ragbench.validate.check_k`: ``k`` may exceed the

@@ -33,7 +33,7 @@ the CPU-time fields, was a 21-byte ``<BIQQ`` header without a version byte.)
 
 Every server serves many connections at once: the ``http`` server is a
 :class:`http.server.ThreadingHTTPServer` (one thread per connection), the
-``grpc`` server runs calls on a pool of up to :data:`GRPC_MAX_WORKERS`
+``grpc`` server runs calls on a pool of up to :data:`~ragbench.transports.grpc_server.GRPC_MAX_WORKERS`
 threads, and the ``asgi`` server (Starlette on uvicorn,
 :mod:`ragbench.transports.asgi_server`, given the configuration's
 ``"asgi"`` table) runs them in Starlette's thread pool, so each near-side
@@ -53,21 +53,7 @@ from typing import Any
 
 from ..errors import ConfigError, DecodeError, RagbenchError, TransportError
 from ..process import watch_stdin
-from .grpc_server import GRPC_MAX_WORKERS, GRPC_PATH, GRPC_STREAM_PATH, serve_grpc
-
-__all__ = [
-    "GRPC_MAX_WORKERS",
-    "GRPC_PATH",
-    "GRPC_STREAM_PATH",
-    "REPLY_VERSION",
-    "FarSideProcessor",
-    "codec_spec",
-    "cpu_time_flag",
-    "decode_reply",
-    "main",
-    "make_codec",
-    "read_child_config",
-]
+from .grpc_server import serve_grpc
 
 #: Version of the reply layout (the first header byte); see the module docstring.
 REPLY_VERSION = 2

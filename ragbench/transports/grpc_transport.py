@@ -22,7 +22,7 @@ each calling thread gets its own channel, opened on its first call, with
 like the ``http`` transport's socket per thread, so the two compare like for
 like under concurrency, and one thread's large payload never waits behind
 another's in a shared connection's flow-control window. The far side runs
-up to :data:`~ragbench.transports._farside.GRPC_MAX_WORKERS` calls at once.
+up to :data:`~ragbench.transports.grpc_server.GRPC_MAX_WORKERS` calls at once.
 
 Async (an event loop serving many requests, ``ragbench load --worker-kind
 asyncio``): :meth:`GrpcTransport.asend` makes the same call with
@@ -73,9 +73,9 @@ from .._registry import check_params
 from ..errors import ConfigError, DecodeError, MissingDependencyError, TransportError
 from ..validate import bool_param, positive_int
 from . import FarSide
-from ._farside import GRPC_PATH, GRPC_STREAM_PATH, decode_reply
+from ._farside import decode_reply
 from .child import COMMON_PARAMS, ChildTransport
-from .grpc_server import channel_options
+from .grpc_server import GRPC_PATH, GRPC_STREAM_PATH, channel_options
 
 __all__ = ["COMPRESSIONS", "GRPC_INT_MAX", "REPLIES", "GrpcTransport"]
 
