@@ -21,6 +21,7 @@ from .common import (
     us_text,
     within_noise,
 )
+from .embedders import embedder_lines
 
 __all__ = [
     "AXES",
@@ -385,6 +386,7 @@ def run_reading(
     for note in notes:
         if note:
             lines.append(note)
+    lines += embedder_lines(runs)  # each embedder configuration against torch's
     lines += [line for line in map(_embed_parts_line, runs) if line]
     lines += [line for line in map(_agreement_line, runs) if line]
     return lines
@@ -396,11 +398,14 @@ def _agreement_line(run: RunRecord) -> str | None:
     got = (run.info or {}).get("embed_agreement")
     if not got:
         return None
-    return (
+    head = (
         f"{run.label or 'run'}: against {got['reference']}: top-{got['k']} agreement "
-        f"{got['top_k_mean']:.2f} (min {got['top_k_min']:.2f} over queries), query cosine "
-        f"mean {got['cosine_mean']:.4f}, p1 {got['cosine_p1']:.4f}"
+        f"{got['top_k_mean']:.2f} (min {got['top_k_min']:.2f} over queries)"
     )
+    if got.get("cosine_mean") is None:  # vectors in another space (a static model's PCA basis)
+        why = got.get("cosine_note") or "not recorded"
+        return f"{head}; query cosine: {why}"
+    return f"{head}, query cosine mean {got['cosine_mean']:.4f}, p1 {got['cosine_p1']:.4f}"
 
 
 def _embed_parts_line(run: RunRecord) -> str | None:
