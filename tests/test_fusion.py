@@ -1,0 +1,115 @@
+"""ragbench.fusion: the compiled kernels return exactly what the plain reference returns."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragbench.errors import ConfigError, InputError, NonFiniteError
+from ragbench.fusion import (
+    reciprocal_rank_fusion,
+    reciprocal_rank_fusion_plain,
+    weighted_fusion,
+    weighted_fusion_plain,
+)
+
+# small id ranges make overlaps and repeats common; -1 is a pad
+ids_lists = st.lists(st.integers(min_value=-1, max_value=40), max_size=60)
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+def same(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray]) -> None:
+    assert got[0].dtype == np.int64 and got[1].dtype == np.float64
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()  # bit for bit, not approximately
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids_lists, ids_lists, st.sampled_from([0.0, 1.0, 60.0, 0.5]), st.none() | st.integers(1, 30))
+def test_rrf_kernel_equals_plain(a: list[int], b: list[int], k: float, limit: int | None) -> None:
+    same(
+        reciprocal_rank_fusion(a, b, k_rrf=k, limit=limit),
+        reciprocal_rank_fusion_plain(a, b, k_rrf=k, limit=limit),
+    )
+
+
+@st.composite
+def scored(draw: st.DrawFn) -> tuple[list[int], list[float]]:
+    ids = draw(ids_lists)
+    scores = [draw(finite) if i >= 0 else draw(st.floats()) for i in ids]  # a pad's score: anything
+    return ids, scores
+
+
+@settings(max_examples=300, deadline=None)
+@given(scored(), scored(), st.floats(0.0, 1.0), st.none() | st.integers(1, 30))
+def test_weighted_kernel_equals_plain(
+    a: tuple[list[int], list[float]],
+    b: tuple[list[int], list[float]],
+    alpha: float,
+    limit: int | None,
+) -> None:
+    same(
+        weighted_fusion(a[0], a[1], b[0], b[1], alpha=alpha, limit=limit),
+        weighted_fusion_plain(a[0], a[1], b[0], b[1], alpha=alpha, limit=limit),
+    )
+
+
+def test_rrf_by_hand() -> None:
+    ids, scores = reciprocal_rank_fusion([7, 3, 9], [3, 5], k_rrf=60)
+    assert ids.tolist() == [3, 7, 5, 9]
+    assert scores.tolist() == [1 / 62 + 1 / 61, 1 / 61, 1 / 62, 1 / 63]
+
+
+def test_weighted_by_hand() -> None:
+    # first: 7 -> 1.0, 3 -> 0.0 ; second: 3 -> 1.0, 5 -> 0.0 (min-max over each list)
+    ids, scores = weighted_fusion([7, 3], [2.0, 1.0], [3, 5], [10.0, 4.0], alpha=0.25)
+    assert dict(zip(ids.tolist(), scores.tolist(), strict=True)) == {7: 0.25, 3: 0.75, 5: 0.0}
+    assert ids.tolist() == [3, 7, 5]
+
+
+def test_one_side_empty_keeps_the_other_order() -> None:
+    ids, _ = reciprocal_rank_fusion([4, 2, 8], [-1, -1])
+    assert ids.tolist() == [4, 2, 8]
+    ids, scores = weighted_fusion([], [], [4, 2], [0.5, 0.5])
+    assert ids.tolist() == [2, 4] and scores.tolist() == [0.5, 0.5]  # a tie: each normalised to 1
+    assert reciprocal_rank_fusion([], [])[0].size == 0
+
+
+def test_repeats_count_once_at_the_first_place() -> None:
+    ids, scores = reciprocal_rank_fusion([5, 5, 6], [], k_rrf=0)
+    assert ids.tolist() == [5, 6] and scores.tolist() == [1.0, 1 / 3]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: weighted_fusion([1], [1.0], [2], [1.0], alpha=1.5), ConfigError, "alpha"),
+        (lambda: weighted_fusion([1], [1.0], [2], [1.0], alpha=-0.1), ConfigError, "alpha"),
+        (lambda: reciprocal_rank_fusion([1], [2], k_rrf=-1), ConfigError, "k_rrf"),
+        (lambda: reciprocal_rank_fusion([1], [2], k_rrf=float("nan")), ConfigError, "k_rrf"),
+        (lambda: reciprocal_rank_fusion([1], [2], limit=0), ConfigError, "limit"),
+        (lambda: reciprocal_rank_fusion([1.5], [2]), InputError, "integer"),
+        (lambda: reciprocal_rank_fusion([[1]], [2]), InputError, "1-D"),
+        (lambda: reciprocal_rank_fusion([1, -2], [2]), InputError, ">= 0"),
+        (lambda: weighted_fusion([1], [float("nan")], [2], [1.0]), NonFiniteError, "finite"),
+        (lambda: weighted_fusion([1, 2], [1.0], [2], [1.0]), InputError, "scores for 2 ids"),
+    ],
+)
+def test_bad_input_is_refused_by_name(call, error, match) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_kernels_are_safe_across_threads() -> None:
+    rng = np.random.default_rng(3)
+    pairs = [(rng.permutation(500)[:100], rng.permutation(500)[:100]) for _ in range(64)]
+    want = [reciprocal_rank_fusion_plain(a, b) for a, b in pairs]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            got = list(pool.map(lambda p: reciprocal_rank_fusion(*p), pairs))
+            for g, w in zip(got, want, strict=True):
+                same(g, w)
