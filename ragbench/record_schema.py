@@ -61,6 +61,31 @@ class Record(Struct, kw_only=True, frozen=True):
     env: Obj | None = None
 
 
+class JudgedAnswers(Struct, kw_only=True, frozen=True):
+    """Answer quality against the dataset's judged answers (qrels), as :func:`ragbench.judged.summary` writes it.
+
+    Means over the judged queries measured (each query's requests averaged
+    first) with 95 % bootstrap intervals over those queries; ``depth``: the
+    places recall@100 was computed on (``min(100, results returned)``);
+    ``per_query``: measure -> each request's (run, load) or query's (sweep)
+    value, NaN where the query has no relevant passage. A record of a dataset
+    without qrels has no ``judged`` field.
+    """
+
+    qrels: str | None = None
+    queries: int | None = None  # judged queries measured (with a relevant passage)
+    measured: int | None = None  # distinct queries measured
+    depth: int | None = None
+    gain: str | None = None  # "linear": nDCG's gain is the grade
+    ndcg_at_10: Num = None
+    ndcg_at_10_ci: list[Num] | None = None
+    mrr_at_10: Num = None
+    mrr_at_10_ci: list[Num] | None = None
+    recall_at_100: Num = None
+    recall_at_100_ci: list[Num] | None = None
+    per_query: dict[str, list[float]] | None = None
+
+
 class PipelineRecord(Record, frozen=True):
     """The fields run and load records share: the pipeline measured, its stages, recall, caveats."""
 
@@ -72,6 +97,7 @@ class PipelineRecord(Record, frozen=True):
     recall_at_k: Num = None
     recall_p10: Num = None
     recall_zero: int | None = None  # requests that found none of the true top k
+    judged: JudgedAnswers | None = None  # nDCG@10, MRR@10, recall@100 against the qrels
     simulated: list[str] | None = None
     caveats: list[str] | None = None
 
@@ -92,6 +118,7 @@ class IndexRecord(Record, frozen=True):
     recall_p10: Num = None
     recall_zero: int | None = None  # queries that found none of the true top k
     recall_per_query: list[float] | None = None
+    judged: JudgedAnswers | None = None  # nDCG@10, MRR@10, recall@100 against the qrels
 
 
 class RunRecord(PipelineRecord, frozen=True):

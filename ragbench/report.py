@@ -57,6 +57,8 @@ class Report:
     inter_token_ns: np.ndarray | None = None  # int64 (requests, next tokens) after the first
     # per part (connect, tls, first_byte, ...): int64 (requests,), with transport keep_alive = false
     connection_ns: dict[str, np.ndarray] | None = None
+    # nDCG@10, MRR@10, recall@100 against the dataset's qrels (ragbench.judged.summary); None: none
+    judged: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         total = self.total()
@@ -207,6 +209,8 @@ class Report:
         }
         if self.repetition is not None:
             fields["repetition"] = self.repetition.tolist()
+        if self.judged is not None:
+            fields["judged"] = self.judged
         fields.update(self._llm_fields())
         if self.connection_ns:
             # inside the transport stage: its connection set-up and first byte, per request
@@ -279,6 +283,7 @@ class Report:
                     for part, v in (run.connection_ns or {}).items()
                 }
                 or None,
+                judged=None if run.judged is None else msgspec.to_builtins(run.judged),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"malformed {RUN_SCHEMA} record: {exc!r}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -146,12 +147,25 @@ def datasets(
         X, Q = ds.corpus_vectors(emb), ds.query_vectors(emb)
         with progress(1, f"statistics of {ds.name}"):
             got = datastats.compute(X, queries=Q, metric=ds.metric, sample=sample, name=ds.name)
-        found.append({**got.as_dict(), "embedder": emb})
+        found.append({**got.as_dict(), "embedder": emb, **judged_stats(ds.judgments())})
         keys.update({key: what for key, _, what in got.rows()})
     if fmt == "json":
         echo(json.dumps(found, indent=1))
         return
     echo(stats_table(found, keys))
+
+
+def judged_stats(judgments: Any) -> dict[str, str]:
+    """``judged queries`` and ``judgments per query`` (min / median / max) of a dataset's qrels."""
+    if judgments is None:
+        return {"judged queries": "no judged answers", "judgments per query": "—"}
+    counts = [c for c in judgments.counts() if c]
+    relevant = int(judgments.judged_rows().size)
+    judged = f"{len(counts)} of {len(judgments)} ({relevant} with a relevant passage)"
+    if not counts:
+        return {"judged queries": judged, "judgments per query": "—"}
+    spread = f"{min(counts)} / {statistics.median(counts):g} / {max(counts)}"
+    return {"judged queries": judged, "judgments per query": spread}
 
 
 def _threshold(text: str) -> float:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import threads
+from .. import judged, threads
 from ..config import ConfigSource, load_config
 from ..datasets import Dataset
 from ..errors import ConfigError, GeneratorError, NotBuiltError, RagbenchError, TransportError
@@ -153,6 +153,7 @@ class Pipeline:
         samples.check_record_memory(run["queries"], run["repeat"])
         self._otel = otel
         self._traced = 0  # this run's records already exported as traces
+        self._judgments: tuple[Dataset, judged.Judgments | None] | None = None  # by dataset
         self._traces: tracing.RequestTraces | None = None
         if otel is None and self.config["run"]["otel"]:
             check_available()  # a missing extra fails now, like any bad config
@@ -496,6 +497,7 @@ class Pipeline:
             cache_events=list(self.cache_events),
             error=self.error,
             repetition=self.repetitions(),
+            judged=self.judged(recs),
         )
 
     def recall(
@@ -513,6 +515,31 @@ class Pipeline:
         built = self.built
         k = self.config["run"]["k"]
         return samples.recall(recs, k, built.truth, built.embedding, built.metric, final=final)
+
+    def judged(self, records: Sequence[RequestRecord] | None = None) -> dict[str, Any] | None:
+        """nDCG@10, MRR@10 and recall@100 of each record's final hits against the dataset's qrels.
+
+        The ``judged`` object of a run or load record (:func:`ragbench.judged.summary`):
+        the hits that reach the LLM, as returned (``k`` of them, so recall@100
+        is on ``min(100, k)`` places); ``None`` when the dataset has no judged
+        answers or nothing was measured.
+        """
+        recs = self._records if records is None else records
+        ds = self.dataset
+        if ds is None or not recs:
+            return None
+        if self._judgments is None or self._judgments[0] is not ds:
+            self._judgments = (ds, ds.judgments())
+        judgments = self._judgments[1]
+        if judgments is None:
+            return None
+        k = int(self.config["run"]["k"])
+        ranked = np.full((len(recs), k), -1, dtype=np.int64)
+        for r, rec in enumerate(recs):
+            n = min(k, len(rec.hit_ids))
+            ranked[r, :n] = rec.hit_ids[:n]
+        rows = np.asarray([rec.query_row for rec in recs], dtype=np.int64)
+        return judged.summary(judged.scores(ranked, rows, judgments), rows, judgments, returned=k)
 
     def _rerank_recall(self, recs: Sequence[RequestRecord]) -> dict[str, Any]:
         """``rerank_recall``: mean recall of a text reranker's own final k (``{}`` otherwise)."""

@@ -75,15 +75,21 @@ def datasets_table(described: Sequence[Mapping[str, Any]], remembered: Sequence[
     )
 
 
+_HEAD_WHAT = {
+    "judged queries": "queries with judged answers (qrels), of all",
+    "judgments per query": "judged passages per judged query: min / median / max",
+}
+
+
 def stats_table(stats: Sequence[Mapping[str, Any]], meanings: Mapping[str, str]) -> str:
     """Datasets' statistics side by side (``ragbench datasets --stats``): one row per statistic.
 
     ``stats`` are ``DataStats.as_dict()`` dicts; ``meanings`` says what each statistic is
     (its keys, in order, are the rows; a statistic a dataset lacks shows ``—``).
     """
-    head = ("embedder", "n", "dim", "sample", "hub points")
+    head = ("embedder", "n", "dim", "sample", "hub points", "judged queries", "judgments per query")
     names = [str(s.get("name")) for s in stats]
-    rows = [[key, *(str(s.get(key, "—")) for s in stats), ""] for key in head]
+    rows = [[key, *(str(s.get(key, "—")) for s in stats), _HEAD_WHAT.get(key, "")] for key in head]
     for key, what in meanings.items():
         cells = [f"{float(s[key]):.3g}" if key in s else "—" for s in stats]
         rows.append([key, *cells, what])

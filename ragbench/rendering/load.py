@@ -8,6 +8,7 @@ from typing import Any
 from ..record_schema import LoadRecord, need, read_struct
 from ..records import generator_kept_up, knees, load_level
 from .cells import ms, ms_with_ci, num, pct_cell, text_table
+from .judged import JUDGED_HEADS, judged_cells, judged_note
 from .notes import hardware_note, simulated_note
 from .points import plain
 
@@ -71,8 +72,15 @@ def load_table(records: Sequence[Level], *, width: int = 400) -> str:
     # the LLM call's own TTFT, and beside it how late the asyncio workers' loops ran
     extra = [h for h, get in _LOAD_EXTRA.items() if any(get(r) is not None for r in levels)]
     heads += extra + ["recall@k", "recall p10"]
+    judged = any(r.judged is not None for r in levels)
+    heads += list(JUDGED_HEADS) if judged else []
     cols = [("configuration", "left")] + [(h, "right") for h in heads]
     rows = [_load_row(r, closed, failed, extra) for r in levels]
+    rows = (
+        [row + judged_cells(r.judged) for row, r in zip(rows, levels, strict=True)]
+        if judged
+        else rows
+    )
     lines = [text_table(_load_title(levels), cols, rows, width=width)]
     reps = max(int(r.repeats or 1) for r in levels)
     over = f"{reps} repetitions, then requests within each" if reps > 1 else "requests"
@@ -92,6 +100,10 @@ def load_table(records: Sequence[Level], *, width: int = 400) -> str:
         )
     )
     lines += _load_notes(levels)
+    data = (levels[0].config or {}).get("dataset") or {}
+    lines.append(
+        judged_note([r.judged for r in levels], str(data.get("name") or data.get("path", "?")))
+    )
     hardware = hardware_note(levels)
     lines += [hardware] if hardware else []
     lines.append(_stage_table(levels, width))

@@ -11,6 +11,7 @@ from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_str
 from ..records import growth_exponents, pareto
 from .cache_state import cache_state_text
 from .cells import num, text_table, with_ci, zero_cell
+from .judged import JUDGED_HEADS, judged_cells, judged_note
 from .notes import build_note, hardware_note
 from .search_threads import search_threads_text
 
@@ -165,6 +166,12 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         )
     ]  # fmt: skip
     rows = [_sweep_row(p, star, varying) for p, star in zip(points, flags, strict=True)]
+    if any(p.judged is not None for p in points):  # answer quality after recall 0
+        at = 6
+        cols[at:at] = [(c, "right") for c in JUDGED_HEADS]
+        rows = [
+            [*r[:at], *judged_cells(p.judged), *r[at:]] for r, p in zip(rows, points, strict=True)
+        ]
     table = text_table(title, cols, rows, width=width)
     if filtered:
         table += "\n" + filtered_sweep_table(filtered, varying, width=width)
@@ -180,6 +187,7 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         "\nrecall: mean over queries; recall p10: the worst tenth's; recall 0: queries that found "
         "none of the true top k, of all"
     )
+    table += "\n" + judged_note([p.judged for p in points], str(r0.dataset))
     if any(p.bytes_per_vector is not None for p in points):
         table += (
             "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "

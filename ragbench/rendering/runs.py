@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..record_schema import RunRecord, need, read_struct
 from .cache_state import cache_state_text
 from .cells import cpu_cells, event_text, num, stat_cells, text_table, with_ci, zero_cell
+from .judged import JUDGED_HEADS, judged_cells, judged_line, judged_note
 from .notes import (
     SETUP_LABELS,
     build_note,
@@ -75,6 +76,7 @@ def run_table(rec: Run, *, width: int = 110) -> str:
             "(~100 % CPU-bound, ~0 % waiting); cpu share: of all CPU time before first token"
         )
     lines.append("  ".join(_run_extras(run)))
+    lines.append(judged_line(run.judged, str(ds.get("name", "?"))))
     note = llm_note(run)
     if note:
         lines.append(note)
@@ -154,7 +156,10 @@ def compare_table(
     recall_cols = ("recall@k", "recall p10", "recall 0")
     cols = [("run", "left")]
     cols += [(stage_label(n, runs, True), "right") for n in names]
-    cols += [(c, "right") for c in ("total p50", "total p99", "× best", *recall_cols, "bytes")]
+    cols += [(c, "right") for c in ("total p50", "total p99", "× best", *recall_cols)]
+    judged = any(r.judged is not None for r in runs)
+    cols += [(c, "right") for c in JUDGED_HEADS] if judged else []
+    cols += [("bytes", "right")]
     cols += [("wire B", "right")] if wire else []
     live = [r for r in runs if need(r.requests, "requests")]
     best = min(live, key=lambda r: need(r.total, "total")["p50_us"]) if live else None
@@ -166,6 +171,7 @@ def compare_table(
         row += stat_cells(need(r.total, "total"), ("p50", "p99"))
         row += [_ratio_cell(r, best), _recall_cell(r)]
         row += [num(r.recall_p10), zero_cell(r.recall_zero, r.recall)]
+        row += judged_cells(r.judged) if judged else []
         row += [num(r.payload_bytes_p50)]
         row += [num(r.wire_bytes_p50)] if wire else []
         rows.append(row)
@@ -180,6 +186,7 @@ def compare_table(
         "\nrecall@k: mean over requests; recall p10: the worst tenth's; recall 0: requests that "
         "found none of the true top k, of all"
     )
+    table += "\n" + judged_note([r.judged for r in runs], str(name))
     table += "".join(f"\n{stopped_line(r)}" for r in runs if r.error)
     hardware = hardware_note(runs)
     return table + ("\n" + hardware if hardware else "")

@@ -11,6 +11,7 @@ import numpy as np
 from .. import datasets, embedders, indexes
 from ..attributes import QueryFilters
 from ..errors import ConfigError
+from ..judged import Judgments
 
 __all__ = ["FilterCase", "SweepData", "check_grid", "index_param_names", "synthetic_data"]
 
@@ -41,6 +42,8 @@ class SweepData:
     filter_cases: list[FilterCase] = field(default_factory=list)
     #: the corpus's attribute columns (filtered sweeps): a database index stores them
     attributes: dict[str, np.ndarray] = field(default_factory=dict)
+    #: the dataset's judged answers for the sweep's queries (nDCG@10 ...); None without qrels
+    judgments: Judgments | None = None
 
     @classmethod
     def from_dataset(
@@ -77,6 +80,7 @@ class SweepData:
             qf = ds.query_filters(table, embedder=e, metric=metric)
             ftruth = ds.exact_neighbors(k, embedder=e, metric=metric, filters=qf)
             cases.append(FilterCase(float(sel), qf.subset(nq), ftruth[:nq]))
+        judged = ds.judgments()
         return cls(
             ds.name,
             X,
@@ -87,6 +91,7 @@ class SweepData:
             metric,
             cases,
             dict(ds.corpus.attributes) if cases else {},
+            None if judged is None else judged.subset(nq),
         )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import intervals, threads
+from .. import intervals, judged, threads
 from ..errors import ConfigError
 from ..metrics import recall_at_k
 from ..pipeline.capabilities import FiltersOnAttributes, filter_path
@@ -134,6 +134,9 @@ def measure(
         # the point's searches back to back, nothing between them (ragbench.rendering.cache_state)
         "cache_state": "hot",
     }
+    if data.judgments is not None:  # answer quality of the k returned (ragbench.judged)
+        per = judged.scores(found, np.arange(nq), data.judgments)
+        point["judged"] = judged.summary(per, np.arange(nq), data.judgments, returned=k)
     if case is not None:
         point.update(strategy=strategy or "auto", selectivity=case.selectivity)
         point.update(filter=_filter_summary(case, index, strategy), filter_violations=violations)

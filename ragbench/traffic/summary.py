@@ -228,6 +228,9 @@ def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str,
             for j, n in enumerate(pipeline.stage_names)
         },
     }
+    answers = pipeline.judged(records)  # nDCG@10 ... against the qrels; None without them
+    if answers is not None:
+        out["judged"] = answers
     if "generate" in pipeline.stage_names and pipeline.config["generate"]["backend"] != "none":
         ttft = Stats.from_samples(wall[:, pipeline.stage_names.index("generate")])
         out["ttft_p50_us"], out["ttft_p99_us"] = ttft.p50_ns / 1e3, ttft.p99_ns / 1e3
