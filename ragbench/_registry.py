@@ -8,14 +8,26 @@ third-party backends arrive through the ``ragbench.<kind>`` entry-point group.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from .errors import ConfigError, UnknownBackendError
 
 T = TypeVar("T")
 
 Factory = Callable[..., Any]
+
+
+class Builtin(NamedTuple):
+    """A built-in backend's registry line: its lazy ``"module:attr"`` factory and what types it.
+
+    ``params``: names of :mod:`ragbench.params` Structs typing the backend's
+    parameters in a config (an index: its build and its search parameters),
+    resolved only when a config is read, so listing names stays cheap.
+    """
+
+    target: str
+    params: tuple[str, ...] = ()
 
 
 def _resolve(target: str) -> Factory:
@@ -27,13 +39,64 @@ def _resolve(target: str) -> Factory:
     return obj  # type: ignore[return-value]
 
 
+def _line(target: str, build: str, search: str) -> Builtin:
+    """An index's registry line: its class, and the :mod:`ragbench.params` Structs
+    typing its ``[retrieve] build`` and ``search`` tables."""
+    return Builtin(target, (build, search))
+
+
+#: The built-in index backends, one line each: the one place a backend's name is
+#: listed. :data:`ragbench.indexes.registry` is made from it, and
+#: :mod:`ragbench.settings` types each one's parameters with the Structs named
+#: (strings, so that neither import costs the other; kept here, in the core
+#: layer, because the settings may not import the indexes).
+BUILTIN_INDEXES: dict[str, Builtin] = {
+    "flat": _line("ragbench.indexes.faiss_indexes:FlatIndex", "NoParams", "NoParams"),
+    "hnsw": _line("ragbench.indexes.hnswlib_index:HnswIndex", "HnswBuild", "EfSearch"),
+    "faiss-hnsw": _line(
+        "ragbench.indexes.faiss_indexes:FaissHnswIndex", "FaissHnswBuild", "EfSearch"
+    ),
+    "ivf": _line("ragbench.indexes.faiss_indexes:IvfIndex", "IvfBuild", "NprobeSearch"),
+    "lsh": _line("ragbench.indexes.faiss_indexes:LshIndex", "LshBuild", "NoParams"),
+    "minhash-lsh": _line("ragbench.indexes.minhash:MinHashLshIndex", "MinHashBuild", "NoParams"),
+    # compressed codes, for search + exact re-scoring (ragbench.indexes.compressed)
+    "ivfpq": _line("ragbench.indexes.compressed:IvfPqIndex", "IvfPqBuild", "NprobeSearch"),
+    "ivfpq-fs": _line(
+        "ragbench.indexes.compressed:IvfPqFastScanIndex", "IvfPqFsBuild", "NprobeSearch"
+    ),
+    "ivf-sq8": _line("ragbench.indexes.compressed:IvfSq8Index", "IvfSq8Build", "NprobeSearch"),
+    "hnsw-sq": _line("ragbench.indexes.compressed:HnswSqIndex", "HnswSqBuild", "EfSearch"),
+    "hnsw-fp16": _line("ragbench.indexes.compressed:HnswFp16Index", "GraphBuild", "EfSearch"),
+    "binary-flat": _line("ragbench.indexes.compressed:BinaryFlatIndex", "NoParams", "NoParams"),
+    "binary-hnsw": _line("ragbench.indexes.compressed:BinaryHnswIndex", "GraphBuild", "EfSearch"),
+    # vector database engines in process (ragbench[vectordb]); qdrant-edge is
+    # Qdrant's engine, embedded (qdrant-edge-py), not the Qdrant server
+    "usearch": _line("ragbench.indexes.usearch_index:UsearchIndex", "UsearchBuild", "EfSearch"),
+    "qdrant-edge": _line(
+        "ragbench.indexes.qdrant_edge_index:QdrantEdgeIndex", "QdrantBuild", "EfSearch"
+    ),
+    # LanceDB (a table in a temporary folder) and Chroma (a PersistentClient), embedded
+    "lancedb": _line(
+        "ragbench.indexes.lancedb_index:LanceDbIndex", "LanceDbBuild", "LanceDbSearch"
+    ),
+    "chroma": _line("ragbench.indexes.chroma_index:ChromaIndex", "ChromaBuild", "ChromaSearch"),
+    # PostgreSQL + pgvector, a real server (ragbench's own, or [retrieve] build dsn=)
+    "pgvector": _line(
+        "ragbench.indexes.pgvector_index:PgvectorIndex", "PgvectorBuild", "PgvectorSearch"
+    ),
+}
+
+
 class Registry(Generic[T]):
     """Named factories for one component kind (``indexes``, ``codecs``, ...)."""
 
-    def __init__(self, kind: str, builtins: dict[str, str]) -> None:
+    def __init__(self, kind: str, builtins: Mapping[str, str | Builtin]) -> None:
         self.kind = kind
         self.group = f"ragbench.{kind}"
-        self._factories: dict[str, str | Factory] = dict(builtins)
+        self._factories: dict[str, str | Factory] = {
+            name: line.target if isinstance(line, Builtin) else line
+            for name, line in builtins.items()
+        }
         self._entry_points_loaded = False
 
     def _load_entry_points(self) -> None:

@@ -12,15 +12,13 @@ config is read, with its path, before anything is built.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from .threads import MAX_THREADS
 
 __all__ = [
-    "BUILD_DEPENDENT",
-    "INDEXES",
     "STAGE_PARAMS",
     "Params",
     "ThreadCount",
@@ -37,7 +35,14 @@ def _d(value: Any) -> Meta:
 
 
 class Params(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Index build or search parameters; each one left unset takes the backend's default."""
+    """Index build or search parameters; each one left unset takes the backend's default.
+
+    Which backend a Struct types is said on the backend's registry line
+    (:data:`ragbench.indexes.registry`), the one place a name is listed.
+    """
+
+    #: Search parameters the index takes only with some builds (pgvector's, by index type).
+    build_dependent: ClassVar[frozenset[str]] = frozenset()
 
 
 class NoParams(Params, frozen=True):
@@ -201,6 +206,8 @@ class PgvectorSearch(Params, frozen=True):
     """Search parameters of ``pgvector``: ``ef`` (hnsw) or ``nprobe`` (ivfflat), ``rescore``
     (halfvec and bit storage), ``iterative_scan``; the index refuses the ones its build lacks."""
 
+    build_dependent: ClassVar[frozenset[str]] = frozenset({"ef", "nprobe", "rescore"})
+
     ef: Annotated[int, _d(40)] | UnsetType = UNSET
     nprobe: int | UnsetType = UNSET
     rescore: int | UnsetType = UNSET
@@ -208,31 +215,6 @@ class PgvectorSearch(Params, frozen=True):
         Annotated[Literal["off", "relaxed_order", "strict_order"], _d("off")] | UnsetType
     ) = UNSET
 
-
-#: Index backend → (its build parameters, its search parameters).
-INDEXES: dict[str, tuple[type[Params], type[Params]]] = {
-    "flat": (NoParams, NoParams),
-    "hnsw": (HnswBuild, EfSearch),
-    "faiss-hnsw": (FaissHnswBuild, EfSearch),
-    "ivf": (IvfBuild, NprobeSearch),
-    "lsh": (LshBuild, NoParams),
-    "minhash-lsh": (MinHashBuild, NoParams),
-    "ivfpq": (IvfPqBuild, NprobeSearch),
-    "ivfpq-fs": (IvfPqFsBuild, NprobeSearch),
-    "ivf-sq8": (IvfSq8Build, NprobeSearch),
-    "hnsw-sq": (HnswSqBuild, EfSearch),
-    "hnsw-fp16": (GraphBuild, EfSearch),
-    "binary-flat": (NoParams, NoParams),
-    "binary-hnsw": (GraphBuild, EfSearch),
-    "usearch": (UsearchBuild, EfSearch),
-    "qdrant-edge": (QdrantBuild, EfSearch),
-    "lancedb": (LanceDbBuild, LanceDbSearch),
-    "chroma": (ChromaBuild, ChromaSearch),
-    "pgvector": (PgvectorBuild, PgvectorSearch),
-}
-
-#: Search parameters an index takes only with some builds (pgvector: by index type, storage).
-BUILD_DEPENDENT: dict[str, frozenset[str]] = {"pgvector": frozenset({"ef", "nprobe", "rescore"})}
 
 Seconds = Annotated[float, Meta(gt=0)]
 _CODEC = {

@@ -60,7 +60,7 @@ from .config import load_toml
 from .datasets import brute_force_neighbors
 from .errors import ConfigError
 from .files import CONFIG_LIMIT, read_regular
-from .indexes._writable import DELETE_BACKENDS
+from .indexes.contract import can_delete
 from .metrics import recall_at_k
 from .records import new_record
 from .stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT
@@ -537,10 +537,10 @@ def run_stream(
         raise ConfigError(f"--k {options.k} is more than the corpus's {len(vectors)} rows")
     st = stream if stream is not None else LiveStream(vectors, queries, metric, options)
     deletes = options.delete_rate > 0 if runbook is None else any(s.delete for s in runbook)
-    if deletes and options.index not in DELETE_BACKENDS:
+    if deletes and not can_delete(indexes.registry.factory(options.index)):
+        can = ", ".join(indexes.deleting_backends())
         raise ConfigError(
-            f"index {options.index!r} cannot delete; use one of {', '.join(DELETE_BACKENDS)} "
-            "or --delete-rate 0"
+            f"index {options.index!r} cannot delete; use one of {can} or --delete-rate 0"
         )
     index = indexes.create(options.index, dim=int(vectors.shape[1]), metric=metric, **options.build)
     t0 = time.perf_counter()

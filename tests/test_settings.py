@@ -20,7 +20,8 @@ from ragbench.config import (
     shipped_path,
 )
 from ragbench.errors import ConfigError
-from ragbench.params import BUILD_DEPENDENT, INDEXES, STAGE_PARAMS, documented_defaults
+from ragbench.params import STAGE_PARAMS, documented_defaults
+from ragbench.settings.variants import INDEXES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,7 +185,7 @@ def test_index_params_agree_with_the_index(name: str) -> None:
     cls = rb.indexes.registry.factory(name)
     assert set(build.__struct_fields__) == set(cls.build_defaults)
     assert documented_defaults(build) == dict(cls.build_defaults)
-    dependent = BUILD_DEPENDENT.get(name, frozenset())
+    dependent = search.build_dependent
     assert set(search.__struct_fields__) == set(cls.query_defaults) | dependent
     assert documented_defaults(search) == dict(cls.query_defaults)
 

@@ -9,87 +9,64 @@ returns ``(ids int64 (nq, k), scores float32 (nq, k))`` padded with ``-1``.
 Scores are similarities (higher is better) for ``ip``/``cosine`` and
 negated squared distances for ``l2``, so every backend sorts the same way.
 
-Dense indexes also take ``search(queries, k, filter=mask_or_ids,
-strategy=...)`` (an allow-list; see :mod:`ragbench.indexes._writable`), and
-every index ``add(data, ids=None)`` and, where the library can remove rows,
-``delete(ids)`` (see :mod:`ragbench.indexes._live` for ids; each backend's
-docstring for thread-safety).
+The contract is :mod:`ragbench.indexes.contract`: the :class:`Index`
+Protocol and the capabilities a backend declares (:class:`FilteredIndex`:
+``search(queries, k, filter=mask_or_ids, strategy=...)``;
+:class:`WritableIndex`: ``add(data, ids=None)`` and, where the library can
+remove rows, ``delete(ids)``; :class:`PersistentIndex`; :class:`SplitsSearch`;
+:class:`DeclaresBuild`). The built-in backends get them from the base classes
+of :mod:`ragbench.indexes.base`. A backend is one registry line below (or an
+entry point in the group ``ragbench.indexes``); every list of backends that
+can do something is derived from the classes (:func:`deleting_backends`,
+:func:`writable_backends`, :func:`filtering_backends`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
-from .._registry import Registry
+from .._registry import BUILTIN_INDEXES, Registry
+from .contract import (
+    DeclaresBuild,
+    FilteredIndex,
+    Index,
+    PersistentIndex,
+    SplitsSearch,
+    WritableIndex,
+    can_delete,
+    declares,
+)
 
 if TYPE_CHECKING:
     from os import PathLike
 
-    import numpy as np
-
 __all__ = [
     "PROBE_DIM",
+    "DeclaresBuild",
+    "FilteredIndex",
     "Index",
+    "PersistentIndex",
+    "SplitsSearch",
+    "WritableIndex",
     "build_timed",
+    "can_delete",
     "create",
     "data_fingerprint",
+    "declares",
+    "deleting_backends",
+    "filtering_backends",
     "load",
     "names",
     "register",
     "registry",
     "with_dsn",
+    "writable_backends",
 ]
 
 
-@runtime_checkable
-class Index(Protocol):
-    """An index over a corpus of vectors (or texts, when ``input_kind == "texts"``)."""
-
-    name: str
-    input_kind: Literal["vectors", "texts"]
-    metric: str
-    build_params: dict[str, Any]
-    query_params: frozenset[str]
-
-    def build(self, data: Any) -> None: ...
-    def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]: ...
-    def memory_bytes(self) -> int: ...
-    def save(
-        self, path: str | PathLike[str], *, data: Any = None, source: str | None = None
-    ) -> None: ...
-    @property
-    def ntotal(self) -> int: ...
-
-
-registry: Registry[Index] = Registry(
-    "indexes",
-    {
-        "flat": "ragbench.indexes.faiss_indexes:FlatIndex",
-        "hnsw": "ragbench.indexes.hnswlib_index:HnswIndex",
-        "faiss-hnsw": "ragbench.indexes.faiss_indexes:FaissHnswIndex",
-        "ivf": "ragbench.indexes.faiss_indexes:IvfIndex",
-        "lsh": "ragbench.indexes.faiss_indexes:LshIndex",
-        "minhash-lsh": "ragbench.indexes.minhash:MinHashLshIndex",
-        # compressed codes, for search + exact re-scoring (ragbench.indexes.compressed)
-        "ivfpq": "ragbench.indexes.compressed:IvfPqIndex",
-        "ivfpq-fs": "ragbench.indexes.compressed:IvfPqFastScanIndex",
-        "ivf-sq8": "ragbench.indexes.compressed:IvfSq8Index",
-        "hnsw-sq": "ragbench.indexes.compressed:HnswSqIndex",
-        "hnsw-fp16": "ragbench.indexes.compressed:HnswFp16Index",
-        "binary-flat": "ragbench.indexes.compressed:BinaryFlatIndex",
-        "binary-hnsw": "ragbench.indexes.compressed:BinaryHnswIndex",
-        # vector database engines in process (ragbench[vectordb]); qdrant-edge is
-        # Qdrant's engine, embedded (qdrant-edge-py), not the Qdrant server
-        "usearch": "ragbench.indexes.usearch_index:UsearchIndex",
-        "qdrant-edge": "ragbench.indexes.qdrant_edge_index:QdrantEdgeIndex",
-        # LanceDB (a table in a temporary folder) and Chroma (a PersistentClient), embedded
-        "lancedb": "ragbench.indexes.lancedb_index:LanceDbIndex",
-        "chroma": "ragbench.indexes.chroma_index:ChromaIndex",
-        # PostgreSQL + pgvector, a real server (ragbench's own, or [retrieve] build dsn=)
-        "pgvector": "ragbench.indexes.pgvector_index:PgvectorIndex",
-    },
-)
+#: Every built-in backend: one line each in :data:`ragbench._registry.BUILTIN_INDEXES`.
+registry: Registry[Index] = Registry("indexes", BUILTIN_INDEXES)
 create = registry.create
 
 #: A vector width for checking an index's parameter names and values before
@@ -138,3 +115,30 @@ def data_fingerprint(data: Any) -> str:
     from .persist import data_fingerprint as fingerprint
 
     return fingerprint(data)
+
+
+def _classes() -> list[tuple[str, Any]]:
+    """Every registered backend's factory (built-ins and plugins), skipping those whose
+    optional library is not installed (they cannot do anything here)."""
+    out = []
+    for name in registry.names():
+        try:
+            out.append((name, registry.factory(name)))
+        except ImportError:
+            continue
+    return out
+
+
+def deleting_backends() -> list[str]:
+    """Names of the registered backends whose class declares ``delete`` (imports them all)."""
+    return [name for name, cls in _classes() if can_delete(cls)]
+
+
+def writable_backends() -> list[str]:
+    """Names of the registered backends whose class declares :class:`WritableIndex`."""
+    return [name for name, cls in _classes() if declares(cls, WritableIndex)]
+
+
+def filtering_backends() -> list[str]:
+    """Names of the registered backends whose class declares :class:`FilteredIndex`."""
+    return [name for name, cls in _classes() if declares(cls, FilteredIndex)]

@@ -19,7 +19,7 @@ from ._codes import SampledCodes
 from ._common import F32, I64, INF, batch_is_finite, build_step, fix_padding
 from ._faiss_search import UNSET, sync_threads
 from ._live import IdSpace
-from ._writable import LiveVectorIndex
+from .base import LiveVectorIndex
 
 __all__ = ["BinaryFlatIndex", "BinaryHnswIndex"]
 
@@ -125,7 +125,7 @@ class BinaryFlatIndex(SampledCodes, LiveVectorIndex):
             k: results per query, ``1 <= k <= ntotal``.
             ef: ``binary-hnsw``'s beam width (raised to ``k``); others raise ConfigError.
             filter, strategy: the allow-list and how to apply it (``post`` or
-                ``in-graph``), see :mod:`ragbench.indexes._writable`.
+                ``in-graph``), see :mod:`ragbench.indexes.base`.
 
         Returns:
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)`` (negated
@@ -184,7 +184,7 @@ class BinaryFlatIndex(SampledCodes, LiveVectorIndex):
             fix_padding(ids, scores)
         return ids, scores
 
-    # -- filtered search and writes (see ragbench.indexes._writable) -----------------
+    # -- filtered search and writes (see ragbench.indexes.base) -----------------
 
     def _prepare_queries(self, queries: Any) -> np.ndarray:
         return self._checked(queries)

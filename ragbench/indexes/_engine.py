@@ -1,11 +1,11 @@
 """What the embedded vector-engine backends share (``chroma``, ``qdrant-edge``, ``usearch``).
 
-:class:`EngineIndex` is a :class:`~ragbench.indexes._writable.LiveVectorIndex`
+:class:`EngineIndex` is a :class:`~ragbench.indexes.base.LiveVectorIndex`
 with the search entry every engine backend had written out: the write gate,
 the query parameters (the last call's compiled value kept), the
 filter/strategy dispatch, the query checks (shape, dtype, NaN/inf, cosine
 zero rows, ``k``), the empty batch and the caller's ids. A backend supplies
-:meth:`~ragbench.indexes._writable.LiveVectorIndex._raw_search` (positions,
+:meth:`~ragbench.indexes.base.LiveVectorIndex._raw_search` (positions,
 ``-1``/``-inf`` padded: :func:`padded` and :func:`pad_rows` build that) and
 may override :meth:`EngineIndex._search_unfiltered` for a fast path of its own.
 
@@ -38,8 +38,8 @@ from ..errors import ConfigError
 from ..validate import check_k, positive_int
 from ._common import F32, I64, INF, INT32_MAX, batch_is_finite
 from ._live import FilterPlan, IdSpace
-from ._writable import LiveVectorIndex
 from .attribute_filters import AttributeColumns, Term, WhereFilter, spec_terms, where_masks
+from .base import LiveVectorIndex
 
 __all__ = [
     "EngineIndex",

@@ -20,7 +20,7 @@ from ..threads import get_threads
 from ..validate import check_k
 from ._common import F32, FLT_MAX, I64, INF, batch_is_finite, fix_padding
 from ._live import IdSpace
-from ._writable import LiveVectorIndex
+from .base import LiveVectorIndex
 
 __all__ = ["FAISS_METRIC", "UNSET", "FaissSearch", "sync_threads"]
 
@@ -128,7 +128,7 @@ class FaissSearch(LiveVectorIndex):
                 call. Named so a call passing one builds no dict; a backend
                 without that parameter raises ConfigError as for any unknown
                 name.
-            filter: allow-list, see :mod:`ragbench.indexes._writable`: a bool
+            filter: allow-list, see :mod:`ragbench.indexes.base`: a bool
                 mask ``(id_bound,)`` or int ids for the batch, a bool
                 ``(nq, id_bound)`` mask or a list of ``nq`` of them per query.
             strategy: ``"auto"`` (default), ``"pre"``, ``"post"`` or
@@ -272,7 +272,7 @@ class FaissSearch(LiveVectorIndex):
             ids = labels_ext[ids]
         return ids, scores
 
-    # -- filtered search and writes (see ragbench.indexes._writable) -----------------
+    # -- filtered search and writes (see ragbench.indexes.base) -----------------
 
     def _selector_params(self, compiled: Any, k: int, sel: Any) -> Any:
         """``SearchParameters`` restricted by the selector ``sel`` for one call."""

@@ -18,7 +18,7 @@ import numpy as np
 from ..threads import get_threads
 from ..validate import check_k
 from ._common import F32, I64, INF, batch_is_finite
-from ._writable import LiveVectorIndex
+from .base import LiveVectorIndex
 
 __all__ = ["RETYPE_IN_PLACE", "UNSET", "HnswSearch"]
 
@@ -103,7 +103,7 @@ class HnswSearch(LiveVectorIndex):
                 docstring). A named parameter rather than part of ``**params``
                 so a call with ``ef=`` builds no dict.
             filter, strategy: the allow-list and how to apply it, see
-                :mod:`ragbench.indexes._writable` (``in-graph`` is hnswlib's
+                :mod:`ragbench.indexes.base` (``in-graph`` is hnswlib's
                 ``filter`` callable: the graph walk only returns allowed rows).
             **params: no other query parameters exist; any name here raises
                 :class:`~ragbench.errors.ConfigError`.

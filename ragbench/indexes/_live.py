@@ -106,6 +106,19 @@ class WriteGate:
             entries.pop()
 
     @contextmanager
+    def reading(self) -> Iterator[None]:
+        """A search: announce it (no lock), or wait while a writer holds searches off."""
+        entries = self.entries
+        entries.append(None)
+        if entries[0]:
+            entries.pop()
+            self.wait_enter()
+        try:
+            yield
+        finally:
+            entries.pop()
+
+    @contextmanager
     def writer(self) -> Iterator[None]:
         """Serialise against other writers only; searches keep running."""
         with self.lock:

@@ -44,7 +44,10 @@ is a rebuild on the server, no faster and not the same graph) keeps the
 backend out of the cache: every build is a real build, ``cached: false``
 (LanceDB's is False for an index given attribute columns: the recipe does not
 hold them and a loaded table would not take them, so its ``where`` path would
-quietly become ``ids``).
+quietly become ``ids``). Both are :class:`~ragbench.indexes.contract.DeclaresBuild`;
+a backend that does not declare it (one written from the ``Index`` Protocol
+alone) promises nothing: its one-thread builds say ``deterministic: null``
+(unknown) and are never cached.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from ..files import SIDECAR_LIMIT, open_regular
 from ..threads import get_threads, set_threads
 from ..validate import json_loads
 from . import build_timed, data_fingerprint, load
+from .contract import DeclaresBuild, PersistentIndex
 
 __all__ = ["CACHE_MIN_ENV", "Built", "build", "cache_min_seconds", "recipe_key"]
 
@@ -123,8 +127,10 @@ def build(index: Any, data: Any, *, fast: bool = False, source: str | None = Non
     """
     deterministic = not fast
     # only a build that is the same index twice is cached: one thread, and a backend that
-    # can promise it (Chroma's one-thread builds differ; a cached one read "deterministic")
-    same_twice = deterministic and bool(getattr(index, "build_deterministic", True))
+    # promises it (Chroma's one-thread builds differ; a cached one read "deterministic").
+    # A backend that says nothing (no DeclaresBuild) builds indexes of unknown determinism.
+    promise = index.build_deterministic if isinstance(index, DeclaresBuild) else None
+    same_twice = deterministic and bool(promise)
     entry = _entry_dir(index, data, deterministic) if same_twice else None
     if entry is not None and entry.is_dir():
         loaded = _load_cached(index, data, entry)
@@ -140,7 +146,7 @@ def build(index: Any, data: Any, *, fast: bool = False, source: str | None = Non
         if used != before:
             set_threads(before)
     record = {
-        "deterministic": same_twice,
+        "deterministic": None if deterministic and promise is None else same_twice,
         "threads": used,
         "seed": dict(index.build_params).get("seed"),
         "cached": False,
@@ -163,7 +169,9 @@ def _rows(data: Any) -> int:
 
 
 def _entry_dir(index: Any, data: Any, deterministic: bool) -> Path | None:
-    if not callable(getattr(index, "save", None)) or not getattr(index, "build_cacheable", True):
+    if not isinstance(index, PersistentIndex) or not isinstance(index, DeclaresBuild):
+        return None
+    if not index.build_cacheable:
         return None
     return cache_dir() / "indexes" / recipe_key(index, _rows(data), deterministic)
 

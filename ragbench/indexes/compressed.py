@@ -33,7 +33,7 @@ bits to whole bytes; they support ``ip`` and ``cosine`` and score by the
 **negated Hamming distance**, like ``lsh``: a candidate generator whose
 results the rerank stage re-scores.
 
-Filtered search and live writes (see :mod:`ragbench.indexes._writable`):
+Filtered search and live writes (see :mod:`ragbench.indexes.base`):
 every compressed backend offers the ``post`` and ``in-graph`` strategies
 (``auto`` = ``in-graph``; faiss's ``IDSelectorBitmap`` in the call's
 ``SearchParametersIVF`` / ``SearchParametersHNSW`` / ``SearchParameters``),

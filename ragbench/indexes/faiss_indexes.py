@@ -16,7 +16,7 @@ the NaN/inf check. Query parameters go through the ``SearchParameters``
 object of each call, never through index fields, so concurrent searches with
 different ``ef``/``nprobe`` on one index are safe.
 
-Filtered search and live writes (see :mod:`ragbench.indexes._writable`):
+Filtered search and live writes (see :mod:`ragbench.indexes.base`):
 
 =============  ==========================  ========================================
 backend        filter strategies           add / delete

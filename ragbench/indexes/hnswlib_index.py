@@ -36,7 +36,7 @@ anything else gets the exact element check before the error. ``cosine``
 queries (whose zero vector hnswlib answers with finite distances) and other
 dtypes are checked before the search.
 
-Filtered search (see :mod:`ragbench.indexes._writable`): ``pre``,
+Filtered search (see :mod:`ragbench.indexes.base`): ``pre``,
 ``post`` and ``in-graph`` (hnswlib's ``filter`` callable: a C-level
 ``bytes.__getitem__`` over the allowed rows, called by hnswlib for each
 candidate it would return; filtered searches run on one thread, since
@@ -164,7 +164,7 @@ class HnswIndex(HnswSearch):
         knn = self._index.knn_query
         self._state = (knn, (1, self.dim), space.live, not self._cosine)
 
-    # -- filtered search and writes (see ragbench.indexes._writable) -----------------
+    # -- filtered search and writes (see ragbench.indexes.base) -----------------
 
     def _prepare_queries(self, queries: Any) -> np.ndarray:
         return self._queries(queries)

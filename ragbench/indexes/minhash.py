@@ -44,8 +44,9 @@ from datasketch import LeanMinHash, MinHash, MinHashLSH
 from ..errors import ConfigError, IndexFileError, InputError, UnsupportedOperationError
 from ..validate import METRICS, check_k, check_metric
 from ..validate import positive_int as int_param
-from ._common import F32, I64, BaseIndex
+from ._common import F32, I64
 from ._live import IdSpace, WriteGate, positions_to_delete, space_after_add, space_after_delete
+from .base import BaseIndex
 
 __all__ = ["MinHashLshIndex", "shingles"]
 
@@ -108,6 +109,8 @@ class MinHashLshIndex(BaseIndex):
     library: ClassVar[str] = "datasketch"
     supported_metrics: ClassVar[tuple[str, ...]] = ("jaccard",)
     payload_format: ClassVar[str] = "ragbench.minhash-hashvalues-u32"
+    #: Deleted ids are removed from the LSH tables; their positions stay unused.
+    delete_mode: ClassVar[str | None] = "mark"
     build_defaults: ClassVar[dict[str, Any]] = {
         "num_perm": 128,
         "threshold": 0.3,

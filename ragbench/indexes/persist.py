@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import IndexFileError, UnknownBackendError
 from ..files import open_regular
 from ..validate import json_loads
+from .contract import PersistentIndex, declares
 
 if TYPE_CHECKING:
     from . import Index
@@ -223,12 +224,12 @@ def load_index(path: Any) -> Index:
         factory = registry.factory(backend)
     except UnknownBackendError as exc:
         raise IndexFileError(f"{os.fspath(path)}: {exc}") from None
-    restore = getattr(factory, "_restore", None)
-    if not callable(restore):
+    if not declares(factory, PersistentIndex):
         raise IndexFileError(
             f"{os.fspath(path)}: backend {backend!r} does not support loading saved indexes"
         )
+    restorable: Any = factory  # a PersistentIndex class: restore is its classmethod
     try:
-        return restore(header, payload)  # type: ignore[no-any-return]
+        return restorable.restore(header, payload)  # type: ignore[no-any-return]
     except IndexFileError as exc:
         raise IndexFileError(f"{os.fspath(path)}: {exc}") from None

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..generators import FirstToken
+from ..indexes.contract import SplitsSearch
 from ..transports import FarSide
 
 __all__ = [
@@ -101,13 +102,6 @@ def filter_path(index: object, strategy: str | None) -> str | None:
         return None
     strategy = strategy or "auto"
     return index.filter_path if strategy in ("auto", "in-graph") else strategy
-
-
-@runtime_checkable
-class SplitsSearch(Protocol):
-    """An index behind a client (pgvector): this thread's last search as (send, server, decode) ns."""
-
-    def last_parts(self) -> tuple[int, int, int] | None: ...
 
 
 @runtime_checkable

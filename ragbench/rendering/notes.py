@@ -226,11 +226,16 @@ def build_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
     """One line on how the indexes were built: deterministic or not, cached, rebuilt ("" if unknown)."""
     recs = typed(records)
     points = [r for r in recs if isinstance(r, IndexPoint)]
-    known = [b for b in (_build_of(r) for r in recs) if b is not None]
-    if not known:
+    builds = [b for b in (_build_of(r) for r in recs) if b is not None]
+    if not builds:
         return ""
+    # deterministic None: a backend that promises nothing either way (no DeclaresBuild)
+    unknown = sum(1 for b in builds if b.get("deterministic") is None)
+    known = [b for b in builds if b.get("deterministic") is not None]
     loose = [b for b in known if not b.get("deterministic")]
-    if not loose:
+    if not known:
+        text = "builds: determinism unknown (the backend does not say)"
+    elif not loose:
         text = "builds: deterministic (one build thread, seeded: the same index every run)"
     else:
         # on every core (--fast-build), or on one thread by an engine that draws its own
@@ -243,7 +248,9 @@ def build_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
             text = f"builds: {what}"
         else:
             text = f"builds: {len(loose)} of {len(known)} {what}, the rest deterministic"
-    cached = sum(1 for b in known if b.get("cached"))
+    if unknown and known:
+        text += f"; {unknown} of unknown determinism (the backend does not say)"
+    cached = sum(1 for b in builds if b.get("cached"))
     if cached:
         text += f"; {cached} loaded from the index cache (build s: reused, no seconds of this run)"
     reps = max(int(r.rebuilds or 1) if isinstance(r, IndexPoint | RunRecord) else 1 for r in recs)
