@@ -29,6 +29,14 @@ elsewhere:
 
 A change is *sure* exactly when its verdict is ``slower`` or ``faster``.
 
+Paired (``diff(..., paired=True)``, ``ragbench diff --paired``): when base and head
+ran alternately on one host, the i-th run of a configuration in A is paired with the
+i-th in B (:func:`pairs`: records, or pytest-benchmark documents, in file order; when
+each side is one record, its ``--repeat`` repetitions in order). B / A is then the
+geometric mean of the pairs' ratios with a paired t interval
+(:func:`ragbench.intervals.paired_ratio`): the machine's drift between pairs cancels
+within each pair instead of widening the interval.
+
 Records measured on different machines or library versions are compared
 only when allowed, and the table then names what differs.
 """
@@ -36,7 +44,7 @@ only when allowed, and the table then names what differs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -68,6 +76,8 @@ __all__ = [
     "diff_records",
     "diff_table",
     "env_differences",
+    "pairing_note",
+    "pairs",
     "read_comparables",
     "single_run_warning",
     "verdict",
@@ -88,11 +98,21 @@ class Comparable:
     values: dict[str, dict[str, float]]  # stat -> summary value when no raw samples exist
     env: dict[str, Any]
     runs: int = 1  # records (or pytest-benchmark documents) pooled
+    # part -> how many of its runs each pooled record gave, in file order (empty: one record)
+    record_sizes: dict[str, list[int]] = field(default_factory=dict)
+    times: list[str] = field(default_factory=list)  # each record's time (ISO), when it has one
 
     @property
     def samples(self) -> dict[str, np.ndarray]:
         """Every run's samples of each part, one after another."""
         return {p: np.concatenate(rs) for p, rs in self.by_run.items()}
+
+    def records(self, part: str) -> list[list[np.ndarray]]:
+        """The runs of ``part`` grouped by the record (or document) they came from, in file order."""
+        runs = self.by_run[part]
+        sizes = self.record_sizes.get(part) or [len(runs)]
+        ends = np.cumsum([0, *sizes])
+        return [runs[lo:hi] for lo, hi in zip(ends[:-1], ends[1:], strict=True)]
 
     def repeated(self) -> bool:
         """Whether the samples span several runs (pooled records, or one record's repetitions)."""
@@ -107,6 +127,7 @@ class DiffRow:
     b: float
     ratio: intervals.Interval
     verdict: str
+    pairs: int | None = None  # paired: the pairs of runs the ratio came from
 
 
 def _split(samples: np.ndarray, repetition: Sequence[int] | None) -> list[np.ndarray]:
@@ -250,11 +271,13 @@ def read_comparables(path: str | PathLike[str]) -> dict[str, Comparable]:
                         f"{p}: run {run}, benchmark {i} has a field missing or of the wrong "
                         f"type ({exc!r})"
                     ) from None
+                bench.times = [str(doc["datetime"])] if doc.get("datetime") else []
                 found.setdefault(bench.key, []).append(bench)
     else:
         for n, rec in iter_records(p):
             c = _comparable(rec, f"{p}:{n}")
             if c is not None:
+                c.times = [str(rec["time"])] if rec.get("time") else []
                 found.setdefault(c.key, []).append(c)
     return {key: _pool(cs) for key, cs in found.items()}
 
@@ -269,7 +292,59 @@ def _pool(cs: Sequence[Comparable]) -> Comparable:
         return last
     parts = [p for p in cs[0].by_run if all(p in c.by_run for c in cs)]
     by_run = {p: [run for c in cs for run in c.by_run[p]] for p in parts}
-    return Comparable(last.key, last.what, by_run, last.values, last.env, len(cs))
+    sizes = {p: [len(c.by_run[p]) for c in cs] for p in parts}
+    times = [t for c in cs for t in c.times]
+    return Comparable(last.key, last.what, by_run, last.values, last.env, len(cs), sizes, times)
+
+
+def pairs(
+    a: Comparable, b: Comparable, part: str
+) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    """``part``'s runs of A and B paired in order: (A's runs, B's runs) per pair.
+
+    The i-th record (or pytest-benchmark document) of the configuration in A pairs with
+    the i-th in B, each bringing all its repetitions; when each side is one record, its
+    repetitions pair in order instead. Anything else -- a different number of records, or
+    of repetitions of one record -- cannot be paired: :class:`ConfigError` says what each
+    side holds.
+    """
+    ra, rb = a.records(part), b.records(part)
+    if len(ra) == len(rb) >= 2:
+        return list(zip(ra, rb, strict=True))
+    if len(ra) == len(rb) == 1 and len(ra[0]) == len(rb[0]) >= 2:
+        return [([x], [y]) for x, y in zip(ra[0], rb[0], strict=True)]
+    raise ConfigError(
+        f"--paired: {a.key} ({part}) has {_holding(ra)} in A and {_holding(rb)} in B; pairing "
+        "needs the same number of runs on each side, made alternately (base, head, base, "
+        "head, ...), two or more"
+    )
+
+
+def _holding(records: Sequence[Sequence[np.ndarray]]) -> str:
+    if len(records) == 1:
+        n = len(records[0])
+        return f"1 record of {n} repetition{'s' * (n != 1)}"
+    return f"{len(records)} records"
+
+
+def pairing_note(a: Mapping[str, Comparable], b: Mapping[str, Comparable]) -> str | None:
+    """A note when the records' times show the paired sides ran one after the other.
+
+    Pairs cancel the drift between them only when each pair's runs ran at the same time:
+    if every record of a configuration in one file is older than every one in the other,
+    the pairs were not interleaved (None when they were, or times are missing).
+    """
+    for key in (k for k in a if k in b):
+        ta, tb = a[key].times, b[key].times
+        if len(ta) < 2 or len(ta) != a[key].runs or len(tb) != b[key].runs:
+            continue  # one record of repetitions, or a record without a time
+        if max(ta) < min(tb) or max(tb) < min(ta):
+            return (
+                f"NOTE: {key}: every run of one side was written before the other side's "
+                "first, so the pairs were not made at the same time; pairing cancels drift "
+                "only when the runs alternate (base, head, base, head, ...)"
+            )
+    return None
 
 
 def env_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
@@ -313,20 +388,26 @@ def verdict(iv: intervals.Interval, threshold: float, why: str = "no raw samples
     return SAME
 
 
-def _rows(a: Comparable, b: Comparable, stat: str, threshold: float) -> list[DiffRow]:
+def _rows(
+    a: Comparable, b: Comparable, stat: str, threshold: float, paired: bool = False
+) -> list[DiffRow]:
     rows = []
     parts = [p for p in a.by_run if p in b.by_run] or [p for p in a.values if p in b.values]
     # the total first, then stages in their order
     parts.sort(key=lambda p: (p != "total", p != "latency"))
     nan = float("nan")
     for part in parts:
-        iv, why = None, "no raw samples"
+        iv, why, count = None, "no raw samples", None
         if part in a.by_run and part in b.by_run:
             ra, rb = a.by_run[part], b.by_run[part]
             # each run weighs the same: the mean of the runs' statistics
             va, vb = intervals.runs_point(ra, stat), intervals.runs_point(rb, stat)
             n = min(sum(r.size for r in ra), sum(r.size for r in rb))
-            if n >= MIN_SAMPLES:
+            if n >= MIN_SAMPLES and paired:
+                matched = pairs(a, b, part)
+                iv = intervals.paired_ratio(matched, stat)
+                count = len(matched)
+            elif n >= MIN_SAMPLES:
                 iv = intervals.runs_ratio(ra, rb, stat)
             else:
                 why = f"{n} sample{'s' * (n != 1)} on a side, fewer than {MIN_SAMPLES}"
@@ -335,7 +416,7 @@ def _rows(a: Comparable, b: Comparable, stat: str, threshold: float) -> list[Dif
             vb = b.values.get(part, {}).get(stat, np.nan)
         if iv is None:  # a ratio of the two values, without an interval
             iv = intervals.Interval(vb / va if va else nan, nan, nan)
-        rows.append(DiffRow(a.key, part, va, vb, iv, verdict(iv, threshold, why)))
+        rows.append(DiffRow(a.key, part, va, vb, iv, verdict(iv, threshold, why), count))
     return rows
 
 
@@ -346,10 +427,14 @@ def diff(
     stat: str = "p50",
     threshold: float = 0.05,
     allow_env_mismatch: bool = False,
+    paired: bool = False,
 ) -> tuple[list[DiffRow], list[str], list[str]]:
     """(rows, environment differences, keys found on one side only).
 
-    Raises :class:`ConfigError` when the environments differ and that is not allowed.
+    ``paired``: each row's B / A comes from the runs paired in order (:func:`pairs`,
+    :func:`ragbench.intervals.paired_ratio`) instead of the two sides resampled apart.
+    Raises :class:`ConfigError` when the environments differ and that is not allowed,
+    or when ``paired`` and a configuration's runs cannot be paired.
     """
     if stat not in intervals.STATS:
         raise ConfigError(f"unknown statistic {stat!r}; use one of {', '.join(intervals.STATS)}")
@@ -372,7 +457,7 @@ def diff(
             f"the records come from different environments ({'; '.join(env)}); "
             "compare them anyway with --allow-env-mismatch"
         )
-    rows = [row for k in keys for row in _rows(a[k], b[k], stat, threshold)]
+    rows = [row for k in keys for row in _rows(a[k], b[k], stat, threshold, paired)]
     return rows, env, only
 
 
@@ -409,6 +494,7 @@ def diff_records(
             "b_file": files[1],
             "a_runs": a_side[r.key].runs,
             "b_runs": b_side[r.key].runs,
+            "pairs": r.pairs,
             "env_differences": list(env),
         }
         out.append(new_record("diff", fields))
@@ -447,6 +533,7 @@ def diff_table(
     threshold: float,
     width: int = 400,
     notes: Iterable[str] = (),
+    paired: bool = False,
 ) -> str:
     """The diff as a text table, with the environment differences and unmatched keys below."""
     cols = [
@@ -464,10 +551,17 @@ def diff_table(
     lines = [
         text_table(f"ragbench diff — {stat}, threshold {threshold:.0%}", cols, body, width=width)
     ]
+    counts = sorted({r.pairs for r in rows if r.pairs})
+    n = "–".join(str(c) for c in dict.fromkeys(counts[:1] + counts[-1:])) or "no"
+    how = (
+        f"B / A is the geometric mean of the ratios of {n} pairs of runs (the i-th run of A "
+        "with the i-th of B, made alternately), with a paired t 95 % interval"
+        if paired
+        else "the 95 % interval of B / A resamples runs, then samples within each"
+    )
     lines.append(
-        f"each side's {stat} is the mean of its runs' {stat} (every run weighs the same); the "
-        "95 % interval of B / A resamples runs, then samples within each. Verdict: interval "
-        f"wholly above {1 + threshold:.2f} = {SLOWER} (exit 1), wholly below "
+        f"each side's {stat} is the mean of its runs' {stat} (every run weighs the same); "
+        f"{how}. Verdict: interval wholly above {1 + threshold:.2f} = {SLOWER} (exit 1), wholly below "
         f"{1 / (1 + threshold):.2f} = {FASTER}, else {SAME}; only {SLOWER} and {FASTER} are "
         "sure changes"
     )

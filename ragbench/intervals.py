@@ -12,7 +12,11 @@ difference. Every statistic here comes with a percentile-bootstrap interval:
 - over runs that each weigh the same (:func:`runs_point`, :func:`runs_ratio`,
   what ``ragbench diff`` uses): a side's statistic is the mean of its runs'
   statistics, so a run of 16 864 rounds counts as much as one of 28, and the
-  interval resamples runs, then samples within each chosen run.
+  interval resamples runs, then samples within each chosen run;
+- over pairs of runs made at the same time (:func:`paired_ratio`, ``ragbench diff
+  --paired``): each pair's B / A, and a Student t interval of the mean of their
+  logarithms, so a drift of the machine between pairs reaches both runs of a pair and
+  cancels in its ratio.
 
 Percentiles are nearest-rank, as everywhere in ragbench
 (:class:`ragbench.timing.Stats`). The resampling is seeded, so a table
@@ -37,10 +41,12 @@ __all__ = [
     "bootstrap",
     "describe",
     "distribution",
+    "paired_ratio",
     "point",
     "ratio",
     "runs_point",
     "runs_ratio",
+    "t_quantile",
 ]
 
 #: Confidence level of every interval.
@@ -254,6 +260,61 @@ def runs_ratio(
     db = runs_distribution(other, stat, resamples=resamples, seed=seed + 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return _interval(b / a if a else float("nan"), db / da, level)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (``p`` > 0.5) of Student's t distribution with ``df`` degrees of freedom.
+
+    Bisection on the distribution function, which is 1/2 plus the integral of the density
+    from 0 (Simpson's rule on 4 001 points: far finer than the 4 digits an interval needs).
+    """
+    if not 0.5 < p < 1.0 or df < 1:
+        raise ConfigError(f"t quantile: need 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(x: float) -> float:
+        t = np.linspace(0.0, x, 4001)
+        dens = np.exp(log_c - (df + 1) / 2 * np.log1p(t * t / df))
+        h = x / 4000
+        simpson = h / 3 * (dens[0] + dens[-1] + 4 * dens[1:-1:2].sum() + 2 * dens[2:-1:2].sum())
+        return 0.5 + float(simpson)
+
+    low, high = 0.0, 1.0
+    while cdf(high) < p:  # df = 1 at 97.5 %: 12.7
+        high *= 2
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if cdf(mid) < p else (low, mid)
+    return (low + high) / 2
+
+
+def paired_ratio(
+    pairs: Sequence[tuple[Sequence[np.ndarray], Sequence[np.ndarray]]],
+    stat: str = "p50",
+    *,
+    level: float = LEVEL,
+) -> Interval:
+    """B / A from pairs of runs made at the same time, with a paired t interval.
+
+    Each pair is (A's runs, B's runs) -- one run each, or a record's repetitions each
+    (:func:`runs_point` of them); its ratio is ``r_i = stat(B_i) / stat(A_i)``. The value
+    is the geometric mean of the ``r_i``; the interval is ``exp(mean ± t · sd / sqrt(n))``
+    of their logarithms (Student t, ``n - 1`` degrees of freedom). A slowdown of the
+    machine that reaches both runs of a pair cancels in ``r_i``; what is left -- noise
+    within each run, differences between processes -- is the spread of the ``r_i``, and a
+    t interval is honest about it with a handful of pairs, where a bootstrap over so few
+    values would come out too narrow. Fewer than two pairs: NaN bounds.
+    """
+    sides = np.array([(runs_point(a, stat), runs_point(b, stat)) for a, b in pairs]).reshape(-1, 2)
+    nan = float("nan")
+    if sides.size == 0 or not (np.isfinite(sides).all() and (sides > 0).all()):
+        return Interval(nan, nan, nan)  # a run without samples, or a zero time
+    logs = np.log(sides[:, 1] / sides[:, 0])
+    mean = float(logs.mean())
+    if logs.size < 2:
+        return Interval(math.exp(mean), nan, nan)
+    half = t_quantile((1 + level) / 2, logs.size - 1) * float(logs.std(ddof=1)) / logs.size**0.5
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
 
 
 def describe(groups: np.ndarray | None) -> str:

@@ -308,7 +308,8 @@ class DiffRecord(Record, frozen=True):
     ``a`` and ``b`` are the statistic ``stat`` of each side in ns (sweep, run
     and load latencies alike); ``ratio`` is B / A with its 95 % bootstrap
     interval ``ratio_low``..``ratio_high`` (NaN without raw samples on a side),
-    and ``verdict`` what ``ragbench diff`` concluded at ``threshold``.
+    and ``verdict`` what ``ragbench diff`` concluded at ``threshold``; with ``--paired``
+    the ratio and interval come from ``pairs`` pairs of runs (a paired t interval).
     """
 
     kind: Literal["diff"] = "diff"
@@ -327,6 +328,7 @@ class DiffRecord(Record, frozen=True):
     b_file: str | None = None
     a_runs: int | None = None
     b_runs: int | None = None
+    pairs: int | None = None  # diff --paired: pairs of runs the ratio came from (None: unpaired)
     env_differences: list[str] | None = None
 
 

@@ -517,3 +517,127 @@ def test_the_largest_sure_change_is_the_stage_that_moved_the_most_time(
     assert verdicts["flat/json", "generate"] == verdicts["flat/json", "retrieve"] == "slower"
     assert "; the largest sure change is retrieve: B 1.5" in line
     _check_one_rule(verdicts, line)
+
+
+# ------------------------------------------------- paired runs: base and head alternated
+
+#: The machine's speed at each pair of runs (a neighbour's test suite coming and going):
+#: both runs of a pair ran at it, one right after the other.
+PAIR_DRIFT = (1.0, 1.35, 0.9, 1.3, 1.05, 1.4)
+
+
+def test_t_quantiles_are_students() -> None:
+    # two-sided 95 % critical values of Student's t (any statistics table)
+    for df, t in ((1, 12.706), (2, 4.303), (5, 2.571), (10, 2.228), (30, 2.042)):
+        assert intervals.t_quantile(0.975, df) == pytest.approx(t, abs=1e-3)
+    with pytest.raises(ValueError, match="t quantile"):
+        intervals.t_quantile(0.975, 0)
+
+
+def test_paired_ratio_is_the_geometric_mean_with_a_t_interval() -> None:
+    rng = np.random.default_rng(9)
+    ratios = np.array([1.18, 1.22, 1.2, 1.25])
+    pairs = []
+    for r in ratios:
+        x = rng.lognormal(5.0, 0.05, 301)
+        pairs.append(([x], [x * r]))  # the same samples scaled: each pair's p50 ratio is r
+    iv = intervals.paired_ratio(pairs, "p50")
+    logs = np.log(ratios)
+    half = 3.182 * logs.std(ddof=1) / 2  # t(0.975, 3 df), sqrt(4) pairs
+    assert iv.value == pytest.approx(np.exp(logs.mean()))
+    expected = np.exp([logs.mean() - half, logs.mean() + half])
+    assert (iv.low, iv.high) == pytest.approx(expected, rel=1e-4)
+    one = intervals.paired_ratio(pairs[:1], "p50")  # one pair: no spread known, no interval
+    assert one.value == pytest.approx(1.18) and one.low != one.low
+
+
+def _alternated(tmp_path: Path, factor: float, layout: str) -> tuple[str, str]:
+    """Base and head run alternately at each speed of PAIR_DRIFT; head ``factor`` times slower.
+
+    ``records``: one record per run (an --out append per process); ``repetitions``: one
+    record per side whose repetitions ran alternately with the other side's.
+    """
+    rng = np.random.default_rng(26)
+    sides: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+    for drift in PAIR_DRIFT:
+        for side, f in (("a", 1.0), ("b", factor)):
+            sides[side].append(_run_rec(rng, 300, drift * f))
+    for side, recs in sides.items():
+        if layout == "repetitions":  # one record: the runs as its repetitions 0..5
+            one = recs[0]
+            one["samples_ns"] = {
+                s: [x for r in recs for x in r["samples_ns"][s]] for s in one["samples_ns"]
+            }
+            one["repetition"] = [i for i, r in enumerate(recs) for _ in range(r["requests"])]
+            recs = [one]
+        _write_side(tmp_path / f"{side}.jsonl", recs, "json-lines")
+    return str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+
+
+@pytest.mark.parametrize("layout", ["records", "repetitions"])
+def test_paired_diff_catches_a_slowdown_the_drift_between_pairs_hides(
+    tmp_path: Path, capsys, layout: str
+) -> None:
+    """Head 1.2x slower, measured alternately while the machine's speed moved by up to 40 %.
+
+    Unpaired, the drift between runs is in each side's spread and the interval of B / A
+    reaches below the 5 % threshold: no verdict. Paired, each pair's runs saw one speed and
+    its ratio is the slowdown alone.
+    """
+    a, b = _alternated(tmp_path, 1.2, layout)
+    code, stdout, err = cli(capsys, "diff", a, b)
+    assert code == 0, err  # unpaired: the drift hides the slowdown
+    assert "no detectable difference" in next(ln for ln in stdout.splitlines() if " total " in ln)
+    out = tmp_path / "d.jsonl"
+    code, stdout, err = cli(capsys, "diff", a, b, "--paired", "--out", str(out))
+    assert code == 1, err
+    saved = read_records(out)
+    assert {r["verdict"] for r in saved} == {"slower"}  # every stage, and the total
+    for r in saved:
+        assert r["pairs"] == len(PAIR_DRIFT)
+        assert r["ratio_low"] < 1.2 < r["ratio_high"] and r["ratio"] == pytest.approx(1.2, rel=0.02)
+    assert f"geometric mean of the ratios of {len(PAIR_DRIFT)} pairs of runs" in stdout
+    assert "single run" not in stdout
+
+
+@pytest.mark.parametrize("layout", ["records", "repetitions"])
+def test_paired_diff_of_unchanged_code_finds_no_difference_through_the_drift(
+    tmp_path: Path, capsys, layout: str
+) -> None:
+    a, b = _alternated(tmp_path, 1.0, layout)
+    out = tmp_path / "d.jsonl"
+    code, stdout, err = cli(capsys, "diff", a, b, "--paired", "--out", str(out))
+    assert code == 0, err
+    saved = read_records(out)
+    assert {r["verdict"] for r in saved} == {"no detectable difference"}
+    # the drift cancelled: every ratio's interval is narrow around 1, not 0.7..1.4
+    assert all(0.97 < r["ratio_low"] <= r["ratio_high"] < 1.03 for r in saved)
+
+
+def test_paired_diff_refuses_sides_it_cannot_pair(tmp_path: Path, capsys) -> None:
+    rng = np.random.default_rng(3)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _write_side(a, [_run_rec(rng, 50, 1.0) for _ in range(3)], "json-lines")
+    _write_side(b, [_run_rec(rng, 50, 1.0) for _ in range(2)], "json-lines")
+    code, stdout, err = cli(capsys, "diff", str(a), str(b), "--paired")
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert "--paired: flat/json" in line and "3 records in A and 2 records in B" in line
+
+
+def test_paired_diff_notes_sides_that_did_not_alternate(tmp_path: Path, capsys) -> None:
+    """Every A record written before every B record: the pairs shared no time."""
+    rng = np.random.default_rng(4)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    recs = [_run_rec(rng, 50, 1.0) for _ in range(4)]
+    for i, r in enumerate(recs):
+        r["time"] = f"2026-12-02T08:0{i}:00Z"
+    _write_side(a, recs[:2], "json-lines")  # A's two runs, then B's two
+    _write_side(b, recs[2:], "json-lines")
+    code, stdout, err = cli(capsys, "diff", str(a), str(b), "--paired")
+    assert code in (0, 1), err
+    assert "the pairs were not made at the same time" in stdout
+    _write_side(a, recs[::2], "json-lines")  # alternated: A, B, A, B
+    _write_side(b, recs[1::2], "json-lines")
+    code, stdout, err = cli(capsys, "diff", str(a), str(b), "--paired")
+    assert "not made at the same time" not in stdout

@@ -209,9 +209,24 @@ def _threshold(text: str) -> float:
     is_flag=True,
     help="Compare records from different machines or library versions.",
 )
+@click.option(
+    "--paired",
+    is_flag=True,
+    help="Base and head ran alternately on one host: pair the i-th run of each configuration "
+    "in A with the i-th in B (records, or pytest-benchmark documents, in file order; when each "
+    "side is one --repeat record, its repetitions in order) and compare the pairs' ratios "
+    "(geometric mean, paired t interval), so the host's drift between pairs cancels. Both "
+    "sides need the same number of runs, two or more.",
+)
 @out_option("Append one diff record per compared row (JSON lines; ragbench report renders them).")
 def diff(
-    a: str, b: str, stat: str, threshold: str, allow_env_mismatch: bool, out: str | None
+    a: str,
+    b: str,
+    stat: str,
+    threshold: str,
+    allow_env_mismatch: bool,
+    paired: bool,
+    out: str | None,
 ) -> None:
     """Is B faster or slower than A? Per stage and in total, with intervals; exit 1 on a sure regression."""
     from .. import diff as diffing
@@ -220,11 +235,20 @@ def diff(
     check_outputs(out=out)
     side_a, side_b = diffing.read_comparables(a), diffing.read_comparables(b)
     rows, env, only = diffing.diff(
-        side_a, side_b, stat=stat, threshold=limit, allow_env_mismatch=allow_env_mismatch
+        side_a,
+        side_b,
+        stat=stat,
+        threshold=limit,
+        allow_env_mismatch=allow_env_mismatch,
+        paired=paired,
     )
     warning = diffing.single_run_warning(side_a, side_b)
+    if paired:
+        warning = diffing.pairing_note(side_a, side_b)
     notes = [warning] if warning else []
-    echo(diffing.diff_table(rows, env, only, stat=stat, threshold=limit, notes=notes))
+    echo(
+        diffing.diff_table(rows, env, only, stat=stat, threshold=limit, notes=notes, paired=paired)
+    )
     echo("\n".join(diff_reading(rows)))
     if out:
         writer = RecordWriter(out)
