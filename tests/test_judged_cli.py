@@ -165,7 +165,7 @@ def test_synthetic_tables_say_no_judged_answers(
         "--rerank", "numpy", "--queries", "5", "--warmup", "0", "--out", str(out),
     )  # fmt: skip
     assert code == 0, err
-    assert "answer quality: no judged answers for synthetic" in text
+    assert "answer quality: no judged answers in these records (no qrels for synthetic" in text
     assert "nDCG@10" not in text  # no empty column
     assert "judged" not in read_records(out)[0]
 

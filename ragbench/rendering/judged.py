@@ -64,8 +64,8 @@ def judged_note(judged: Sequence[JudgedAnswers | None], dataset: str) -> str:
     have = [j for j in judged if j is not None]
     if not have:
         return (
-            f"answer quality: {NO_JUDGED} for {dataset} (no qrels): recall is against exact "
-            "search only"
+            f"answer quality: {NO_JUDGED} in these records (no qrels for {dataset} when they "
+            "ran): recall is against exact search only"
         )
     sources = sorted({str(j.qrels) for j in have if j.qrels})
     counts = sorted({f"{j.queries} of {j.measured}" for j in have})
