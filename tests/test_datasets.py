@@ -176,6 +176,27 @@ def test_pydocs_loads_with_sane_passages_and_queries() -> None:
     assert any("nonlocal" in t for t in ds.corpus.texts)
 
 
+def test_pydocs_judgments_cover_exactly_the_pool_and_ragbench_reads_them() -> None:
+    """datasets/pydocs/qrels.tsv grades every pooled pair once (0, 1 or 2), and only those."""
+    folder = Path(datasets.__file__).resolve().parents[2] / "datasets" / "pydocs"
+    pool_lines = (folder / "pool.tsv").read_text(encoding="utf-8").splitlines()
+    qrels_lines = (folder / "qrels.tsv").read_text(encoding="utf-8").splitlines()
+    assert pool_lines[0] == "query-id\tcorpus-id\tbm25-rank\tminilm-rank"
+    assert qrels_lines[0] == "query-id\tcorpus-id\tscore"
+    pooled = [tuple(line.split("\t")[:2]) for line in pool_lines[1:]]
+    judged = {tuple(line.split("\t")[:2]): line.split("\t")[2] for line in qrels_lines[1:]}
+    assert len(judged) == len(qrels_lines) - 1  # no pair judged twice
+    assert sorted(judged) == sorted(pooled)
+    assert set(judged.values()) <= {"0", "1", "2"}
+    ds = datasets.load("pydocs")
+    assert ds.qrels is not None
+    assert {(q, d) for q, docs in ds.qrels.items() for d in docs} == set(judged)
+    assert all(ds.qrels[q][d] == int(g) for (q, d), g in judged.items())
+    assert set(ds.qrels) == set(ds.queries.ids)  # every query has its pool judged
+    grades = ds.judgments()
+    assert grades is not None and len(grades) == len(ds.queries)
+
+
 def test_names_and_describe_list_bundled_datasets() -> None:
     assert datasets.names()[:2] == ["pydocs", "synthetic"]
     info = {d["name"]: d for d in datasets.describe()}
