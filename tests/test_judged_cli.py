@@ -245,23 +245,15 @@ def test_other_qrels_layouts(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # ~2.5 s: the statistics of 3 274 MiniLM vectors
-def test_pydocs_judged_answers_or_none(capsys: pytest.CaptureFixture[str]) -> None:
-    """pydocs ships datasets/pydocs/qrels.tsv (issue 31): counted when it is there, else said absent.
-
-    The judgments are being made; once the file is committed this test checks its
-    counts against the file itself, and the else branch can become a failure.
-    """
+def test_pydocs_judged_answers_are_counted(capsys: pytest.CaptureFixture[str]) -> None:
+    """pydocs ships datasets/pydocs/qrels.tsv (issue 31): ``datasets --stats`` counts it."""
     ds = rb.datasets.load("pydocs")
-    if PYDOCS_QRELS.is_file():
-        judgments = ds.judgments()
-        assert judgments is not None and ds.qrels_source == str(PYDOCS_QRELS)
-        lines = [ln.split("\t") for ln in PYDOCS_QRELS.read_text("utf-8").splitlines()[1:] if ln]
-        assert sum(judgments.counts()) == len({(q, d) for q, d, _ in lines})
-        judged = len({q for q, _, _ in lines})
-        expect = f"{judged} of {len(ds.queries.ids)}"
-    else:
-        assert ds.judgments() is None
-        expect = "no judged answers"
+    judgments = ds.judgments()
+    assert judgments is not None and ds.qrels_source == str(PYDOCS_QRELS)
+    lines = [ln.split("\t") for ln in PYDOCS_QRELS.read_text("utf-8").splitlines()[1:] if ln]
+    assert sum(judgments.counts()) == len({(q, d) for q, d, _ in lines})
+    judged = len({q for q, _, _ in lines})
+    expect = f"{judged} of {len(ds.queries.ids)}"
     code, text, err = cli(capsys, "datasets", "--stats", "pydocs", "--sample", "50")
     assert code == 0, err
     row = next(ln for ln in text.splitlines() if "judged queries" in ln)
