@@ -7,7 +7,9 @@ code that already guards against bad input keeps working::
     RagbenchError
     ├── ConfigError (ValueError)          unknown key, bad parameter value
     │   ├── UnknownBackendError           unknown backend name; lists the known ones
-    │   └── UnsupportedOperationError     an operation or option this backend cannot do
+    │   └── UnsupportedConfigError        a configuration asks a backend for what it cannot do
+    ├── UnsupportedOperationError (ValueError)  an operation this backend cannot do
+    │   └── UnsupportedConfigError        (also a ConfigError, above)
     ├── InputError (ValueError)           bad arrays and arguments
     │   ├── DimensionError                wrong shape or dimension
     │   ├── NonFiniteError                NaN or inf in a vector
@@ -20,7 +22,15 @@ code that already guards against bad input keeps working::
     ├── TransportError (RuntimeError)     the far side of a transport failed
     │   └── IndexServerError              the database server behind an index failed or went away
     ├── GeneratorError (RuntimeError)     the LLM endpoint failed
+    ├── WorkerFault (RuntimeError)        a load worker died or hung
     └── MissingDependencyError (ImportError)  an optional extra is not installed
+
+An :class:`UnsupportedOperationError` is not a configuration error: the call
+was well formed, the backend cannot do it (``delete`` on ``faiss-hnsw``).
+Where a configuration asks for such an operation before anything runs
+(``ragbench stream --index faiss-hnsw --delete-rate 10``), the error is an
+:class:`UnsupportedConfigError`, which is both. On the command line every one
+of them is one line and exit status 2.
 
 Messages say what was wrong and, where there is one, how to fix it.
 """
@@ -44,7 +54,9 @@ __all__ = [
     "RagbenchError",
     "TransportError",
     "UnknownBackendError",
+    "UnsupportedConfigError",
     "UnsupportedOperationError",
+    "WorkerFault",
 ]
 
 
@@ -66,8 +78,18 @@ class UnknownBackendError(ConfigError):
         super().__init__(f"unknown {kind} backend {name!r}; known: {', '.join(known) or '(none)'}")
 
 
-class UnsupportedOperationError(ConfigError):
-    """The backend cannot do this (e.g. ``delete`` on faiss HNSW); the message names those that can."""
+class UnsupportedOperationError(RagbenchError, ValueError):
+    """The backend cannot do this (e.g. ``delete`` on faiss HNSW); the message names those that can.
+
+    Not a :class:`ConfigError`: the request was well formed, this backend lacks the operation.
+    """
+
+
+class UnsupportedConfigError(UnsupportedOperationError, ConfigError):
+    """A configuration asks a backend for an operation it cannot do, refused before any work.
+
+    Both an :class:`UnsupportedOperationError` and a :class:`ConfigError`.
+    """
 
 
 class InputError(RagbenchError, ValueError):
@@ -125,6 +147,10 @@ class IndexServerError(TransportError):
 
 class GeneratorError(RagbenchError, RuntimeError):
     """The LLM endpoint failed or answered something unreadable."""
+
+
+class WorkerFault(RagbenchError, RuntimeError):
+    """A load worker died or hung during a load level; the level's record says which."""
 
 
 class MissingDependencyError(RagbenchError, ImportError):

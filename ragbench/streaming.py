@@ -58,7 +58,7 @@ import numpy as np
 from . import indexes
 from .config import load_toml
 from .datasets import brute_force_neighbors
-from .errors import ConfigError
+from .errors import ConfigError, UnsupportedConfigError
 from .files import CONFIG_LIMIT, read_regular
 from .indexes.contract import can_delete
 from .metrics import recall_at_k
@@ -526,7 +526,9 @@ def run_stream(
     ``vectors`` float32 ``(n, d)`` corpus, ``queries`` float32 ``(nq, d)``.
     ``stream``: a :class:`LiveStream` made from the same arguments, to read
     the live state and the index afterwards. An index that cannot delete
-    (faiss-hnsw) raises :class:`ConfigError` when the workload deletes;
+    (faiss-hnsw) raises :class:`UnsupportedConfigError` (an
+    :class:`UnsupportedOperationError` and a :class:`ConfigError`) when the
+    workload deletes, before anything is built;
     options and ``runbook`` steps outside their limits (:meth:`StreamOptions.check`,
     :func:`check_steps`) raise it before anything is built.
     """
@@ -539,7 +541,7 @@ def run_stream(
     deletes = options.delete_rate > 0 if runbook is None else any(s.delete for s in runbook)
     if deletes and not can_delete(indexes.registry.factory(options.index)):
         can = ", ".join(indexes.deleting_backends())
-        raise ConfigError(
+        raise UnsupportedConfigError(
             f"index {options.index!r} cannot delete; use one of {can} or --delete-rate 0"
         )
     index = indexes.create(options.index, dim=int(vectors.shape[1]), metric=metric, **options.build)

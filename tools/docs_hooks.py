@@ -24,6 +24,7 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
     <!-- gen: reproduce NAME... -->         the commands.toml commands that wrote data/NAME
     <!-- gen: detection data/x.jsonl -->    ``tools/recipe_detection.py --summary --markdown``:
                                             A/A pairs passed, planted slowdowns caught per CI job
+    <!-- gen: quick-margins data/x.jsonl -->  each quick bench gate's spread and tripwire (bench/_quick.py)
 
 The comment is replaced when the site is built (``make docs``), so nothing generated is
 typed into a page. ``report`` paths are relative to the page's folder and runs
@@ -252,11 +253,39 @@ def errors_markdown() -> str:
         [
             "Generated from `ragbench.errors` when the site is built. On the command line every "
             "one of them is one line on stderr and exit status 2 (1: a run stopped early; 130: "
-            "Ctrl-C).",
+            "Ctrl-C). The tree (a class with two ragbench parents is drawn under each):",
+            "",
+            "```text",
+            *error_tree(),
+            "```",
             "",
             _table(["class", "ragbench parents", "also a", "what"], rows),
         ]
     )
+
+
+def error_tree() -> list[str]:
+    """The error classes drawn as a tree from ``RagbenchError``, each with its builtin bases."""
+    from ragbench import errors
+
+    classes = error_classes()
+
+    def label(cls: type, parent: type) -> str:
+        builtin = [b.__name__ for b in cls.__bases__ if b.__module__ == "builtins"]
+        others = [b.__name__ for b in cls.__bases__ if b in classes and b is not parent]
+        text = cls.__name__ + (f" ({', '.join(builtin)})" if builtin else "")
+        return text + (f", also {', '.join(others)}" if others else "")
+
+    def below(parent: type, prefix: str) -> list[str]:
+        kids = [c for c in classes if parent in c.__bases__]
+        lines = []
+        for i, kid in enumerate(kids):
+            last = i == len(kids) - 1
+            lines.append(f"{prefix}{'└── ' if last else '├── '}{label(kid, parent)}")
+            lines += below(kid, prefix + ("    " if last else "│   "))
+        return lines
+
+    return [errors.RagbenchError.__name__, *below(errors.RagbenchError, "")]
 
 
 # ---------------------------------------------------------------- environment variables
@@ -735,6 +764,42 @@ def detection_markdown(page_dir: Path, args: str) -> str:
     return str(module.summary_markdown(page_dir / args))
 
 
+def quick_margins_markdown(page_dir: Path, args: str) -> str:
+    """Each quick gate's recorded spread and tripwire, from ``bench/_quick.py``'s ``margins()``
+    of a ``tools/quick_gate_spread.py`` results file (path relative to the page)."""
+    path = ROOT / "bench" / "_quick.py"
+    spec = importlib.util.spec_from_file_location("_quick", path)
+    if spec is None or spec.loader is None or not args:
+        raise ValueError(f"<!-- gen: quick-margins FILE -->: cannot read {args!r} with {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("_quick", module)  # its dataclasses look the module up
+    spec.loader.exec_module(module)
+    data = page_dir / args
+    found = module.margins(data)
+    if not found:
+        raise ValueError(f"quick-margins: {args} records no gate measured twice")
+    rows = []
+    for gate, m in sorted(found.items()):
+        unit = "" if m.relative else " (in the gate's unit)"
+        rows.append(
+            [
+                _cell(gate),
+                f"{m.op} {m.target:.4g}",
+                f"{len(m.judged)} ({'quiet' if m.source == 'quiet' else 'all attempts'})",
+                f"{min(m.judged):.4g} – {max(m.judged):.4g}",
+                f"{m.spread:.1%}" if m.relative else f"{m.spread:.3g}{unit}",
+                f"{m.margin:.0%}" if m.relative else f"{m.margin:.3g}",
+                f"{m.op} {m.bound(m.target):.4g}",
+            ]
+        )
+    runs = sorted({json.loads(line)["started"] for line in data.read_text().splitlines() if line})
+    head = ["gate", "target", "runs judged", "judged values", "spread", "margin", "quick tripwire"]
+    return (
+        _table(head, rows)
+        + f"\n\nFrom `{Path(args).name}`: {len(runs)} runs started {runs[0]} to {runs[-1]} (UTC)."
+    )
+
+
 def search_after_markdown(page_dir: Path, args: str) -> str:
     """``bench/test_bench_search_after.py``'s ``--benchmark-json``: one row per engine, each
     condition's search p50 over back-to-back's with its 95 % interval (the bench's extra_info)."""
@@ -776,6 +841,7 @@ def engines_markdown(page_dir: Path, args: str) -> str:
         raise ValueError(f"engines: {run_file} holds no run records")
     sweeps = [r for f in sweep_files for r in _records(page_dir / f) if r.get("kind") == "sweep"]
     rows = [_engine_row(r, runs[0], sweeps) for r in runs]
+    mems = [m for m in (_memory_of(r, sweeps) for r in runs) if m]
     builds = {
         bool((((r.get("info") or {}).get("index") or {}).get("build") or {}).get("deterministic"))
         for r in runs
@@ -792,28 +858,55 @@ def engines_markdown(page_dir: Path, args: str) -> str:
         iso += _query_set_note(runs, sweeps)
     return "\n".join(
         [
-            _table(ENGINE_COLUMNS, rows),
+            _table(_engine_columns(mems), rows),
             "",
             f"From {source}: {', '.join(datasets)}, {runs[0].get('requests')} requests per row, "
             f"builds {how.get(frozenset(builds), 'mixed')}; recorded {runs[0].get('time', '?')}"
             + _threads_of(runs)
-            + f"; {_cache_of(runs)}.",
+            + f"; {_cache_of(runs)}; {_memory_text(mems)}.",
             *(["", iso] if iso else []),
         ]
     )
 
 
+def _engine_columns(mems: list[dict[str, Any]]) -> list[str]:
+    """:data:`ENGINE_COLUMNS`, the memory column named by how its rows were measured."""
+    methods = {m.get("memory_method") for m in mems}
+    name = (
+        "memory MB (PSS delta)"
+        if methods and methods <= {"pss-delta", "pss-delta-cold"}
+        else ("memory MB (each engine's own accounting)" if methods == {None} else "memory MB")
+    )
+    return [name if c == "memory MB" else c for c in ENGINE_COLUMNS]
+
+
+def _memory_text(mems: list[dict[str, Any]]) -> str:
+    """What the memory column is (``ragbench.rendering.points.memory_note``)."""
+    from ragbench.record_schema import SweepRecord, read_struct
+    from ragbench.rendering.points import memory_note
+
+    if not mems:
+        return "memory not measured"
+    return memory_note([read_struct(m, SweepRecord) for m in mems])
+
+
 def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[str]) -> str:
     """Each engine's search p50 / p99 at recall 0.9, 0.95, 0.99, interpolated on its frontier
     in the sweep records (unfiltered points), and its p50 over the first row's engine's at the
-    same recall (``ragbench.reading.isorecall``); "" without sweep points."""
+    same recall (``ragbench.reading.isorecall``), each with its 95 % bootstrap interval over
+    the queries; "" without sweep points."""
+    import numpy as np
+
     from ragbench.reading.isorecall import DEFAULT_TARGETS, Point, at_recall
 
     by: dict[str, list[Point]] = {}
     for r in sweeps:
         if r.get("strategy") is None and r.get("recall") is not None and r.get("p50_us"):
             p99 = float(r["p99_us"]) if r.get("p99_us") is not None else float("nan")
-            by.setdefault(str(r["index"]), []).append(Point(r["recall"], r["p50_us"], p99))
+            lat = np.asarray(r.get("latency_ns") or [], dtype=np.float64) / 1e3
+            rec = np.asarray(r.get("recall_per_query") or [], dtype=np.float64)
+            point = Point(r["recall"], r["p50_us"], p99, lat if lat.size else None, rec)
+            by.setdefault(str(r["index"]), []).append(point)
     if not by:
         return ""
     reads = {name: {t: at_recall(pts, t) for t in DEFAULT_TARGETS} for name, pts in by.items()}
@@ -824,7 +917,10 @@ def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[s
             ref = reads.get(first, {}).get(t)
             cells.append(_iso_cell(a, ref if name != first else None))
         rows.append(cells)
-    head = ["index", *(f"at recall {t:g}: p50 / p99 µs (× `{first}`)" for t in DEFAULT_TARGETS)]
+    head = [
+        "index",
+        *(f"at recall {t:g}: p50 [CI] / p99 [CI] µs (× `{first}` [CI])" for t in DEFAULT_TARGETS),
+    ]
     return "\n".join(
         [
             _table(head, rows),
@@ -832,7 +928,9 @@ def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[s
             f"At equal recall, from {', '.join(f'`{f}`' for f in files)}: each engine's search "
             "p50 / p99 interpolated linearly between the two points of its recall–p50 frontier "
             "around the target (never extrapolated), its p50 over the reference's at the same "
-            "recall; these are sweep times (one search call at a time, back to back), not the "
+            "recall; [CI]: 95 % bootstrap intervals over the queries (both bracketing points' "
+            "recall and latency resampled on the same queries, the ratio's paired across "
+            "engines); these are sweep times (one search call at a time, back to back), not the "
             f"retrieve stage above; {_cache_of(sweeps)}.",
         ]
     )
@@ -882,9 +980,16 @@ def _iso_cell(at: Any, ref: Any) -> str:
         return f"not reached (best {at.below.recall:.3f})"
     if at.how == "below the grid":
         return f"≤ {_num(at.p50_us)} (first point at {at.above.recall:.3f})"
-    text = f"{_num(at.p50_us)} / {_num(at.p99_us)}"
+    from ragbench.reading.isorecall import ratio_interval
+
+    def ci(span: Any) -> str:
+        return "" if span is None else f" [{_num(span[0])}–{_num(span[1])}]"
+
+    text = f"{_num(at.p50_us)}{ci(at.p50_ci)} / {_num(at.p99_us)}{ci(at.p99_ci)}"
     if ref is not None and ref.figure:
-        text += f" ({at.p50_us / ref.p50_us:.2f}×)"
+        span = ratio_interval(at, ref)
+        within = "" if span is None else f" [{span[0]:.2f}–{span[1]:.2f}]"
+        text += f" ({at.p50_us / ref.p50_us:.2f}×{within})"
     return text
 
 
@@ -927,6 +1032,8 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return search_after_markdown(page_dir, args)
         if what == "detection":
             return detection_markdown(page_dir, args)
+        if what == "quick-margins":
+            return quick_margins_markdown(page_dir, args)
         if what == "plot":
             if site_page_dir is None:
                 raise ValueError("plot markers need the site folder of the page")
@@ -936,7 +1043,7 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
                 [
                     *("report", "report-text", "reading", "plot", "reproduce", "bench", "stats"),
                     "engines",
-                    *("search-after", "detection", *GENERATORS),
+                    *("search-after", "detection", "quick-margins", *GENERATORS),
                 ]
             )
             raise ValueError(f"unknown generated section {what!r}; known: {known}")
@@ -953,10 +1060,109 @@ def on_startup(command: str, dirty: bool) -> None:  # noqa: ARG001 (mkdocs hook 
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:  # noqa: ARG001
-    """mkdocs hook: expand the generated sections of one page."""
+    """mkdocs hook: expand the generated sections of one page (a findings page: and name its machine)."""
     src = Path(page.file.abs_src_path)
     site_page_dir = Path(page.file.abs_dest_path).parent
+    if src.parent.name == "findings" and src.name != "index.md":
+        markdown = with_machine(markdown, src.parent)
     return expand(markdown, src.parent, site_page_dir)
+
+
+#: A results file a findings page's markers read: ``data/NAME`` or ``reproduce NAME``.
+_DATA_REF = re.compile(r"<!-- gen: (?:(?:reproduce) (?P<name>[^ >]+)|[a-z-]+ (?P<args>[^>]*?)) -->")
+
+
+def _page_data_files(text: str, page_dir: Path) -> list[Path]:
+    """The results files (``data/...``) the page's generated sections read, in page order."""
+    found: list[Path] = []
+    for m in _DATA_REF.finditer(text):
+        names = [f"data/{m['name']}"] if m["name"] else shlex.split(m["args"] or "")
+        for name in names:
+            path = page_dir / name
+            if name.startswith("data/") and path.is_file() and path not in found:
+                found.append(path)
+    return found
+
+
+def _machines_of(path: Path) -> list[tuple[str, Any, str, float | None]]:
+    """(CPU model, cores, SIMD level, 1-min load or None) of each record in ``path``.
+
+    A ``.jsonl`` of ragbench records: each record's ``env``; a pytest-benchmark
+    ``.json``: its ``machine_info`` (py-cpuinfo: brand, count, flags; no load).
+    """
+    from ragbench.rendering.notes import simd_level
+
+    out = []
+    if path.suffix == ".jsonl":
+        lines = path.read_text().splitlines()
+        for rec in (json.loads(ln) for ln in lines if ln.strip()):
+            env = rec.get("env") or {}
+            if env.get("cpu"):
+                la = env.get("load_avg")
+                load = float(la[0]) if isinstance(la, list) and la else None
+                flags = env.get("cpu_flags") or []
+                out.append((str(env["cpu"]), env.get("cores"), simd_level(flags), load))
+        return out
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError:
+        return out
+    cpu = (doc.get("machine_info") or {}).get("cpu") if isinstance(doc, dict) else None
+    if cpu and cpu.get("brand_raw"):
+        flags = cpu.get("flags") or []
+        out.append((str(cpu["brand_raw"]), cpu.get("count"), simd_level(flags), None))
+    return out
+
+
+def machine_markdown(text: str, page_dir: Path) -> str:
+    """One paragraph naming the machine(s) the page's results files were measured on.
+
+    Read from the records (``env.cpu``, ``env.cores``, ``env.cpu_flags``, ``env.load_avg``;
+    a pytest-benchmark file's ``machine_info``), never typed: per machine, the files measured
+    on it; the files that record no machine are named as such.
+    """
+    by: dict[tuple[str, Any, str], list[str]] = {}
+    loads: list[float] = []
+    bare: list[str] = []
+    for path in _page_data_files(text, page_dir):
+        seen = _machines_of(path)
+        if not seen:
+            bare.append(path.name)
+        for cpu, cores, simd, load in seen:
+            names = by.setdefault((cpu, cores, simd), [])
+            if path.name not in names:
+                names.append(path.name)
+            if load is not None:
+                loads.append(load)
+    if not by and not bare:
+        return ""
+    parts = [
+        f"{cpu}, {cores or '?'} cores, {simd} ({', '.join(f'`{n}`' for n in names)})"
+        for (cpu, cores, simd), names in by.items()
+    ]
+    line = "**Measured on** (from the records): " + ("; ".join(parts) or "no machine recorded")
+    if loads:
+        low, high = f"{min(loads):.1f}", f"{max(loads):.1f}"
+        span = low if low == high else f"{low}–{high}"
+        line += f"; 1-min load average {span} when the records were written"
+    else:
+        line += "; machine load not recorded (records from before env.load_avg)"
+    if bare and by:
+        line += f"; {', '.join(f'`{n}`' for n in bare)} record no machine"
+    if len(by) > 1:
+        line += ". NOTE: more than one machine: do not compare figures across them"
+    return line + "."
+
+
+def with_machine(text: str, page_dir: Path) -> str:
+    """``text`` with :func:`machine_markdown` after its first heading (unchanged without one)."""
+    line = machine_markdown(text, page_dir)
+    if not line:
+        return text
+    head = re.search(r"^# .*$", text, re.M)
+    if head is None:
+        return line + "\n\n" + text
+    return text[: head.end()] + "\n\n" + line + "\n" + text[head.end() :]
 
 
 _SPHINX_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):(?=<code>)")

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import RagbenchError
+from ..errors import RagbenchError, WorkerFault
 from ..pipeline import Pipeline, RequestRecord
 
 __all__ = [
@@ -57,10 +57,6 @@ _STOP_POLL_S = 0.02
 GRACE_NS = 500_000_000
 #: Stopped workers answer within this, or are faults (killed, for processes).
 STOP_GRACE_NS = 500_000_000
-
-
-class WorkerFault(RagbenchError, RuntimeError):
-    """A worker died or hung during a load level; the level's record says which."""
 
 
 class Result(NamedTuple):
