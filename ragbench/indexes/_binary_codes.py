@@ -21,8 +21,6 @@ from ._faiss_search import UNSET, sync_threads
 from ._live import IdSpace
 from .base import LiveVectorIndex
 
-__all__ = ["BinaryFlatIndex", "BinaryHnswIndex"]
-
 _ndarray = np.ndarray
 _vdot = getattr(np.vdot, "_implementation", np.vdot)
 

@@ -15,8 +15,6 @@ from ..errors import ConfigError, UnsupportedOperationError
 from ..validate import positive_int
 from ._live import IdSpace
 
-__all__ = ["DEFAULT_TRAIN_SIZE", "SampledCodes", "check_train_params", "train_sample"]
-
 DEFAULT_TRAIN_SIZE = 50_000
 
 

@@ -9,16 +9,6 @@ import math
 
 import numpy as np
 
-__all__ = [
-    "F32",
-    "FLT_MAX",
-    "I64",
-    "INT32_MAX",
-    "batch_is_finite",
-    "build_step",
-    "fix_padding",
-]
-
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
 INF = math.inf

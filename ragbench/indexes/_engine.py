@@ -41,22 +41,6 @@ from ._live import FilterPlan, IdSpace
 from .attribute_filters import AttributeColumns, Term, WhereFilter, spec_terms, where_masks
 from .base import LiveVectorIndex
 
-__all__ = [
-    "EngineIndex",
-    "FolderEngineIndex",
-    "WhereSearch",
-    "check_graph_params",
-    "close_and_remove",
-    "extract_tar",
-    "folder_bytes",
-    "import_engine",
-    "in_new_folder",
-    "is_panic",
-    "pad_rows",
-    "padded",
-    "tar_folder",
-]
-
 _T = TypeVar("_T")
 _ndarray = np.ndarray
 # The C function behind np.vdot, without the __array_function__ dispatcher

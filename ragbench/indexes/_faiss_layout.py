@@ -27,8 +27,6 @@ import numpy as np
 
 from ..errors import IndexFileError
 
-__all__ = ["check_faiss_payload"]
-
 _HEADER = struct.Struct("<iqqq?i")  # d, ntotal, two dummies, is_trained, metric_type
 _METRIC_NAMES = {0: "inner product", 1: "L2"}
 

@@ -22,8 +22,6 @@ from ._common import F32, FLT_MAX, I64, INF, batch_is_finite, fix_padding
 from ._live import IdSpace
 from .base import LiveVectorIndex
 
-__all__ = ["FAISS_METRIC", "UNSET", "FaissSearch", "sync_threads"]
-
 _ndarray = np.ndarray
 _empty = np.empty
 # The C function behind np.vdot, without the __array_function__ dispatcher

@@ -16,8 +16,6 @@ import numpy as np
 from ..errors import IndexFileError
 from ._common import batch_is_finite
 
-__all__ = ["check_hnswlib_payload"]
-
 # hnswlib 0.8 save_index header: offsetLevel0, max_elements, cur_element_count,
 # size_data_per_element, label_offset, offsetData (size_t), maxlevel (int),
 # enterpoint_node (uint32), maxM, maxM0, M (size_t), mult (double), ef_construction.

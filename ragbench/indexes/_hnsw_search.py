@@ -20,8 +20,6 @@ from ..validate import check_k
 from ._common import F32, I64, INF, batch_is_finite
 from .base import LiveVectorIndex
 
-__all__ = ["RETYPE_IN_PLACE", "UNSET", "HnswSearch"]
-
 _ndarray = np.ndarray
 _empty = np.empty
 # The C function behind np.vdot: the __array_function__ dispatcher in front of

@@ -12,9 +12,6 @@ import re
 
 from ..errors import ConfigError
 
-__all__ = ["check_ef", "search_error"]
-
-
 #: At most this many refine candidates (``k × refine_factor``): LanceDB allocates
 #: them up front (16 bytes each), and ``refine_factor=2**31-1`` aborts the process.
 MAX_REFINE_ROWS = 10_000_000

@@ -35,18 +35,6 @@ import numpy as np
 
 from ..errors import ConfigError, DimensionError, IdOutOfRangeError, InputError
 
-__all__ = [
-    "FilterPlan",
-    "IdSpace",
-    "WriteGate",
-    "check_new_ids",
-    "check_strategy",
-    "positions_to_delete",
-    "resolve_filter",
-    "space_after_add",
-    "space_after_delete",
-]
-
 _I64 = np.dtype(np.int64)
 
 

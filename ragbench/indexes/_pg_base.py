@@ -42,8 +42,6 @@ from ._pg_conn import (
 )
 from .attribute_filters import AttributeColumns, Term
 
-__all__ = ["EF_MAX", "TIMEOUT_MAX", "PgvectorBase"]
-
 _OWNER = OWNER
 _TABLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
 _ITERATIVE = {

@@ -22,27 +22,6 @@ from typing import Any
 from ..errors import ConfigError, MissingDependencyError, RagbenchError
 from ._pg_wire import ARRAY_OIDS
 
-__all__ = [
-    "EXTENSION_MARK",
-    "GRACE",
-    "OWNER",
-    "Conn",
-    "FloatsParam",
-    "IdsParam",
-    "PgState",
-    "TextsParam",
-    "VectorParam",
-    "array_param",
-    "drop_our_extension",
-    "float8",
-    "int8",
-    "psycopg_module",
-    "redact",
-    "redact_message",
-    "register_types",
-    "set_statement_timeout",
-]
-
 OWNER = "index 'pgvector'"
 
 

@@ -34,8 +34,6 @@ from typing import Any
 from ..errors import ConfigError, IndexServerError, MissingDependencyError
 from ..process import ChildProcess
 
-__all__ = ["PG_USER", "EmbeddedServer", "pg_install", "server_user"]
-
 #: The unprivileged user the server runs as when ragbench runs as root.
 PG_USER = "ragbench-pg"
 _KEEPER = str(Path(__file__).with_name("_pg_keeper.py"))

@@ -31,22 +31,6 @@ from . import _pg_wire as wire
 from ._pg_conn import array_param, float8, int8
 from .attribute_filters import Term
 
-__all__ = [
-    "OPS",
-    "PG_TYPES",
-    "RESERVED",
-    "Table",
-    "attribute_index_sql",
-    "copy_sql",
-    "create_table_sql",
-    "index_keys",
-    "search_sql",
-    "table_ident",
-    "vector_index_sql",
-    "where_args",
-    "where_sql",
-]
-
 #: metric -> (distance operator, operator class suffix)
 OPS = {"ip": ("<#>", "ip"), "cosine": ("<=>", "cosine"), "l2": ("<->", "l2")}
 #: attribute dtype kind -> its column type

@@ -26,17 +26,6 @@ import numpy as np
 
 from ..errors import IndexServerError
 
-__all__ = [
-    "ARRAY_OIDS",
-    "copy_chunks",
-    "copy_rows",
-    "float_array",
-    "id_array",
-    "read_copy_rows",
-    "text_array",
-    "vector_value",
-]
-
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _HEADER = _SIGNATURE + struct.pack(">ii", 0, 0)
 _TRAILER = struct.pack(">h", -1)
