@@ -89,10 +89,14 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy ragbench
 
-# the five layers of DESIGN.md ([tool.importlinter] in pyproject.toml); the test suite runs it too
+# The structure rules of docs/explanation/architecture.md: the five layers ([tool.importlinter]
+# in pyproject.toml, checked by import-linter), then tools/check_structure.py (no import cycle,
+# no underscore name taken across modules, no __all__ in a private module, functions <= 80
+# lines). The test suite runs both too (tests/test_layers_contract.py, tests/test_structure_check.py).
 .PHONY: layers
 layers: $(VENV)/.dev
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) tools/check_structure.py ragbench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
