@@ -624,7 +624,7 @@ def test_queries_times_repeat_beyond_the_limit_is_refused(tmp_path: Path) -> Non
 
 
 def test_request_counts_whose_records_exceed_memory_are_refused(tmp_path: Path) -> None:
-    from ragbench.pipeline import RECORD_BYTES
+    from ragbench.pipeline.samples import RECORD_BYTES
     from ragbench.validate import available_memory
 
     free = available_memory()

@@ -29,7 +29,9 @@ start-up and warm-up requests are timed as setup, never as request latency.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any
@@ -45,57 +47,68 @@ from ..report import Report
 from ..timing import SetupTimes, run_stages, run_stages_cpu
 from ..transports import Transport
 from . import samples, tracing
-from .build import Built, build, check_index_file, load_index
-from .cache import CacheStage, LruTtlCache
+from .build import Built, build, check_index_file
+from .cache import LruTtlCache
 from .capabilities import Closes, InProcess
-from .context import NO_IDS, STAGES, RequestContext, RequestRecord
+from .context import STAGES, RequestContext, RequestRecord
 from .interleaving import interleave
-from .parts import Components, Embedding, SharedParts, freeze
-from .samples import RECORD_BYTES, far_fields
-from .stages import (
-    EmbedStage,
-    FilteredRetrieveStage,
-    GenerateStage,
-    RerankStage,
-    RetrieveStage,
-    SerializeStage,
-    Stage,
-    TextRerankStage,
-    TransportStage,
-    TruncateStage,
-)
-from .tracing import TRACE_FLUSH_EVERY
+from .parts import Components, SharedParts
+from .stages import Stage
 
+#: What users call: the pipeline, the stage order and the request types a custom stage or a
+#: driver reads (tests/test_public_api.py pins this list). The building blocks live in the
+#: package's modules: :mod:`~ragbench.pipeline.stages`, :mod:`~ragbench.pipeline.build`, ...
 __all__ = [
-    "NO_IDS",
-    "RECORD_BYTES",
     "STAGES",
-    "TRACE_FLUSH_EVERY",
-    "Built",
-    "CacheStage",
-    "Components",
-    "EmbedStage",
-    "Embedding",
-    "FilteredRetrieveStage",
-    "GenerateStage",
-    "LruTtlCache",
     "Pipeline",
     "RequestContext",
     "RequestRecord",
-    "RerankStage",
-    "RetrieveStage",
-    "SerializeStage",
     "SharedParts",
     "Stage",
-    "TextRerankStage",
-    "TransportStage",
-    "TruncateStage",
-    "build",
-    "far_fields",
-    "freeze",
     "interleave",
-    "load_index",
 ]
+
+#: Names ``ragbench.pipeline`` exported until its ``__all__`` was trimmed to what users call
+#: (issue 30), and the module each lives in. Still importable from here for one release, with a
+#: DeprecationWarning naming the new place; removed in the release after.
+MOVED = {
+    "NO_IDS": "context",
+    "RECORD_BYTES": "samples",
+    "TRACE_FLUSH_EVERY": "tracing",
+    "CacheStage": "cache",
+    "Embedding": "parts",
+    "freeze": "parts",
+    "far_fields": "samples",
+    "load_index": "build",
+    **dict.fromkeys(
+        (
+            "EmbedStage",
+            "FilteredRetrieveStage",
+            "GenerateStage",
+            "RerankStage",
+            "RetrieveStage",
+            "SerializeStage",
+            "TextRerankStage",
+            "TransportStage",
+            "TruncateStage",
+        ),
+        "stages",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A moved name (:data:`MOVED`), with a DeprecationWarning saying where it lives now."""
+    where = MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"ragbench.pipeline.{name} is deprecated: import it from ragbench.pipeline.{where} "
+        "(it leaves ragbench.pipeline in the next release)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
 
 
 class Pipeline:

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from .. import threads
-from ..pipeline import Pipeline, RequestRecord, far_fields
+from ..pipeline import Pipeline, RequestRecord
+from ..pipeline.samples import far_fields
 from ..transports import FarSide
 from ..validate import positive_int
 from .board import (

@@ -1,0 +1,184 @@
+"""The public surface: each public package's exported names, pinned (as httpx pins its API).
+
+``__all__`` of a package is what users call. The expected lists are written
+out here, literally, so that adding a name to the public surface or dropping one
+is a change to this file that a reviewer sees; a test also fails when a public
+package is added without its list here, when a private module declares an
+``__all__``, or when a listed name cannot be imported.
+
+Names that left a package keep working for one release through the package's
+``__getattr__``, with a DeprecationWarning naming their new place
+(``ragbench.pipeline.MOVED``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import warnings
+from pathlib import Path
+
+import pytest
+
+import ragbench
+
+PACKAGE = Path(ragbench.__file__).resolve().parent
+
+# fmt: off
+EXPORTS: dict[str, list[str]] = {
+    "ragbench": [
+        "Hit", "Pipeline", "Report", "RetrievalResult", "__version__", "codecs", "configs",
+        "datasets", "embedders", "errors", "generators", "indexes", "rerankers", "timing",
+        "transports",
+    ],
+    "ragbench.aioworkers": [
+        "AsyncWorkers", "HEARTBEAT_S", "LoopServer", "OFFLOADS", "Segment", "Settings",
+        "aio_worker", "check_offload", "plan",
+    ],
+    "ragbench.cli": [
+        "cli", "main",
+    ],
+    "ragbench.codecs": [
+        "Codec", "SHAPES", "create", "names", "register", "registry",
+    ],
+    "ragbench.configs": [
+        "load", "names", "path",
+    ],
+    "ragbench.datasets": [
+        "ArrayCache", "CacheEvent", "Corpus", "Dataset", "Queries", "SYNTHETIC_DEFAULTS",
+        "ShippedVectors", "brute_force_neighbors", "cache_dir", "datasets_dir", "describe",
+        "find_shipped", "from_table", "load", "names", "spec_table", "synthetic",
+    ],
+    "ragbench.embedders": [
+        "Embedder", "create", "names", "register", "registry",
+    ],
+    "ragbench.errors": [
+        "ConfigError", "DatasetError", "DecodeError", "DimensionError", "GeneratorError",
+        "IdOutOfRangeError", "IndexFileError", "IndexServerError", "InputError", "KTooLargeError",
+        "MissingDependencyError", "NonFiniteError", "NotBuiltError", "RagbenchError",
+        "TransportError", "UnknownBackendError", "UnsupportedConfigError",
+        "UnsupportedOperationError", "WorkerFault",
+    ],
+    "ragbench.fusion": [
+        "reciprocal_rank_fusion", "reciprocal_rank_fusion_plain", "weighted_fusion",
+        "weighted_fusion_plain",
+    ],
+    "ragbench.generators": [
+        "FirstToken", "Generator", "create", "names", "register", "registry",
+    ],
+    "ragbench.indexes": [
+        "DeclaresBuild", "FilteredIndex", "Index", "PROBE_DIM", "PersistentIndex", "SplitsSearch",
+        "WritableIndex", "build_timed", "can_delete", "create", "data_fingerprint", "declares",
+        "deleting_backends", "filtering_backends", "load", "names", "register", "registry",
+        "with_dsn", "writable_backends",
+    ],
+    "ragbench.pipeline": [
+        "Pipeline", "RequestContext", "RequestRecord", "STAGES", "SharedParts", "Stage",
+        "interleave",
+    ],
+    "ragbench.reading": [
+        "AXES", "DOMINANT_SHARE", "Records", "SAME_RECALL", "SUGGESTED_REPEAT", "SUSTAINED",
+        "diff_reading", "dominant_stage", "load_reading", "order_note", "ranking", "reading",
+        "run_reading", "saved_diff_reading", "scale_reading", "sweep_reading", "within_noise",
+    ],
+    "ragbench.rendering": [
+        "FORMATS", "INVALID_MARK", "NAN", "SETUP_LABELS", "STATS", "benchmark_table", "build_note",
+        "caveats_of", "compare_table", "connection_note", "cpu_cells", "datasets_table",
+        "diff_records_table", "event_text", "filter_note", "filtered_sweep_table", "fixed_line",
+        "flat_cell", "flat_rows", "hardware_note", "llm_note", "load_table", "ms", "ms_ci", "num",
+        "params_text", "pct_cell", "plain_table", "render", "render_checked",
+        "retrieve_parts_note", "rich_table", "run_table", "scale_table", "setup_summary",
+        "simulated_note", "stage_label", "stat_cells", "stats_table", "stopped_line",
+        "stream_table", "sweep_table", "text_table", "with_ci",
+    ],
+    "ragbench.rerankers": [
+        "CAVEAT_PREFIX", "Reranker", "TEXT_RERANKERS", "create", "names", "register", "registry",
+    ],
+    "ragbench.settings": [
+        "Cache", "Config", "Dataset", "Embed", "Filter", "Generate", "MAX_COUNT", "OPEN", "Prompt",
+        "Rerank", "Retrieve", "Run", "STAGES", "Serialize", "Stage", "TABLES", "Table",
+        "Transport", "VARIANTS", "backend_names", "config_error", "config_schema", "convert",
+        "parse",
+    ],
+    "ragbench.sweeps": [
+        "FilterCase", "SweepData", "bytes_fields", "check_grid", "count_points",
+        "index_param_names", "measure", "recall_fields", "scale_points", "scale_unit",
+        "sweep_points", "sweep_unit", "synthetic_data", "tune",
+    ],
+    "ragbench.timing": [
+        "Background", "Hook", "PERCENTILES", "Request", "SetupTimes", "StageTimer", "Stats",
+        "run_stages", "run_stages_cpu",
+    ],
+    "ragbench.traffic": [
+        "ARRIVALS", "COMPLETED", "FAILED", "LoadOptions", "REJECTED", "TIMED_OUT", "Traffic",
+        "arrivals", "closed_loop", "load_points", "merge_concurrent", "open_loop", "summarize",
+        "warm",
+    ],
+    "ragbench.transports": [
+        "ChildTransport", "FarSide", "FarSideProcessor", "Transport", "connection_columns",
+        "create", "decode_reply", "make_codec", "names", "read_child_config", "register",
+        "registry",
+    ],
+    "ragbench.workers": [
+        "Board", "COMPLETED", "ClosedResult", "ClosedRun", "FAILED", "GRACE_NS", "OpenRun",
+        "PENDING", "ProcessWorkers", "REJECTED", "Result", "SPIN_NS", "STOP_GRACE_NS", "TIMED_OUT",
+        "ThreadWorkers", "WORKER_ENV", "WorkerFault", "admit", "pack_record", "process_worker",
+        "run_closed_worker", "run_open_worker", "split_clients", "unpack_record",
+    ],
+}
+# fmt: on
+
+
+def _public_packages() -> set[str]:
+    """Every package of ragbench none of whose path parts starts with an underscore."""
+    found = set()
+    for init in PACKAGE.rglob("__init__.py"):
+        parts = init.parent.relative_to(PACKAGE.parent).parts
+        if not any(p.startswith("_") for p in parts):
+            found.add(".".join(parts))
+    return found
+
+
+def test_every_public_package_has_its_list_here() -> None:
+    missing = _public_packages() - set(EXPORTS)
+    assert not missing, f"add the exported names of {sorted(missing)} to EXPORTS"
+
+
+@pytest.mark.parametrize("module", sorted(EXPORTS))
+def test_exported_names(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == EXPORTS[module]
+    assert len(set(mod.__all__)) == len(mod.__all__), "a name listed twice"
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None or name.isupper(), name
+
+
+def test_private_modules_declare_no_all() -> None:
+    declaring = []
+    for path in sorted(PACKAGE.rglob("_*.py")):
+        if path.name == "__init__.py" or "_pb" in path.parts or path.name.startswith("__"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                declaring.append(str(path.relative_to(PACKAGE)))
+    assert declaring == []
+
+
+def test_moved_pipeline_names_warn_and_still_work() -> None:
+    import ragbench.pipeline as pipeline
+    from ragbench.pipeline import stages
+
+    assert "EmbedStage" in pipeline.MOVED and "EmbedStage" not in pipeline.__all__
+    with pytest.warns(DeprecationWarning, match=r"ragbench\.pipeline\.stages"):
+        moved = pipeline.EmbedStage
+    assert moved is stages.EmbedStage
+    for name, where in pipeline.MOVED.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(pipeline, name)
+        assert value is getattr(importlib.import_module(f"ragbench.pipeline.{where}"), name)
+        assert [w.category for w in caught] == [DeprecationWarning], name
+    with pytest.raises(AttributeError):
+        _ = pipeline.no_such_name
