@@ -47,7 +47,7 @@ run: $(VENV)/.embed check-no-cuda
 	$(VENV)/bin/ragbench $(RUN_COMPARE)
 
 test: $(VENV)/.dev check-no-cuda
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 bench: $(VENV)/.dev
 	$(PY) -m pytest bench -p no:cacheprovider -q -s
