@@ -60,6 +60,13 @@ _EMBED_RUNTIME = click.option(
 )
 
 
+_EMBED = click.option(
+    "--embed",
+    help="Embedder backend (minilm, model2vec, hashing, precomputed), or a "
+    "comma-separated list, one row each (minilm,model2vec).",
+)
+
+
 def backend_options(fn: F) -> F:
     """The options of every command that runs configurations side by side."""
     decorators = [
@@ -70,7 +77,7 @@ def backend_options(fn: F) -> F:
         dataset_option(help="Dataset name (pydocs, synthetic) or path. [default: pydocs]"),
         click.option("--n", "n", help="Corpus size for synthetic (e.g. 10k)."),
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
-        click.option("--embed", help="Embedder backend (minilm, hashing, precomputed)."),
+        _EMBED,
         _EMBED_RUNTIME,
         re_embed_option(),
         click.option("--index", "index", help=INDEX_HELP),
@@ -170,9 +177,10 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
     from .. import datasets
 
     base = read_config(opts["config"]) if opts["config"] else {}
-    for table in ("embed", "generate"):  # --embed/--generate naming another backend than the file
-        if opts[table] is not None:
-            _fresh(base, table, opts[table], {})  # --set is merged below
+    embed = _one_embedder(opts)
+    for table, name in (("embed", embed), ("generate", opts["generate"])):
+        if name is not None:  # --embed/--generate naming another backend than the file
+            _fresh(base, table, name, {})  # --set is merged below
     if any(opts[o] is not None for o in ("dataset", "n", "dim")):
         n = parse_count(opts["n"], "--n") if opts["n"] else None
         base["dataset"] = datasets.spec_table(opts["dataset"] or "synthetic", n=n, dim=opts["dim"])
@@ -185,7 +193,7 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
             "cpu_time": opts["cpu_time"],
             "otel": opts["otel"],
         },
-        "embed": {"backend": opts["embed"], "re_embed": opts["re_embed"]},
+        "embed": {"backend": embed, "re_embed": opts["re_embed"]},
         "generate": {"backend": opts["generate"]},
         "serialize": {"with_embeddings": opts["with_embeddings"]},
     }
@@ -196,9 +204,27 @@ def _base(opts: Mapping[str, Any], run_over: Mapping[str, Any]) -> dict[str, Any
     return merge(base, extra)
 
 
-def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
+def _one_embedder(opts: Mapping[str, Any]) -> str | None:
+    """``--embed`` when it names one embedder (several are an axis, :func:`_embed_axis`)."""
+    names = split_list(opts.get("embed"), "--embed")
+    return names[0] if len(names) == 1 else None
+
+
+def _embed_axis(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
+    """``--embed a,b`` (one row each; with ``--embed-runtime``, minilm once per runtime:
+    ``minilm:onnx``), else ``--embed-runtime`` alone (``embed=onnx``)."""
     runtimes = split_list(opts.get("embed_runtime"), "--embed-runtime")
-    axes: list[tuple[str, list[Any]]] = [("embed_runtime", runtimes)] if runtimes else []
+    names = split_list(opts.get("embed"), "--embed")
+    if len(names) < 2:
+        return [("embed_runtime", runtimes)] if runtimes else []
+    items: list[Any] = []
+    for name in names:
+        items += [f"{name}:{rt}" for rt in runtimes] if name == "minilm" and runtimes else [name]
+    return [("embed", items)]
+
+
+def _axes(opts: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
+    axes = _embed_axis(opts)
     for option, table in AXES:
         items = split_list(opts[option.lstrip("-")], option)
         axes += [(table, items)] if items else []
@@ -249,7 +275,9 @@ def configurations(
                 parts += label if len(values) > 1 else []
                 continue
             if axis in _FRESH:
-                _fresh(cfg, axis, index_item(str(value))[0] if axis == "retrieve" else value, sets)
+                name = index_item(str(value))[0] if axis == "retrieve" else value
+                name = str(value).partition(":")[0] if axis == "embed" else name
+                _fresh(cfg, axis, name, sets)
             _apply(cfg, axis, value)
             parts += [_part(axis, value)] if len(values) > 1 else []
         out.append((parse_config(cfg), "/".join(parts) if parts else None))
@@ -284,6 +312,11 @@ def _apply(cfg: dict[str, Any], axis: str, value: Any) -> None:
         t["filter_strategy"] = value
     elif axis == "embed_runtime":
         t["runtime"] = value
+    elif axis == "embed":  # minilm:onnx-int8, model2vec
+        name, _, runtime = str(value).partition(":")
+        t["backend"] = name
+        if runtime:
+            t["runtime"] = runtime
     elif axis == "retrieve":  # an item's own parameters (pgvector+ef=40) for that index only
         name, own = index_item(str(value))
         for sub, params in own.items():

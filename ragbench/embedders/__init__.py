@@ -36,6 +36,7 @@ registry: Registry[Embedder] = Registry(
         "minilm": "ragbench.embedders.minilm:MiniLMEmbedder",
         "hashing": "ragbench.embedders.hashing:HashingEmbedder",
         "precomputed": "ragbench.embedders.precomputed:PrecomputedEmbedder",
+        "model2vec": "ragbench.embedders.static:Model2VecEmbedder",
     },
 )
 create = registry.create

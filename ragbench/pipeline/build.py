@@ -268,7 +268,8 @@ class _SetUp:
         return filters
 
     def _agreement(self, ds: Dataset, emb: Embedding, metric: str) -> dict[str, Any]:
-        """``embed_agreement`` of an embedder with a reference (MiniLM's non-torch runtimes):
+        """``embed_agreement`` of an embedder with a reference (MiniLM's non-torch runtimes, the
+        static model2vec):
         its query vectors' cosine to the reference's (mean, 1st percentile) and the overlap of
         the exact top 10 over the corpus with its vectors and with the reference's (mean, min
         over queries). The reference's vectors (torch: the shipped ones where they apply) are
@@ -293,17 +294,22 @@ class _SetUp:
         overlap = np.asarray(
             [len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(mine, theirs, strict=True)]
         )
-        cos = np.einsum("ij,ij->i", emb.queries, ref_queries)
-        return {
-            "embed_agreement": {
-                "reference": "minilm torch",
-                "k": k,
-                "top_k_mean": float(overlap.mean()),
-                "top_k_min": float(overlap.min()),
-                "cosine_mean": float(cos.mean()),
-                "cosine_p1": float(np.percentile(cos, 1)),
-            }
+        got: dict[str, Any] = {
+            "reference": "minilm torch",
+            "k": k,
+            "top_k_mean": float(overlap.mean()),
+            "top_k_min": float(overlap.min()),
         }
+        if emb.queries.shape[1] == ref_queries.shape[1]:
+            cos = np.einsum("ij,ij->i", emb.queries, ref_queries)
+            got |= {"cosine_mean": float(cos.mean()), "cosine_p1": float(np.percentile(cos, 1))}
+        else:  # a static model's PCA basis: no vector of one space is one of the other's
+            got |= {"cosine_mean": None, "cosine_p1": None}
+            got["cosine_note"] = (
+                f"not comparable ({emb.queries.shape[1]} PCA dimensions, not the reference's "
+                f"{ref_queries.shape[1]})"
+            )
+        return {"embed_agreement": got}
 
     def _exact_neighbors(
         self, ds: Dataset, emb: Embedding, metric: str, filters: QueryFilters | None
