@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from ragbench import judged
+from ragbench import judged, record_schema
 from ragbench.errors import InputError
+from ragbench.reading.judged import judged_reading
+from ragbench.record_schema import JudgedAnswers, RecordError, SweepRecord, read_struct
 
 
 def _random_case(
@@ -102,3 +104,30 @@ def test_bad_shapes_are_input_errors() -> None:
         judged.scores(np.array([[1]]), [3], judgments)
     with pytest.raises(InputError, match="one query row each"):
         judged.scores(np.array([1, 2]), [0], judgments)
+
+
+def _answers(value: float, low: float, high: float, queries: int = 30) -> JudgedAnswers:
+    return JudgedAnswers(ndcg_at_10=value, ndcg_at_10_ci=[low, high], queries=queries)
+
+
+def test_reading_says_whether_ndcg_differs_beyond_the_intervals() -> None:
+    apart = judged_reading([("a", _answers(0.7, 0.65, 0.75)), ("b", _answers(0.5, 0.45, 0.55))])
+    assert apart == [
+        "answer quality: nDCG@10 highest a 0.700, lowest b 0.500: apart beyond their 95 % "
+        "intervals (30 judged queries)"
+    ]
+    close = judged_reading([("a", _answers(0.6, 0.5, 0.7)), ("b", _answers(0.55, 0.45, 0.65))])
+    assert "intervals overlap, so 30 judged queries do not tell them apart" in close[0]
+    assert judged_reading([("a", _answers(0.6, 0.5, 0.7)), ("b", None)]) == []  # one judged row
+
+
+def test_record_schema_types_the_judged_object() -> None:
+    per = judged.scores(np.array([[1, 2]]), [0], judged.Judgments([{1: 2}], "q.tsv"))
+    answers = judged.summary(per, [0], judged.Judgments([{1: 2}], "q.tsv"), returned=2)
+    rec = {"schema": "ragbench.sweep/1", "kind": "sweep", "judged": answers}
+    typed = read_struct(rec, SweepRecord)
+    assert typed.judged is not None and typed.judged.ndcg_at_10 == 1.0 and typed.judged.depth == 2
+    with pytest.raises(RecordError, match="judged"):
+        read_struct({**rec, "judged": {**answers, "ndcg_at_10": "high"}}, SweepRecord)
+    props = record_schema.records_schema("run")["$defs"]["RunRecord"]["properties"]
+    assert "judged" in props

@@ -12,6 +12,7 @@ from ..rendering.cells import num
 from ..rendering.points import params_text
 from .common import SUGGESTED_REPEAT, ranking, step_text, us_text, within_noise
 from .isorecall import DEFAULT_TARGETS, Point, iso_recall_lines
+from .judged import judged_reading
 
 __all__ = [
     "scale_reading",
@@ -236,7 +237,13 @@ def sweep_reading(records: Sequence[Mapping[str, Any] | SweepRecord]) -> list[st
     # unfiltered first, then by strategy and selectivity, largest first
     order = sorted(groups, key=lambda g: (bool(g), g[3] if g else "", -g[2] if g else 0.0, g))
     lines = [line for g in order for line in _group_lines(g, groups[g], keys)]
+    lines += judged_reading([(_judged_label(p), p.judged) for p in points if p.strategy is None])
     return lines + _cpu_warning(points, keys) + [_timing_note(points)]
+
+
+def _judged_label(p: SweepRecord) -> str:
+    """``hnsw ef=64``: a sweep point named for the answer-quality reading."""
+    return f"{p.index} {params_text(p)}".strip()
 
 
 def scale_reading(records: Sequence[Mapping[str, Any] | ScaleRecord]) -> list[str]:

@@ -22,6 +22,7 @@ from .common import (
     within_noise,
 )
 from .embedders import embedder_lines
+from .judged import judged_reading
 
 __all__ = [
     "AXES",
@@ -389,6 +390,7 @@ def run_reading(
     lines += embedder_lines(runs)  # each embedder configuration against torch's
     lines += [line for line in map(_embed_parts_line, runs) if line]
     lines += [line for line in map(_agreement_line, runs) if line]
+    lines += judged_reading([(str(r.label), r.judged) for r in runs])  # nDCG@10 apart or not
     return lines
 
 

@@ -166,13 +166,7 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         )
     ]  # fmt: skip
     rows = [_sweep_row(p, star, varying) for p, star in zip(points, flags, strict=True)]
-    if any(p.judged is not None for p in points):  # answer quality after recall 0
-        at = 6
-        cols[at:at] = [(c, "right") for c in JUDGED_HEADS]
-        rows = [
-            [*r[:at], *judged_cells(p.judged), *r[at:]] for r, p in zip(rows, points, strict=True)
-        ]
-    table = text_table(title, cols, rows, width=width)
+    table = text_table(title, *_with_judged(cols, rows, points), width=width)
     if filtered:
         table += "\n" + filtered_sweep_table(filtered, varying, width=width)
     if any(p.p50_us_ci for p in points):
@@ -185,9 +179,9 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     )
     table += (
         "\nrecall: mean over queries; recall p10: the worst tenth's; recall 0: queries that found "
-        "none of the true top k, of all"
+        "none of the true top k, of all\n"
+        + judged_note([p.judged for p in points], str(r0.dataset))
     )
-    table += "\n" + judged_note([p.judged for p in points], str(r0.dataset))
     if any(p.bytes_per_vector is not None for p in points):
         table += (
             "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "
@@ -199,6 +193,18 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     table += "\n" + built if built else ""
     hardware = hardware_note(points)
     return table + ("\n" + hardware if hardware else "")
+
+
+def _with_judged(
+    cols: list[tuple[str, str]], rows: list[list[str]], points: Sequence[SweepRecord]
+) -> tuple[list[tuple[str, str]], list[list[str]]]:
+    """The sweep table's columns and rows with nDCG@10, MRR@10, R@100 after recall 0, when judged."""
+    if all(p.judged is None for p in points):
+        return cols, rows
+    at = 6  # after recall 0
+    heads = [*cols[:at], *((c, "right") for c in JUDGED_HEADS), *cols[at:]]
+    cells = [[*r[:at], *judged_cells(p.judged), *r[at:]] for r, p in zip(rows, points, strict=True)]
+    return heads, cells
 
 
 def build_cell(p: IndexPoint) -> str:
