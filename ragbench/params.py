@@ -247,6 +247,10 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
             "lowercase": Annotated[bool, _d(True)],
         },
         "precomputed": {},
+        "model2vec": {
+            "dims": Annotated[int, _d(256)],
+            "zipf": Annotated[bool, _d(True)],
+        },
     },
     "rerank": {
         "numba": {"parallel": Annotated[bool, _d(False)], "parallel_threshold": int | None},
