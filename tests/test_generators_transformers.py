@@ -96,8 +96,8 @@ def test_shipped_architectures_have_their_published_sizes() -> None:
 def test_ttft_grows_with_prompt_length() -> None:
     """smollm2-135m: 1024 prompt tokens take at least 4x as long as 128 (medians, interleaved).
 
-    8x the tokens, as 256 vs 2048 before at half the prefill time (PERF.md: 0.27 s at 128,
-    1.0 s at 512, 4.7 s at 2048 on this machine); the shorter pair carries more of the fixed
+    8x the tokens, as 256 vs 2048 before at half the prefill time (docs/how-to/prefill.md
+    measures the prefill at each length); the shorter pair carries more of the fixed
     cost per call, so the same 4x bound is no easier to meet."""
     gen = TransformersGenerator(architecture="smollm2-135m", threads=1)
     gen.start()

@@ -1,4 +1,4 @@
-"""The five layers of DESIGN.md are enforced by import-linter, not only described.
+"""The five layers of docs/explanation/architecture.md are enforced by import-linter, not only described.
 
 ``[tool.importlinter]`` in pyproject.toml holds one ``layers`` contract
 (face > drivers > results > stages and data > core, exhaustive); these tests
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = REPO / "pyproject.toml"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
-#: The modules COMMON.md / DESIGN.md name for each layer, top (5) to bottom (1).
+#: The modules docs/explanation/architecture.md names for each layer, top (5) to bottom (1).
 NAMED = {
     5: {"cli", "testing"},
     4: {"pipeline", "sweeps", "workers", "traffic", "executors"},
