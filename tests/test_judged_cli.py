@@ -146,14 +146,16 @@ def test_load_records_carry_judged_answers(
 ) -> None:
     out = tmp_path / "load.jsonl"
     code, text, err = cli(
-        capsys, "load", "--dataset", str(beir), "--embed", "hashing", "--index", "flat",
+        capsys, "load", "--dataset", str(beir), "--embed", "hashing", "--index", "flat,lsh",
         "--rerank", "numpy", "--concurrency", "1", "--duration", "0.3", "--warmup", "1",
         "--out", str(out),
     )  # fmt: skip
     assert code == 0, err
-    assert "nDCG@10" in text
-    (level,) = read_records(out)
-    assert level["judged"]["qrels"].endswith("test.tsv") and level["judged"]["queries"] >= 1
+    assert "nDCG@10" in text and "answer quality: nDCG@10 " in text  # columns and the reading
+    levels = read_records(out)
+    assert len(levels) == 2
+    for level in levels:
+        assert level["judged"]["qrels"].endswith("test.tsv") and level["judged"]["queries"] >= 1
 
 
 def test_synthetic_tables_say_no_judged_answers(

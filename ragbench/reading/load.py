@@ -9,6 +9,7 @@ from typing import Any
 from ..record_schema import LoadRecord, need, read_struct
 from ..records import load_level
 from .common import DOMINANT_SHARE, SUSTAINED, pct_text, span_text, us_text
+from .judged import judged_reading
 
 __all__ = [
     "load_reading",
@@ -124,6 +125,7 @@ def load_reading(records: Sequence[Mapping[str, Any] | LoadRecord]) -> list[str]
         )
     head = "highest throughput" if closed else "highest offered rate sustained"
     lines.append(f"{head}: " + ", ".join(best))
+    lines += judged_reading([(str(r.label), r.judged) for r in low])  # at the lowest level
     if not closed:
         full = [f"{r.label} @ {load_level(r):,g}: {_capacity(r)}" for r in levels if _capacity(r)]
         if full:
