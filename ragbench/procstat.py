@@ -22,10 +22,25 @@ import ctypes.util
 import os
 import time
 
-__all__ = ["METHOD", "descendants", "process_cpu_ns", "resident_bytes", "trim_heap"]
+__all__ = [
+    "METHOD",
+    "METHOD_COLD",
+    "METHOD_TEXT",
+    "descendants",
+    "process_cpu_ns",
+    "resident_bytes",
+    "trim_heap",
+]
 
 #: How :func:`resident_bytes` counts, for records and table headers.
 METHOD = "pss-delta"
+#: :data:`METHOD` when the engine's one-time costs could not be taken into the baseline.
+METHOD_COLD = "pss-delta-cold"
+#: What memory measured by :data:`METHOD` is (``ragbench.sweeps.memory``), for table headers.
+METHOD_TEXT = (
+    "PSS of ragbench's process and its child processes (a database server) after the build "
+    "(or load) and one batch search, minus before (after a throw-away build of the engine)"
+)
 
 
 def _cpu_clock(pid: int) -> int:

@@ -166,9 +166,16 @@ class IndexPoint(IndexRecord, frozen=True):
     """The fields sweep and scale points share: the index, its data and its measured point."""
 
     memory_bytes: Num = None
+    memory_method: str | None = None  # "pss-delta" (ragbench.sweeps.memory); None: the engine's own
+    engine_bytes: Num = (
+        None  # the index's own memory_bytes() (its serialized size, folder, relations)
+    )
     bytes_per_vector: Num = None
     code_bytes_per_vector: Num = None
     rescore_bytes_per_vector: Num = None
+    rescore_bytes: Num = (
+        None  # the float vectors re-scoring reads from (n × rescore_bytes_per_vector)
+    )
     rescore: int | None = None
     p50_us: Num = None
     p95_us: Num = None
@@ -195,6 +202,8 @@ class IndexPoint(IndexRecord, frozen=True):
     cache_state: str | None = None  # "hot": the point's searches back to back
     cpu_p50_us: Num = None  # p50 of each query's thread CPU time (time.thread_time_ns)
     cpu_ns: list[int] | None = None  # each query's thread CPU time, as latency_ns
+    server_cpu_ns: list[int] | None = None  # each query's database-server process CPU (pgvector)
+    server_cpu_p50_us: Num = None
 
 
 class SweepRecord(IndexPoint, frozen=True):

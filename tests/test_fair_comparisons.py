@@ -117,7 +117,7 @@ def test_sweep_cli_reads_its_points_at_the_recall_targets(tmp_path: Path, capsys
         if want is None:
             assert "hnsw not reached" in line or "hnsw ≤" in line
             continue
-        (shown,) = re.findall(r"hnsw ([0-9.,]+) µs /", line)
+        (shown,) = re.findall(r"hnsw ([0-9.,]+) µs(?: \[[^\]]*\])? /", line)
         assert float(shown.replace(",", "")) == pytest.approx(want, rel=0.01, abs=0.06)
 
 
@@ -423,7 +423,7 @@ def test_a_query_parameter_sweep_builds_once(
     real = cls.build
 
     def counted(self: Any, data: Any) -> None:
-        built.append(1)
+        built.append(len(data))
         real(self, data)
 
     monkeypatch.setattr(cls, "build", counted)
@@ -433,7 +433,9 @@ def test_a_query_parameter_sweep_builds_once(
     assert code == 0, err
     recs = _records(out)
     assert len(recs) == np.prod([len(g.split("=")[1].split(",")) for g in grid]) >= 2
-    assert len(built) == 1  # one build, every query-parameter point measured on it
+    # one build of the 3000 rows, every query-parameter point measured on it (the memory
+    # reading's throw-away build of the engine on 2000 rows is not one: ragbench.sweeps.memory)
+    assert built.count(3000) == 1 and len(built) <= 2
     if name == "chroma":  # and the ef asked for is the one searched with
         low, high = sorted(recs, key=lambda r: r["query"]["ef"])
         assert low["recall"] < high["recall"]

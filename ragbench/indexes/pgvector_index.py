@@ -136,6 +136,20 @@ class PgvectorIndex(PgvectorBase):
         parts: tuple[int, int, int] | None = getattr(self._local, "parts", None)
         return parts
 
+    def server_cpu_ns(self) -> int | None:
+        """CPU time (ns) so far of the server process answering this thread's searches.
+
+        The backend's pid as the connection reports it (``pg_backend_pid()``),
+        its CPU read from the operating system (:func:`ragbench.procstat.process_cpu_ns`):
+        only for ragbench's own server, on this machine; ``None`` with ``dsn=``
+        (the server may run elsewhere), before the index is built, or when unreadable.
+        """
+        if self._state.dsn is not None or self._space is None:
+            return None
+        from ..procstat import process_cpu_ns
+
+        return process_cpu_ns(int(self._conn().conn.info.backend_pid))
+
     def _raw_search(
         self,
         q: np.ndarray,

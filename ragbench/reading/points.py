@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import intervals
 from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
 from ..rendering.cells import num
 from ..rendering.points import params_text
@@ -117,7 +118,7 @@ def _targets(points: Sequence[SweepRecord]) -> list[float]:
 
 
 def _frontier_points(by: Mapping[str, Sequence[SweepRecord]]) -> dict[str, list[Point]]:
-    """Per index, its points as (recall, p50, p99) for :func:`iso_recall_lines`."""
+    """Per index, its points as (recall, p50, p99, samples) for :func:`iso_recall_lines`."""
     nan = float("nan")
     return {
         name: [
@@ -125,6 +126,9 @@ def _frontier_points(by: Mapping[str, Sequence[SweepRecord]]) -> dict[str, list[
                 float(need(p.recall, "recall")),
                 float(need(p.p50_us, "p50_us")),
                 nan if p.p99_us is None else float(p.p99_us),
+                # the samples the intervals resample (None in records without them)
+                None if not p.latency_ns else np.asarray(p.latency_ns, dtype=np.float64) / 1e3,
+                None if not p.recall_per_query else np.asarray(p.recall_per_query, np.float64),
             )
             for p in ps
         ]
@@ -193,28 +197,40 @@ def _timing_note(points: Sequence[SweepRecord]) -> str:
 WALL_OVER_CPU = 1.5
 
 
+def _cpu_p50(p: SweepRecord) -> float | None:
+    """p50 µs of each query's CPU: the calling thread's, plus the server's when recorded."""
+    server = p.server_cpu_ns
+    if server and p.cpu_ns and len(server) == len(p.cpu_ns):
+        both = np.asarray(p.cpu_ns, dtype=np.int64) + np.asarray(server, dtype=np.int64)
+        return intervals.point(both, "p50") / 1e3
+    return None if p.cpu_p50_us is None else float(p.cpu_p50_us)
+
+
 def _cpu_warning(points: Sequence[SweepRecord], keys: Mapping[str, set[str]]) -> list[str]:
     """A WARNING naming the points whose wall p50 exceeds :data:`WALL_OVER_CPU` × their CPU p50.
 
-    CPU time is the calling thread's (``cpu_p50_us``); records without it are skipped.
+    CPU time is the calling thread's (``cpu_p50_us``) plus, where the record has it, the
+    database server's process CPU for the same query (``server_cpu_ns``: pgvector's own
+    server), so a query's work in the server is not read as waiting; records without
+    CPU time are skipped.
     """
     odd = []
     for p in points:
-        cpu, wall = p.cpu_p50_us, p.p50_us
+        cpu, wall = _cpu_p50(p), p.p50_us
         if cpu is not None and wall is not None and cpu > 0 and wall / cpu > WALL_OVER_CPU:
-            odd.append((wall / cpu, p))
+            odd.append((wall / cpu, cpu, p))
     if not odd:
         return []
     odd.sort(key=lambda t: -t[0])
     named = ", ".join(
         f"{_point_name(p, keys.get(need(p.index, 'index')))} {r:.1f}× ({num(need(p.p50_us, 'p50_us'))}"
-        f" vs {num(float(p.cpu_p50_us or 0))} µs)"
-        for r, p in odd[:3]
+        f" vs {num(cpu)} µs{' with the server' if p.server_cpu_ns else ''})"
+        for r, cpu, p in odd[:3]
     )
     more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
     return [
         f"WARNING: wall time inflated by pre-emption or waiting; compare CPU: wall p50 over the "
-        f"calling thread's CPU p50 exceeds {WALL_OVER_CPU:g} at {len(odd)} of {len(points)} "
+        f"calling thread's CPU p50 (plus a database server's, where read) exceeds {WALL_OVER_CPU:g} at {len(odd)} of {len(points)} "
         f"points: {named}{more} (a busy machine, or an engine that searches on its own threads "
         "or in a server, whose work this thread's CPU time does not count)"
     ]

@@ -21,6 +21,7 @@ __all__ = [
     "llm_note",
     "retrieve_parts_note",
     "simulated_note",
+    "simd_level",
     "stage_label",
 ]
 
@@ -100,7 +101,7 @@ def llm_note(rec: Mapping[str, Any] | RunRecord) -> str:
     return "\n".join(parts)
 
 
-def _simd(flags: Sequence[str]) -> str:
+def simd_level(flags: Sequence[str]) -> str:
     """The widest vector extension of a CPU's flags: ``AVX-512``, ``AVX2``, ``SSE4.2`` or ``?``."""
     if "avx512f" in flags:
         return "AVX-512"
@@ -118,7 +119,7 @@ def machine_line(records: Sequence[Record]) -> str:
     """
     env = records[0].env or {}
     cores = env.get("cores")
-    line = f"machine: {env.get('cpu') or '?'}, {cores or '?'} cores, {_simd(env.get('cpu_flags') or [])}"
+    line = f"machine: {env.get('cpu') or '?'}, {cores or '?'} cores, {simd_level(env.get('cpu_flags') or [])}"
     loads = [
         float(la[0])
         for r in records

@@ -175,8 +175,10 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         table += f"\np50/p99 ±: 95 % bootstrap intervals over {over}"
     table += (
         "\nCPU p50: the searching thread's CPU time per query (time.thread_time_ns), beside its "
-        "wall p50; work an engine does on its own threads or in a server is not in it"
+        "wall p50; work an engine does on its own threads is not in it; + N srv: the database "
+        "server's process CPU per query, read from the operating system (pgvector's own server)"
     )
+    table += "\n" + memory_note(points)
     table += (
         "\nrecall: mean over queries; recall p10: the worst tenth's; recall 0: queries that found "
         "none of the true top k, of all\n"
@@ -184,8 +186,8 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     )
     if any(p.bytes_per_vector is not None for p in points):
         table += (
-            "\nB/vector: the index's own bytes per vector (serialized size / n: codes, ids, "
-            "graph, centroids) + the float bytes re-scoring reads per candidate"
+            "\nB/vector: memory MB per vector (codes, ids, graph, centroids, engine overhead) "
+            "+ the float bytes re-scoring reads per candidate"
         )
     notes = query_notes([p for p, _ in typed])
     table += "".join("\n" + note for note in notes)
@@ -226,15 +228,55 @@ def _sweep_row(p: SweepRecord, star: bool, varying: Mapping[str, set[str]]) -> l
         zero_cell(p.recall_zero, p.recall_per_query),
         _recall_cell(p.recall_before_rescore),
         with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
-        "—" if p.cpu_p50_us is None else num(p.cpu_p50_us),  # the calling thread's CPU
+        _cpu_cell(p),
         num(need(p.p95_us, "p95_us")),
         with_ci(need(p.p99_us, "p99_us"), p.p99_us_ci),
         num(need(p.qps_single, "qps_single")),
         num(need(p.qps_batch, "qps_batch")),
         build_cell(p),
-        f"{need(p.memory_bytes, 'memory_bytes') / 1e6:.1f}",
+        memory_cell(p),
         _bytes_cell(p),
     ]
+
+
+def _cpu_cell(p: SweepRecord) -> str:
+    """The calling thread's CPU p50, ``+ N srv`` for a database server's CPU p50 (pgvector)."""
+    if p.cpu_p50_us is None:
+        return "—"
+    server = p.server_cpu_p50_us
+    return num(p.cpu_p50_us) + ("" if server is None else f" + {num(server)} srv")
+
+
+def memory_cell(p: IndexPoint) -> str:
+    """``memory_bytes`` in MB, ``+ N`` MB of float vectors re-scoring reads (``—`` unmeasured)."""
+    if p.memory_bytes is None:
+        return "—"
+    text = f"{p.memory_bytes / 1e6:.1f}"
+    return text + (f" + {p.rescore_bytes / 1e6:.1f}" if p.rescore_bytes else "")
+
+
+def memory_note(points: Sequence[IndexPoint]) -> str:
+    """What ``memory MB`` is: one method for every row, or which rows are the engines' own."""
+    from ..procstat import METHOD_TEXT
+
+    methods = {p.memory_method for p in points}
+    if methods <= {"pss-delta", "pss-delta-cold"}:
+        cold = sorted({str(p.index) for p in points if p.memory_method == "pss-delta-cold"})
+        also = (
+            f" ({', '.join(cold)}: no throw-away build on 2000 rows, so its library's one-time "
+            "memory is counted too)"
+            if cold
+            else ""
+        )
+        return (
+            f"memory MB: {METHOD_TEXT}{also}; + the float vectors re-scoring reads, where it does"
+        )
+    if None in methods and len(methods) == 1:
+        return (
+            "memory MB: each engine's own accounting (records from before one method: serialized "
+            "size, a folder, server relations: do not compare rows)"
+        )
+    return "memory MB: MIXED methods (older records): do not compare rows"
 
 
 def filtered_sweep_table(
@@ -341,7 +383,7 @@ def scale_table(records: Sequence[Mapping[str, Any] | ScaleRecord], *, width: in
                 with_ci(need(p.p50_us, "p50_us"), p.p50_us_ci),
                 with_ci(need(p.p99_us, "p99_us"), p.p99_us_ci),
                 build_cell(p),
-                f"{need(p.memory_bytes, 'memory_bytes') / 1e6:.1f}",
+                memory_cell(p),
                 _bytes_cell(p),
             ]
         )
@@ -354,5 +396,6 @@ def scale_table(records: Sequence[Mapping[str, Any] | ScaleRecord], *, width: in
         )
     built = build_note(points)
     lines += [built] if built else []
+    lines.append(memory_note(points))
     hardware = hardware_note(points)
     return "\n".join(lines + ([hardware] if hardware else []))

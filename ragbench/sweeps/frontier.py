@@ -15,7 +15,8 @@ from ..records import Collector, cliff_key, filter_cliffs, new_record
 from ..validate import positive_int
 from .data import SweepData, index_param_names
 from .measure import measure
-from .points import build_index, bytes_fields, effective_query, exact_reranker, point_fields
+from .memory import built_with_memory
+from .points import bytes_fields, effective_query, exact_reranker, point_fields
 
 __all__ = ["count_points", "engines_round_robin", "sweep_points", "sweep_unit"]
 
@@ -107,8 +108,8 @@ def _build_points(
     i: int,
 ) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Build ``i`` of the unit; per query point its fields and its filtered line (no cliffs yet)."""
-    index, build_s = build_index(name, data, build, fast_build=fast_build, i=i)
-    fields = point_fields(data, k, name, index, build_s)
+    index, build_s, held = built_with_memory(name, data, build, k=k, fast_build=fast_build, i=i)
+    fields = {**point_fields(data, k, name, index, build_s), **held}
     usable = _usable_strategies(index, strategies) if data.filter_cases else []
     reranker = None
     for point_params in queries:
@@ -117,7 +118,7 @@ def _build_points(
         if rescore is not None and reranker is None:
             reranker = exact_reranker(data)
         opts = {"rescore": rescore, "reranker": reranker, "repeat": repeat}
-        sizes = bytes_fields(index, data.vectors, rescore)
+        sizes = bytes_fields(index, data.vectors, rescore, held["memory_bytes"])
         head = {**fields, **sizes, "build_given": dict(build), "query": params}
         ran = effective_query(name, index, params, min(rescore or k, int(index.ntotal)))
         head.update(rescore=rescore, effective_query=ran)

@@ -112,7 +112,10 @@ def measure(
     steps = _steps(index, kk, params, k, X, reranker if rescore else None, masks is not None)
     batch_threads = threads.get_threads()
     _warm_up(steps, data, masks, texts, specs)
-    found, before, stamps, cpu = _time_queries(steps, data, masks, k, repeat, texts, specs)
+    clock = _server_clock(index)
+    found, before, stamps, cpu, server = _time_queries(
+        steps, data, masks, k, repeat, texts, specs, clock
+    )
     per_step = np.diff(stamps, axis=1)
     totals = per_step.sum(axis=1)
     batch_s = _batch_seconds(index, data, kk, params, masks, steps, reranker, k, specs)
@@ -130,6 +133,7 @@ def measure(
         # the calling thread's CPU time per query, beside its wall time (latency_ns)
         "cpu_p50_us": Stats.from_samples(cpu).p50_ns / 1e3,
         "cpu_ns": cpu.tolist(),
+        **_server_fields(server),
         "warmup": WARMUP_QUERIES,
         # the point's searches back to back, nothing between them (ragbench.rendering.cache_state)
         "cache_state": "hot",
@@ -172,6 +176,24 @@ def _latency_fields(totals: np.ndarray, repeat: int, nq: int) -> dict[str, Any]:
     return out
 
 
+def _server_clock(index: Any) -> Callable[[], int | None] | None:
+    """The index's database-server CPU clock (ns, ``server_cpu_ns``) when it has a readable one."""
+    clock = getattr(index, "server_cpu_ns", None)
+    if not callable(clock) or clock() is None:
+        return None
+    return clock  # type: ignore[no-any-return]
+
+
+def _server_fields(server: np.ndarray | None) -> dict[str, Any]:
+    """``server_cpu_ns`` (per query) and its p50 in µs, when the server's CPU was read."""
+    if server is None:
+        return {}
+    return {
+        "server_cpu_ns": server.tolist(),
+        "server_cpu_p50_us": Stats.from_samples(server).p50_ns / 1e3,
+    }
+
+
 def _filter_summary(case: FilterCase, index: Any, strategy: str | None) -> dict[str, Any]:
     """The filter's summary; for a database index the path it ran (as a run record's)."""
     out = case.filters.summary()
@@ -204,14 +226,16 @@ def _time_queries(
     repeat: int,
     texts: bool,
     specs: list[dict[str, Any]] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    clock: Callable[[], int | None] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Each query once per repeat through ``steps`` on one thread.
 
-    (found ids, the index's own top k before re-scoring, stamps, CPU ns); ids ``(nq, k)`` -1
-    padded; CPU ns ``(repeat * nq,)``: the calling thread's CPU time
+    (found ids, the index's own top k before re-scoring, stamps, CPU ns, server CPU ns); ids
+    ``(nq, k)`` -1 padded; CPU ns ``(repeat * nq,)``: the calling thread's CPU time
     (:func:`time.thread_time_ns`) across each query's steps, read outside the wall stamps so
     the wall times do not include the reads. Work an engine does on its own threads or in a
-    server process is not in it.
+    server process is not in it: ``clock`` (a database server's process CPU, ns) is read
+    around each query the same way, giving server CPU ns ``(repeat * nq,)`` (``None`` without).
     """
     Q = data.queries
     nq = len(Q)
@@ -220,6 +244,7 @@ def _time_queries(
     stamps = np.zeros((repeat * nq, len(steps) + 1), dtype=np.int64)
     row = [0] * (len(steps) + 1)
     cpu = np.zeros(repeat * nq, dtype=np.int64)
+    server = None if clock is None else np.zeros(repeat * nq, dtype=np.int64)
     batch_threads = threads.get_threads()
     threads.set_threads(1)
     try:
@@ -228,16 +253,19 @@ def _time_queries(
                 allowed = None if masks is None else masks[i]
                 where = None if specs is None else specs[i]
                 q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed, where)
+                s0 = clock() if clock is not None else None
                 c0 = thread_time_ns()
                 run_stages(steps, q, row)
                 cpu[r * nq + i] = thread_time_ns() - c0
+                if server is not None and s0 is not None:
+                    server[r * nq + i] = (clock() or s0) - s0  # type: ignore[misc]
                 stamps[r * nq + i] = row
                 before[i, : min(k, len(q.ids))] = q.ids[:k]
                 final = q.rescored if len(steps) > 1 else q.ids
                 found[i, : min(k, len(final))] = final[:k]
     finally:
         threads.set_threads(batch_threads)
-    return found, before, stamps, cpu
+    return found, before, stamps, cpu, server
 
 
 def _warm_up(

@@ -63,19 +63,27 @@ def effective_query(
     return {**params, "ef": int(ran)}
 
 
-def bytes_fields(index: Any, vectors: np.ndarray, rescore: int | None) -> dict[str, Any]:
-    """Bytes per vector: the index's whole (serialized size / n), its code alone, and re-scoring's.
+def bytes_fields(
+    index: Any, vectors: np.ndarray, rescore: int | None, memory: int | None = None
+) -> dict[str, Any]:
+    """Bytes per vector: the index's whole, its code alone, and re-scoring's.
 
+    The whole is ``memory`` / n (the measured ``memory_bytes``,
+    :mod:`ragbench.sweeps.memory`), else the index's own ``memory_bytes()`` / n.
     ``code_bytes_per_vector`` is the compressed backends' code size (``None``
     for the others); ``rescore_bytes_per_vector`` is what re-scoring reads for
-    each candidate (``dim`` × the vectors' item size: 4 for float32), 0 without it.
+    each candidate (``dim`` × the vectors' item size: 4 for float32), 0 without it,
+    and ``rescore_bytes`` the float vectors it reads from (n of them), 0 without it.
     """
     compressed = isinstance(index, CompressedCodes)
     n = max(1, int(index.ntotal))
+    per = int(vectors.shape[1]) * vectors.itemsize if rescore else 0
+    whole = index.memory_bytes() if memory is None else memory
     return {
-        "bytes_per_vector": index.memory_bytes() / n,
+        "bytes_per_vector": whole / n,
         "code_bytes_per_vector": int(index.code_bytes_per_vector()) if compressed else None,
-        "rescore_bytes_per_vector": int(vectors.shape[1]) * vectors.itemsize if rescore else 0,
+        "rescore_bytes_per_vector": per,
+        "rescore_bytes": per * int(vectors.shape[0]),
     }
 
 
@@ -92,7 +100,7 @@ def point_fields(data: SweepData, k: int, name: str, index: Any, build_s: float)
         "build": dict(index.build_params),
         "build_s": build_s,
         "build_info": dict(record) if record else None,
-        "memory_bytes": int(index.memory_bytes()),
+        "memory_bytes": int(index.memory_bytes()),  # replaced by the measured one (.memory)
         # threads one query's search may use (None: the library's pools, not limited)
         "search_threads": _search_threads(index),
     }

@@ -12,7 +12,8 @@ from ..records import Collector, new_record
 from ..validate import positive_int
 from .data import SweepData
 from .measure import measure
-from .points import build_index, bytes_fields, exact_reranker, point_fields
+from .memory import built_with_memory
+from .points import bytes_fields, exact_reranker, point_fields
 
 __all__ = ["SCALE_RESCORE", "TUNING", "scale_points", "scale_unit", "tune"]
 
@@ -88,16 +89,18 @@ def scale_unit(
     reranker = exact_reranker(data)
     count = positive_int("scale", "rebuilds", rebuilds)
     for name in index_names:
-        index, build_s = build_index(name, data, build.get(name, {}), fast_build=fast_build)
+        index, build_s, held = built_with_memory(
+            name, data, build.get(name, {}), k=k, fast_build=fast_build
+        )
         params, rescore, point, reached = tune(index, data, k, target, reranker)
-        points = [_scale_fields(data, k, name, index, build_s, n, rescore) | point]
+        points = [_scale_fields(data, k, name, index, build_s, n, rescore, held) | point]
         del index
         for i in range(1, count):
-            again, again_s = build_index(
-                name, data, build.get(name, {}), fast_build=fast_build, i=i
+            again, again_s, held = built_with_memory(
+                name, data, build.get(name, {}), k=k, fast_build=fast_build, i=i
             )
             more = measure(again, data, k, params, rescore=rescore, reranker=reranker)
-            points.append(_scale_fields(data, k, name, again, again_s, n, rescore) | more)
+            points.append(_scale_fields(data, k, name, again, again_s, n, rescore, held) | more)
             del again
         merged = merge_builds(points)
         yield new_record(
@@ -113,12 +116,21 @@ def scale_unit(
 
 
 def _scale_fields(
-    data: SweepData, k: int, name: str, index: Any, build_s: float, n: int, rescore: int | None
+    data: SweepData,
+    k: int,
+    name: str,
+    index: Any,
+    build_s: float,
+    n: int,
+    rescore: int | None,
+    held: dict[str, Any],
 ) -> dict[str, Any]:
+    """A scale record's fields about ``index``; ``held``: its measured memory (:mod:`.memory`)."""
     return {
         **point_fields(data, k, name, index, build_s),
+        **held,
         "n": n,
-        **bytes_fields(index, data.vectors, rescore),
+        **bytes_fields(index, data.vectors, rescore, held["memory_bytes"]),
     }
 
 
