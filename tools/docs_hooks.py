@@ -863,7 +863,7 @@ def engines_markdown(page_dir: Path, args: str) -> str:
             f"From {source}: {', '.join(datasets)}, {runs[0].get('requests')} requests per row, "
             f"builds {how.get(frozenset(builds), 'mixed')}; recorded {runs[0].get('time', '?')}"
             + _threads_of(runs)
-            + f"; {_cache_of(runs)}; {_memory_text(mems)}.",
+            + f"; {_memory_text(mems)}; {_cache_of(runs)}.",
             *(["", iso] if iso else []),
         ]
     )
