@@ -167,7 +167,9 @@ def test_cli_stats_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     (got,) = json.loads(out)
     ds = rb.datasets.load("synthetic", n=2000, dim=64)
     want = datastats.compute(ds.vectors, queries=ds.query_vectors_precomputed, name=ds.name)
-    assert got == {**want.as_dict(), "embedder": "precomputed"}
+    # and the judged answers (issue 31): synthetic has none
+    judged = {"judged queries": "no judged answers", "judgments per query": "—"}
+    assert got == {**want.as_dict(), "embedder": "precomputed", **judged}
 
 
 def test_cli_stats_errors(capsys: pytest.CaptureFixture[str]) -> None:
