@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import index_contract
 import numpy as np
 import pgshared
 import pytest
@@ -24,12 +25,12 @@ X = DS.vectors
 Q = DS.query_vectors_precomputed
 assert X is not None and Q is not None
 
-DENSE = [
-    name
-    for name in rb.indexes.names()
-    if rb.indexes.create(name, dim=rb.indexes.PROBE_DIM).input_kind == "vectors"
-]
-DELETING = [n for n in DENSE if rb.indexes.create(n, dim=DIM).delete_mode is not None]  # type: ignore[attr-defined]
+#: Cases: every dense backend (index_contract.py), skipped by name where it does not declare
+#: WritableIndex (or, for DELETING, a delete); DENSE and DELETING name the ones that run.
+WRITABLE = index_contract.declaring(rb.indexes.WritableIndex)
+DELETES = index_contract.deleting()
+DENSE = index_contract.names_of(WRITABLE)
+DELETING = index_contract.names_of(DELETES)
 
 
 def fresh(name: str, metric: str = "ip"):  # type: ignore[no-untyped-def]
@@ -44,7 +45,7 @@ def unit_rows(m: int, seed: int) -> np.ndarray:
 
 
 def strategies(idx) -> list[str | None]:  # type: ignore[no-untyped-def]
-    return [None, *idx.filter_strategies]
+    return [None, *index_contract.strategies(idx)]
 
 
 def test_delete_support_is_as_documented() -> None:
@@ -52,7 +53,7 @@ def test_delete_support_is_as_documented() -> None:
     # and IVF-PQ fast-scan's breaks later adds (see ragbench.indexes.compressed);
     # usearch (Index.remove) and Qdrant's engine (delete_points) mark rows deleted; LanceDB
     # (Table.delete), Chroma (Collection.delete) and pgvector (DELETE ... WHERE id = ANY) delete rows
-    assert set(DELETING) == {
+    assert set(index_contract.builtin(DELETING)) == {
         "flat", "hnsw", "ivf", "lsh", "ivfpq", "ivf-sq8", "binary-flat", "usearch", "qdrant-edge",
         "lancedb", "chroma", "pgvector",
     } & set(DENSE)  # fmt: skip
@@ -63,7 +64,7 @@ def test_delete_support_is_as_documented() -> None:
         assert idx.ntotal == N
 
 
-@pytest.mark.parametrize("name", DELETING)
+@pytest.mark.parametrize("name", DELETES)
 def test_deleted_id_is_never_returned(name: str) -> None:
     idx = fresh(name)
     top, _ = idx.search(Q, 5)
@@ -78,7 +79,7 @@ def test_deleted_id_is_never_returned(name: str) -> None:
     allow = np.zeros(N, dtype=bool)
     allow[victims] = True
     allow[::7] = True
-    for st in idx.filter_strategies:
+    for st in index_contract.strategies(idx):
         ids, _ = idx.search(X[victims], 5, filter=allow, strategy=st)
         assert not np.isin(ids, victims).any(), st
         assert allow[ids[ids >= 0]].all()
@@ -88,7 +89,7 @@ def test_deleted_id_is_never_returned(name: str) -> None:
         idx.delete([])
 
 
-@pytest.mark.parametrize("name", DENSE)
+@pytest.mark.parametrize("name", WRITABLE)
 def test_inserted_id_is_found_by_its_own_vector(name: str) -> None:
     idx = fresh(name)
     new = unit_rows(30, seed=2)
@@ -103,7 +104,7 @@ def test_inserted_id_is_found_by_its_own_vector(name: str) -> None:
     # filtered by the new ids, with ids and with a mask of length id_bound
     mask = np.zeros(idx.id_bound, dtype=bool)
     mask[given[::2]] = True
-    for st in idx.filter_strategies:
+    for st in index_contract.strategies(idx):
         got, _ = idx.search(new[::2], 1, filter=given[::2], strategy=st)
         assert (got[:, 0] == given[::2]).all(), st
         got, _ = idx.search(new[::2], 1, filter=mask, strategy=st)
@@ -112,7 +113,7 @@ def test_inserted_id_is_found_by_its_own_vector(name: str) -> None:
         idx.search(new, 1, filter=np.ones(N, dtype=bool))
 
 
-@pytest.mark.parametrize("name", DENSE)
+@pytest.mark.parametrize("name", WRITABLE)
 def test_add_rejects_bad_ids_and_vectors(name: str) -> None:
     idx = fresh(name)
     v = unit_rows(2, seed=4)
@@ -137,7 +138,7 @@ def test_add_rejects_bad_ids_and_vectors(name: str) -> None:
         rb.indexes.create(name, dim=DIM).add(v)
 
 
-@pytest.mark.parametrize("name", DELETING)
+@pytest.mark.parametrize("name", DELETES)
 def test_deleted_id_can_be_given_again(name: str) -> None:
     idx = fresh(name)
     idx.delete([5])
@@ -149,7 +150,7 @@ def test_deleted_id_can_be_given_again(name: str) -> None:
     assert 5 not in ids or np.allclose(X[5] @ v[0], 1.0)
 
 
-@pytest.mark.parametrize("name", DELETING)
+@pytest.mark.parametrize("name", DELETES)
 def test_ids_survive_deletes_before_them(name: str) -> None:
     # flat and lsh compact their storage on delete: later rows change position
     idx = fresh(name)
@@ -164,7 +165,12 @@ def test_ids_survive_deletes_before_them(name: str) -> None:
 
 # lsh and the compressed backends keep no float32 vectors, hence no 'pre'
 # (test_index_filters.py::test_pre_only_where_the_float32_vectors_are pins the list).
-WITH_PRE = [n for n in DENSE if "pre" in rb.indexes.create(n, dim=DIM).filter_strategies]  # type: ignore[attr-defined]
+WITH_PRE = [
+    n
+    for n in DENSE
+    if isinstance(index_contract.probe(n), rb.indexes.FilteredIndex)
+    and "pre" in index_contract.probe(n).filter_strategies
+]
 
 
 @pytest.mark.parametrize("name", WITH_PRE)
@@ -211,9 +217,11 @@ def test_hnsw_grows_its_capacity() -> None:
     assert (ids[:, 0] == N + np.arange(0, 3 * N, 97)).all()
 
 
-@pytest.mark.parametrize("name", DENSE)
+@pytest.mark.parametrize("name", WRITABLE)
 def test_save_refused_after_writes(name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     idx = fresh(name)
+    if not isinstance(idx, rb.indexes.PersistentIndex):
+        pytest.skip(f"{name} does not declare PersistentIndex")
     idx.save(tmp_path / "before.idx")
     idx.add(unit_rows(1, seed=10))
     with pytest.raises(UnsupportedOperationError, match="add\\(\\)/delete\\(\\)"):
@@ -238,7 +246,7 @@ def test_minhash_add_and_delete() -> None:
         idx.save("/nonexistent/never-written.idx")
 
 
-@pytest.mark.parametrize("name", DENSE)
+@pytest.mark.parametrize("name", WRITABLE)
 def test_concurrent_search_and_writes(name: str) -> None:
     """Reader threads search (filtered and not) while a writer adds and deletes."""
     idx = fresh(name)
@@ -267,7 +275,7 @@ def test_concurrent_search_and_writes(name: str) -> None:
 
     def reader(seed: int) -> None:
         rng = np.random.default_rng(seed)
-        strategies = [None, *idx.filter_strategies]
+        strategies = [None, *index_contract.strategies(idx)]
         try:
             while not done.is_set() or searches[0] < 40:
                 gone = set(deleted)  # deletes finished before this search starts

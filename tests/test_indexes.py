@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
+import index_contract
 import numpy as np
 import pgshared
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 import ragbench as rb
 from ragbench import threads
+from ragbench._registry import BUILTIN_INDEXES
 from ragbench.errors import (
     ConfigError,
     DimensionError,
@@ -25,15 +27,36 @@ from ragbench.errors import (
 from ragbench.indexes.persist import read_index_file, write_index_file
 
 N, DIM, NQ = 2000, 32, 50
-TEXT_BACKENDS = {"minhash-lsh"}
+# Every list below is derived from the registry lines and the classes (index_contract.py),
+# never typed: a backend added to the registry joins the tests of its family.
+SHIPPED = list(BUILTIN_INDEXES)
+TEXT_BACKENDS = {
+    n
+    for n in rb.indexes.names()
+    if index_contract.installed(n) and index_contract.probe(n).input_kind == "texts"
+}
 # ragbench.indexes.compressed (binary codes: ip and cosine only, like lsh)
-COMPRESSED = ["ivfpq", "ivfpq-fs", "ivf-sq8", "hnsw-sq", "hnsw-fp16", "binary-flat", "binary-hnsw"]
-NO_L2 = {"lsh", "binary-flat", "binary-hnsw"}
+COMPRESSED = [
+    n for n in SHIPPED if BUILTIN_INDEXES[n].target.startswith("ragbench.indexes.compressed:")
+]
+NO_L2 = {n for n in index_contract.dense() if "l2" not in index_contract.probe(n).supported_metrics}
 # vector database engines (ragbench.indexes.usearch_index, .qdrant_edge_index, .lancedb_index,
-# .chroma_index: in process; .pgvector_index: a PostgreSQL server ragbench starts)
-VECTORDB = ["usearch", "qdrant-edge", "lancedb", "chroma", "pgvector"]
-# chroma takes ef_search at creation only (a build parameter): no query parameters
+# .chroma_index: in process; .pgvector_index: a PostgreSQL server ragbench starts): the
+# shipped backends not over faiss, hnswlib or datasketch
+VECTORDB = [
+    n
+    for n in index_contract.builtin(index_contract.dense())
+    if index_contract.probe(n).library not in ("faiss", "hnswlib", "datasketch")
+]
+# chroma's per-query ef is checked by Chroma when the query runs, not by the cached
+# validation this list's test is about
 VECTORDB_QUERY_PARAMS = [name for name in VECTORDB if name != "chroma"]
+#: The shipped dense backends over faiss and hnswlib with float32 vectors.
+FLOAT32 = [
+    n
+    for n in index_contract.builtin(index_contract.dense())
+    if n not in COMPRESSED and n not in VECTORDB
+]
 
 
 def clustered(n: int, dim: int, seed: int, n_clusters: int = 40) -> np.ndarray:
@@ -254,9 +277,7 @@ def test_slow_path_inputs_match_fast_path(built, name) -> None:
     assert zero_ids.shape == (1, 3)
 
 
-@pytest.mark.parametrize(
-    "name", ["flat", "hnsw", "faiss-hnsw", "ivf", "lsh", *COMPRESSED, *VECTORDB]
-)
+@pytest.mark.parametrize("name", [*FLOAT32, *COMPRESSED, *VECTORDB])
 def test_unsupported_metric_and_dim(name) -> None:
     with pytest.raises(ConfigError, match="use one of: ip, cosine"):
         rb.indexes.create(name, dim=DIM, metric="manhattan")
@@ -696,7 +717,7 @@ def test_batch_is_finite() -> None:
     ("name", "metric"),
     [
         (name, metric)
-        for name in ("flat", "hnsw", "faiss-hnsw", "ivf", "lsh", *COMPRESSED, *VECTORDB)
+        for name in (*FLOAT32, *COMPRESSED, *VECTORDB)
         for metric in ("ip", "cosine", "l2")
         if not (name in NO_L2 and metric == "l2")  # no l2 (their own tests)
     ],

@@ -9,6 +9,10 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
     <!-- gen: otel-attributes -->           the span attribute table of ragbench.otel
     <!-- gen: schemas -->                   ``ragbench schema config|records``, if that command exists
     <!-- gen: params -->                    every typed backend parameter (ragbench.params)
+    <!-- gen: index-capabilities -->        what each shipped index declares (ragbench.indexes.contract),
+                                            with the counts
+    <!-- gen: source examples/x.py -->      a source file next to the page, whole, as a code block
+                                            (the file the tests import, never a copy)
     <!-- gen: report data/x.jsonl [ARGS] --> ``ragbench report --format md`` of a committed results file
     <!-- gen: reading data/x.jsonl -->      the reading ``ragbench report`` prints under its table
     <!-- gen: report-text data/x.jsonl -->  ``ragbench report`` as a terminal shows it (the make run block)
@@ -192,6 +196,60 @@ def params_markdown() -> str:
             _table(["table", "backend", "key", "type", "default"], rows),
         ]
     )
+
+
+def index_capabilities_markdown() -> str:
+    """The shipped index backends and the capabilities each class declares, with the counts."""
+    import ragbench as rb
+    from ragbench._registry import BUILTIN_INDEXES
+
+    rows, missing = [], []
+    counts = {"filter": 0, "add": 0, "delete": 0}
+    for name in BUILTIN_INDEXES:
+        try:
+            cls = rb.indexes.registry.factory(name)
+        except ImportError:  # an optional extra not installed where the site is built
+            missing.append(name)
+            continue
+        declared = rb.indexes.declares(cls, rb.indexes.FilteredIndex)
+        filters: tuple[str, ...] = cls.filter_strategies if declared else ()
+        adds = rb.indexes.declares(cls, rb.indexes.WritableIndex)
+        deletes = rb.indexes.can_delete(cls)
+        saves = rb.indexes.declares(cls, rb.indexes.PersistentIndex)
+        counts["filter"] += bool(filters)
+        counts["add"] += adds
+        counts["delete"] += deletes
+        rows.append(
+            [
+                f"`{name}`",
+                str(cls.input_kind),
+                ", ".join(filters) or "—",
+                "yes" if adds else "—",
+                f"yes ({cls.delete_mode})" if deletes else "—",
+                "yes" if saves else "—",
+            ]
+        )
+    shipped = len(BUILTIN_INDEXES)
+    lines = [
+        f"{shipped} index backends ship with ragbench: {counts['filter']} search under a filter, "
+        f"{counts['add']} take `add`, {counts['delete']} `delete` (generated from the classes "
+        "when the site is built: `ragbench.indexes.filtering_backends()`, `writable_backends()`, "
+        "`deleting_backends()` give the same lists at run time).",
+        "",
+        _table(["backend", "input", "filter strategies", "`add`", "`delete`", "save/load"], rows),
+    ]
+    if missing:
+        lines += ["", f"Not installed where this page was built: {', '.join(missing)}."]
+    return "\n".join(lines)
+
+
+def source_markdown(page_dir: Path, args: str) -> str:
+    """The file ``args`` (relative to the page's folder) as a fenced code block, whole."""
+    path = (page_dir / args).resolve()
+    if not args or not path.is_file():
+        raise ValueError(f"<!-- gen: source {args} --> names no file next to the page")
+    lang = {".py": "python", ".toml": "toml"}.get(path.suffix, "")
+    return f"```{lang}\n{path.read_text(encoding='utf-8').rstrip()}\n```"
 
 
 def _props(defs: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
@@ -1001,6 +1059,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "otel-attributes": otel_markdown,
     "schemas": schemas_markdown,
     "params": params_markdown,
+    "index-capabilities": index_capabilities_markdown,
 }
 
 
@@ -1034,6 +1093,8 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return detection_markdown(page_dir, args)
         if what == "quick-margins":
             return quick_margins_markdown(page_dir, args)
+        if what == "source":
+            return source_markdown(page_dir, args)
         if what == "plot":
             if site_page_dir is None:
                 raise ValueError("plot markers need the site folder of the page")
@@ -1043,7 +1104,7 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
                 [
                     *("report", "report-text", "reading", "plot", "reproduce", "bench", "stats"),
                     "engines",
-                    *("search-after", "detection", "quick-margins", *GENERATORS),
+                    *("search-after", "detection", "quick-margins", "source", *GENERATORS),
                 ]
             )
             raise ValueError(f"unknown generated section {what!r}; known: {known}")
