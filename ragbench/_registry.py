@@ -84,6 +84,10 @@ BUILTIN_INDEXES: dict[str, Builtin] = {
     "pgvector": _line(
         "ragbench.indexes.pgvector_index:PgvectorIndex", "PgvectorBuild", "PgvectorSearch"
     ),
+    # lexical (texts in; ragbench[lexical]): BM25 with bm25s in process
+    "bm25": _line("ragbench.indexes.bm25_index:Bm25Index", "Bm25Build", "NoParams"),
+    # the Tantivy full-text engine, embedded (an index in a temporary folder)
+    "tantivy": _line("ragbench.indexes.tantivy_index:TantivyIndex", "TantivyBuild", "NoParams"),
 }
 
 

@@ -146,6 +146,30 @@ class MinHashBuild(Params, frozen=True):
     seed: Annotated[int, _d(1)] | UnsetType = UNSET
 
 
+class Bm25Build(Params, frozen=True):
+    """Build parameters of ``bm25`` (bm25s; ``stemmer``: a PyStemmer algorithm such as
+    ``english``, or none; ``stopwords``: a bm25s list name such as ``en``, or ``none``)."""
+
+    k1: Annotated[float, Meta(gt=0), _d(1.5)] | UnsetType = UNSET
+    b: Annotated[float, Meta(ge=0, le=1), _d(0.75)] | UnsetType = UNSET
+    method: (
+        Annotated[Literal["lucene", "robertson", "atire", "bm25l", "bm25+"], _d("lucene")]
+        | UnsetType
+    ) = UNSET
+    backend: Annotated[Literal["numpy", "numba"], _d("numpy")] | UnsetType = UNSET
+    stopwords: Annotated[str, _d("en")] | UnsetType = UNSET
+    stemmer: Annotated[str | None, _d(None)] | UnsetType = UNSET
+
+
+class TantivyBuild(Params, frozen=True):
+    """Build parameters of ``tantivy`` (``stopwords`` and ``stemmer``: a Tantivy language such
+    as ``english``, or none; ``heap_mb``: the writer's memory)."""
+
+    stopwords: Annotated[str, _d("english")] | UnsetType = UNSET
+    stemmer: Annotated[str | None, _d(None)] | UnsetType = UNSET
+    heap_mb: Annotated[int, Meta(ge=15, le=4096), _d(64)] | UnsetType = UNSET
+
+
 class LanceDbBuild(Params, frozen=True):
     """Build parameters of ``lancedb`` (``index_type`` flat: no ANN index, exact scan)."""
 

@@ -60,7 +60,7 @@ from .config import load_toml
 from .datasets import brute_force_neighbors
 from .errors import ConfigError, UnsupportedConfigError
 from .files import CONFIG_LIMIT, read_regular
-from .indexes.contract import can_delete
+from .indexes.contract import WritableIndex, can_delete, declares
 from .metrics import recall_at_k
 from .records import new_record
 from .stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT
@@ -510,6 +510,26 @@ def _runbook_run(
             emit(st.checkpoint(number, time.perf_counter() - start))
 
 
+def _reads_texts(backend: Any) -> bool:
+    return getattr(backend, "input_kind", "vectors") == "texts"
+
+
+def _check_streamable(name: str) -> None:
+    """:class:`UnsupportedConfigError` for an index this workload cannot write to, by its class:
+    one over texts (the stream inserts vectors) or one without ``add`` (bm25s's ``bm25``)."""
+    cls = indexes.registry.factory(name)
+    if not declares(cls, WritableIndex):
+        writable = indexes.writable_backends()
+        dense = [n for n in writable if not _reads_texts(indexes.registry.factory(n))]
+        raise UnsupportedConfigError(
+            f"index {name!r} cannot add rows after its build; use one of {', '.join(dense)}"
+        )
+    if _reads_texts(cls):
+        raise UnsupportedConfigError(
+            f"index {name!r} reads texts (its add takes texts); ragbench stream inserts vectors into a dense index"
+        )
+
+
 def run_stream(
     vectors: np.ndarray,
     queries: np.ndarray,
@@ -539,6 +559,7 @@ def run_stream(
         raise ConfigError(f"--k {options.k} is more than the corpus's {len(vectors)} rows")
     st = stream if stream is not None else LiveStream(vectors, queries, metric, options)
     deletes = options.delete_rate > 0 if runbook is None else any(s.delete for s in runbook)
+    _check_streamable(options.index)
     if deletes and not can_delete(indexes.registry.factory(options.index)):
         can = ", ".join(indexes.deleting_backends())
         raise UnsupportedConfigError(

@@ -175,14 +175,17 @@ def inter_token_ns(records: Sequence[RequestRecord]) -> np.ndarray | None:
 
 
 def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) -> dict[str, Any]:
-    """``info`` plus ``retrieve_parts`` (p50/mean ns of send, server, decode) when the index split them."""
+    """``info`` plus ``retrieve_parts`` (p50/mean ns of send, server, decode, or the parts the
+    index's info names as ``search_parts``) when the index split them."""
     out = dict(info)
     parts = [r.retrieve_parts for r in recs if r.retrieve_parts is not None]
     if parts:
         a = np.asarray(parts, dtype=np.int64)
+        # an index that names its parts (a lexical one: tokenize, score, decode) in its info
+        names = (info.get("index") or {}).get("search_parts") or RETRIEVE_PARTS
         out["retrieve_parts"] = {
             name: {"p50_ns": int(np.median(a[:, j])), "mean_ns": int(a[:, j].mean())}
-            for j, name in enumerate(RETRIEVE_PARTS)
+            for j, name in enumerate(names)
         }
     return out
 

@@ -1,0 +1,238 @@
+"""What the lexical indexes (``bm25``, ``tantivy``, ``pg-fts``) share.
+
+Texts in (checked), ids and scores out with the contract's padding, the
+vector metric a pipeline passes recorded for the rerank stage, the
+calling thread's last search split into three timed parts, and the saved
+payload (the corpus texts: a load indexes them again, so a loaded index is
+the built one).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError, IndexFileError, InputError, UnsupportedOperationError
+from ..validate import METRICS, check_metric
+from ..validate import positive_int as int_param
+from ._common import F32, I64
+from ._live import IdSpace, resolve_filter
+from .base import BaseIndex
+
+#: The name of the scores every lexical index returns (higher is better).
+LEXICAL_METRICS = ("bm25",)
+
+
+def texts_of(data: Any, what: str) -> list[str]:
+    """``data`` as a list of ``str`` (one ``str`` is one query), else :class:`InputError`."""
+    if isinstance(data, str) and what == "queries":
+        return [data]
+    if isinstance(data, (str, bytes)) or not hasattr(data, "__iter__"):
+        raise InputError(
+            f"{what}: expected a sequence of strings, got a single {type(data).__name__}"
+        )
+    texts = list(data)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"{what}: item {i} is {type(text).__name__}, not str")
+    return texts
+
+
+def pads(nq: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids int64 (nq, k) of -1, scores float32 (nq, k) of -inf)``."""
+    return np.full((nq, k), -1, dtype=I64), np.full((nq, k), -np.inf, dtype=F32)
+
+
+class LexicalIndex(BaseIndex):
+    """A text index over words: metric ``bm25``, a vector metric kept as :attr:`rescore_metric`.
+
+    Created like every index, ``create(name, dim=..., metric=..., **build)``:
+    ``dim`` is checked and ignored (the index reads texts); ``metric`` is
+    ``"bm25"`` (or ``None``), or a vector metric (``ip``, ``cosine``,
+    ``l2``), which a pipeline passes for its corpus vectors: recorded as
+    :attr:`rescore_metric`, the metric the rerank stage re-scores with.
+    Subclasses implement ``_index(texts)``, ``_search_parts(texts, k, plan)``
+    and ``memory_bytes``.
+    """
+
+    input_kind: ClassVar[Any] = "texts"
+    supported_metrics: ClassVar[tuple[str, ...]] = LEXICAL_METRICS
+    #: the search's three timed parts, in order (before, inside, after the engine)
+    part_names: ClassVar[tuple[str, str, str]] = ("tokenize", "score", "decode")
+    #: ``pre``: the engine scores only the allowed rows (the one strategy it has)
+    filter_strategies: ClassVar[tuple[str, ...]] = ("pre",)
+
+    def __init__(
+        self, dim: int | None = None, metric: str | None = "bm25", **build_params: Any
+    ) -> None:
+        owner = f"index {self.name!r}"
+        if dim is not None:
+            int_param(owner, "dim", dim)  # checked, then unused: this index reads texts
+        metric = check_metric(owner, "bm25" if metric is None else metric, ("bm25", *METRICS))
+        #: The vector metric the rerank stage re-scores candidates with, or None.
+        self.rescore_metric: str | None = None if metric == "bm25" else metric
+        self._init_common(None, "bm25", build_params)
+        self._local = threading.local()
+        self._texts: list[str] | None = None
+        # positions <-> ids (identity until a subclass with writes adds or deletes)
+        self._space: IdSpace | None = None
+        self._written = False
+
+    # -- the contract ---------------------------------------------------------------
+
+    @property
+    def id_bound(self) -> int:
+        """The length of a filter mask: one more than the largest id ever held."""
+        if self._space is None:
+            raise self._not_built()
+        return self._space.id_bound
+
+    def last_parts(self) -> dict[str, int] | None:
+        """This thread's last search as ``{tokenize, score, decode}`` ns, or ``None``."""
+        parts: dict[str, int] | None = getattr(self._local, "parts", None)
+        return parts
+
+    def info(self) -> dict[str, Any]:
+        """:meth:`BaseIndex.info` plus ``search_parts`` (the names of ``last_parts``) and
+        ``rescore_metric``."""
+        return {
+            **super().info(),
+            "search_parts": list(self.part_names),
+            "rescore_metric": self.rescore_metric,
+        }
+
+    def build(self, data: Any) -> None:
+        """Index ``n >= 1`` texts (row ``i`` gets id ``i``), at least one with a word."""
+        texts = texts_of(data, "corpus texts")
+        if not texts:
+            raise InputError(f"index {self.name!r}: the corpus is empty; pass at least one text")
+        self._timed_build(lambda: self._index_checked(texts))
+
+    def _index_checked(self, texts: list[str]) -> None:
+        words = self._index(texts)
+        if words == 0:
+            raise InputError(
+                f"index {self.name!r}: none of the {len(texts)} corpus texts has a word to "
+                f"index (empty, or only stop words with stopwords={self.build_params.get('stopwords')!r})"
+            )
+        self._texts = texts
+        self._n = len(texts)
+        self._space = IdSpace.identity(len(texts))
+        self._written = False
+
+    def _index(self, texts: list[str]) -> int:
+        """Index ``texts``; returns the number of distinct indexed words."""
+        raise NotImplementedError
+
+    def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best texts per query text by the engine's BM25, best first.
+
+        Args:
+            queries: a sequence of query strings (one string is one query).
+            k: results per query, ``1 <= k <= ntotal``.
+            filter / strategy: an allow-list (see
+                :class:`~ragbench.indexes.contract.FilteredIndex`); ``strategy``
+                ``"auto"`` or ``"pre"``.
+
+        Returns:
+            ``ids`` int64 ``(nq, k)``, ``scores`` float32 ``(nq, k)`` (BM25,
+            > 0). Only texts sharing a word with the query are hits: the rest
+            of a row is ``-1`` / ``-inf`` (a query of only stop words or
+            unknown words: a row of pads).
+        """
+        from ..validate import check_k
+
+        allow = params.pop("filter", None)
+        strategy = params.pop("strategy", None)
+        if params:
+            self._parse_query(params)
+        space = self._space
+        if space is None:
+            raise self._not_built()
+        if strategy not in (None, "auto", "pre"):
+            raise ConfigError(
+                f"index {self.name!r}: filter strategy {strategy!r} is not supported; "
+                "supported: auto, pre"
+            )
+        texts = texts_of(queries, "queries")
+        k = check_k(k, self._n)
+        masks = None
+        if allow is not None:
+            plan = resolve_filter(allow, len(texts), space)
+            masks = [plan.mask(i) for i in range(len(texts))]
+        pos, scores = self._search_parts(texts, k, masks)
+        return (pos if space.labels is None else space.to_ids(pos)), scores
+
+    def _search_parts(
+        self, texts: list[str], k: int, masks: list[np.ndarray] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _keep_parts(self, t0: int, t1: int, t2: int, t3: int) -> None:
+        a, b, c = self.part_names
+        self._local.parts = {a: t1 - t0, b: t2 - t1, c: t3 - t2}
+
+    # -- writes: none (a subclass that has them declares WritableIndex) --------------
+
+    def add(self, data: Any, ids: Any = None) -> np.ndarray:
+        """Refused: this engine's index takes no rows after ``build``."""
+        raise UnsupportedOperationError(
+            f"index {self.name!r}: {self.no_write_reason}; build it again from the final texts"
+        )
+
+    no_write_reason: ClassVar[str] = "the engine cannot add texts to a built index"
+
+    # -- persistence: the texts -----------------------------------------------------
+
+    def _payload(self) -> bytes:
+        if self._texts is None:
+            raise self._not_built()
+        if self._written:
+            raise UnsupportedOperationError(
+                f"index {self.name!r}: saving an index changed by add()/delete() is not "
+                "supported; build it again from the final texts and save that"
+            )
+        return json.dumps(self._texts, ensure_ascii=False).encode()
+
+    def _payload_extra(self) -> dict[str, Any]:
+        return {"rescore_metric": self.rescore_metric}
+
+    def _attach(self, payload: memoryview, header: dict[str, Any]) -> None:
+        try:
+            texts = json.loads(bytes(payload).decode())
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise IndexFileError(
+                f"{self.name}: payload is not a JSON list of texts: {exc}"
+            ) from None
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise IndexFileError(f"{self.name}: payload is not a JSON list of texts")
+        extra = header.get("extra") or {}
+        rescore = extra.get("rescore_metric") if isinstance(extra, dict) else None
+        if rescore is not None and rescore not in METRICS:
+            raise IndexFileError(f"{self.name}: header rescore_metric {rescore!r} is unknown")
+        self.rescore_metric = rescore
+        try:
+            self._index_checked(texts)
+        except InputError as exc:
+            raise IndexFileError(f"{self.name}: the saved texts cannot be indexed: {exc}") from None
+
+
+def hits_to_rows(
+    rows: Sequence[tuple[np.ndarray, np.ndarray]], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query ``(ids, scores)`` (best first) into the padded ``(nq, k)`` pair.
+
+    Only scores ``> 0`` are hits (a text that shares no word with the query
+    scores 0 in bm25s's dense top k).
+    """
+    ids, scores = pads(len(rows), k)
+    for row, (found, s) in enumerate(rows):
+        keep = s > 0
+        n = int(np.count_nonzero(keep))
+        ids[row, :n] = found[keep][:k]
+        scores[row, :n] = s[keep][:k]
+    return ids, scores

@@ -1,0 +1,218 @@
+"""The lexical backends (bm25, tantivy): their scores are BM25's, bad texts are named, filters
+hold, writes are tantivy's only, and a pipeline records their search parts.
+
+The shared contract (shapes, padding, k errors, save/load, unknown parameters)
+is tests/test_indexes.py, which takes every registered backend.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import ragbench as rb
+from ragbench.cli import main
+from ragbench.errors import ConfigError, InputError, UnsupportedOperationError
+
+LEXICAL = [n for n in rb.indexes.names() if n in ("bm25", "tantivy")]
+
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "a fox and a hound",
+    "dogs chase cats around the garden",
+    "",
+    "brown bread and butter",
+    "über café naïve 東京 tokyo station",
+    "the fox the fox the fox",
+]
+
+
+def words(text: str) -> list[str]:
+    """The test's own tokenizing for stopwords=none: lower-cased runs of >= 2 word characters."""
+    import re
+
+    return re.findall(r"(?u)\b\w\w+\b", text.lower())
+
+
+def tantivy_words(text: str) -> list[str]:
+    """Tantivy's simple tokenizer, lower-cased: runs of letters and digits, one character too."""
+    import re
+
+    return re.findall(r"[^\W_]+", text.lower())
+
+
+def bm25(
+    query: str, corpus: list[str], k1: float, b: float, tokens=words, boost: float = 1.0
+) -> np.ndarray:
+    """BM25 of every text, float64 ``(n,)``: idf ``ln(1 + (N - df + 0.5) / (df + 0.5))`` times
+    ``boost * tf / (tf + k1 (1 - b + b dl / avgdl))`` (Lucene: boost 1; Tantivy: ``k1 + 1``)."""
+    docs = [Counter(tokens(t)) for t in corpus]
+    lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
+    avgdl, n = lengths.mean(), len(docs)
+    out = np.zeros(n)
+    for term in set(tokens(query)):
+        df = sum(term in d for d in docs)
+        if df == 0:
+            continue
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        for i, d in enumerate(docs):
+            tf = d[term]
+            if tf:
+                out[i] += boost * idf * tf / (tf + k1 * (1 - b + b * lengths[i] / avgdl))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "reference"),
+    [
+        ("bm25", {"stopwords": "none", "k1": 1.2}, {"k1": 1.2, "b": 0.75}),
+        # Tantivy's own constants (k1 1.2, b 0.75) and its tokenizer's words
+        ("tantivy", {"stopwords": "none"}, {"k1": 1.2, "b": 0.75, "boost": 2.2}),
+    ],
+)
+def test_scores_are_bm25(name, params, reference) -> None:
+    corpus = [t for t in CORPUS if t]  # bm25s counts an empty text as one (empty) word
+    index = rb.indexes.create(name, **params)
+    index.build(corpus)
+    queries = ["the fox", "brown dog", "tokyo 東京 café"]
+    ids, scores = index.search(queries, 5)
+    for row, query in enumerate(queries):
+        tokens = tantivy_words if name == "tantivy" else words
+        ref = bm25(query, corpus, tokens=tokens, **reference)
+        hits = np.flatnonzero(ref > 0)
+        want = hits[np.argsort(-ref[hits], kind="stable")][:5]
+        got = ids[row][ids[row] >= 0]
+        assert sorted(got.tolist()) == sorted(want.tolist())
+        np.testing.assert_allclose(scores[row, : got.size], ref[got], rtol=2e-6)
+
+
+@pytest.mark.parametrize("name", LEXICAL)
+def test_corpus_without_a_word_is_named(name) -> None:
+    index = rb.indexes.create(name)
+    with pytest.raises(InputError, match="none of the 3 corpus texts has a word"):
+        index.build(["", "   ", "!!"])
+    with pytest.raises(InputError, match="none of the 2 corpus texts has a word.*stop"):
+        index.build(["the and of", "a an the"])
+
+
+@pytest.mark.parametrize("name", LEXICAL)
+def test_stop_words_and_unknown_words_return_pads(name) -> None:
+    index = rb.indexes.create(name)
+    index.build(CORPUS)
+    ids, scores = index.search(["the and of a", "zzzunknown", "", "fox"], 3)
+    assert (ids[:3] == -1).all() and np.isneginf(scores[:3]).all()
+    assert ids[3, 0] >= 0  # the same call still answers a query with a word
+
+
+@pytest.mark.parametrize("name", LEXICAL)
+def test_non_ascii_and_mixed_scripts(name) -> None:
+    index = rb.indexes.create(name)
+    index.build(CORPUS)
+    for query in ("東京", "Über", "CAFÉ naïve", 'tokyo AND ( "station:'):
+        ids, _ = index.search([query], 2)
+        assert ids[0, 0] == 5, query  # the one text holding these words
+    assert set(index.search(["東京 dogs"], 2)[0][0].tolist()) == {2, 5}
+
+
+@pytest.mark.parametrize("name", LEXICAL)
+def test_filters_never_return_a_disallowed_text(name) -> None:
+    index = rb.indexes.create(name)
+    index.build(CORPUS)
+    assert isinstance(index, rb.indexes.FilteredIndex)
+    everything, _ = index.search(["fox"], 4)
+    assert set(everything[0][everything[0] >= 0].tolist()) == {0, 1, 6}
+    mask = np.zeros(len(CORPUS), dtype=bool)
+    mask[[1, 2]] = True
+    ids, _ = index.search(["fox", "fox"], 4, filter=mask)
+    assert (ids[:, 0] == 1).all() and (ids[:, 1:] == -1).all()
+    per_query, _ = index.search(["fox", "fox"], 4, filter=[np.array([6]), np.array([0, 3])])
+    assert per_query[:, 0].tolist() == [6, 0] and (per_query[:, 1:] == -1).all()
+    with pytest.raises(ConfigError, match="strategy 'post'"):
+        index.search(["fox"], 2, filter=mask, strategy="post")
+
+
+def test_bm25_refuses_writes_by_its_class(capsys) -> None:
+    index = rb.indexes.create("bm25")
+    index.build(CORPUS)
+    assert not rb.indexes.declares(type(index), rb.indexes.WritableIndex)
+    assert "bm25" not in rb.indexes.writable_backends()
+    with pytest.raises(UnsupportedOperationError, match="bm25s cannot add"):
+        index.add(["more text"])
+    assert main(["stream", "--index", "bm25", "--duration", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "index 'bm25' cannot add rows after its build; use one of flat" in err
+    assert "Traceback" not in err
+    assert main(["stream", "--index", "tantivy", "--duration", "1"]) == 2
+    assert "'tantivy' reads texts" in capsys.readouterr().err
+
+
+def test_bm25_stemmer_and_parameters() -> None:
+    plain = rb.indexes.create("bm25")
+    plain.build(CORPUS)
+    stemmed = rb.indexes.create("bm25", stemmer="english")
+    stemmed.build(CORPUS)
+    # "dog" is a word of text 0 and, stemmed, of text 2 ("dogs")
+    assert set(plain.search(["dog"], 3)[0][0].tolist()) == {0, -1}
+    assert set(stemmed.search(["dog"], 3)[0][0].tolist()) == {0, 2, -1}
+    for bad, match in (
+        ({"stemmer": "klingon"}, "not a PyStemmer algorithm"),
+        ({"stopwords": "xx"}, "not a list bm25s ships"),
+        ({"b": 1.5}, r"b must be a number in \[0, 1\]"),
+        ({"backend": "jax"}, "backend 'jax' is not one of numpy, numba"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            rb.indexes.create("bm25", **bad)
+
+
+def test_tantivy_writes_while_searching() -> None:
+    index = rb.indexes.create("tantivy")
+    index.build(CORPUS)
+    assert rb.indexes.can_delete(index)
+    stop, errors = threading.Event(), []
+
+    def search() -> None:
+        while not stop.is_set():
+            try:
+                _, scores = index.search(["fox"], 3)
+                assert np.isfinite(scores[0, 0]) and (np.diff(scores[0]) <= 0).all()
+            except Exception as exc:  # any failure in a reader fails the test
+                errors.append(exc)
+                return
+
+    readers = [threading.Thread(target=search) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        new = index.add(["a fox in the snow", "no match here"])
+        index.delete([0])
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert not errors
+    assert new.tolist() == [7, 8] and index.ntotal == 8 and index.id_bound == 9
+    found, _ = index.search(["fox snow"], 5)
+    assert found[0, 0] == 7 and 0 not in found[0].tolist()
+    with pytest.raises(InputError, match="id 0 is not in the index"):
+        index.delete([0])
+    with pytest.raises(UnsupportedOperationError, match="changed by add"):
+        index.save("/tmp/never-written.rbi")
+    index.close()
+
+
+def test_pipeline_records_the_search_parts() -> None:
+    config = {
+        "dataset": {"name": "synthetic", "n": 300, "dim": 16, "n_queries": 10},
+        "retrieve": {"backend": "bm25"},
+        "rerank": {"backend": "none"},
+    }
+    with rb.Pipeline.from_config(config) as pipe:
+        report = pipe.run(queries=10, warmup=1)
+    parts = report.info["retrieve_parts"]
+    assert list(parts) == ["tokenize", "score", "decode"]
+    assert all(p["p50_ns"] > 0 for p in parts.values())
+    assert report.info["index"]["search_parts"] == ["tokenize", "score", "decode"]
