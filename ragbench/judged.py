@@ -50,6 +50,7 @@ __all__ = [
     "RECALL_AT",
     "Judgments",
     "dcg",
+    "merge_builds",
     "ndcg",
     "recall",
     "reciprocal_rank",
@@ -233,3 +234,45 @@ def summary(
         out[f"{name}_ci"] = [iv.low, iv.high]
     out["per_query"] = {name: [round(float(v), 9) for v in per[name]] for name in MEASURES}
     return out
+
+
+def merge_builds(
+    summaries: Sequence[Mapping[str, Any] | None], *, pool: str
+) -> dict[str, Any] | None:
+    """The ``judged`` object of one configuration measured on several builds (``--rebuilds N``).
+
+    As recall over builds (:mod:`ragbench.rebuilds`): each measure is the mean of
+    the builds' means and its interval the envelope of the builds' intervals
+    (where one build's lands); ``per_query`` is every build's values one after
+    the other (``pool="concat"``: a run's pooled requests) or each query's mean
+    over the builds (``pool="mean"``: a sweep point's queries). ``None`` when no
+    build was judged.
+    """
+    got = [s for s in summaries if s is not None]
+    if not got:
+        return None
+    out = dict(got[0])
+    for name in MEASURES:
+        values = [float(s[name]) for s in got]
+        lows = [float(s[f"{name}_ci"][0]) for s in got]
+        highs = [float(s[f"{name}_ci"][1]) for s in got]
+        out[name] = float(np.mean(values))
+        out[f"{name}_ci"] = [float(np.min(lows)), float(np.max(highs))]
+        out[f"{name}_builds"] = values
+    per = [s.get("per_query") or {} for s in got]
+    if pool == "concat":
+        out["per_query"] = {name: [v for p in per for v in p.get(name, [])] for name in MEASURES}
+    else:
+        out["per_query"] = {name: _mean_over(per, name) for name in MEASURES}
+    out["rebuilds"] = len(got)
+    return out
+
+
+def _mean_over(per: Sequence[Mapping[str, Any]], name: str) -> list[float]:
+    """Each position's mean over the builds' ``per[b][name]`` lists, NaN where every build has NaN."""
+    values = np.asarray([p[name] for p in per], dtype=np.float64)
+    seen = (~np.isnan(values)).sum(axis=0)
+    sums = np.nansum(values, axis=0)
+    means = np.full(values.shape[1], np.nan)
+    np.divide(sums, seen, out=means, where=seen > 0)
+    return [round(float(v), 9) for v in means]

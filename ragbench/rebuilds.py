@@ -23,7 +23,10 @@ spread), and the N measurements are merged into one record here:
   two-level bootstrap over (build × repetition) groups, then queries;
   ``build_s`` is the mean build time (``build_s_builds`` each).
 
-A one-build point gets ``recall_ci`` from :func:`recall_interval` alone.
+A one-build point gets ``recall_ci`` from :func:`recall_interval` alone. Judged
+answers (``judged``: nDCG@10, MRR@10, recall@100) merge the same way
+(:func:`ragbench.judged.merge_builds`): the mean of the builds' means, the
+envelope of their intervals, each build's mean in ``<measure>_builds``.
 
 ``ragbench compare --rebuilds N`` runs every configuration side by side once
 per build (build ``i``'s ``[retrieve.build]`` with ``seed + i``,
@@ -46,7 +49,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from . import indexes, intervals
+from . import indexes, intervals, judged
 from .report import Report
 from .timing import Stats
 
@@ -124,6 +127,7 @@ def merge_builds(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         # queries at recall 0 in every build (their mean over the builds is 0)
         recall_zero=int(np.count_nonzero(per_query.mean(axis=0) == 0)) if per_query.size else 0,
         recall_ci=spread["recall_ci"],
+        **_judged_over_builds(points, "mean"),
         rebuilds=len(points),
         build_s=float(np.mean([p["build_s"] for p in points])),
         build_s_builds=[p["build_s"] for p in points],
@@ -223,6 +227,12 @@ def _pooled(reports: Sequence[Report]) -> Report:
     )
 
 
+def _judged_over_builds(records: Sequence[Mapping[str, Any]], pool: str) -> dict[str, Any]:
+    """``{"judged": ...}`` merged over the builds (:func:`ragbench.judged.merge_builds`), or ``{}``."""
+    merged = judged.merge_builds([rec.get("judged") for rec in records], pool=pool)
+    return {} if merged is None else {"judged": merged}
+
+
 def merge_runs(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One ``run`` record of the same configuration run on each build in ``records`` (build order).
 
@@ -237,6 +247,7 @@ def merge_runs(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out.update(
         recall_at_k=float(np.mean(recalls)),
         **_over_builds(recalls, cis),
+        **_judged_over_builds(records, "concat"),
         rebuilds=len(records),
         # --repeat of each build, as in sweep records; the intervals resample builds × repetitions
         repeats=records[0].get("repeats", 1),

@@ -84,6 +84,11 @@ class JudgedAnswers(Struct, kw_only=True, frozen=True):
     recall_at_100: Num = None
     recall_at_100_ci: list[Num] | None = None
     per_query: dict[str, list[float]] | None = None
+    # --rebuilds N (ragbench.judged.merge_builds): each build's mean; the intervals are the envelope
+    rebuilds: int | None = None
+    ndcg_at_10_builds: list[float] | None = None
+    mrr_at_10_builds: list[float] | None = None
+    recall_at_100_builds: list[float] | None = None
 
 
 class PipelineRecord(Record, frozen=True):

@@ -131,3 +131,25 @@ def test_record_schema_types_the_judged_object() -> None:
         read_struct({**rec, "judged": {**answers, "ndcg_at_10": "high"}}, SweepRecord)
     props = record_schema.records_schema("run")["$defs"]["RunRecord"]["properties"]
     assert "judged" in props
+
+
+def test_merge_builds_means_envelope_and_per_query() -> None:
+    judgments = judged.Judgments([{1: 1}, {2: 1}], "t")
+    rows = np.array([0, 1])
+    first = judged.summary(
+        judged.scores(np.array([[1, 2], [2, 1]]), rows, judgments), rows, judgments, returned=2
+    )
+    second = judged.summary(
+        judged.scores(np.array([[2, 1], [2, 1]]), rows, judgments), rows, judgments, returned=2
+    )
+    merged = judged.merge_builds([first, second], pool="mean")
+    assert merged is not None and merged["rebuilds"] == 2
+    assert merged["ndcg_at_10_builds"] == [first["ndcg_at_10"], second["ndcg_at_10"]]
+    assert merged["ndcg_at_10"] == pytest.approx((first["ndcg_at_10"] + second["ndcg_at_10"]) / 2)
+    lows = [first["ndcg_at_10_ci"][0], second["ndcg_at_10_ci"][0]]
+    assert merged["ndcg_at_10_ci"][0] == min(lows)
+    # query 0: reciprocal rank 1 in the first build, 1/2 in the second
+    assert merged["per_query"]["mrr_at_10"] == [0.75, 1.0]
+    pooled = judged.merge_builds([first, second], pool="concat")
+    assert pooled is not None and len(pooled["per_query"]["mrr_at_10"]) == 4
+    assert judged.merge_builds([None, None], pool="mean") is None

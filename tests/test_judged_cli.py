@@ -260,3 +260,26 @@ def test_pydocs_judged_answers_are_counted(capsys: pytest.CaptureFixture[str]) -
     assert code == 0, err
     row = next(ln for ln in text.splitlines() if "judged queries" in ln)
     assert expect in row
+
+
+@pytest.mark.slow  # two compares and two sweep builds: ~10 s on this shared machine
+def test_rebuilds_merge_judged_answers_over_builds(
+    capsys: pytest.CaptureFixture[str], beir: Path, tmp_path: Path
+) -> None:
+    """--rebuilds N: the mean of the builds' nDCG@10, the envelope of their intervals (as recall)."""
+    for command, extra in (("compare", ["--rerank", "none", "--warmup", "0"]), ("sweep", [])):
+        out = tmp_path / f"{command}.jsonl"
+        code, _, err = cli(
+            capsys, command, "--dataset", str(beir), "--embed", "hashing", "--index", "hnsw",
+            "--queries", "10", "--rebuilds", "2", "--out", str(out), *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        (rec,) = read_records(out)
+        judged = rec["judged"]
+        assert judged["rebuilds"] == 2 and len(judged["ndcg_at_10_builds"]) == 2
+        assert judged["ndcg_at_10"] == pytest.approx(np.mean(judged["ndcg_at_10_builds"]))
+        low, high = judged["ndcg_at_10_ci"]
+        assert low <= min(judged["ndcg_at_10_builds"]) and max(judged["ndcg_at_10_builds"]) <= high
+        # compare pools both builds' requests; a sweep point keeps one value per query
+        per = judged["per_query"]["ndcg_at_10"]
+        assert len(per) == (20 if command == "compare" else 10)
