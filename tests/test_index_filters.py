@@ -72,7 +72,7 @@ def recall(got: np.ndarray, truth: np.ndarray) -> float:
 
 
 # Recall floors vs the exact filtered top-10 with default query params (measured
-# recall in parentheses, see docs/indexes.md "Filtered search and live writes"): flat is
+# recall in parentheses, see docs/how-to/indexes.md "Filtered search and live writes"): flat is
 # exact; hnswlib's filter keeps walking until ef allowed rows are found; faiss
 # HNSW's selector only drops rows from the result heap (0.80 at 5 %); IVF scans
 # nprobe=8 of ~128 lists (0.81 unfiltered), fewer allowed rows at 5 % (0.47); LSH
