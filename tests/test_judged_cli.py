@@ -102,6 +102,12 @@ def test_compare_reports_ndcg_equal_to_trec_eval(
     assert judged["ndcg_at_10"] == pytest.approx(float(expected.mean()), abs=1e-9)
     low, high = judged["ndcg_at_10_ci"]
     assert low <= judged["ndcg_at_10"] <= high and low < high
+    # the flat formats: one column per measure, never the per-query lists
+    code, text, err = cli(capsys, "report", str(out), "--format", "json")
+    assert code == 0, err
+    (row,) = json.loads(text)
+    assert row["ndcg_at_10"] == judged["ndcg_at_10"] and row["judged_depth"] == 10
+    assert "per_query" not in text
 
 
 def test_run_table_and_report_show_the_judged_line(

@@ -16,6 +16,7 @@ __all__ = [
     "JUDGED_HEADS",
     "NO_JUDGED",
     "judged_cells",
+    "judged_columns",
     "judged_line",
     "judged_note",
 ]
@@ -88,3 +89,16 @@ def judged_line(judged: JudgedAnswers | None, dataset: str) -> str:
         f"nDCG@10 {cells[0]}, MRR@10 {cells[1]}, {r_at} {cells[2]} "
         "(mean [95 % bootstrap over judged queries]; gain = grade)"
     )
+
+
+def judged_columns(judged: JudgedAnswers | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Flat columns of the ``md``/``csv``/``json`` formats: each measure, its interval, the judged
+    queries and the depth of recall@100 (``{}`` without judged answers; never the per-query lists)."""
+    if judged is None:
+        return {}
+    j = judged if isinstance(judged, JudgedAnswers) else msgspec.convert(judged, JudgedAnswers)
+    out: dict[str, Any] = {"judged_queries": j.queries, "judged_depth": j.depth}
+    for name in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
+        out[name] = getattr(j, name)
+        out[f"{name}_ci"] = getattr(j, f"{name}_ci")
+    return out

@@ -9,6 +9,7 @@ from typing import Any
 from ..record_schema import RunRecord, StreamRecord, need, read_struct
 from ..records import pareto, records_of
 from .cells import num
+from .judged import judged_columns
 from .points import params_text
 
 __all__ = [
@@ -56,6 +57,7 @@ def _run_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[f"{stage}_share"] = stats.get("share")
         # × the first row's retrieve p50 (put the reference index first: --index hnsw,...)
         row["retrieve_x_first"] = _retrieve_ratio(rec, first)
+        row.update(judged_columns(rec.judged))
         row.update(_part_cells(rec))
         row["simulated"] = ",".join(rec.simulated or [])
         row["caveats"] = "; ".join(rec.caveats or [])
@@ -92,6 +94,7 @@ def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             for k, v in r.items()
             if k not in ("env", "schema", "time", "latency_ns", "repetition", "recall_per_query")
         }
+        row.update(judged_columns(row.pop("judged", None)))
         row["params"] = params_text(r)
         if r["kind"] == "sweep":
             row["pareto"] = next(it)
@@ -101,10 +104,13 @@ def _point_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _load_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Load levels as stored, every field but the environment and config blocks."""
-    return [
+    rows = [
         {k: v for k, v in r.items() if k not in ("env", "config", "schema", "time")}
         for r in records
     ]
+    for row in rows:
+        row.update(judged_columns(row.pop("judged", None)))
+    return rows
 
 
 def flat_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
