@@ -8,7 +8,10 @@ table whose dataset has no qrels gets no empty columns but one line saying so
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
 
 from ..record_schema import JudgedAnswers
 
