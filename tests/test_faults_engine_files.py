@@ -296,6 +296,20 @@ def test_cli_refuses_a_nul_in_a_lancedb_attribute_value(tmp_path: Path) -> None:
     assert_one_line_exit_2(proc, "'label'", "NUL")
 
 
+@pytest.mark.parametrize("backend", ["lancedb", "pgvector"])
+def test_a_nul_attribute_value_is_refused_before_the_corpus_is_embedded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """The refusal came after the corpus was embedded (3 min for 3 000 passages with MiniLM)
+    and, for pgvector, after the server started; now the corpus vectors are never computed."""
+    data = _nul_dataset(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(cache))
+    proc = run_cli(*_filtered_run(data, backend))
+    assert_one_line_exit_2(proc, f"index {backend!r}: attribute 'label' holds a NUL", "row 1")
+    assert not list(cache.glob("arrays/corpus-*")), "the corpus was embedded first"
+
+
 @pytest.mark.parametrize("name", ["a.b", "_rowid"])
 def test_cli_refuses_a_lancedb_attribute_name_it_cannot_hold(tmp_path: Path, name: str) -> None:
     """``a.b`` and ``_rowid`` gave tracebacks from Lance."""

@@ -197,11 +197,13 @@ class _SetUp:
             made = self.components.embedder
             shared.embedders[ekey] = made if made is not None else embedders.create(name, **params)
         embedder = shared.embedders[ekey]
+        vkey = (ds.content_hash, ekey)
+        if vkey not in shared.vectors:
+            self._check_index_first(ds, embedder)
         self.times.time("model_load", embedder.load)
         of_corpus = (
             embedder.corpus_embedder if isinstance(embedder, EmbedsCorpusApart) else embedder
         )
-        vkey = (ds.content_hash, ekey)
         if vkey not in shared.vectors:
             n_events = len(ds.cache_events)
             re_embed = cfg["embed"]["re_embed"]
@@ -215,6 +217,31 @@ class _SetUp:
             self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
         corpus, queries = shared.vectors[vkey]
         return Embedding(name, params, embedder, corpus, queries, mixed=of_corpus is not embedder)
+
+    def _check_index_first(self, ds: Dataset, embedder: Any) -> None:
+        """What a database index refuses, checked before the model is loaded and the corpus
+        embedded (3 min for 3 000 passages with MiniLM on the loaded dev machine): an index
+        that stores attribute columns is made, given the dataset's columns (a NUL value, a
+        name it reserves) and closed, so its own checks (``table``, a ``dsn=`` server's
+        privileges) run too. Skipped when the embedder's width is known only once loaded."""
+        r = self.config["retrieve"]
+        if not callable(getattr(indexes.registry.factory(r["backend"]), "set_attributes", None)):
+            return
+        of_corpus = (
+            embedder.corpus_embedder if isinstance(embedder, EmbedsCorpusApart) else embedder
+        )
+        dim = getattr(of_corpus, "dim", None)
+        if not isinstance(dim, int) or dim <= 0:
+            return
+        build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
+        probe = indexes.create(r["backend"], dim=dim, metric=r["metric"] or ds.metric, **build)
+        try:
+            if ds.corpus.attributes and isinstance(probe, FiltersOnAttributes):
+                probe.set_attributes(ds.corpus.attributes)
+        finally:
+            close = getattr(probe, "close", None)
+            if callable(close):
+                close()
 
     def _index(self, ds: Dataset, emb: Embedding, metric: str) -> Index:
         r = self.config["retrieve"]
