@@ -307,7 +307,16 @@ def test_findings_data_is_small_and_committed() -> None:
 
 
 #: Markers whose content is generated from a committed results file in docs/findings/data/.
-DATA_MARKERS = ("report", "reading", "plot", "bench", "stats", "engines", "search-after")
+DATA_MARKERS = (
+    "report",
+    "reading",
+    "plot",
+    "bench",
+    "stats",
+    "engines",
+    "search-after",
+    "detection",
+)
 
 
 def _page_markers(page: Path) -> list[tuple[str, list[str]]]:
@@ -336,7 +345,8 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
     for page in pages:
         text = page.read_text(encoding="utf-8")
         found = _page_markers(page)
-        assert {w for w, _ in found} & {"report", "bench", "stats"}, f"{page.name}: no data"
+        data = {"report", "bench", "stats", "detection"}
+        assert {w for w, _ in found} & data, f"{page.name}: no data"
         expanded = hooks.expand(text, page.parent, Path("/nonexistent"))
         hooks.PLOTS.clear()
         assert "<!-- gen:" not in expanded
@@ -559,6 +569,14 @@ def test_findings_manifest_refuses_malformed_entries(tmp_path: Path) -> None:
         (tmp_path / "m.toml").write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=message):
             load(tmp_path / "m.toml")
+    bad_tool = '[[finding]]\nname = "a.json"\nstdout = true\ncommands = ["python -c 1"]\n'
+    (tmp_path / "m.toml").write_text(bad_tool, encoding="utf-8")
+    with pytest.raises(ValueError, match="python tools/NAME.py"):
+        load(tmp_path / "m.toml")
+    tool = "python tools/recipe_detection.py --trials 1 --out docs/findings/data/a.jsonl"
+    (tmp_path / "m.toml").write_text(f'[[finding]]\nname = "a.jsonl"\ncommands = ["{tool}"]\n')
+    assert load(tmp_path / "m.toml")["a.jsonl"].commands == (tool,)
+    assert _manifest().argv(tool)[1:3] == ["tools/recipe_detection.py", "--trials"]
     ok = '[[finding]]\nname = "a.json"\nstdout = true\ncommands = ["ragbench --version"]\n'
     twice = ok + ok
     (tmp_path / "m.toml").write_text(twice, encoding="utf-8")

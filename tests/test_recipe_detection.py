@@ -22,12 +22,12 @@ def _tool() -> ModuleType:
     return module
 
 
-def test_the_documented_job_runs_both_sides_at_once_and_diffs_them() -> None:
+def test_the_documented_job_runs_each_pair_at_once_and_diffs_them_paired() -> None:
     tool = _tool()
     steps = tool.ci_steps()
     assert tool.design(steps) == "side by side"
     assert {"RUNS", "QUERIES", "REPEAT"} <= set(steps[0].env)
-    assert "ragbench diff base.jsonl head.jsonl" in steps[-1].script
+    assert "ragbench diff base.jsonl head.jsonl --paired" in steps[-1].script
     at_once = [tool.Step("b", {}, "for i in 1 2; do a & b; wait; done")]
     assert tool.design(at_once) == "side by side"
     one_then_other = "for i in 1 2; do a 2>&1 && b >&2; done"
@@ -45,6 +45,7 @@ def _rec(kind: str, passed: bool, runs: int = 3, prefix_of: int | None = None) -
         "prefix_of": prefix_of,
         "load_before": 2.0,
         "load_after": 9.5,
+        "seconds": 120.0 if prefix_of is None else 240.0,
         "slowdown": 0.2 if kind == "planted" else 0.0,
         "when": "2026-12-02T04:30:00Z",
         "diff_py_commit": "abc1234",
@@ -69,8 +70,9 @@ def test_the_summary_counts_each_job_size_apart(tmp_path: Path) -> None:
     assert (full["load_min"], full["load_max"], full["slowdown"]) == (2.0, 9.5, 0.2)
     assert (rows[2, 3]["aa_passed"], rows[2, 3]["aa_trials"]) == (0, 1)
     table = _tool().summary_markdown(path)
-    assert "| side by side | 3 | 400 × 2 | 2 of 3 | 1 of 2 (20%) | 2.0–9.5 |" in table
-    assert "| side by side | 2 (the first 2 of 3) | 400 × 2 | 0 of 1 |" in table
+    assert "| side by side | 3 | 400 × 2 | 2 of 3 | 1 of 2 (20%) | 2.0–9.5 | 2.0 min |" in table
+    assert "| side by side | 2 (the first 2 of 3) | 400 × 2 | 0 of 1 | 0 of 0 (0%) | " in table
+    assert "| 2.0–9.5 | 4.0 min (its job) |" in table  # a prefix: the job it is cut from
 
 
 def test_the_docs_marker_renders_the_counts_of_the_committed_results(tmp_path: Path) -> None:
@@ -83,8 +85,10 @@ def test_the_docs_marker_renders_the_counts_of_the_committed_results(tmp_path: P
     table = hooks.expand("<!-- gen: detection r.jsonl -->\n", tmp_path)
     assert "| side by side | 3 | 400 × 2 | 1 of 1 | 1 of 1 (20%) |" in table
     page = ROOT / "docs" / "how-to" / "comparing-runs.md"
-    marker = "<!-- gen: detection data/recipe-detection.jsonl -->"
+    marker = "<!-- gen: detection ../findings/data/recipe-detection.jsonl -->"
     assert marker in page.read_text(encoding="utf-8")
+    finding = ROOT / "docs" / "findings" / "2026-12-02-ci-recipe.md"
+    assert "<!-- gen: detection data/recipe-detection.jsonl -->" in finding.read_text("utf-8")
     # the job the page shows was measured as it stands (its sizes changed: measure again)
-    committed = _tool().summary_markdown(page.parent / "data" / "recipe-detection.jsonl")
-    assert "**this one**" in committed
+    committed = ROOT / "docs" / "findings" / "data" / "recipe-detection.jsonl"
+    assert "**this one**" in _tool().summary_markdown(committed)

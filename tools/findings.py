@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -27,6 +28,8 @@ else:  # the package's own dependency on Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "docs" / "findings" / "commands.toml"
 DATA = ROOT / "docs" / "findings" / "data"
+#: A measuring script of this repository (``python tools/recipe_detection.py ...``).
+TOOL = re.compile(r"tools/[a-z_]+\.py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +57,12 @@ def load(manifest: Path = MANIFEST) -> dict[str, Finding]:
             raise ValueError(f"{manifest}: finding {name} has no commands")
         for cmd in commands:
             words = shlex.split(cmd)
-            if words[0] not in ("ragbench", "pytest"):
-                raise ValueError(f"{manifest}: {name}: commands start with ragbench or pytest")
+            tool = words[:2][-1] if words[0] == "python" else ""
+            if words[0] not in ("ragbench", "pytest") and not TOOL.fullmatch(tool):
+                raise ValueError(
+                    f"{manifest}: {name}: commands start with ragbench, pytest or "
+                    "python tools/NAME.py"
+                )
             if not entry.get("stdout") and f"docs/findings/data/{name}" not in words:
                 raise ValueError(f"{manifest}: {name}: {cmd!r} does not write data/{name}")
         if name in found:
@@ -69,9 +76,9 @@ def first_word(command: str) -> str:
 
 
 def argv(command: str) -> list[str]:
-    """The command as run: ``ragbench``/``pytest`` through this interpreter."""
+    """The command as run: ``ragbench``/``pytest``/``python tools/X.py`` through this interpreter."""
     first, *rest = shlex.split(command)
-    return [sys.executable, "-m", first, *rest]
+    return [sys.executable, *rest] if first == "python" else [sys.executable, "-m", first, *rest]
 
 
 def run(finding: Finding, root: Path = ROOT) -> float:

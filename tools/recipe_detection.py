@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -192,15 +193,6 @@ def _bash(script: str, cwd: Path, env: Mapping[str, str]) -> subprocess.Complete
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def _diff(checkout: Path, a: Path, b: Path, out: Path) -> int:
-    """``ragbench diff A B --threshold 5% --out OUT`` (the job's own diff step), its exit status."""
-    cmd = [sys.executable, "-m", "ragbench", "diff", str(a), str(b), "--threshold", "5%"]
-    proc = subprocess.run(
-        [*cmd, "--out", str(out)], cwd=checkout, capture_output=True, text=True, timeout=600
-    )
-    return proc.returncode
-
-
 def _verdicts(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -231,17 +223,34 @@ def _outcome(code: int, rows: list[dict[str, Any]], kind: str) -> dict[str, Any]
     }
 
 
-def _prefix(checkout: Path, runs: int, kind: str) -> dict[str, Any]:
-    """The job's diff over the first ``runs`` compare processes of each side."""
-    cut = {}
-    for side in ("base", "head"):
-        lines = (checkout / f"{side}.jsonl").read_text(encoding="utf-8").splitlines()
+def _prefix(diff_step: Step, checkout: Path, runs: int, kind: str) -> dict[str, Any]:
+    """The job's own diff step over the first ``runs`` compare processes of each side."""
+    script = diff_step.script
+    for name in ("base", "head", "diff"):
+        script = script.replace(f"{name}.jsonl", f"{name}-{runs}.jsonl")
+        if name == "diff":
+            break
+        lines = (checkout / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
         per_run = len({json.loads(line)["label"] for line in lines})
-        cut[side] = checkout / f"{side}-{runs}.jsonl"
-        cut[side].write_text("\n".join(lines[: runs * per_run]) + "\n", encoding="utf-8")
-    out = checkout / f"diff-{runs}.jsonl"
-    code = _diff(checkout, cut["base"], cut["head"], out)
-    return _outcome(code, _verdicts(out), kind)
+        cut = "\n".join(lines[: runs * per_run]) + "\n"
+        (checkout / f"{name}-{runs}.jsonl").write_text(cut, encoding="utf-8")
+    proc = _bash(script, checkout, {**os.environ, **diff_step.env})
+    return _outcome(proc.returncode, _verdicts(checkout / f"diff-{runs}.jsonl"), kind)
+
+
+def pair_ratios(checkout: Path) -> dict[str, list[float]]:
+    """Each pair's head / base p50 of the planted stage, per index (the i-th run of each side)."""
+    import numpy as np
+
+    p50: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
+    for side, by_label in p50.items():
+        for line in (checkout / f"{side}.jsonl").read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            by_label.setdefault(rec["label"], []).append(float(np.median(rec["samples_ns"][STAGE])))
+    return {
+        label: [round(h / b, 4) for b, h in zip(runs, p50["head"].get(label, []), strict=False)]
+        for label, runs in p50["base"].items()
+    }
 
 
 def provenance() -> dict[str, Any]:
@@ -271,8 +280,9 @@ def _trial(
             raise RuntimeError(f"the job failed:\n{done[-1].stderr[-3000:]}")
         code = done[-1].returncode
         own = _outcome(code, _verdicts(checkout / "diff.jsonl"), kind)
+        own["pair_ratios"] = pair_ratios(checkout)
         runs = int(sizes["RUNS"])
-        derived = [(r, _prefix(checkout, r, kind)) for r in prefixes if r < runs]
+        derived = [(r, _prefix(steps[-1], checkout, r, kind)) for r in prefixes if r < runs]
     common = {
         "schema": SCHEMA,
         "design": design(steps),
@@ -337,9 +347,11 @@ def summary(path: Path) -> list[dict[str, Any]]:
             diff_py,  # another diff.py is another verdict rule: counted apart
         )
         g = groups.setdefault(
-            key, {"aa": [0, 0], "planted": [0, 0], "load": [], "slowdown": 0, "when": []}
+            key,
+            {"aa": [0, 0], "planted": [0, 0], "load": [], "slowdown": 0, "when": [], "s": []},
         )
         g["when"].append(rec["when"])
+        g["s"].append(rec["seconds"])
         g[rec["kind"]][0] += rec["passed"]
         g[rec["kind"]][1] += 1
         g["load"] += [rec["load_before"], rec["load_after"]]
@@ -358,6 +370,7 @@ def summary(path: Path) -> list[dict[str, Any]]:
             "slowdown": g["slowdown"],
             "load_min": min(g["load"]),
             "load_max": max(g["load"]),
+            "median_s": statistics.median(g["s"]),  # the whole job's (a prefix: of its job)
             "first": min(g["when"]),
             "last": max(g["when"]),
             "diff_py": diff_py,
@@ -369,9 +382,9 @@ def summary(path: Path) -> list[dict[str, Any]]:
 def summary_markdown(path: Path) -> str:
     """:func:`summary` as a Markdown table (the docs site's ``<!-- gen: detection FILE -->``)."""
     header = "| job | runs per side | queries × repeat | A/A pairs passed | "
-    header += "planted slowdown caught | load average (1 min) | measured (UTC) | diff.py | "
-    header += "the page's job |"
-    lines = [header, "| " + " | ".join("---" for _ in range(9)) + " |"]
+    header += "planted slowdown caught | load average (1 min) | job wall time (median) | "
+    header += "measured (UTC) | diff.py | the page's job |"
+    lines = [header, "| " + " | ".join("---" for _ in range(10)) + " |"]
     steps = ci_steps()
     sizes = next(s.env for s in steps if s.env)
     page_job = (design(steps), *(int(sizes[k]) for k in ("RUNS", "QUERIES", "REPEAT")))
@@ -383,7 +396,8 @@ def summary_markdown(path: Path) -> str:
             f"| {r['design']} | {r['runs']}{of} | {r['queries']} × {r['repeat']} | "
             f"{r['aa_passed']} of {r['aa_trials']} | "
             f"{r['caught']} of {r['planted_trials']} ({r['slowdown']:.0%}) | "
-            f"{r['load_min']:.1f}–{r['load_max']:.1f} | "
+            f"{r['load_min']:.1f}–{r['load_max']:.1f} | {r['median_s'] / 60:.1f} min"
+            f"{' (its job)' if r['prefix_of'] else ''} | "
             f"{r['first'][:16].replace('T', ' ')}–{r['last'][11:16]} | `{r['diff_py']}` | "
             f"{mine} |"
         )
