@@ -71,3 +71,17 @@ def test_a_slower_configuration_and_no_torch_row(
     found = [line for line in lines if line.startswith("minilm:onnx+query-only: embed")]
     assert found and "embed 2.00× faster than minilm:openvino+query-only" in found[0]
     assert "agreement" not in found[0]  # the records carry none
+
+
+def test_agreement_once_per_embedder_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agree = {"top_k_mean": 0.9, "top_k_min": 0.5, "cosine_mean": 0.99, "cosine_p1": 0.98}
+    rows = [_runtime(f"int8/{i}", "onnx-int8", 2_000_000, **agree) for i in ("flat", "hnsw")]
+    rows[1]["config"]["retrieve"]["backend"] = "hnsw"  # type: ignore[index]
+    lines = _report(tmp_path, capsys, [_runtime("torch", "torch", 8_000_000), *rows])
+    found = [line for line in lines if "against minilm torch" in line]
+    assert found == [
+        "minilm:onnx-int8+query-only: against minilm torch: top-10 agreement 0.90 (min 0.50 "
+        "over queries), query cosine mean 0.9900, p1 0.9800"
+    ]

@@ -21,7 +21,7 @@ from .common import (
     us_text,
     within_noise,
 )
-from .embedders import embedder_lines
+from .embedders import embedder_key, embedder_lines
 from .judged import judged_reading
 
 __all__ = [
@@ -389,9 +389,25 @@ def run_reading(
             lines.append(note)
     lines += embedder_lines(runs)  # each embedder configuration against torch's
     lines += [line for line in map(_embed_parts_line, runs) if line]
-    lines += [line for line in map(_agreement_line, runs) if line]
+    lines += _agreement_lines(runs)
     lines += judged_reading([(str(r.label), r.judged) for r in runs])  # nDCG@10 apart or not
     return lines
+
+
+def _agreement_lines(runs: Sequence[RunRecord]) -> list[str]:
+    """:func:`_agreement_line` once per embedder configuration: rows sharing one (the same
+    query vectors under several indexes or codecs) are named by it, not repeated."""
+    by: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        if (r.info or {}).get("embed_agreement"):
+            by.setdefault(embedder_key(r), []).append(r)
+    out = []
+    for key, rows in by.items():
+        line = _agreement_line(rows[0])
+        if line and len(rows) > 1:
+            line = key + line[len(rows[0].label or "run") :]
+        out += [line] if line else []
+    return out
 
 
 def _agreement_line(run: RunRecord) -> str | None:
