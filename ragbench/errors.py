@@ -17,6 +17,7 @@ code that already guards against bad input keeps working::
     │   └── KTooLargeError                k larger than what can be returned
     ├── DecodeError (ValueError)          malformed, truncated or oversized payload
     ├── DatasetError (ValueError)         a dataset file that cannot be read
+    ├── RecordError (ValueError)          a results record that does not follow its schema
     ├── IndexFileError (ValueError)       a saved index that cannot be loaded
     ├── NotBuiltError (RuntimeError)      search before build
     ├── TransportError (RuntimeError)     the far side of a transport failed
@@ -52,6 +53,7 @@ __all__ = [
     "NonFiniteError",
     "NotBuiltError",
     "RagbenchError",
+    "RecordError",
     "TransportError",
     "UnknownBackendError",
     "UnsupportedConfigError",
@@ -123,6 +125,10 @@ class DecodeError(RagbenchError, ValueError):
 
 class DatasetError(RagbenchError, ValueError):
     """A dataset name or file cannot be loaded."""
+
+
+class RecordError(RagbenchError, ValueError):
+    """A results record that does not follow its schema (readers name the file and line)."""
 
 
 class IndexFileError(RagbenchError, ValueError):

@@ -33,6 +33,8 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from msgspec import Struct
 
+from .errors import RecordError
+
 __all__ = [
     "CURRENT",
     "SCHEMAS",
@@ -369,10 +371,6 @@ _KIND_OF.update({SCHEMAS[(kind, v)]: kind for kind, v in CURRENT.items()})
 UPGRADES: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 _SCHEMA = re.compile(r"^ragbench\.(?P<kind>[a-z]+)/(?P<version>[0-9]{1,6})$")
-
-
-class RecordError(ValueError):
-    """A record that does not follow its schema (the reader turns it into its own error type)."""
 
 
 def schema_name(kind: str, version: int | None = None) -> str:

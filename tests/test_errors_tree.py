@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import builtins
 from pathlib import Path
 
@@ -58,11 +59,49 @@ def test_an_index_that_cannot_delete_raises_unsupported_not_config() -> None:
     assert not isinstance(caught.value, ConfigError)
 
 
-def test_worker_fault_is_in_the_errors_tree() -> None:
+def test_worker_fault_and_record_error_are_in_the_errors_tree() -> None:
+    from ragbench.record_schema import RecordError as from_schema
     from ragbench.workers import WorkerFault as from_workers
 
     assert from_workers is WorkerFault and issubclass(WorkerFault, RagbenchError)
-    assert "WorkerFault" in errors.__all__
+    assert from_schema is errors.RecordError and issubclass(from_schema, RagbenchError)
+    assert issubclass(from_schema, ValueError)  # what it was before: still caught as one
+    assert {"WorkerFault", "RecordError"} <= set(errors.__all__)
+
+
+def _exception_classes() -> list[tuple[str, int, str]]:
+    """``(module path, line, class name)`` of every class whose base is an exception class."""
+    known = BUILTIN_EXCEPTIONS | set(errors.__all__)
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "_pb" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        local: set[str] = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {
+                b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+            }
+            if bases & (known | local):
+                local.add(node.name)
+                found.append((str(path.relative_to(PACKAGE)), node.lineno, node.name))
+    return found
+
+
+def test_every_public_exception_class_is_defined_in_ragbench_errors() -> None:
+    outside = [
+        f"{path}:{line} {name}"
+        for path, line, name in _exception_classes()
+        if path != "errors.py" and not name.startswith("_") and name not in INTERNAL_SIGNALS
+    ]
+    assert outside == [], "define these in ragbench/errors.py (the one tree):\n" + "\n".join(
+        outside
+    )
+    # the scan sees the classes it is meant to see
+    names = {name for _, _, name in _exception_classes()}
+    assert {"ConfigError", "WorkerFault", "NoReply", "BadRequest"} <= names
 
 
 def test_stream_refuses_deletes_on_faiss_hnsw_as_unsupported_config(tmp_path: Path) -> None:

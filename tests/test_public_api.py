@@ -55,7 +55,7 @@ EXPORTS: dict[str, list[str]] = {
     "ragbench.errors": [
         "ConfigError", "DatasetError", "DecodeError", "DimensionError", "GeneratorError",
         "IdOutOfRangeError", "IndexFileError", "IndexServerError", "InputError", "KTooLargeError",
-        "MissingDependencyError", "NonFiniteError", "NotBuiltError", "RagbenchError",
+        "MissingDependencyError", "NonFiniteError", "NotBuiltError", "RagbenchError", "RecordError",
         "TransportError", "UnknownBackendError", "UnsupportedConfigError",
         "UnsupportedOperationError", "WorkerFault",
     ],
