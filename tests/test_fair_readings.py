@@ -208,3 +208,13 @@ def test_a_findings_page_on_two_machines_says_so(tmp_path: Path) -> None:
     assert "Intel(R) Xeon(R) Processor, 2 cores, AVX2 (`a.jsonl`)" in out
     assert "AMD EPYC, 4 cores, AVX-512 (`b.jsonl`)" in out
     assert "1-min load average 3.5" in out and "more than one machine" in out
+
+
+def test_the_engines_table_names_its_memory_method_in_the_header() -> None:
+    hooks = _hooks()
+    measured = hooks._engine_columns([{"memory_method": "pss-delta"}] * 2)
+    assert "memory MB (PSS delta)" in measured
+    older = hooks._engine_columns([{"memory_bytes": 1}])
+    assert "memory MB (each engine's own accounting)" in older
+    footer = hooks._memory_text([_point(memory_bytes=10, memory_method="pss-delta")])
+    assert footer.startswith("memory MB: PSS of ragbench's process and its child processes")
