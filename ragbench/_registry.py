@@ -88,6 +88,8 @@ BUILTIN_INDEXES: dict[str, Builtin] = {
     "bm25": _line("ragbench.indexes.bm25_index:Bm25Index", "Bm25Build", "NoParams"),
     # the Tantivy full-text engine, embedded (an index in a temporary folder)
     "tantivy": _line("ragbench.indexes.tantivy_index:TantivyIndex", "TantivyBuild", "NoParams"),
+    # PostgreSQL full-text search (tsvector, GIN, ts_rank_cd) on the server pgvector starts
+    "pg-fts": _line("ragbench.indexes.pgfts_index:PgFtsIndex", "PgFtsBuild", "NoParams"),
 }
 
 

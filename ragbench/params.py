@@ -170,6 +170,20 @@ class TantivyBuild(Params, frozen=True):
     heap_mb: Annotated[int, Meta(ge=15, le=4096), _d(64)] | UnsetType = UNSET
 
 
+class PgFtsBuild(Params, frozen=True):
+    """Build parameters of ``pg-fts`` (``config``: a text search configuration; ``match``: how
+    a query's lexemes combine; ``dsn`` None: ragbench's own PostgreSQL server)."""
+
+    config: Annotated[str, _d("english")] | UnsetType = UNSET
+    match: Annotated[Literal["any", "all", "websearch"], _d("any")] | UnsetType = UNSET
+    normalization: Annotated[int, Meta(ge=0, le=63), _d(0)] | UnsetType = UNSET
+    dsn: Annotated[str | None, _d(None)] | UnsetType = UNSET
+    table: Annotated[str | None, _d(None)] | UnsetType = UNSET
+    connect_timeout: Annotated[float, Meta(gt=0), _d(10.0)] | UnsetType = UNSET
+    statement_timeout: Annotated[float, Meta(gt=0), _d(60.0)] | UnsetType = UNSET
+    build_timeout: Annotated[float, Meta(gt=0), _d(3600.0)] | UnsetType = UNSET
+
+
 class LanceDbBuild(Params, frozen=True):
     """Build parameters of ``lancedb`` (``index_type`` flat: no ANN index, exact scan)."""
 

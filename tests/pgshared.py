@@ -25,8 +25,12 @@ def dsn() -> str:
 
 
 def params(name: str) -> dict[str, Any]:
-    """Build params that put a ``pgvector`` index on the shared server; ``{}`` for others."""
-    return {"dsn": dsn()} if name == "pgvector" else {}
+    """Build params that put a PostgreSQL index (``pgvector``, ``pg-fts``: a ``dsn`` build
+    parameter) on the shared server; ``{}`` for others."""
+    import ragbench as rb
+
+    takes_dsn = "dsn" in getattr(rb.indexes.registry.factory(name), "build_defaults", {})
+    return {"dsn": dsn()} if takes_dsn else {}
 
 
 def stop() -> None:

@@ -52,7 +52,7 @@ class LexicalIndex(BaseIndex):
 
     Created like every index, ``create(name, dim=..., metric=..., **build)``:
     ``dim`` is checked and ignored (the index reads texts); ``metric`` is
-    ``"bm25"`` (or ``None``), or a vector metric (``ip``, ``cosine``,
+    the name of its scores (``supported_metrics[0]``: ``"bm25"``) or ``None``, or a vector metric (``ip``, ``cosine``,
     ``l2``), which a pipeline passes for its corpus vectors: recorded as
     :attr:`rescore_metric`, the metric the rerank stage re-scores with.
     Subclasses implement ``_index(texts)``, ``_search_parts(texts, k, plan)``
@@ -67,15 +67,16 @@ class LexicalIndex(BaseIndex):
     filter_strategies: ClassVar[tuple[str, ...]] = ("pre",)
 
     def __init__(
-        self, dim: int | None = None, metric: str | None = "bm25", **build_params: Any
+        self, dim: int | None = None, metric: str | None = None, **build_params: Any
     ) -> None:
         owner = f"index {self.name!r}"
         if dim is not None:
             int_param(owner, "dim", dim)  # checked, then unused: this index reads texts
-        metric = check_metric(owner, "bm25" if metric is None else metric, ("bm25", *METRICS))
+        scores = self.supported_metrics[0]
+        metric = check_metric(owner, scores if metric is None else metric, (scores, *METRICS))
         #: The vector metric the rerank stage re-scores candidates with, or None.
-        self.rescore_metric: str | None = None if metric == "bm25" else metric
-        self._init_common(None, "bm25", build_params)
+        self.rescore_metric: str | None = None if metric == scores else metric
+        self._init_common(None, scores, build_params)
         self._local = threading.local()
         self._texts: list[str] | None = None
         # positions <-> ids (identity until a subclass with writes adds or deletes)
@@ -117,7 +118,7 @@ class LexicalIndex(BaseIndex):
         if words == 0:
             raise InputError(
                 f"index {self.name!r}: none of the {len(texts)} corpus texts has a word to "
-                f"index (empty, or only stop words with stopwords={self.build_params.get('stopwords')!r})"
+                f"index (empty, or only stop words of {self._stop_words()})"
             )
         self._texts = texts
         self._n = len(texts)
@@ -125,8 +126,12 @@ class LexicalIndex(BaseIndex):
         self._written = False
 
     def _index(self, texts: list[str]) -> int:
-        """Index ``texts``; returns the number of distinct indexed words."""
+        """Index ``texts``; returns how many words (or texts with a word) it indexed."""
         raise NotImplementedError
+
+    def _stop_words(self) -> str:
+        """Which stop words the analysis removes, for messages."""
+        return f"stopwords={self.build_params['stopwords']!r}"
 
     def search(self, queries: Any, k: int, **params: Any) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best texts per query text by the engine's BM25, best first.
