@@ -133,3 +133,33 @@ def test_a_0_1_integer_array_one_per_id_is_refused_as_ambiguous(name: str) -> No
     # Ids that happen to be only 0s and 1s, fewer than one per id, are still ids.
     ids, _ = idx.search(x[:1], 5, filter=np.array([0, 1, 1]), strategy="pre")
     assert set(ids[ids >= 0].tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize("backend", ["flat", "hnsw", "lancedb"])
+def test_a_sweep_point_answers_a_filter_matching_no_row_empty(backend: str) -> None:
+    """A sweep point searched every filter as given: one allowing no row raised an
+    InputError ('the allow-list is empty') and ended the sweep. Now it is answered as a run
+    answers it: not searched, empty, recall 1.00 (nothing to find), named in empty_rows."""
+    from ragbench.attributes import QueryFilters
+    from ragbench.sweeps import FilterCase, SweepData, measure
+
+    ds = datasets.load("synthetic", n=600, dim=8, n_queries=6, seed=4)
+    data = SweepData.from_dataset(
+        ds, k=5, n_queries=6, filter_selectivities=[0.2], filter_table={"attribute": "tenant"}
+    )
+    case = data.filter_cases[0]
+    masks, specs, truth = case.filters.masks.copy(), list(case.filters.specs), case.truth.copy()
+    masks[2], specs[2], truth[2] = False, {"tenant": []}, -1  # query 2's filter allows nothing
+    filters = QueryFilters(masks, specs, masks.mean(axis=1), case.filters.requested)
+    index = rb.indexes.create(backend, dim=8, metric=data.metric)
+    index.build(data.vectors)
+    try:
+        for strategy in ("pre", "post"):
+            point = measure(
+                index, data, 5, {}, case=FilterCase(0.2, filters, truth), strategy=strategy
+            )
+            assert point["recall_per_query"][2] == 1.0
+            assert point["filter"]["empty_rows"] == [2]
+            assert point["filter_violations"] == 0 and point["queries"] == 6
+    finally:
+        getattr(index, "close", lambda: None)()

@@ -40,6 +40,29 @@ class _Query:
         self.where = where  # the filter as a spec, for an index that takes ``where=``
 
 
+_NO_IDS = np.empty(0, np.int64)
+
+
+def _answer_empty(q: _Query) -> None:
+    """A query whose filter allows no row: not searched, its answer empty (as in a run)."""
+    q.ids = q.rescored = _NO_IDS
+
+
+def _per_query_steps(
+    steps: list[Callable[[_Query], None]], masks: np.ndarray | None
+) -> list[list[Callable[[_Query], None]]]:
+    """Each query's steps: ``steps``, or no search at all for a filter that allows no row.
+
+    The search with such a filter raised (an empty allow-list), ending the whole sweep; a
+    run answers it empty, its exact truth is empty too (recall 1.00, nothing to find), and
+    ``filter.empty_rows`` names it. Chosen before the clock, so other queries time as before.
+    """
+    if masks is None:
+        return [steps]
+    empty: list[Callable[[_Query], None]] = [_answer_empty] * len(steps)
+    return [steps if row.any() else empty for row in masks]
+
+
 def _steps(
     index: Any,
     kk: int,
@@ -246,6 +269,7 @@ def _time_queries(
     cpu = np.zeros(repeat * nq, dtype=np.int64)
     server = None if clock is None else np.zeros(repeat * nq, dtype=np.int64)
     batch_threads = threads.get_threads()
+    per_query = _per_query_steps(steps, masks)
     threads.set_threads(1)
     try:
         for r in range(positive_int("sweep", "repeat", repeat)):
@@ -253,9 +277,10 @@ def _time_queries(
                 allowed = None if masks is None else masks[i]
                 where = None if specs is None else specs[i]
                 q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed, where)
+                mine = per_query[i if masks is not None else 0]
                 s0 = clock() if clock is not None else None
                 c0 = thread_time_ns()
-                run_stages(steps, q, row)
+                run_stages(mine, q, row)
                 cpu[r * nq + i] = thread_time_ns() - c0
                 if server is not None and s0 is not None:
                     server[r * nq + i] = (clock() or s0) - s0  # type: ignore[misc]
@@ -284,13 +309,14 @@ def _warm_up(
     """
     Q = data.queries
     batch_threads = threads.get_threads()
+    per_query = _per_query_steps(steps, masks)
     threads.set_threads(1)
     try:
         for i in range(min(WARMUP_QUERIES, len(Q))):
             allowed = None if masks is None else masks[i]
             where = None if specs is None else specs[i]
             q = _Query([data.query_texts[i]] if texts else Q[i : i + 1], Q[i], allowed, where)
-            for step in steps:
+            for step in per_query[i if masks is not None else 0]:
                 step(q)
     finally:
         threads.set_threads(batch_threads)
@@ -322,11 +348,18 @@ def _batch_seconds(
     """
     reranker = reranker if len(steps) > 1 else None
     texts = index.input_kind == "texts"
-    extra: dict[str, Any] = {} if masks is None else {"filter": masks}
+    rows = np.arange(len(data.queries))
+    if masks is not None:  # a filter allowing no row is answered empty, unsearched (above)
+        rows = np.flatnonzero(masks.any(axis=1))
+        if rows.size == 0:
+            return 0.0
+    extra: dict[str, Any] = {} if masks is None else {"filter": masks[rows]}
     if specs is not None:
-        extra["where"] = specs
+        extra["where"] = [specs[i] for i in rows]
+    queries = data.queries[rows]
+    asked = [data.query_texts[i] for i in rows] if texts else queries
     t0 = perf_counter_ns()
-    ids, _ = index.search(data.query_texts if texts else data.queries, kk, **params, **extra)
+    ids, _ = index.search(asked, kk, **params, **extra)
     if reranker is not None:
-        reranker.rerank_batch(data.queries, ids, data.vectors, k)
+        reranker.rerank_batch(queries, ids, data.vectors, k)
     return (perf_counter_ns() - t0) / 1e9
