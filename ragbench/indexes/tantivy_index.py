@@ -186,9 +186,11 @@ class TantivyIndex(LexicalIndex):
             hits = [] if query is None else searcher.search(query, k, count=False).hits
             t2 = _perf()
             if hits:
+                # fromiter with a count: the cheapest way from Python numbers to an array
                 n = len(hits)
-                scores[row, :n] = [h[0] for h in hits]
-                ids[row, :n] = searcher.fast_field_values("pos", [h[1] for h in hits])
+                scores[row, :n] = np.fromiter([h[0] for h in hits], F32, n)
+                rows = searcher.fast_field_values("pos", [h[1] for h in hits])
+                ids[row, :n] = np.fromiter(rows, I64, n)
             t3 = _perf()
             t_tok, t_score, t_decode = t_tok + t1 - t0, t_score + t2 - t1, t_decode + t3 - t2
         self._keep_parts(0, t_tok, t_tok + t_score, t_tok + t_score + t_decode)
