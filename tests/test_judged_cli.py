@@ -289,3 +289,25 @@ def test_rebuilds_merge_judged_answers_over_builds(
         # compare pools both builds' requests; a sweep point keeps one value per query
         per = judged["per_query"]["ndcg_at_10"]
         assert len(per) == (20 if command == "compare" else 10)
+
+
+def test_choosing_a_beir_split(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = _beir(tmp_path / "splits", "query-id\tcorpus-id\tscore\nq0\td1\t1\n")
+    (folder / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq2\td5\t2\n")
+    assert rb.datasets.load(folder).qrels == {"q0": {"d1": 1}}  # test.tsv first
+    assert rb.datasets.load(folder, qrels="dev").qrels == {"q2": {"d5": 2}}
+    (folder / "qrels" / "test.tsv").unlink()
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq3\td5\t1\n")
+    with pytest.raises(rb.errors.DatasetError, match=r"several qrels files \(dev.tsv, train.tsv\)"):
+        rb.datasets.load(folder)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        f'[dataset]\npath = "{folder}"\n[embed]\nbackend = "hashing"\n[retrieve]\n'
+        'backend = "flat"\n[rerank]\nbackend = "numpy"\n[run]\nqueries = 4\nwarmup = 0\n'
+    )
+    out = tmp_path / "run.jsonl"
+    code, _, err = cli(
+        capsys, "run", "-c", str(cfg), "--set", "dataset.qrels=train", "--out", str(out)
+    )
+    assert code == 0, err
+    assert read_records(out)[0]["judged"]["qrels"].endswith("train.tsv")
