@@ -15,9 +15,10 @@ Installing ragbench makes these fixtures available in any pytest session::
   session and, when its build took 10 s or more, on disk across sessions
   (ragbench's built-index cache, as ``ragbench compare`` and ``sweep`` use it;
   ``cache=False`` or ``pytest --rb-no-index-cache`` builds anyway);
-- ``rb_pipeline(config)``: a set-up :class:`ragbench.Pipeline`, closed (its
-  servers stopped) at teardown;
-- ``rb_bench(config, requests=200, warmup=20)`` (with pytest-benchmark): times
+- ``rb_pipeline(config, embed_runtime=None)``: a set-up :class:`ragbench.Pipeline`, closed (its
+  servers stopped) at teardown; ``embed_runtime="onnx-int8"`` (``torch``, ``onnx``,
+  ``openvino``) runs the MiniLM query embedder on that runtime;
+- ``rb_bench(config, requests=200, warmup=20, embed_runtime=None)`` (with pytest-benchmark): times
   whole requests of a pipeline with the ``benchmark`` fixture and puts
   ragbench's per-stage figures -- p50/p99 per stage, recall, and the raw
   per-stage samples ``ragbench diff`` reads -- into ``benchmark.extra_info["ragbench"]``;
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from .datasets import Dataset
     from .pipeline import Pipeline
 
-__all__ = ["sample_result", "stage_info"]
+__all__ = ["sample_result", "stage_info", "with_embed_runtime"]
 
 _WORDS = [
     "index",
@@ -197,8 +198,8 @@ def rb_pipeline() -> Iterator[Callable[[Mapping[str, Any]], Pipeline]]:
 
     made: list[Pipeline] = []
 
-    def make(config: Mapping[str, Any]) -> Pipeline:
-        pipe = Pipeline.from_config(config)
+    def make(config: Mapping[str, Any], *, embed_runtime: str | None = None) -> Pipeline:
+        pipe = Pipeline.from_config(with_embed_runtime(config, embed_runtime))
         made.append(pipe)
         pipe.setup()
         return pipe
@@ -206,6 +207,15 @@ def rb_pipeline() -> Iterator[Callable[[Mapping[str, Any]], Pipeline]]:
     yield make
     for pipe in made:
         pipe.close()
+
+
+def with_embed_runtime(config: Mapping[str, Any], runtime: str | None) -> dict[str, Any]:
+    """``config`` with the MiniLM embedder on ``runtime`` (``[embed] backend = "minilm"``,
+    ``runtime = ...``); unchanged when ``runtime`` is ``None``."""
+    out = dict(config)
+    if runtime is not None:
+        out["embed"] = {**(out.get("embed") or {}), "backend": "minilm", "runtime": runtime}
+    return out
 
 
 def stage_info(report: Any) -> dict[str, Any]:
@@ -217,6 +227,9 @@ def stage_info(report: Any) -> dict[str, Any]:
         "p99_us": {n: report.stage(n).p99_ns / 1e3 for n in report.stage_names},
         "total_p50_us": report.total().p50_ns / 1e3,
         "recall_at_k": report.mean_recall,
+        # the embedder's runtime, sessions, ... and its tokenize/forward/pool split when it has one
+        "embedder": (report.info or {}).get("embedder_info"),
+        "embed_parts": (report.info or {}).get("embed_parts"),
         "samples_ns": {
             "total": report.totals_ns.tolist(),
             **{n: report.samples_ns[:, j].tolist() for j, n in enumerate(report.stage_names)},
@@ -235,8 +248,14 @@ def rb_bench(
     pytest-benchmark ran: one with ``--benchmark-disable``).
     """
 
-    def run(config: Mapping[str, Any], *, requests: int = 200, warmup: int = 20) -> Any:
-        pipe = rb_pipeline(config)
+    def run(
+        config: Mapping[str, Any],
+        *,
+        requests: int = 200,
+        warmup: int = 20,
+        embed_runtime: str | None = None,
+    ) -> Any:
+        pipe = rb_pipeline(config, embed_runtime=embed_runtime)
         pipe.begin()
         pipe.start_repetition(warmup)
         counter = iter(range(10**12))

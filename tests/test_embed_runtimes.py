@@ -156,7 +156,39 @@ def test_unknown_runtime_lists_the_known_ones() -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
-    assert "'tensorrt'" in lines[0] and "torch, onnx, onnx-int8, openvino" in lines[0]
+    assert "'tensorrt'" in lines[0] and "torch, torch-bf16, onnx, onnx-int8, openvino" in lines[0]
+
+
+def test_bf16_is_close_and_names_the_cpus_bf16_instructions(
+    passages: list[str], reference: np.ndarray
+) -> None:
+    """torch on a bfloat16 copy of the weights: not fp32, so a floor, not 0.999 (the bench
+    records the measured cosines); the record says which bf16 instructions ran it."""
+    pytest.importorskip("torch")
+    from ragbench.embedders import _runtimes
+
+    if _runtimes.bf16_kernels() in ("none", "unknown"):
+        pytest.skip("this CPU has no bfloat16 instructions: the refusal is tested below")
+    emb = MiniLMEmbedder(runtime="torch-bf16", threads=1)
+    got = np.vstack([emb.embed([t]) for t in passages[:50]])
+    cos = (got * reference[:50]).sum(axis=1)
+    assert cos.min() >= 0.99 and cos.mean() < 1.0 - 1e-7  # close, and not the fp32 vectors
+    assert emb.describe()["bf16_kernels"] in _runtimes.BF16_FLAGS
+
+
+def test_bf16_is_refused_on_a_cpu_without_bf16_instructions() -> None:
+    code = (
+        "import ragbench.embedders._runtimes as r; r.cpu_flags = lambda: {'avx2', 'fma'}\n"
+        "from ragbench.cli import main\n"
+        "import sys; sys.argv = ['ragbench', 'run', '-c', 'default', '--set',"
+        " 'embed.runtime=torch-bf16', '--queries', '2']\n"
+        "sys.exit(main())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "'torch-bf16' needs a CPU with bfloat16 instructions" in line
+    assert "amx_bf16 or avx512_bf16" in line
 
 
 @pytest.mark.parametrize(
@@ -275,5 +307,8 @@ def test_an_unknown_runtime_in_the_axis_is_refused_before_set_up(folder: Path) -
         "--embed-runtime", "torch,tensorrt", "--index", "flat", "--queries", "2",
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
-    assert "'tensorrt'" in proc.stderr and "torch, onnx, onnx-int8, openvino" in proc.stderr
+    assert (
+        "'tensorrt'" in proc.stderr
+        and "torch, torch-bf16, onnx, onnx-int8, openvino" in proc.stderr
+    )
     assert "Traceback" not in proc.stderr

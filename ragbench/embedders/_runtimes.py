@@ -20,9 +20,14 @@ from typing import Any
 import numpy as np
 
 from .. import onnx_graphs
-from ..errors import MissingDependencyError
+from ..errors import ConfigError, MissingDependencyError
 
-RUNTIMES = ("torch", "onnx", "onnx-int8", "openvino")
+RUNTIMES = ("torch", "torch-bf16", "onnx", "onnx-int8", "openvino")
+#: CPU flags with native bfloat16 matrix instructions; without one torch emulates bf16
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+#: ONNX Runtime sessions made per embedder, at most: one per calling thread (and thread
+#: count) up to this; further threads (a web server's pool) share the first ones.
+MAX_SESSIONS = 8
 #: The graph's inputs, in the order the export traces them.
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 #: runtime -> the modules it needs, each with the ragbench extra that installs it
@@ -37,11 +42,19 @@ Forward = Callable[[np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 
 
 def require(runtime: str) -> None:
-    """:class:`MissingDependencyError` naming the extra if ``runtime``'s package is not installed.
+    """:class:`MissingDependencyError` naming the extra if ``runtime``'s package is not installed;
+    :class:`ConfigError` for ``torch-bf16`` on a CPU without bfloat16 instructions.
 
     Looks the package up without importing it, so a config fails before any set-up.
     """
     import importlib.util
+
+    if runtime == "torch-bf16" and bf16_kernels() in ("none", "unknown"):
+        raise ConfigError(
+            "embedder 'minilm': runtime 'torch-bf16' needs a CPU with bfloat16 instructions "
+            f"({' or '.join(BF16_FLAGS)} in /proc/cpuinfo); this one has none, and torch "
+            "would emulate bf16 more slowly than it runs fp32"
+        )
 
     for module, extra in _NEEDS.get(runtime, ()):
         try:
@@ -52,25 +65,40 @@ def require(runtime: str) -> None:
             raise MissingDependencyError(module, extra)
 
 
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (``None`` where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    flags: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+            break
+    return flags
+
+
 def int8_kernels() -> str:
     """Which int8 dot-product instructions this CPU has: ``"avx512_vnni"``, ``"avx_vnni"`` or ``"none"``.
 
     Read from ``/proc/cpuinfo`` flags (``"unknown"`` where there is none):
     without VNNI, ONNX Runtime's int8 matmuls use slower AVX2/AVX-512 sequences.
     """
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    return _first_flag(("avx512_vnni", "avx_vnni"))
+
+
+def bf16_kernels() -> str:
+    """Which bfloat16 matrix instructions this CPU has: ``"amx_bf16"``, ``"avx512_bf16"``,
+    ``"none"`` or ``"unknown"`` (no ``/proc/cpuinfo``)."""
+    return _first_flag(BF16_FLAGS)
+
+
+def _first_flag(names: tuple[str, ...]) -> str:
+    flags = cpu_flags()
+    if flags is None:
         return "unknown"
-    flags: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-            break
-    for name in ("avx512_vnni", "avx_vnni"):
-        if name in flags:
-            return name
-    return "none"
+    return next((name for name in names if name in flags), "none")
 
 
 def make_forward(runtime: str, torch: Any, bert: Any, info: dict[str, Any]) -> Forward:
@@ -81,6 +109,10 @@ def make_forward(runtime: str, torch: Any, bert: Any, info: dict[str, Any]) -> F
     """
     if runtime == "torch":
         return _torch_forward(torch, bert)
+    if runtime == "torch-bf16":  # a copy: the fp32 model stays sentence-transformers' own
+        import copy
+
+        return _torch_forward(torch, copy.deepcopy(bert).to(torch.bfloat16))
     path, exported = _graph(torch, bert, "onnx-int8" if runtime == "onnx-int8" else "onnx")
     info.update(onnx_file=str(path), exported=exported)
     if runtime == "openvino":
@@ -131,7 +163,7 @@ def _torch_forward(torch: Any, bert: Any) -> Forward:
                 attention_mask=torch.from_numpy(mask),
                 token_type_ids=torch.from_numpy(types),
             ).last_hidden_state
-        return np.asarray(out.numpy(), dtype=np.float32)
+        return np.asarray(out.float().numpy(), dtype=np.float32)  # bf16 states widened
 
     return forward
 
@@ -153,21 +185,55 @@ class _PerThreadCount:
                 self._made[n_threads] = self._make(n_threads)
             return self._made[n_threads]
 
+    def offer(self, n_threads: int, made: Any) -> None:
+        """Keep ``made`` for ``n_threads`` unless one is kept already."""
+        with self._lock:
+            self._made.setdefault(n_threads, made)
+
 
 class _OrtForward:
-    """ONNX Runtime: a CPU session per thread count, no spinning, sequential execution."""
+    """ONNX Runtime: a CPU session per calling thread and thread count (a load test's worker
+    threads each run their own, as its worker processes do), no spinning, sequential."""
 
     def __init__(self, path: Path) -> None:
-        self._sessions = _PerThreadCount(
-            lambda n: onnx_graphs.ort_session(path, n, "embedder 'minilm'", INPUTS)
-        )
-        self._sessions.get(1)  # the request path's session: made at set-up
+        self._path = path
+        self._local = threading.local()
+        self._count = 0
+        self._lock = threading.Lock()
+        self._shared = _PerThreadCount(self._make)
+        self._session(1)  # the set-up thread's request-path session: made at set-up
+
+    def _make(self, n_threads: int) -> Any:
+        return onnx_graphs.ort_session(self._path, n_threads, "embedder 'minilm'", INPUTS)
+
+    @property
+    def sessions(self) -> int:
+        """How many sessions were made (one per calling thread and thread count)."""
+        return self._count
+
+    def _session(self, n_threads: int) -> Any:
+        mine: dict[int, Any] | None = getattr(self._local, "by_count", None)
+        if mine is None:
+            mine = self._local.by_count = {}
+        found = mine.get(n_threads)
+        if found is not None:
+            return found
+        with self._lock:
+            shared = self._count >= MAX_SESSIONS
+            self._count += 0 if shared else 1
+        if shared:  # a server's pool of many threads: share the set-up thread's sessions
+            found = self._shared.get(n_threads)
+        else:
+            found = self._make(n_threads)
+            self._shared.offer(n_threads, found)
+        mine[n_threads] = found
+        return found
 
     def __call__(
         self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray, n_threads: int
     ) -> np.ndarray:
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        out: np.ndarray = self._sessions.get(n_threads).run(None, feed)[0]
+        out: np.ndarray = self._session(n_threads).run(None, feed)[0]
         return out
 
 

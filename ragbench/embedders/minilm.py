@@ -8,7 +8,7 @@ library's own loading bar would interleave with ragbench's output). The model lo
 :meth:`embed`; :meth:`load` returns how long that took (with any ONNX export)
 so callers report it apart from request latency.
 
-Every runtime (``torch``, ``onnx``, ``onnx-int8``, ``openvino``, see
+Every runtime (``torch``, ``torch-bf16``, ``onnx``, ``onnx-int8``, ``openvino``, see
 :mod:`ragbench.embedders._runtimes`) runs the same three parts, timed apart
 for the request path (:meth:`MiniLMEmbedder.last_parts`): ``tokenize`` (the
 fast WordPiece tokenizer of the package's ``tokenizer.json``, truncating at
@@ -35,7 +35,7 @@ from .. import threads as rb_threads
 from .._registry import check_params
 from ..errors import ConfigError, InputError, MissingDependencyError
 from ..validate import positive_int
-from ._runtimes import RUNTIMES, Forward, int8_kernels, make_forward, require
+from ._runtimes import RUNTIMES, Forward, bf16_kernels, int8_kernels, make_forward, require
 
 __all__ = ["PARTS", "RUNTIMES", "MiniLMEmbedder", "package_version", "pool"]
 
@@ -74,7 +74,8 @@ def pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 class MiniLMEmbedder:
     """Sentence embeddings from all-MiniLM-L6-v2: float32 ``(n, 384)``, unit norm.
 
-    ``runtime``: ``"torch"`` (eager, the default), ``"onnx"`` (ONNX Runtime,
+    ``runtime``: ``"torch"`` (eager, the default), ``"torch-bf16"`` (eager on a
+    bfloat16 copy of the weights, where the CPU has bf16 instructions), ``"onnx"`` (ONNX Runtime,
     the graph exported once and cached), ``"onnx-int8"`` (the same graph with
     int8 weights, ``quantize_dynamic``) or ``"openvino"`` (the ONNX graph
     compiled by OpenVINO for the CPU, latency hint, fp32). Every runtime
@@ -134,7 +135,7 @@ class MiniLMEmbedder:
             threads = positive_int(owner, "threads", threads, hi=rb_threads.MAX_THREADS)
         if runtime not in RUNTIMES:
             raise ConfigError(f"{owner}: unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
-        if runtime != "torch" and device != "cpu":
+        if runtime not in ("torch", "torch-bf16") and device != "cpu":
             raise ConfigError(f"{owner}: runtime {runtime!r} runs on the CPU; device must be 'cpu'")
         if not isinstance(query_only, bool):
             raise ConfigError(f"{owner}: query_only must be true or false, got {query_only!r}")
@@ -187,6 +188,11 @@ class MiniLMEmbedder:
         }
         if self.runtime == "onnx-int8":
             out["int8_kernels"] = int8_kernels()
+        if self.runtime == "torch-bf16":
+            out["bf16_kernels"] = bf16_kernels()
+        sessions = getattr(self._forward, "sessions", None)  # ONNX Runtime's, per thread
+        if sessions is not None:
+            out["sessions"] = sessions
         return out
 
     @property
@@ -276,7 +282,7 @@ class MiniLMEmbedder:
         """
         torch = self._torch
         n = self.call_threads(n_texts)
-        if torch is None or self.runtime != "torch":
+        if torch is None or not self.runtime.startswith("torch"):
             try:
                 yield n
             finally:
