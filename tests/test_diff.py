@@ -607,6 +607,8 @@ def test_paired_diff_catches_a_slowdown_the_drift_between_pairs_hides(
         assert r["ratio_low"] < 1.2 < r["ratio_high"] and r["ratio"] == pytest.approx(1.2, rel=0.02)
     assert f"geometric mean of the ratios of {len(PAIR_DRIFT)} pairs of runs" in stdout
     assert "single run" not in stdout
+    code, report, err = cli(capsys, "report", str(out))  # the saved diff says it was paired
+    assert code == 0 and f"; paired: {len(PAIR_DRIFT)} pairs" in report, err
 
 
 @pytest.mark.parametrize("layout", ["records", "repetitions"])

@@ -38,6 +38,9 @@ def diff_records_table(
             f"saved diff — {stat}, threshold {need(threshold, 'threshold'):.0%}: "
             f"A = {a_file}, B = {b_file}" + (f" ({when})" if when else "")
         )
+        pairs = sorted({d.pairs for d in rows if d.pairs})
+        if pairs:  # diff --paired: B / A from the pairs' ratios (a paired t interval)
+            title += f"; paired: {'–'.join(map(str, dict.fromkeys(pairs[:1] + pairs[-1:])))} pairs"
         cols = [("configuration", "left"), ("part", "left")]
         cols += [(f"A {stat} µs", "right"), (f"B {stat} µs", "right"), ("B / A", "right")]
         cols += [("95 % interval", "right"), ("verdict", "left")]
