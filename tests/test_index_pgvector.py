@@ -1104,6 +1104,91 @@ def test_kill_9_during_initdb_leaves_no_folder_no_process_no_segment(folder_tmp:
     assert not segments(creators), "a shared-memory segment outlived initdb"
 
 
+def _boot_backends(marker: str) -> list[psutil.Process]:
+    """initdb's bootstrap backends (``postgres --boot``) for a folder under ``marker``."""
+    found = []
+    for proc in _our_initdb(marker):
+        with contextlib.suppress(psutil.Error):
+            found += [p for p in proc.children(recursive=True) if "--boot" in p.cmdline()]
+    return found
+
+
+def _shared_memory(procs: list[psutil.Process]) -> set[str]:
+    """The dynamic shared memory ``procs`` have mapped: POSIX segments or the data folder's."""
+    out: set[str] = set()
+    for proc in procs:
+        with contextlib.suppress(OSError, psutil.Error):
+            for line in Path(f"/proc/{proc.pid}/maps").read_text().splitlines():
+                path = line.split(maxsplit=5)[-1]
+                if path.startswith("/dev/shm/PostgreSQL.") or "/pg_dynshmem/" in path:
+                    out.add(path.removesuffix(" (deleted)"))
+    return out
+
+
+def test_kill_9_in_initdb_bootstrap_leaves_no_posix_segment(folder_tmp: str) -> None:
+    """initdb's bootstrap backends took POSIX segments (/dev/shm/PostgreSQL.N, initdb's
+    default): a kill -9 during initdb left one or more there each time (3 of 3; 31 had
+    piled up on the dev machine). They use the data folder's files now, removed with it."""
+    code = """
+        import numpy as np, ragbench as rb
+        idx = rb.indexes.create("pgvector", dim=8)
+        idx.build(np.random.default_rng(0).random((300, 8), dtype=np.float32))
+    """
+    child = _run_child(code, folder_tmp)
+    mapped: set[str] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not mapped:
+            assert child.poll() is None, child.communicate()
+            mapped = _shared_memory(_boot_backends(folder_tmp))
+            time.sleep(0.005)
+        assert mapped, "no bootstrap backend with shared memory seen"
+        child.kill()
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+    assert _gone(folder_tmp), os.listdir(folder_tmp)
+    left = sorted(path for path in mapped if os.path.exists(path))
+    assert not left, f"shared memory outlived initdb: {left}"
+
+
+def test_a_full_disk_in_initdb_is_named_and_leaves_nothing(tmp_path: Path) -> None:
+    """TMPDIR on an 8 MB tmpfs: initdb's "No space left on device" was inside a line of its
+    whole output; it is now said first, with the folder and what initdb needs."""
+    mount = tempfile.mkdtemp(prefix="rb-pgfull-", dir="/tmp")
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0711", "tmpfs", mount],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        os.rmdir(mount)
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
+    try:
+        cfg = _cfg(tmp_path, '[retrieve]\nbackend = "pgvector"\n')
+        env = dict(os.environ, TMPDIR=mount, PYTHONPATH=str(ROOT))
+        env["RAGBENCH_CACHE_DIR"] = str(tmp_path / "cache")
+        proc = subprocess.run(
+            [sys.executable, "-m", "ragbench", "run", "-c", str(cfg)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        (line,) = [x for x in proc.stderr.splitlines() if x.startswith("ragbench: error:")]
+        assert line.startswith(
+            f"ragbench: error: index 'pgvector': initdb failed (1): no space left on device "
+            f"in {mount} (the embedded server's folder is made in the temporary directory"
+        ), line
+        assert _gone(mount), os.listdir(mount)
+    finally:
+        subprocess.run(["umount", mount], check=False)
+        os.rmdir(mount)
+
+
 def _database(name: str, *, vector: bool) -> str:
     """A fresh database on the shared server (the pgvector extension in it or not); its dsn."""
     with psycopg.connect(pgshared.dsn(), autocommit=True) as conn:

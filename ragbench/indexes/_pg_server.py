@@ -38,6 +38,8 @@ from ..process import ChildProcess
 PG_USER = "ragbench-pg"
 _KEEPER = str(Path(__file__).with_name("_pg_keeper.py"))
 _PORT = 5432  # only names the socket file: the folder is ours alone
+#: MB a fresh data folder takes after initdb (du -sm, PostgreSQL 17 here), for a full disk's message
+_INITDB_MB = 40
 
 
 def pg_install() -> Path:
@@ -89,8 +91,12 @@ def server_user(euid: int | None = None) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-def _failure(line: str, log: str) -> str:
-    """The message of a keeper's ``failed <what> <code> <JSON tail>`` line."""
+def _failure(line: str, log: str, folder: str = "") -> str:
+    """The message of a keeper's ``failed <what> <code> <JSON tail>`` line.
+
+    A full disk is said first, with where the server's folder was made (the
+    output's "No space left on device" sat inside 1 000 characters of it).
+    """
     import json
 
     parts = line.split(" ", 3)
@@ -102,8 +108,22 @@ def _failure(line: str, log: str) -> str:
             tail = parts[3]
         tail = tail or log
         verb = "initdb failed" if what == "initdb" else "PostgreSQL did not start"
-        return f"index 'pgvector': {verb} ({code}); its output ends with:\n{tail}"
-    return f"index 'pgvector': PostgreSQL did not start ({line}); its log ends with:\n{log}"
+        return f"index 'pgvector': {verb} ({code}){_no_space(tail, folder)}; its output ends with:\n{tail}"
+    return (
+        f"index 'pgvector': PostgreSQL did not start ({line}){_no_space(log, folder)}; "
+        f"its log ends with:\n{log}"
+    )
+
+
+def _no_space(output: str, folder: str) -> str:
+    """``": no space left on device in <dir> (...)"`` when ``output`` says so, else ``""``."""
+    if "No space left on device" not in output:
+        return ""
+    where = os.path.dirname(folder) or tempfile.gettempdir()
+    return (
+        f": no space left on device in {where} (the embedded server's folder is made in the "
+        f"temporary directory, TMPDIR; initdb alone writes about {_INITDB_MB} MB)"
+    )
 
 
 class EmbeddedServer:
@@ -137,9 +157,13 @@ class EmbeddedServer:
         The keeper exists before ``initdb`` starts, so ragbench killed at any
         point leaves no server folder behind.
         """
+        # initdb's bootstrap backends take their dynamic shared memory as the server
+        # does, from files in the data folder (removed with it): with initdb's default,
+        # POSIX segments in /dev/shm, a kill -9 during initdb left one there each time
         initdb = [
             str(root / "bin" / "initdb"), "-D", self.data, "-U", "postgres",
             "--auth=trust", "--encoding=UTF8", "--no-sync", "--no-instructions",
+            "-c", "dynamic_shared_memory_type=mmap",
         ]  # fmt: skip
         argv = [
             str(root / "bin" / "postgres"), "-D", self.data, "-k", self.folder,
@@ -162,7 +186,7 @@ class EmbeddedServer:
         )
         line = self._child.wait_ready(90.0)
         if not line.startswith("ready"):
-            raise IndexServerError(_failure(line, self.log_tail()))
+            raise IndexServerError(_failure(line, self.log_tail(), self.folder))
         _, pid, initdb_seconds = line.split()
         self.pid = int(pid)
         self.initdb_seconds = float(initdb_seconds)
