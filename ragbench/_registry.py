@@ -90,6 +90,8 @@ BUILTIN_INDEXES: dict[str, Builtin] = {
     "tantivy": _line("ragbench.indexes.tantivy_index:TantivyIndex", "TantivyBuild", "NoParams"),
     # PostgreSQL full-text search (tsvector, GIN, ts_rank_cd) on the server pgvector starts
     "pg-fts": _line("ragbench.indexes.pgfts_index:PgFtsIndex", "PgFtsBuild", "NoParams"),
+    # a dense and a lexical index, fused by rank (ragbench.fusion); vectors and texts in
+    "hybrid": _line("ragbench.indexes.hybrid_index:HybridIndex", "HybridBuild", "NoParams"),
 }
 
 

@@ -184,6 +184,23 @@ class PgFtsBuild(Params, frozen=True):
     build_timeout: Annotated[float, Meta(gt=0), _d(3600.0)] | UnsetType = UNSET
 
 
+class HybridBuild(Params, frozen=True):
+    """Build parameters of ``hybrid``: its two sides (``dense``, ``lexical`` and their own
+    tables), the fusion (``rrf`` with ``k_rrf``, or ``weighted`` with ``alpha``), the candidates
+    per side (0: k) and whether the two searches run on two threads (``concurrent``)."""
+
+    dense: Annotated[str, _d("flat")] | UnsetType = UNSET
+    lexical: Annotated[str, _d("bm25")] | UnsetType = UNSET
+    fusion: Annotated[Literal["rrf", "weighted"], _d("rrf")] | UnsetType = UNSET
+    k_rrf: Annotated[float, Meta(ge=0), _d(60.0)] | UnsetType = UNSET
+    alpha: Annotated[float, Meta(ge=0, le=1), _d(0.5)] | UnsetType = UNSET
+    candidates: Annotated[int, Meta(ge=0), _d(0)] | UnsetType = UNSET
+    concurrent: Annotated[bool, _d(False)] | UnsetType = UNSET
+    dense_build: Annotated[dict[str, Any], _d({})] | UnsetType = UNSET
+    lexical_build: Annotated[dict[str, Any], _d({})] | UnsetType = UNSET
+    dense_search: Annotated[dict[str, Any], _d({})] | UnsetType = UNSET
+
+
 class LanceDbBuild(Params, frozen=True):
     """Build parameters of ``lancedb`` (``index_type`` flat: no ANN index, exact scan)."""
 

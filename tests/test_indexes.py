@@ -24,6 +24,7 @@ from ragbench.errors import (
     NonFiniteError,
     NotBuiltError,
 )
+from ragbench.indexes.hybrid_index import Pair
 from ragbench.indexes.persist import read_index_file, write_index_file
 
 N, DIM, NQ = 2000, 32, 50
@@ -34,6 +35,12 @@ TEXT_BACKENDS = {
     n
     for n in rb.indexes.names()
     if index_contract.installed(n) and index_contract.probe(n).input_kind == "texts"
+}
+# indexes of vectors and texts together (hybrid: a Pair of both in, see data_for)
+BOTH_BACKENDS = {
+    n
+    for n in rb.indexes.names()
+    if index_contract.installed(n) and index_contract.probe(n).input_kind == "both"
 }
 # ragbench.indexes.compressed (binary codes: ip and cosine only, like lsh)
 COMPRESSED = [
@@ -112,10 +119,14 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
 
 
 def data_for(name: str):
+    if name in BOTH_BACKENDS:
+        return Pair(VECTORS[: len(TEXTS)], TEXTS)
     return TEXTS if name in TEXT_BACKENDS else VECTORS
 
 
 def queries_for(name: str):
+    if name in BOTH_BACKENDS:
+        return Pair(QUERIES[: len(TEXT_QUERIES)], TEXT_QUERIES)
     return TEXT_QUERIES if name in TEXT_BACKENDS else QUERIES
 
 
@@ -147,7 +158,8 @@ def test_protocol_and_attributes(built, name) -> None:
     index = built[name]
     assert isinstance(index, rb.indexes.Index)
     assert index.name == name
-    assert index.input_kind == ("texts" if name in TEXT_BACKENDS else "vectors")
+    kind = "both" if name in BOTH_BACKENDS else "texts" if name in TEXT_BACKENDS else "vectors"
+    assert index.input_kind == kind
     assert index.ntotal == len(data_for(name))
     assert isinstance(index.build_seconds, float) and index.build_seconds > 0
     assert set(index.default_query_params) == set(index.query_params)
@@ -213,7 +225,7 @@ def test_unknown_params(built, name) -> None:
 def test_empty_corpus(name) -> None:
     index = create(name)
     with pytest.raises(InputError, match="empty"):
-        index.build([] if name in TEXT_BACKENDS else np.empty((0, DIM), np.float32))
+        index.build(data_for(name)[:0])
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -227,7 +239,7 @@ def test_build_twice_replaces(name) -> None:
     assert ids.max() < 300
 
 
-@pytest.mark.parametrize("name", sorted(set(ALL) - TEXT_BACKENDS))
+@pytest.mark.parametrize("name", sorted(set(ALL) - TEXT_BACKENDS - BOTH_BACKENDS))
 def test_vector_input_errors(built, name) -> None:
     index = built[name]
     with pytest.raises(DimensionError):
@@ -249,7 +261,7 @@ def test_vector_input_errors(built, name) -> None:
         create(name).build(VECTORS[:, :5])
 
 
-@pytest.mark.parametrize("name", sorted(set(ALL) - TEXT_BACKENDS))
+@pytest.mark.parametrize("name", sorted(set(ALL) - TEXT_BACKENDS - BOTH_BACKENDS))
 def test_slow_path_inputs_match_fast_path(built, name) -> None:
     """float64, strided, 1-D and huge-but-finite queries give the fast path's answer."""
     index = built[name]

@@ -146,7 +146,7 @@ class BaseIndex:
     """
 
     name: ClassVar[str] = ""
-    input_kind: ClassVar[Literal["vectors", "texts"]] = "vectors"
+    input_kind: ClassVar[Literal["vectors", "texts", "both"]] = "vectors"
     library: ClassVar[str] = ""
     supported_metrics: ClassVar[tuple[str, ...]] = METRICS
     build_defaults: ClassVar[Mapping[str, Any]] = {}
@@ -383,7 +383,7 @@ class BaseIndex:
 class VectorIndex(BaseIndex):
     """Base of the dense-vector backends (``input_kind == "vectors"``)."""
 
-    input_kind: ClassVar[Literal["vectors", "texts"]] = "vectors"
+    input_kind: ClassVar[Literal["vectors", "texts", "both"]] = "vectors"
     dim: int
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:

@@ -60,7 +60,8 @@ __all__ = [
 
 @runtime_checkable
 class Index(Protocol):
-    """An index over a corpus of vectors (or texts, when ``input_kind == "texts"``).
+    """An index over a corpus of vectors (or texts, when ``input_kind == "texts"``; or both,
+    ``"both"``: a :class:`~ragbench.indexes.hybrid_index.Pair` of vectors and texts, ``hybrid``).
 
     ``search`` returns ``(ids int64 (nq, k), scores float32 (nq, k))``, best
     first, ``-1`` / ``-inf`` padded; scores are similarities (higher is
@@ -69,7 +70,7 @@ class Index(Protocol):
     """
 
     name: str
-    input_kind: Literal["vectors", "texts"]
+    input_kind: Literal["vectors", "texts", "both"]
     metric: str
     build_params: dict[str, Any]
     query_params: frozenset[str]

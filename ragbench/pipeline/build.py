@@ -252,7 +252,7 @@ class _SetUp:
             index = indexes.create(r["backend"], dim=dim, metric=metric, **build)
             if isinstance(index, FiltersOnAttributes) and ds.corpus.attributes:
                 index.set_attributes(ds.corpus.attributes)  # typed columns beside the vectors
-            data = ds.corpus.texts if index.input_kind == "texts" else emb.corpus
+            data = _index_data(index.input_kind, ds, emb)
             source = _data_source(ds, emb, index.input_kind)
             path = r["index_file"]
             if path is not None and Path(path).exists():
@@ -537,11 +537,24 @@ def _described(key: str, component: object) -> dict[str, Any]:
     return {key: dict(component.describe())} if isinstance(component, Describes) else {}
 
 
+def _index_data(kind: str, ds: Dataset, emb: Embedding) -> Any:
+    """What an index of ``input_kind`` ``kind`` is built on: texts, vectors, or a Pair of both."""
+    if kind == "texts":
+        return ds.corpus.texts
+    if kind == "both":
+        from ..indexes.hybrid_index import Pair
+
+        return Pair(emb.corpus, ds.corpus.texts)
+    return emb.corpus
+
+
 def _data_source(ds: Dataset, emb: Embedding, kind: str) -> str:
     """What an index is built on, for index-file messages: dataset, content, embedder."""
     what = f"dataset {ds.name!r} (content {ds.content_hash[:12]})"
     if kind == "texts":
         return f"the texts of {what}"
+    if kind == "both":
+        what = f"the texts and vectors of {what}"
     params = ", ".join(f"{k}={v!r}" for k, v in sorted(emb.params.items()))
     return f"{what} embedded with {emb.name}" + (f"({params})" if params else "")
 

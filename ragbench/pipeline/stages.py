@@ -66,6 +66,19 @@ def parts_tuple(parts: Any) -> tuple[int, int, int] | None:
     return (int(a), int(b), int(c))
 
 
+def _query_of(kind: str) -> Any:
+    """``ctx -> the query an index of input_kind kind searches with``: its text (in a list) or
+    a :class:`~ragbench.indexes.hybrid_index.Pair` of vector and text (``hybrid``); ``None``
+    for an index of vectors (the stage reads ``ctx.query_vector`` itself)."""
+    if kind == "texts":
+        return lambda ctx: [ctx.query]
+    if kind == "both":
+        from ..indexes.hybrid_index import Pair
+
+        return lambda ctx: Pair(ctx.query_vector, [ctx.query])
+    return None  # the query vector, read inline (the dense path pays no call)
+
+
 class Stage(Protocol):
     """One step of the request path: reads and writes the request's context."""
 
@@ -95,7 +108,7 @@ class RetrieveStage:
 
     def __init__(self, index: Index, k_candidates: int, search_params: Mapping[str, Any]) -> None:
         self._search = index.search
-        self._texts = index.input_kind == "texts"
+        self._query = _query_of(index.input_kind)
         self._k = k_candidates
         self._params = dict(search_params)
         # an index behind a client (pgvector): its (send, server, decode) split of the search
@@ -104,7 +117,7 @@ class RetrieveStage:
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
             return
-        query = [ctx.query] if self._texts else ctx.query_vector
+        query = ctx.query_vector if self._query is None else self._query(ctx)
         ids, scores = self._search(query, self._k, **self._params)
         ctx.candidate_ids = ids[0]
         ctx.candidate_scores = scores[0]
@@ -134,7 +147,7 @@ class FilteredRetrieveStage:
     ) -> None:
         self._search = index.search
         self._specs = specs  # the filters as specs: ``where=`` for a database index
-        self._texts = index.input_kind == "texts"
+        self._query = _query_of(index.input_kind)
         self._k = k_candidates
         self._params = dict(search_params)
         if strategy is not None:
@@ -147,7 +160,7 @@ class FilteredRetrieveStage:
     def __call__(self, ctx: RequestContext) -> None:
         if ctx.cached:
             return
-        query = [ctx.query] if self._texts else ctx.query_vector
+        query = ctx.query_vector if self._query is None else self._query(ctx)
         allowed = self._masks[ctx.index]
         if not self._any[ctx.index]:
             # A filter that matches no row: the answer is empty, not an aborted run (its exact

@@ -1,0 +1,131 @@
+"""The hybrid index: a dense and a lexical side fused by rank, through the index and a run.
+
+The fused lists are checked against fusions written here from each side's own search; the
+run goes through the ``ragbench run`` command with a config file, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import ragbench as rb
+from ragbench.cli import main
+from ragbench.errors import ConfigError
+from ragbench.indexes.hybrid_index import Pair
+
+DIM = 16
+RNG = np.random.default_rng(7)
+VECTORS = RNG.standard_normal((120, DIM)).astype(np.float32)
+TEXTS = [f"passage {i} about topic{i % 7} and subject{i % 11}" for i in range(120)]
+QUERIES = Pair(VECTORS[:4] + 0.1, ["topic3 subject5", "the of and", "topic1", "nothing here zz"])
+
+
+def rrf(first: list[int], second: list[int], k_rrf: float, k: int) -> list[int]:
+    """Reciprocal rank fusion written out: 1 / (k_rrf + rank) summed, best first, ties by id."""
+    fused: dict[int, float] = {}
+    for ranked in (first, second):
+        for rank, i in enumerate([i for i in ranked if i >= 0], 1):
+            fused[i] = fused.get(i, 0.0) + 1.0 / (k_rrf + rank)
+    return sorted(fused, key=lambda i: (-fused[i], i))[:k]
+
+
+def minmax_sum(first, second, alpha: float, k: int) -> list[int]:
+    """alpha * min-max(first) + (1 - alpha) * min-max(second), best first, ties by id."""
+
+    def norm(ids, scores):
+        keep = ids >= 0
+        ids, scores = ids[keep].tolist(), scores[keep].astype(np.float64).tolist()
+        if not ids:
+            return {}
+        low, high = min(scores), max(scores)
+        return {
+            i: 1.0 if high == low else (s - low) / (high - low)
+            for i, s in zip(ids, scores, strict=True)
+        }
+
+    a, b = norm(*first), norm(*second)
+    fused = {i: alpha * a.get(i, 0.0) + (1 - alpha) * b.get(i, 0.0) for i in {**a, **b}}
+    return sorted(fused, key=lambda i: (-fused[i], i))[:k]
+
+
+@pytest.fixture(scope="module")
+def sides():
+    dense = rb.indexes.create("flat", dim=DIM, metric="ip")
+    dense.build(VECTORS)
+    lexical = rb.indexes.create("bm25", metric="ip")
+    lexical.build(TEXTS)
+    return dense.search(QUERIES.vectors, 20), lexical.search(QUERIES.texts, 20)
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_rrf_is_the_fusion_of_the_two_sides(sides, concurrent) -> None:
+    (d_ids, _), (l_ids, _) = sides
+    index = rb.indexes.create("hybrid", dim=DIM, metric="ip", k_rrf=30, concurrent=concurrent)
+    index.build(Pair(VECTORS, TEXTS))
+    ids, _ = index.search(QUERIES, 10)
+    for row in range(len(QUERIES)):
+        want = rrf(d_ids[row, :10].tolist(), l_ids[row, :10].tolist(), 30.0, 10)
+        assert ids[row].tolist() == want
+    # a query of only stop words: the lexical side has nothing, the dense side's order stays
+    assert (l_ids[1] == -1).all() and ids[1].tolist() == d_ids[1, :10].tolist()
+    assert list(index.last_parts()) == ["dense", "lexical", "fuse"]
+    info = index.info()
+    assert info["retrievers"].startswith("concurrent" if concurrent else "sequential")
+    lexical_threads = [t for t in threading.enumerate() if "hybrid-lexical" in t.name]
+    assert bool(lexical_threads) == concurrent
+    index.close()
+    assert not [t for t in threading.enumerate() if t in lexical_threads and t.is_alive()]
+
+
+def test_weighted_is_the_normalised_sum(sides) -> None:
+    (d_ids, d_scores), (l_ids, l_scores) = sides
+    index = rb.indexes.create(
+        "hybrid", dim=DIM, metric="ip", fusion="weighted", alpha=0.3, candidates=20
+    )
+    index.build(Pair(VECTORS, TEXTS))
+    ids, _ = index.search(QUERIES, 10)
+    for row in range(len(QUERIES)):
+        want = minmax_sum((d_ids[row], d_scores[row]), (l_ids[row], l_scores[row]), 0.3, 10)
+        assert ids[row].tolist() == want
+    assert index.metric == "weighted" and index.rescore_metric == "ip"
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"alpha": 1.5}, r"alpha must be in \[0, 1\]"),
+        ({"alpha": -0.1}, r"alpha must be in \[0, 1\]"),
+        ({"k_rrf": -1}, "k_rrf must be a finite number >= 0"),
+        ({"fusion": "max"}, "fusion 'max' is not one of rrf, weighted"),
+        ({"dense": "bm25"}, "dense='bm25' must be an index of vectors"),
+        ({"dense_search": {"ef": 0}}, "ef"),
+    ],
+)
+def test_bad_parameters_are_named(params, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        rb.indexes.create("hybrid", dim=DIM, metric="ip", **{"dense": "hnsw", **params})
+
+
+def test_run_records_the_parts_and_how_the_retrievers_ran(tmp_path, capsys) -> None:
+    config = tmp_path / "hybrid.toml"
+    config.write_text(
+        '[dataset]\nname = "synthetic"\nn = 400\ndim = 16\nn_queries = 12\n'
+        "[run]\nqueries = 12\nwarmup = 1\n"
+        '[retrieve]\nbackend = "hybrid"\n'
+        'build = { dense = "hnsw", concurrent = true, dense_search = { ef = 32 } }\n'
+        '[rerank]\nbackend = "numba"\n'
+    )
+    out = tmp_path / "run.jsonl"
+    assert main(["run", "-c", str(config), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "retrieve p50 split" in printed and "dense" in printed and "fuse" in printed
+    record = json.loads(out.read_text().splitlines()[-1])
+    info = record["info"]
+    assert list(info["retrieve_parts"]) == ["dense", "lexical", "fuse"]
+    assert info["index"]["retrievers"].startswith("concurrent")
+    assert info["index"]["dense_index"]["backend"] == "hnsw"
+    assert info["index"]["lexical_index"]["backend"] == "bm25"
