@@ -7,6 +7,7 @@ is tests/test_indexes.py, which takes every registered backend.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -248,3 +249,39 @@ def test_pipeline_records_the_search_parts() -> None:
     assert list(parts) == ["tokenize", "score", "decode"]
     assert all(p["p50_ns"] > 0 for p in parts.values())
     assert report.info["index"]["search_parts"] == ["tokenize", "score", "decode"]
+
+
+@pytest.mark.slow
+def test_pydocs_run_is_judged(tmp_path, capsys) -> None:
+    """``ragbench run`` with bm25 candidates on the bundled pydocs: its qrels judge the run."""
+    config = tmp_path / "bm25.toml"
+    config.write_text(
+        '[dataset]\nname = "pydocs"\n[run]\nqueries = 20\nwarmup = 1\n'
+        '[embed]\nbackend = "hashing"\n[retrieve]\nbackend = "bm25"\n[rerank]\nbackend = "none"\n'
+    )
+    out = tmp_path / "run.jsonl"
+    assert main(["run", "-c", str(config), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "judged answers (" in printed and "nDCG@10" in printed
+    assert "bm25/none" in printed and "tokenize" in printed
+    judged = json.loads(out.read_text().splitlines()[-1])["judged"]
+    assert judged["qrels"].endswith("qrels.tsv") and 0.0 < judged["ndcg_at_10"] <= 1.0
+
+
+@pytest.mark.slow
+def test_bm25_numba_backend_answers_as_numpy() -> None:
+    """The numba backend (compiled at its first build: tens of seconds here) ranks as numpy."""
+    queries = ["the fox", "brown dog", "tokyo 東京 café", "the and", "fox"]
+    plain = rb.indexes.create("bm25")
+    plain.build(CORPUS)
+    jit = rb.indexes.create("bm25", backend="numba")
+    jit.build(CORPUS)
+    assert jit.info()["params"]["backend"] == "numba"
+    ids, scores = plain.search(queries, 4)
+    jit_ids, jit_scores = jit.search(queries, 4)
+    np.testing.assert_allclose(jit_scores, scores, rtol=1e-6)
+    for row in range(len(queries)):  # equal scores may come in either order
+        assert set(jit_ids[row].tolist()) == set(ids[row].tolist())
+    mask = np.zeros(len(CORPUS), dtype=bool)
+    mask[[1, 6]] = True
+    assert set(jit.search(["fox"], 3, filter=mask)[0][0].tolist()) == {1, 6, -1}
