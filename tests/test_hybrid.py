@@ -129,3 +129,11 @@ def test_run_records_the_parts_and_how_the_retrievers_ran(tmp_path, capsys) -> N
     assert info["index"]["retrievers"].startswith("concurrent")
     assert info["index"]["dense_index"]["backend"] == "hnsw"
     assert info["index"]["lexical_index"]["backend"] == "bm25"
+
+
+@pytest.mark.slow
+def test_sweep_names_why_it_cannot_build_hybrid(capsys) -> None:
+    args = ["sweep", "--dataset", "synthetic", "--n", "300", "--dim", "8", "--index", "hybrid"]
+    assert main([*args, "--queries", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "ragbench sweep times indexes of vectors or of texts" in err and "Traceback" not in err

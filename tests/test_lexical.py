@@ -149,6 +149,7 @@ def test_filters_never_return_a_disallowed_text(name) -> None:
         index.search(["fox"], 2, filter=mask, strategy="post")
 
 
+@pytest.mark.slow
 def test_bm25_refuses_writes_by_its_class(capsys) -> None:
     index = rb.indexes.create("bm25")
     index.build(CORPUS)
@@ -219,6 +220,7 @@ def test_writes_while_searching(name) -> None:
     index.close()
 
 
+@pytest.mark.slow
 def test_pg_fts_own_server_is_stopped_at_close() -> None:
     index = rb.indexes.create("pg-fts")
     index.build(CORPUS)

@@ -80,9 +80,12 @@ def _pair(data: Any, what: str) -> Pair:
         return data
     if isinstance(data, tuple) and len(data) == 2:
         return Pair(*data)
+    hint = ""
+    if isinstance(data, np.ndarray):  # what ragbench sweep gives every index
+        hint = " (ragbench sweep times indexes of vectors or of texts: time hybrid with run, compare or load)"
     raise InputError(
         f"index 'hybrid': {what} must be a Pair (or a tuple) of vectors and texts, "
-        f"got {type(data).__name__}"
+        f"got {type(data).__name__}{hint}"
     )
 
 
