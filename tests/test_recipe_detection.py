@@ -46,6 +46,10 @@ def _rec(kind: str, passed: bool, runs: int = 3, prefix_of: int | None = None) -
         "load_before": 2.0,
         "load_after": 9.5,
         "seconds": 120.0 if prefix_of is None else 240.0,
+        # the planted stage's ratio [value, low, high] per index
+        "stage_ratio": {"hnsw": [1.2, 1.1 + passed / 10, 1.4], "lsh": [1.2, 1.15, 1.3]}
+        if kind == "planted"
+        else {"hnsw": [1.0, 0.9 + passed / 100, 1.1], "lsh": [1.0, 0.95, 1.05]},
         "slowdown": 0.2 if kind == "planted" else 0.0,
         "when": "2026-12-02T04:30:00Z",
         "diff_py_commit": "abc1234",
@@ -73,6 +77,8 @@ def test_the_summary_counts_each_job_size_apart(tmp_path: Path) -> None:
     assert "| side by side | 3 | 400 × 2 | 2 of 3 | 1 of 2 (20%) | 2.0–9.5 | 2.0 min |" in table
     assert "| side by side | 2 (the first 2 of 3) | 400 × 2 | 0 of 1 | 0 of 0 (0%) | " in table
     assert "| 2.0–9.5 | 4.0 min (its job) |" in table  # a prefix: the job it is cut from
+    # the nearest the stage's interval came to the threshold: a planted miss's 1.1, an A/A's 0.95
+    assert "| 2.0 min | 1.100 / 0.950 |" in table
 
 
 def test_the_docs_marker_renders_the_counts_of_the_committed_results(tmp_path: Path) -> None:

@@ -350,6 +350,11 @@ def summary(path: Path) -> list[dict[str, Any]]:
             key,
             {"aa": [0, 0], "planted": [0, 0], "load": [], "slowdown": 0, "when": [], "s": []},
         )
+        # the low end of the planted stage's interval, per index: how near 1 + threshold it came
+        lows = [iv[1] for iv in (rec.get("stage_ratio") or {}).values()]
+        if lows:
+            pick = min if rec["kind"] == "planted" else max
+            g.setdefault(f"{rec['kind']}_low", []).append(pick(lows))
         g["when"].append(rec["when"])
         g["s"].append(rec["seconds"])
         g[rec["kind"]][0] += rec["passed"]
@@ -371,6 +376,8 @@ def summary(path: Path) -> list[dict[str, Any]]:
             "load_min": min(g["load"]),
             "load_max": max(g["load"]),
             "median_s": statistics.median(g["s"]),  # the whole job's (a prefix: of its job)
+            "planted_low_min": min(g.get("planted_low") or [float("nan")]),
+            "aa_low_max": max(g.get("aa_low") or [float("nan")]),
             "first": min(g["when"]),
             "last": max(g["when"]),
             "diff_py": diff_py,
@@ -383,8 +390,9 @@ def summary_markdown(path: Path) -> str:
     """:func:`summary` as a Markdown table (the docs site's ``<!-- gen: detection FILE -->``)."""
     header = "| job | runs per side | queries × repeat | A/A pairs passed | "
     header += "planted slowdown caught | load average (1 min) | job wall time (median) | "
+    header += "low end of the stage's interval: lowest planted, highest A/A | "
     header += "measured (UTC) | diff.py | the page's job |"
-    lines = [header, "| " + " | ".join("---" for _ in range(10)) + " |"]
+    lines = [header, "| " + " | ".join("---" for _ in range(11)) + " |"]
     steps = ci_steps()
     sizes = next(s.env for s in steps if s.env)
     page_job = (design(steps), *(int(sizes[k]) for k in ("RUNS", "QUERIES", "REPEAT")))
@@ -398,6 +406,7 @@ def summary_markdown(path: Path) -> str:
             f"{r['caught']} of {r['planted_trials']} ({r['slowdown']:.0%}) | "
             f"{r['load_min']:.1f}–{r['load_max']:.1f} | {r['median_s'] / 60:.1f} min"
             f"{' (its job)' if r['prefix_of'] else ''} | "
+            f"{r['planted_low_min']:.3f} / {r['aa_low_max']:.3f} | "
             f"{r['first'][:16].replace('T', ' ')}–{r['last'][11:16]} | `{r['diff_py']}` | "
             f"{mine} |"
         )
