@@ -17,9 +17,9 @@ from ..errors import IndexFileError
 from ..validate import check_k, positive_int
 from ._codes import SampledCodes
 from ._common import F32, I64, INF, batch_is_finite, build_step, fix_padding
-from ._faiss_search import UNSET, sync_threads
 from ._live import IdSpace
 from .base import LiveVectorIndex
+from .faiss_indexes import UNSET, sync_threads
 
 _ndarray = np.ndarray
 _vdot = getattr(np.vdot, "_implementation", np.vdot)

@@ -59,8 +59,7 @@ from ..errors import ConfigError, IndexFileError
 from ..validate import positive_int
 from ._binary_codes import BinaryFlatIndex, BinaryHnswIndex
 from ._codes import DEFAULT_TRAIN_SIZE, SampledCodes, check_train_params, train_sample
-from ._faiss_search import FAISS_METRIC
-from .faiss_indexes import FaissHnswIndex, IvfIndex
+from .faiss_indexes import FAISS_METRIC, FaissHnswIndex, IvfIndex
 
 __all__ = [
     "BinaryFlatIndex",
