@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError, IndexFileError, InputError, UnsupportedOperationError
-from ..validate import METRICS, check_metric
+from ..validate import METRICS, check_k, check_metric
 from ..validate import positive_int as int_param
 from ._common import F32, I64
 from ._live import IdSpace, resolve_filter
@@ -149,8 +149,6 @@ class LexicalIndex(BaseIndex):
             of a row is ``-1`` / ``-inf`` (a query of only stop words or
             unknown words: a row of pads).
         """
-        from ..validate import check_k
-
         allow = params.pop("filter", None)
         strategy = params.pop("strategy", None)
         if params:
@@ -225,19 +223,3 @@ class LexicalIndex(BaseIndex):
         except InputError as exc:
             raise IndexFileError(f"{self.name}: the saved texts cannot be indexed: {exc}") from None
 
-
-def hits_to_rows(
-    rows: Sequence[tuple[np.ndarray, np.ndarray]], k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-query ``(ids, scores)`` (best first) into the padded ``(nq, k)`` pair.
-
-    Only scores ``> 0`` are hits (a text that shares no word with the query
-    scores 0 in bm25s's dense top k).
-    """
-    ids, scores = pads(len(rows), k)
-    for row, (found, s) in enumerate(rows):
-        keep = s > 0
-        n = int(np.count_nonzero(keep))
-        ids[row, :n] = found[keep][:k]
-        scores[row, :n] = s[keep][:k]
-    return ids, scores

@@ -42,8 +42,8 @@ import numpy as np
 
 from ..errors import ConfigError, MissingDependencyError
 from ..validate import positive_number
-from ._common import F32, I64
-from ._lexical import LexicalIndex, hits_to_rows, pads
+from ._common import F32
+from ._lexical import LexicalIndex, pads
 
 __all__ = ["Bm25Index"]
 
@@ -97,6 +97,7 @@ class Bm25Index(LexicalIndex):
         super().__init__(dim, metric, **build_params)
         self._retriever: Any = None
         self._tokenizer: Any = None
+        self._kwargs = self.retrieve_kwargs()
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
@@ -168,31 +169,32 @@ class Bm25Index(LexicalIndex):
     def _search_parts(
         self, texts: list[str], k: int, masks: list[np.ndarray] | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        retrieve, kwargs = self._retriever.retrieve, self.retrieve_kwargs()
+        retrieve, kwargs = self._retriever.retrieve, self._kwargs
         t0 = _perf()
         tokens = self.query_tokens(texts)
         t1 = _perf()
         asked = [i for i, t in enumerate(tokens) if t]
-        found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        rows: list[tuple[int, np.ndarray, np.ndarray]] = []  # (query row, docs, scores)
         if asked and (masks is None or all(m is masks[0] for m in masks)):
             weight = None if masks is None else masks[0].astype(F32)
-            docs, scores = retrieve([tokens[i] for i in asked], k=k, weight_mask=weight, **kwargs)
-            found = {i: (docs[j], scores[j]) for j, i in enumerate(asked)}
+            queries = tokens if len(asked) == len(tokens) else [tokens[i] for i in asked]
+            docs, scores = retrieve(queries, k=k, weight_mask=weight, **kwargs)
+            rows = [(i, docs[j], scores[j]) for j, i in enumerate(asked)]
         elif asked and masks is not None:
             for i in asked:
                 docs, scores = retrieve(
                     [tokens[i]], k=k, weight_mask=masks[i].astype(F32), **kwargs
                 )
-                found[i] = (docs[0], scores[0])
+                rows.append((i, docs[0], scores[0]))
         t2 = _perf()
-        none = (np.zeros(0, I64), np.zeros(0, F32))
-        ids, scores = (
-            hits_to_rows([found.get(i, none) for i in range(len(texts))], k)
-            if found
-            else pads(len(texts), k)
-        )
+        ids, out = pads(len(texts), k)
+        for i, docs, scores in rows:
+            # bm25s returns the top k sorted best first: the hits (score > 0) are a prefix
+            n = int(np.count_nonzero(scores > 0))
+            ids[i, :n] = docs[:n]
+            out[i, :n] = scores[:n]
         self._keep_parts(t0, t1, t2, _perf())
-        return ids, scores
+        return ids, out
 
     def memory_bytes(self) -> int:
         """Bytes of bm25s's sparse score matrix plus ~100 per vocabulary word (dict entries)."""
