@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -222,4 +221,3 @@ class LexicalIndex(BaseIndex):
             self._index_checked(texts)
         except InputError as exc:
             raise IndexFileError(f"{self.name}: the saved texts cannot be indexed: {exc}") from None
-
