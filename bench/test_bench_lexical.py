@@ -7,9 +7,9 @@ Tantivy's own calls for the same query (the index's analyzer, the OR of term que
 ``Searcher.search``, the hits' scores and their rows read from the ``pos`` fast field, as
 Python lists). What the wrappers add:
 argument checks, the ``-1``/``-inf`` padded arrays, dropping non-hits, the timed parts. For
-Tantivy the arrays are most of it: 100 Python scores and rows into numpy cost ~15 µs, a
-fifth of a ~70 µs search on pydocs, so its 1.05x is not met at k = 100 (docs/how-to/
-hybrid-retrieval.md gives the measured ratio).
+Tantivy the arrays are most of it: 100 Python scores and rows into numpy cost ~15 µs (timeit),
+a fifth of a ~70 µs search on pydocs, so its 1.05x may be out of reach at k = 100 (an
+interleaved A/B at load 8-9 read 1.39, unjudged: no quiet attempt).
 
 Workload: the bundled pydocs corpus (its passages' texts) and its queries, one query per
 call as a request sends it, k = 100. Each round runs every query through both sides,
