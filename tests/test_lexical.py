@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
+import tempfile
 import threading
 from collections import Counter
 
@@ -287,3 +290,23 @@ def test_bm25_numba_backend_answers_as_numpy() -> None:
     mask = np.zeros(len(CORPUS), dtype=bool)
     mask[[1, 6]] = True
     assert set(jit.search(["fox"], 3, filter=mask)[0][0].tolist()) == {1, 6, -1}
+
+
+def test_tantivy_folder_goes_at_close_and_at_exit(tmp_path) -> None:
+    index = rb.indexes.create("tantivy")
+    index.build(CORPUS)
+    folder = index._folder
+    assert folder is not None and os.path.isdir(folder)
+    index.close()
+    assert not os.path.exists(folder)
+    script = (
+        "import ragbench as rb\n"
+        "index = rb.indexes.create('tantivy')\n"
+        "index.build(['a cat', 'a dog'])\n"
+        "print(index._folder)\n"  # never closed: the interpreter's exit removes it
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    left = done.stdout.strip()
+    assert left.startswith(tempfile.gettempdir()) and not os.path.exists(left)
