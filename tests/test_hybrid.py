@@ -137,3 +137,27 @@ def test_sweep_names_why_it_cannot_build_hybrid(capsys) -> None:
     assert main([*args, "--queries", "5"]) == 2
     err = capsys.readouterr().err
     assert "ragbench sweep times indexes of vectors or of texts" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_index_file_saves_and_loads_the_pair(tmp_path) -> None:
+    """``[retrieve] index_file`` (what ``ragbench load`` gives process workers): the first run
+    saves the hybrid index with its data's fingerprint, the second loads it and checks it."""
+    path = tmp_path / "hybrid.rbi"
+    config = {
+        "dataset": {"name": "synthetic", "n": 300, "dim": 16, "n_queries": 8},
+        "retrieve": {"backend": "hybrid", "index_file": str(path)},
+        "rerank": {"backend": "none"},
+    }
+    setups = []
+    for _ in range(2):
+        with rb.Pipeline.from_config(config) as pipe:
+            record = pipe.run(queries=8, warmup=0).to_record()
+        assert record["info"]["index"]["ntotal"] == 300 and path.exists()
+        setups.append(record["setup_s"])
+    assert "index_save" in setups[0] and "index_load" in setups[1]
+    fingerprint = rb.indexes.data_fingerprint
+    pair = Pair(VECTORS, TEXTS)
+    assert fingerprint(pair) == fingerprint(Pair(VECTORS.copy(), list(TEXTS)))
+    assert fingerprint(pair) != fingerprint(Pair(VECTORS, [*TEXTS[:-1], "changed"]))
+    assert fingerprint(pair) != fingerprint(Pair(VECTORS + 1, TEXTS))

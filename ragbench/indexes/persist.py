@@ -100,7 +100,8 @@ def write_index_file(path: Any, header: dict[str, Any], payload: bytes | memoryv
 
 
 def data_fingerprint(data: Any) -> str:
-    """sha256 hex of what an index is built on: float32 vectors or a list of texts.
+    """sha256 hex of what an index is built on: float32 vectors, a list of texts, or both
+    (a :class:`~ragbench.indexes.hybrid_index.Pair`: the two fingerprints hashed together).
 
     Vectors: the dtype, the shape and the bytes of the C-contiguous array (the
     caller's array, before any normalisation an index makes). Texts: each
@@ -109,6 +110,12 @@ def data_fingerprint(data: Any) -> str:
     loaded (sha256 uses the CPU's SHA instructions; blake2b took 0.15 s idle).
     """
     sha = hashlib.sha256()
+    if hasattr(data, "vectors") and hasattr(data, "texts"):
+        # a hybrid index's Pair: the fingerprints of its vectors and of its texts
+        sha.update(b"pair\0")
+        sha.update(data_fingerprint(data.vectors).encode())
+        sha.update(data_fingerprint(data.texts).encode())
+        return sha.hexdigest()
     if isinstance(data, Sequence) and not hasattr(data, "shape"):
         sha.update(b"texts\0")
         for text in data:
