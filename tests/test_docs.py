@@ -316,6 +316,7 @@ DATA_MARKERS = (
     "engines",
     "search-after",
     "detection",
+    "quick-margins",
 )
 
 
@@ -345,7 +346,7 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
     for page in pages:
         text = page.read_text(encoding="utf-8")
         found = _page_markers(page)
-        data = {"report", "bench", "stats", "detection"}
+        data = {"report", "bench", "stats", "detection", "quick-margins"}
         assert {w for w, _ in found} & data, f"{page.name}: no data"
         expanded = hooks.expand(text, page.parent, Path("/nonexistent"))
         hooks.PLOTS.clear()
@@ -373,6 +374,12 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                     median_us = entry["stats"]["median"] * 1e6
                     shown = float(row.split(" | ")[1].replace(",", ""))
                     assert shown == pytest.approx(median_us, rel=0.01, abs=0.01)
+            elif what == "quick-margins":
+                recorded = _quick_margins(page.parent / args[0])
+                assert recorded, args
+                for gate, m in recorded.items():
+                    row = f"| {gate} | {m.op} {m.target:.4g} |"
+                    assert row in expanded, f"{page.name}: no row for {gate}"
             elif what == "engines":
                 _check_engines_table(page.parent, args, expanded)
             elif what == "search-after":
@@ -385,6 +392,16 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                     assert cells == pytest.approx([d[key] for d in described], rel=0.01)
         # what is left once the generated sections are gone holds no table
         assert not _typed_tables(text), f"{page.name}: typed table {_typed_tables(text)[:1]}"
+
+
+def _quick_margins(path: Path) -> dict[str, object]:
+    """bench/_quick.py's margins() of a recorded quick-gate spread (the function CI's gates use)."""
+    spec = importlib.util.spec_from_file_location("_quick", ROOT / "bench" / "_quick.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("_quick", module)
+    spec.loader.exec_module(module)
+    return dict(module.margins(path))
 
 
 def _check_search_after_table(page_dir: Path, args: list[str], expanded: str) -> None:
@@ -750,7 +767,12 @@ def test_readme_make_run_block_is_a_record_of_make_runs_command() -> None:
         json.loads(line)["label"]
         for line in (FINDINGS / "data" / "make-run-pydocs.jsonl").read_text().splitlines()
     ]
-    assert len(labels) == 9
+    # one row per combination of the command's comma lists (runtime x index x codec)
+    lists = re.findall(r"--(?:embed-runtime|index|rerank|codec) (\S+)", run_compare)
+    rows = 1
+    for items in lists:
+        rows *= len(items.split(","))
+    assert len(labels) == rows > 1
     for label in labels:
         assert f"│ {label} " in readme
 

@@ -162,12 +162,15 @@ def _axis_lines(
         + ", ".join(step_text(*step) for step in steps)
     ]
     values = [intervals.point(x, stat_name(stat)) for x, _ in levels.values()]
-    total = float(np.mean([need(r.total, "total").get("p50_us") or np.nan for r in records])) * 1e3
+    # the spread as a share of the slowest choice's whole request (over the mean of every row,
+    # a choice that is most of the request read as more than 100 %)
+    slowest = by[steps[-1][1]] if steps else records
+    total = float(np.mean([need(r.total, "total").get("p50_us") or np.nan for r in slowest])) * 1e3
     if total == total and total > 0:
         spread = max(values) - min(values)
         lines[0] += (
             f"; fastest to slowest {what}: {us_text(spread / 1e3)}, "
-            f"{pct_text(spread / total)} of the time before first token"
+            f"{pct_text(spread / total)} of the time before first token (the slowest {what}'s)"
         )
     if all(within_noise(iv) for _, _, iv in steps):
         reps = max(int(r.repeats or 1) for r in records)
