@@ -371,6 +371,10 @@ def test_a_backend_called_deterministic_builds_the_same_index_twice(
     for _ in range(2):
         idx = indexes.create(name, dim=32, **build, **pg_params(name))
         data, queries = (texts, texts[:60]) if idx.input_kind == "texts" else (X, Q)
+        if idx.input_kind == "both":  # hybrid: vectors and texts together
+            from ragbench.indexes.hybrid_index import Pair
+
+            data, queries = Pair(X, texts), Pair(Q, texts[:60])
         built = builds.build(idx, data)
         assert not built.index.build_record.get("cached")
         claims.add(bool(built.index.build_record["deterministic"]))

@@ -161,3 +161,12 @@ def test_index_file_saves_and_loads_the_pair(tmp_path) -> None:
     assert fingerprint(pair) == fingerprint(Pair(VECTORS.copy(), list(TEXTS)))
     assert fingerprint(pair) != fingerprint(Pair(VECTORS, [*TEXTS[:-1], "changed"]))
     assert fingerprint(pair) != fingerprint(Pair(VECTORS + 1, TEXTS))
+
+
+def test_builds_promise_what_both_sides_promise() -> None:
+    plain = rb.indexes.create("hybrid", dim=DIM)
+    assert plain.build_deterministic and plain.build_cacheable
+    on_server = rb.indexes.create("hybrid", dim=DIM, lexical="pg-fts")  # no server until build
+    assert on_server.build_deterministic and not on_server.build_cacheable
+    graph = rb.indexes.create("hybrid", dim=DIM, dense="pgvector")  # pgvector's hnsw levels
+    assert not graph.build_deterministic

@@ -89,6 +89,13 @@ def _pair(data: Any, what: str) -> Pair:
     )
 
 
+def _declared(side: Any, what: str) -> bool:
+    """A side's ``DeclaresBuild`` property ``what``; False when it does not declare it."""
+    from .contract import DeclaresBuild
+
+    return isinstance(side, DeclaresBuild) and bool(getattr(side, what))
+
+
 class HybridIndex(BaseIndex):
     """A dense and a lexical index fused by rank; see the module docstring."""
 
@@ -145,6 +152,16 @@ class HybridIndex(BaseIndex):
         if callable(check):
             check(p["dense_search"])
         self._dense, self._lexical = dense, lexical
+
+    @property
+    def build_deterministic(self) -> bool:
+        """Both sides' one-thread builds are reproducible (a side that does not say: no)."""
+        return all(_declared(side, "build_deterministic") for side in (self._dense, self._lexical))
+
+    @property
+    def build_cacheable(self) -> bool:
+        """The build cache may keep it: both sides may be kept (a database side may not)."""
+        return all(_declared(side, "build_cacheable") for side in (self._dense, self._lexical))
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
