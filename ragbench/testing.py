@@ -192,7 +192,7 @@ def rb_index(request: pytest.FixtureRequest) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def rb_pipeline() -> Iterator[Callable[[Mapping[str, Any]], Pipeline]]:
+def rb_pipeline() -> Iterator[Callable[..., Pipeline]]:
     """Factory for set-up pipelines; every one is closed (servers stopped) at teardown."""
     from .pipeline import Pipeline
 
@@ -238,12 +238,10 @@ def stage_info(report: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def rb_bench(
-    benchmark: Any, rb_pipeline: Callable[[Mapping[str, Any]], Pipeline]
-) -> Callable[..., Any]:
+def rb_bench(benchmark: Any, rb_pipeline: Callable[..., Pipeline]) -> Callable[..., Any]:
     """Benchmark a pipeline's whole requests; per-stage figures land in ``benchmark.extra_info``.
 
-    ``rb_bench(config, requests=200, warmup=20)`` returns the
+    ``rb_bench(config, requests=200, warmup=20, embed_runtime=None)`` returns the
     :class:`~ragbench.report.Report` of the timed requests (as many as
     pytest-benchmark ran: one with ``--benchmark-disable``).
     """
