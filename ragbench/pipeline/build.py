@@ -130,6 +130,7 @@ class _SetUp:
         self.closers = closers
         self.cache_events: list[dict[str, Any]] = []
         self.caveats: list[str] = []  # a text reranker's (random weights), then the LLM's
+        self.corpus_embedding: dict[str, Any] = {}  # set when this set-up embedded the corpus
 
     def run(self, ds: Dataset, cpu_time: bool, threads: tuple[int, int]) -> Built:
         cfg = self.config
@@ -173,7 +174,11 @@ class _SetUp:
             ),
             transport=transport,
             generator=generator,
-            info={**self._describe_parts(parts), **self._agreement(ds, emb, metric)},
+            info={
+                **self._describe_parts(parts),
+                **self._agreement(ds, emb, metric),
+                **self.corpus_embedding,
+            },
             simulated=self._simulated(generator),
             caveats=(*self.caveats, *(c for c in _caveats(generator) if c not in self.caveats)),
             cache_events=tuple(self.cache_events),
@@ -215,8 +220,34 @@ class _SetUp:
             )
             shared.vectors[vkey] = (corpus, queries)
             self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
+            self._corpus_throughput(ds.cache_events[n_events:], len(corpus), of_corpus)
         corpus, queries = shared.vectors[vkey]
         return Embedding(name, params, embedder, corpus, queries, mixed=of_corpus is not embedder)
+
+    def _corpus_throughput(self, events: Sequence[Any], n: int, embedder: Any) -> None:
+        """``info.corpus_embedding`` when this set-up embedded the corpus (not shipped, not
+        cached): passages, seconds (embedding and writing the cache file), passages per second,
+        and the embedder's batch size and threads -- set-up, apart from request latency."""
+        made = [
+            e
+            for e in map(_event_dict, events)
+            if str(e.get("what", "")).startswith("corpus_vectors") and not e.get("hit")
+        ]
+        if not made or not n:
+            return
+        seconds = float(made[-1].get("seconds") or 0.0)
+        batch = getattr(embedder, "batch_size", None)
+        call_threads = getattr(embedder, "call_threads", None)  # MiniLM's per-call pin
+        self.corpus_embedding = {
+            "corpus_embedding": {
+                "passages": n,
+                "seconds": seconds,
+                "passages_per_s": n / seconds if seconds > 0 else None,
+                # MiniLM's int8 runtime embeds one text per pass whatever batch_size says
+                "batch_size": 1 if getattr(embedder, "runtime", None) == "onnx-int8" else batch,
+                "threads": call_threads(n) if callable(call_threads) else None,
+            }
+        }
 
     def _check_index_first(self, ds: Dataset, embedder: Any) -> None:
         """What a database index refuses, checked before the model is loaded and the corpus
