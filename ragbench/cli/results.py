@@ -95,7 +95,7 @@ def report(files: Sequence[str], fmt: str, stat: str, plot: str | None) -> None:
 )
 @click.option(
     "--embed",
-    help="Embedder for datasets without vectors (minilm, hashing) or precomputed. "
+    help="Embedder for datasets without vectors (minilm, model2vec, hashing) or precomputed. "
     "[default: the dataset's own]",
 )
 @click.option("--n", "n", help="Corpus size for synthetic (e.g. 30k).")

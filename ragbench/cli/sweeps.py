@@ -61,7 +61,7 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
 @click.option("--n", "n", help="Corpus size for synthetic (e.g. 100k).")
 @click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic.")
 @click.option("--seed", type=int, help="Seed for synthetic.")
-@click.option("--embed", help="Embedder for text datasets (minilm, hashing).")
+@click.option("--embed", help="Embedder for text datasets (minilm, model2vec, hashing).")
 @re_embed_option()
 @index_option(required=True, help="Comma-separated indexes, e.g. hnsw,faiss-hnsw,ivf,lsh.")
 @click.option(
