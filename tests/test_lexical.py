@@ -250,10 +250,15 @@ def test_pipeline_records_the_search_parts() -> None:
     }
     with rb.Pipeline.from_config(config) as pipe:
         report = pipe.run(queries=10, warmup=1)
-    parts = report.info["retrieve_parts"]
-    assert list(parts) == ["tokenize", "score", "decode"]
-    assert all(p["p50_ns"] > 0 for p in parts.values())
-    assert report.info["index"]["search_parts"] == ["tokenize", "score", "decode"]
+        parts = report.info["retrieve_parts"]
+        assert list(parts) == ["tokenize", "score", "decode"]
+        assert all(p["p50_ns"] > 0 for p in parts.values())
+        assert report.info["index"]["search_parts"] == ["tokenize", "score", "decode"]
+        # OpenTelemetry: the retrieve span's children carry the same names
+        wall, _ = pipe.stage_samples()
+        spans = pipe.trace_of(pipe._records[0], wall[0], 1.0, False)["inner"]["retrieve"]
+        names = [s.name for s in spans]
+        assert names == ["retrieve.tokenize", "retrieve.score", "retrieve.decode"]
 
 
 @pytest.mark.slow

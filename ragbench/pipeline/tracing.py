@@ -102,9 +102,10 @@ class RequestTraces:
             inner = {"transport": otel.leading_spans(rec.stamps[j], setup) + spans}
         if rec.retrieve_parts is not None and "retrieve" in built.loop_names:
             j = built.loop_names.index("retrieve")
+            # the index's own part names (bm25: tokenize, score, decode) when its info has them
+            names = (built.info.get("index") or {}).get("search_parts") or RETRIEVE_PARTS
             split = [
-                (f"retrieve.{n}", ns, None)
-                for n, ns in zip(RETRIEVE_PARTS, rec.retrieve_parts, strict=True)
+                (f"retrieve.{n}", ns, None) for n, ns in zip(names, rec.retrieve_parts, strict=True)
             ]
             spans = otel.centered_spans(rec.stamps[j], rec.stamps[j + 1], split)
             inner = {**(inner or {}), "retrieve": spans}
