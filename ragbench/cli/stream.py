@@ -55,7 +55,8 @@ def _most(name: str) -> str:
     "--index",
     default="hnsw",
     show_default=True,
-    help="Index: flat, hnsw, ivf, lsh (faiss-hnsw cannot delete).",
+    help="Index that takes add(), e.g. flat, hnsw, ivf (deletes need one that declares "
+    "delete: not faiss-hnsw).",
 )
 @click.option("--build", "builds", multiple=True, metavar="NAME=V", help="Build parameter.")
 @click.option(
