@@ -315,3 +315,14 @@ def test_tantivy_folder_goes_at_close_and_at_exit(tmp_path) -> None:
     )
     left = done.stdout.strip()
     assert left.startswith(tempfile.gettempdir()) and not os.path.exists(left)
+
+
+@pytest.mark.slow
+def test_load_records_name_the_lexical_parts(tmp_path) -> None:
+    out = tmp_path / "load.jsonl"
+    args = ["load", "--dataset", "synthetic", "--n", "400", "--dim", "16", "--index", "bm25"]
+    args += ["--concurrency", "2", "--duration", "1", "--worker-kind", "thread", "--out", str(out)]
+    assert main(args) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    parts = [r["retrieve_parts"] for r in records if r.get("retrieve_parts")]
+    assert parts and all(list(p) == ["tokenize", "score", "decode"] for p in parts)

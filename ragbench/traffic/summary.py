@@ -247,6 +247,9 @@ def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str,
             for n, v in zip(pipeline.stage_names, cpu_sum, strict=True)
         }
         out["cpu_per_request_us"] = whole / max(len(records), 1) / 1e3
-    # a database index's send/server/decode split of retrieve, as run records carry it
-    out.update(with_retrieve_parts({}, records))
+    # an index's split of retrieve (pgvector: send/server/decode; bm25: tokenize/score/decode;
+    # named by the index's info), as run records carry it
+    split = with_retrieve_parts({"index": pipeline.info.get("index")}, records)
+    if "retrieve_parts" in split:
+        out["retrieve_parts"] = split["retrieve_parts"]
     return out
