@@ -92,6 +92,10 @@ BUILTIN_INDEXES: dict[str, Builtin] = {
     "pg-fts": _line("ragbench.indexes.pgfts_index:PgFtsIndex", "PgFtsBuild", "NoParams"),
     # a dense and a lexical index, fused by rank (ragbench.fusion); vectors and texts in
     "hybrid": _line("ragbench.indexes.hybrid_index:HybridIndex", "HybridBuild", "NoParams"),
+    # pgvector's search and PostgreSQL full-text fused by RRF in one SQL statement
+    "pg-hybrid": _line(
+        "ragbench.indexes.pghybrid_index:PgHybridIndex", "PgHybridBuild", "NoParams"
+    ),
 }
 
 

@@ -184,6 +184,16 @@ class PgFtsBuild(Params, frozen=True):
     build_timeout: Annotated[float, Meta(gt=0), _d(3600.0)] | UnsetType = UNSET
 
 
+class PgHybridBuild(PgFtsBuild, frozen=True):
+    """Build parameters of ``pg-hybrid``: ``pg-fts``'s, the vector side's ``dense_index``
+    (``flat`` or ``hnsw`` with ``ef``) and the fusion's ``k_rrf`` and ``candidates`` (0: k)."""
+
+    dense_index: Annotated[Literal["flat", "hnsw"], _d("flat")] | UnsetType = UNSET
+    ef: Annotated[int, Meta(ge=1, le=1000), _d(40)] | UnsetType = UNSET
+    k_rrf: Annotated[float, Meta(ge=0), _d(60.0)] | UnsetType = UNSET
+    candidates: Annotated[int, Meta(ge=0), _d(0)] | UnsetType = UNSET
+
+
 class HybridBuild(Params, frozen=True):
     """Build parameters of ``hybrid``: its two sides (``dense``, ``lexical`` and their own
     tables), the fusion (``rrf`` with ``k_rrf``, or ``weighted`` with ``alpha``), the candidates

@@ -10,6 +10,7 @@ import json
 import threading
 
 import numpy as np
+import pgshared
 import pytest
 
 import ragbench as rb
@@ -170,3 +171,32 @@ def test_builds_promise_what_both_sides_promise() -> None:
     assert on_server.build_deterministic and not on_server.build_cacheable
     graph = rb.indexes.create("hybrid", dim=DIM, dense="pgvector")  # pgvector's hnsw levels
     assert not graph.build_deterministic
+
+
+@pytest.mark.slow
+def test_pg_hybrid_fuses_in_one_statement_as_rrf_of_its_two_searches() -> None:
+    """pg-hybrid's one SQL statement: RRF (written here) of the exact vector ranks and of
+    pg-fts's ranks on the same rows, the server's split recorded as send/server/decode."""
+    params = pgshared.params("pg-hybrid")
+    index = rb.indexes.create("pg-hybrid", dim=DIM, metric="ip", k_rrf=30, **params)
+    index.build(Pair(VECTORS, TEXTS))
+    words = rb.indexes.create("pg-fts", **pgshared.params("pg-fts"))
+    words.build(TEXTS)
+    dense = rb.indexes.create("flat", dim=DIM, metric="ip")
+    dense.build(VECTORS)
+    try:
+        ids, _ = index.search(QUERIES, 10)
+        d_ids, _ = dense.search(QUERIES.vectors, 10)
+        l_ids, _ = words.search(QUERIES.texts, 10)
+        for row in range(len(QUERIES)):
+            want = rrf(d_ids[row].tolist(), l_ids[row].tolist(), 30.0, 10)
+            assert ids[row].tolist() == want
+        assert list(index.last_parts()) == ["send", "server", "decode"]
+        assert index.metric == "rrf" and index.info()["search_parts"] == [
+            "send",
+            "server",
+            "decode",
+        ]
+    finally:
+        index.close()
+        words.close()

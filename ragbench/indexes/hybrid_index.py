@@ -51,7 +51,7 @@ from ._common import F32, I64
 from ._lexical import texts_of
 from .base import BaseIndex
 
-__all__ = ["HybridIndex", "Pair"]
+__all__ = ["HybridIndex", "Pair", "pair_of"]
 
 _perf = time.perf_counter_ns
 
@@ -75,16 +75,20 @@ class Pair:
         return Pair(self.vectors[rows], self.texts[rows])
 
 
-def _pair(data: Any, what: str) -> Pair:
+def pair_of(data: Any, what: str, owner: str = "hybrid") -> Pair:
+    """``data`` as a :class:`Pair` (a Pair or a 2-tuple), else :class:`InputError` naming it."""
     if isinstance(data, Pair):
         return data
     if isinstance(data, tuple) and len(data) == 2:
         return Pair(*data)
     hint = ""
     if isinstance(data, np.ndarray):  # what ragbench sweep gives every index
-        hint = " (ragbench sweep times indexes of vectors or of texts: time hybrid with run, compare or load)"
+        hint = (
+            f" (ragbench sweep times indexes of vectors or of texts: time {owner} with run, "
+            "compare or load)"
+        )
     raise InputError(
-        f"index 'hybrid': {what} must be a Pair (or a tuple) of vectors and texts, "
+        f"index {owner!r}: {what} must be a Pair (or a tuple) of vectors and texts, "
         f"got {type(data).__name__}{hint}"
     )
 
@@ -187,7 +191,7 @@ class HybridIndex(BaseIndex):
 
     def build(self, data: Any) -> None:
         """Build both sides: ``data`` a :class:`Pair` of ``n >= 1`` vectors and ``n`` texts."""
-        pair = _pair(data, "the corpus")
+        pair = pair_of(data, "the corpus")
         texts = texts_of(pair.texts, "corpus texts")
         if len(texts) != len(pair.vectors):
             raise InputError(
@@ -235,7 +239,7 @@ class HybridIndex(BaseIndex):
             self._parse_query(params)
         if self._rows is None:
             raise self._not_built()
-        pair = _pair(queries, "queries")
+        pair = pair_of(queries, "queries")
         texts = texts_of(pair.texts, "query texts")
         k = check_k(k, self._n)
         side = min(self._n, max(k, self.build_params["candidates"] or k))

@@ -54,7 +54,8 @@ __all__ = ["PgFtsIndex"]
 _perf = time.perf_counter_ns
 _OWNER = "index 'pg-fts'"
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,50}")
-_MATCH = {
+#: ``match`` -> the SQL of the query's tsquery (``{cfg}``, the text as ``%s``)
+MATCH_SQL = {
     # the OR of plainto_tsquery's lexemes: its text form joins them with ' & '
     "any": "replace(plainto_tsquery({cfg}, %s)::text, ' & ', ' | ')::tsquery",
     "all": "plainto_tsquery({cfg}, %s)",
@@ -102,7 +103,7 @@ class PgFtsIndex(LexicalIndex):
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(params["config"], str) or not _NAME.fullmatch(params["config"]):
             raise ConfigError(f"{_OWNER}: config must be a text search configuration name")
-        if params["match"] not in _MATCH:
+        if params["match"] not in MATCH_SQL:
             raise ConfigError(
                 f"{_OWNER}: match {params['match']!r} is not one of any, all, websearch"
             )
@@ -194,18 +195,26 @@ class PgFtsIndex(LexicalIndex):
         conn.execute(
             sql.SQL(
                 "CREATE TABLE {} (id bigint PRIMARY KEY, body text NOT NULL, "
-                "tsv tsvector GENERATED ALWAYS AS (to_tsvector({}::regconfig, body)) STORED)"
-            ).format(t, cfg)
+                "tsv tsvector GENERATED ALWAYS AS (to_tsvector({}::regconfig, body)) STORED{})"
+            ).format(t, cfg, sql.SQL(self._more_columns(conn)))
         )
         self._created = True
         if state.dsn is not None:  # dropped at close (an embedded server goes whole)
             state.table = (str(conn.execute("SELECT current_schema()").fetchone()[0]), self._table)
         self._copy(conn, texts, 0)
         conn.execute(sql.SQL("CREATE INDEX ON {} USING gin (tsv)").format(t))
+        self._more_indexes(conn)
         conn.execute(sql.SQL("ANALYZE {}").format(t))
         self._sql = {}
         row = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE length(tsv) > 0").format(t))
         return int(row.fetchone()[0])
+
+    def _more_columns(self, conn: Any) -> str:
+        """Columns after ``tsv`` in the table's DDL (a subclass's; none here)."""
+        return ""
+
+    def _more_indexes(self, conn: Any) -> None:
+        """Indexes besides the GIN one, made after the rows are copied (none here)."""
 
     def _copy(self, conn: Any, texts: list[str], start: int) -> None:
         from psycopg import sql
@@ -223,7 +232,7 @@ class PgFtsIndex(LexicalIndex):
             from psycopg import sql
 
             p = self.build_params
-            query = sql.SQL(_MATCH[p["match"]].replace("%s", "{q}")).format(
+            query = sql.SQL(MATCH_SQL[p["match"]].replace("%s", "{q}")).format(
                 cfg=sql.Literal(p["config"]) + sql.SQL("::regconfig"), q=sql.SQL("%s")
             )
             where = sql.SQL(" AND id = ANY(%s)") if filtered else sql.SQL("")
