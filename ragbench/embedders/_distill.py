@@ -42,8 +42,6 @@ import numpy as np
 from ..datasets.cache import cache_dir
 from ..onnx_graphs import file_sha256
 
-__all__ = ["RECIPE_VERSION", "SIF", "cached_static_model", "distill", "recipe_key"]
-
 #: Bumped when the recipe changes, so older cached models are not reused.
 RECIPE_VERSION = 1
 #: The smooth-inverse-frequency coefficient of the Zipf weighting.
