@@ -499,8 +499,12 @@ def test_the_engines_table_says_when_compare_and_sweep_read_other_queries(tmp_pa
     assert "NOT the same queries" not in hooks.expand(
         "<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path
     )
-    assert "; search threads per query not recorded (older records); cache state" in text
+    # (the memory method's sentence sits between the threads and the cache state)
+    assert "; search threads per query not recorded (older records); memory " in text
     run["info"]["index"]["search_threads"] = 1
     (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
     text = hooks.expand("<!-- gen: engines runs.jsonl sweep.jsonl -->", tmp_path)
-    assert "; search threads per query: 1; cache state: after-stages" in text
+    assert (
+        "; search threads per query: 1; memory MB: " in text
+        and "; cache state: after-stages" in text
+    )
