@@ -37,6 +37,7 @@ def test_sweep_memory_is_one_method_for_every_engine(tmp_path: Path, capsys) -> 
     assert "memory MB: PSS of ragbench's process and its child processes" in text
 
 
+@pytest.mark.slow  # a sweep with its throw-away build (5 s)
 def test_rescoring_reads_are_added_to_the_memory_column(tmp_path: Path, capsys) -> None:
     out = tmp_path / "s.jsonl"
     argv = ["sweep", *SYN, "--index", "flat", "--param", "rescore=50"]
