@@ -29,7 +29,7 @@ from ..workers.spawn import (
     spawn,
     wait_ready,
 )
-from ..workers.watch import WatchedWorkers, parent_for_children
+from ..workers.watch import WatchedWorkers, kill_with_children, parent_for_children
 from .loop import Settings, check_offload
 from .runs import aio_worker
 
@@ -270,8 +270,7 @@ class AsyncWorkers(WatchedWorkers):
                 self._procs[w].join(max(0.0, end - time.monotonic()))
         for proc in self._procs:
             if proc.is_alive():
-                proc.kill()
-                proc.join(2.0)
+                kill_with_children(proc)  # an offload process stopped while importing too
         for conn in self._conns:
             with contextlib.suppress(OSError):
                 conn.close()

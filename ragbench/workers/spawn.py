@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError, TransportError
 from .board import Board, WorkerFault
-from .watch import exit_text, proc_state
+from .watch import exit_text, proc_state, stopped_children
 
 __all__ = [
     "WORKER_ENV",
@@ -137,6 +137,7 @@ def wait_ready(conns: list[Any], procs: list[Any], timeout: float, label: str) -
     end = time.monotonic() + timeout
     replies: dict[int, Any] = {}
     waiting = set(range(len(conns)))
+    stopped = _Stopped(label)
     while waiting:
         left = end - time.monotonic()
         if left <= 0:
@@ -146,9 +147,11 @@ def wait_ready(conns: list[Any], procs: list[Any], timeout: float, label: str) -
                 f"{label} {w} (pid {procs[w].pid}) was not ready within the start-up "
                 f"deadline of {timeout:g} s ({how}): killed (--startup-timeout sets it)"
             )
+        stopped.check(procs, waiting)
         objs: dict[Any, int] = {conns[w]: w for w in waiting}
         objs.update({procs[w].sentinel: w for w in waiting})
-        for w in sorted({objs[o] for o in multiprocessing.connection.wait(list(objs), left)}):
+        ready = multiprocessing.connection.wait(list(objs), min(left, _STOP_POLL_S))
+        for w in sorted({objs[o] for o in ready}):
             reply = _message(conns[w])
             if reply is None:  # its pipe closed: it died
                 procs[w].join(1.0)
@@ -161,6 +164,38 @@ def wait_ready(conns: list[Any], procs: list[Any], timeout: float, label: str) -
             replies[w] = reply
             waiting.discard(w)
     return [replies[w] for w in range(len(conns))]
+
+
+#: Seconds a worker (or a process it started: an asyncio worker's offload pool) may stay
+#: stopped (SIGSTOP) during start-up before the start is failed; the deadline is 600 s.
+STOPPED_LIMIT_S = 5.0
+_STOP_POLL_S = 1.0
+
+
+class _Stopped:
+    """Workers found stopped while starting, and since when (``time.monotonic`` s)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.since: dict[int, float] = {}
+
+    def check(self, procs: list[Any], waiting: set[int]) -> None:
+        """:class:`WorkerFault` for a waiting worker stopped, or holding a stopped child,
+        for :data:`STOPPED_LIMIT_S`: nothing it waits for can go on (a start-up that hung
+        until the 600 s deadline)."""
+        now = time.monotonic()
+        for w in sorted(waiting):
+            pid = procs[w].pid
+            held = stopped_children(pid)
+            if proc_state(pid) not in ("T", "t") and not held:
+                self.since.pop(w, None)
+                continue
+            if now - self.since.setdefault(w, now) >= STOPPED_LIMIT_S:
+                whom = "it" if not held else f"its process {held[0]}"
+                raise WorkerFault(
+                    f"{self.label} {w} (pid {pid}) cannot finish start-up: {whom} has been "
+                    f"stopped (SIGSTOP) for {STOPPED_LIMIT_S:g} s: killed"
+                )
 
 
 def _message(conn: Any) -> Any:

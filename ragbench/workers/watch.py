@@ -25,8 +25,10 @@ from .board import STOP_GRACE_NS, Board
 
 __all__ = [
     "WatchedWorkers",
+    "children",
     "die_with_parent",
     "exit_text",
+    "kill_with_children",
     "parent_for_children",
     "proc_state",
     "stopped_children",
@@ -74,6 +76,11 @@ def proc_state(pid: int | None) -> str:
 
 def stopped_children(pid: int | None) -> list[int]:
     """Children of ``pid`` the kernel has stopped (SIGSTOP), from /proc."""
+    return children(pid, stopped=True)
+
+
+def children(pid: int | None, *, stopped: bool = False) -> list[int]:
+    """Children of ``pid`` (only the stopped ones with ``stopped``), from /proc."""
     out = []
     with contextlib.suppress(OSError):
         for name in os.listdir("/proc"):
@@ -84,9 +91,24 @@ def stopped_children(pid: int | None) -> list[int]:
                     fields = f.read().rsplit(b")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid and fields[0] in (b"T", b"t"):
+            if int(fields[1]) == pid and (not stopped or fields[0] in (b"T", b"t")):
                 out.append(int(name))
     return sorted(out)
+
+
+def kill_with_children(proc: Any, wait: float = 2.0) -> None:
+    """SIGKILL ``proc`` (a ``multiprocessing`` process), then the children it had.
+
+    Its children die with it (:func:`die_with_parent`) once they have tied
+    themselves to it; one stopped (SIGSTOP) before it could -- while still
+    importing -- stayed stopped for good, a child of init.
+    """
+    kids = children(proc.pid)
+    proc.kill()
+    proc.join(wait)
+    for pid in kids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def exit_text(code: int | None) -> str:
@@ -184,7 +206,7 @@ class WatchedWorkers:
         """SIGKILL worker ``w`` (a stopped one too) and reap it; it is dead from now on."""
         proc = self._procs[w]
         if proc.is_alive():
-            proc.kill()
+            kill_with_children(proc)
         proc.join(2.0)
         self.dead.add(w)
 
