@@ -16,9 +16,12 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from ._registry import BUILTIN_INDEXES
 from .threads import MAX_THREADS
 
 __all__ = [
+    "BUILD_DEPENDENT",
+    "INDEXES",
     "STAGE_PARAMS",
     "Params",
     "ThreadCount",
@@ -394,6 +397,25 @@ STAGE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
             "seed": Annotated[int, _d(0)],
         },
     },
+}
+
+
+def _index_params() -> dict[str, tuple[type[Params], type[Params]]]:
+    """Built-in index name -> (build Struct, search Struct), read off the registry lines."""
+    structs = globals()
+    return {
+        name: (structs[line.params[0]], structs[line.params[1]])
+        for name, line in BUILTIN_INDEXES.items()
+    }
+
+
+#: Index backend → (its build parameters, its search parameters), derived from the one line
+#: per backend in :data:`ragbench._registry.BUILTIN_INDEXES` (no name is listed here).
+INDEXES: dict[str, tuple[type[Params], type[Params]]] = _index_params()
+#: Search parameters an index takes only with some builds, by backend (each search Struct's
+#: ``build_dependent``; pgvector's by index type and storage).
+BUILD_DEPENDENT: dict[str, frozenset[str]] = {
+    name: search.build_dependent for name, (_, search) in INDEXES.items() if search.build_dependent
 }
 
 

@@ -20,8 +20,7 @@ from ragbench.config import (
     shipped_path,
 )
 from ragbench.errors import ConfigError
-from ragbench.params import STAGE_PARAMS, documented_defaults
-from ragbench.settings.variants import INDEXES
+from ragbench.params import BUILD_DEPENDENT, INDEXES, STAGE_PARAMS, documented_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,7 +184,8 @@ def test_index_params_agree_with_the_index(name: str) -> None:
     cls = rb.indexes.registry.factory(name)
     assert set(build.__struct_fields__) == set(cls.build_defaults)
     assert documented_defaults(build) == dict(cls.build_defaults)
-    dependent = search.build_dependent
+    dependent = BUILD_DEPENDENT.get(name, frozenset())
+    assert dependent == search.build_dependent
     assert set(search.__struct_fields__) == set(cls.query_defaults) | dependent
     assert documented_defaults(search) == dict(cls.query_defaults)
 

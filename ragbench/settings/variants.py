@@ -17,10 +17,8 @@ from typing import Any, Literal, TypeVar, cast
 import msgspec
 from msgspec import UNSET, UnsetType, field
 
-from .. import params as _params
-from .._registry import BUILTIN_INDEXES
 from ..errors import ConfigError
-from ..params import STAGE_PARAMS, Params
+from ..params import INDEXES, STAGE_PARAMS, Params
 from .convert import convert
 from .tables import (
     STAGES,
@@ -39,7 +37,6 @@ from .tables import (
 )
 
 __all__ = [
-    "INDEXES",
     "OPEN",
     "TABLES",
     "TABLE_TYPES",
@@ -110,18 +107,6 @@ def _define_open(table: str) -> type[Stage]:
     )
     return cast("type[Stage]", cls)
 
-
-def _index_params() -> dict[str, tuple[type[Params], type[Params]]]:
-    """Built-in index name -> (build Struct, search Struct), from the registry lines."""
-    out = {}
-    for name, line in BUILTIN_INDEXES.items():
-        build, search = line.params
-        out[name] = (getattr(_params, build), getattr(_params, search))
-    return out
-
-
-#: Index backend → (its build parameters, its search parameters), from the registry lines.
-INDEXES: dict[str, tuple[type[Params], type[Params]]] = _index_params()
 
 for _stage, _backends in STAGE_PARAMS.items():
     for _name, _fields in _backends.items():
