@@ -408,6 +408,7 @@ def test_a_killed_offload_process_fails_the_level_visibly(started) -> None:
     run = started(*_levels("--qps", "100,100,100", "--workers", "1", *ASYNC))
     run.first_level_done()
     victim = run.offload_processes()[0]
+    (worker,) = run.workers()
     time.sleep(0.3)
     os.kill(victim, signal.SIGKILL)
     code = run.wait(timeout=60)
@@ -424,7 +425,8 @@ def test_a_killed_offload_process_fails_the_level_visibly(started) -> None:
     assert f"offload process {victim} died (killed by SIGKILL)" in note
     assert "requests failed with it" in note
     assert "INVALID" in run.stdout
-    _one_fault_line(run, f"offload process {victim}")
+    # the worker by its own pid (it was named by the offload process's)
+    _one_fault_line(run, f"worker 0 (pid {worker}) offload process {victim}")
     run.no_process_left()
 
 
@@ -494,6 +496,27 @@ def test_a_worker_stopped_during_start_up_is_failed_long_before_the_deadline(sta
     assert code == 1, run.stderr
     _one_fault_line(run, f"(pid {victim}) cannot finish start-up: it has been stopped")
     assert not _alive(victim)
+    run.no_process_left()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_an_offload_process_killed_while_it_starts_is_a_fault_not_bad_input(started) -> None:
+    """The worker's pool broke during set-up: 'failed to set up: BrokenProcessPool', exit 2,
+    the code for a configuration's fault. Now exit 1, the worker named by its pid."""
+    run = started(*_levels("--qps", "50", "--workers", "1", *ASYNC))
+    _wait_for(
+        lambda: bool(run.offload_processes()) or run.proc.poll() is not None,
+        120,
+        "an offload process",
+    )
+    assert run.proc.poll() is None, run.stderr
+    (worker,) = run.workers()
+    os.kill(run.offload_processes()[0], signal.SIGKILL)
+    run.seen = {worker}
+    code = run.wait(timeout=90)
+    assert code == 1, run.stderr
+    _one_fault_line(run, f"asyncio worker 0 (pid {worker}) failed to start: BrokenProcessPool")
     run.no_process_left()
 
 

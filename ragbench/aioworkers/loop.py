@@ -281,21 +281,31 @@ class LoopServer:
     def faults(self) -> list[dict[str, Any]]:
         """The offload pool's failure, for the level's record (``[]`` if none).
 
-        ``pid`` and ``detail`` name the process that died (the pool
-        terminates the others with SIGTERM when it notices) and how many
-        requests failed with it.
+        ``pid`` is this worker's (as in every fault: ``worker <w> (pid <pid>)``;
+        it was the offload process's, so the line named the worker by that
+        pid); ``detail`` names the process that died (the pool terminates the
+        others with SIGTERM when it notices) and how many requests failed with it.
         """
         if not self.lost:
             return []
-        ended = {pid: p.exitcode for pid, p in self.pool_procs.items() if p.exitcode is not None}
+        # the dead process may not be reaped yet when the pool breaks ("offload process 0
+        # died (still running)" was read): wait for it a little
+        deadline = time.monotonic() + 2.0
+        while True:
+            ended = {
+                pid: p.exitcode for pid, p in self.pool_procs.items() if p.exitcode is not None
+            }
+            if ended or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         culprits = [pid for pid, code in ended.items() if code != -signal.SIGTERM] or list(ended)
-        pid = culprits[0] if culprits else 0
-        how = exit_text(ended.get(pid))
-        detail = (
-            f"offload process {pid} died ({how}): its process pool broke, "
-            f"{self.lost} requests failed with it"
+        who = (
+            f"offload process {culprits[0]} died ({exit_text(ended[culprits[0]])})"
+            if culprits
+            else "an offload process died"
         )
-        return [{"pid": pid, "what": "died", "detail": detail}]
+        detail = f"{who}: its process pool broke, {self.lost} requests failed with it"
+        return [{"pid": os.getpid(), "what": "died", "detail": detail}]
 
     async def close(self) -> None:
         for part in (self.pipe.transport, self.pipe.components.generator):

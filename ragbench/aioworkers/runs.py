@@ -8,6 +8,7 @@ import os
 import signal
 from array import array
 from collections.abc import Mapping
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import shared_memory
 from time import perf_counter_ns
 from typing import Any
@@ -187,7 +188,9 @@ async def _worker_main(
         server = LoopServer(pipe, settings, config)
         await server.start()
     except BaseException as exc:  # the parent turns this into an error of its own
-        _send(conn, ("error", f"{type(exc).__name__}: {exc}"))
+        # a pool process that died (killed) is a fault of the run, not of its configuration
+        kind = "fault" if isinstance(exc, BrokenProcessPool) else "error"
+        _send(conn, (kind, f"{type(exc).__name__}: {exc}"))
         if server is not None:
             await server.close()
         return

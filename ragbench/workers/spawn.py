@@ -159,6 +159,8 @@ def wait_ready(conns: list[Any], procs: list[Any], timeout: float, label: str) -
                     f"{label} {w} (pid {procs[w].pid}) died during start-up "
                     f"({exit_text(procs[w].exitcode)})"
                 )
+            if reply[0] == "fault":  # a process it started died: exit 1, not the input's fault
+                raise WorkerFault(f"{label} {w} (pid {procs[w].pid}) failed to start: {reply[1]}")
             if reply[0] != "ready":
                 raise ConfigError(f"{label} {w} failed to set up: {reply[1]}")
             replies[w] = reply
