@@ -684,3 +684,27 @@ def test_an_asyncio_worker_killed_in_a_closed_loop_level_is_named_and_exits_1(st
     assert f"pid {victim}" in hit["generator_note"] and "SIGKILL" in hit["generator_note"]
     _one_fault_line(run, f"pid {victim}")
     run.no_process_left()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_kill_9_of_load_leaves_an_index_folder_the_next_load_removes(
+    started, tmp_path: Path
+) -> None:
+    """The indexes worker processes load live in a TMPDIR folder a kill -9 cannot remove (one
+    index file per configuration, the whole corpus's size); it was left for good."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    run = started(*_levels("--qps", "50,50,50", "--workers", "1"), env=env)
+    _wait_for(lambda: run.in_a_level() or run.proc.poll() is not None, 240, "the first level")
+    assert run.proc.poll() is None, run.stderr
+    run.seen = set(_children(run.proc.pid))
+    run.proc.kill()
+    run.wait(timeout=30)
+    run.no_process_left()
+    (left,) = [p.name for p in tmp.iterdir() if p.name.startswith("ragbench-index-")]
+    later = started(*_levels("--qps", "50", "--workers", "1"), env=env)
+    assert later.wait(timeout=240) == 0, later.stderr
+    assert not (tmp / left).exists(), "the killed load's index folder is still there"
+    assert not [p for p in tmp.iterdir() if p.name.startswith("ragbench-index-")]

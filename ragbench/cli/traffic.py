@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import shutil
 import tempfile
 from contextlib import ExitStack
 from typing import Any
@@ -31,6 +34,32 @@ from .options import (
 __all__ = ["load"]
 
 ARRIVALS = ("poisson", "uniform", "gamma")
+
+
+#: The folder of the indexes a load's worker processes read: ``ragbench-index-pid<pid>-<random>``.
+_INDEX_FOLDER = re.compile(r"^ragbench-index-pid(\d+)-")
+
+
+def _index_folder() -> tempfile.TemporaryDirectory[str]:
+    """A temporary folder for the indexes worker processes load, named after this process.
+
+    Those of a ``load`` that is gone (``kill -9`` runs no clean-up, and each left its
+    folder, an index file per configuration, in TMPDIR) are removed first; a live one's
+    are kept.
+    """
+    root = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            m = _INDEX_FOLDER.match(entry.name)
+            if m is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                os.kill(int(m.group(1)), 0)
+            except ProcessLookupError:  # its load is gone
+                shutil.rmtree(entry.path, ignore_errors=True)
+            except OSError:  # another user's live process
+                pass
+    return tempfile.TemporaryDirectory(prefix=f"ragbench-index-pid{os.getpid()}-")
 
 
 def _levels(qps: str | None, concurrency: str | None) -> tuple[str, list[float]]:
@@ -279,7 +308,7 @@ def load(**opts: Any) -> None:
         return
     workers, kind = opts["workers"] or len(threads.usable_cores()), opts["worker_kind"]
     with ExitStack() as stack:
-        index_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ragbench-index-"))
+        index_dir = stack.enter_context(_index_folder())
         pipelines, pipe_offloads = [], []
         for j, (cfg, label) in enumerate(combos):
             if kind == "asyncio" and cfg["run"]["cpu_time"]:
