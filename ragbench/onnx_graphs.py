@@ -45,6 +45,7 @@ from typing import Any
 
 from .datasets.cache import cache_dir
 from .errors import ConfigError, MissingDependencyError, RagbenchError
+from .process import child_env
 
 __all__ = [
     "EXPORT_VERSION",
@@ -300,14 +301,12 @@ def _quantize(source: Path, path: Path, per_channel: bool) -> None:
 
 def _run_child(args: list[str]) -> None:
     """``python -m ragbench.onnx_graphs ARGS``; killed if waiting for it is interrupted."""
-    root = str(Path(__file__).resolve().parents[1])  # this ragbench, wherever it came from
-    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "ragbench.onnx_graphs", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": path},
+        env=child_env(),  # this ragbench first, wherever it came from
     )
     try:
         _, err = proc.communicate()
