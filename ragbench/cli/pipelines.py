@@ -35,7 +35,7 @@ from .options import (
     set_pairs,
 )
 
-__all__ = ["compare", "run"]
+__all__ = ["compare", "measure_combinations", "run"]
 
 
 @click.command()
@@ -204,7 +204,7 @@ def compare(**opts: Any) -> None:
         combos = [(_fast_build(cfg), label) for cfg, label in combos]
     writer = RecordWriter(opts["out"])
     if opts["rebuilds"] == 1:
-        records = _measure(combos, opts, writer)
+        records = measure_combinations(combos, opts, writer)
     else:
         records = _rebuilt(combos, opts, writer)
     echo(fixed_line(records, varying))
@@ -216,7 +216,7 @@ def compare(**opts: Any) -> None:
         raise SystemExit(1)
 
 
-def _measure(
+def measure_combinations(
     combos: Sequence[tuple[Config, str | None]], opts: Any, writer: RecordWriter
 ) -> list[dict[str, Any]]:
     """Every configuration run once (side by side, or as Ray tasks); its records, also in ``writer``."""
@@ -250,7 +250,7 @@ def _rebuilt(
     from ..rebuilds import merge_runs
 
     n = opts["rebuilds"]
-    runs = [_measure(combos, opts, RecordWriter())]  # build 0: the one-build run's
+    runs = [measure_combinations(combos, opts, RecordWriter())]  # build 0: the one-build run's
     labels = [r["label"] for r in runs[0]]
     try:
         for i in range(1, n):
@@ -258,7 +258,7 @@ def _rebuilt(
             again = [
                 (_seeded(cfg, i), label) for (cfg, _), label in zip(combos, labels, strict=True)
             ]
-            runs.append(_measure(again, opts, RecordWriter()))
+            runs.append(measure_combinations(again, opts, RecordWriter()))
     except KeyboardInterrupt:
         cut = f"interrupted after {len(runs)} of {n} builds: recall's spread is over those"
         kept = [merge_runs(same) for same in zip(*runs, strict=True)]
