@@ -43,7 +43,11 @@ def texts_of(data: Any, what: str) -> list[str]:
 
 def pads(nq: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(ids int64 (nq, k) of -1, scores float32 (nq, k) of -inf)``."""
-    return np.full((nq, k), -1, dtype=I64), np.full((nq, k), -np.inf, dtype=F32)
+    # empty + fill: np.full's generic copyto costs ~2.5 us an array, fill ~0.7 (timeit, k 100)
+    ids, scores = np.empty((nq, k), dtype=I64), np.empty((nq, k), dtype=F32)
+    ids.fill(-1)
+    scores.fill(-np.inf)
+    return ids, scores
 
 
 class LexicalIndex(BaseIndex):
