@@ -123,7 +123,8 @@ def test_run_records_the_parts_and_how_the_retrievers_ran(tmp_path, capsys) -> N
     out = tmp_path / "run.jsonl"
     assert main(["run", "-c", str(config), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "retrieve p50 split" in printed and "dense" in printed and "fuse" in printed
+    assert "retrieve p50 split (the two retrievers and the fusion): dense " in printed
+    assert "client" not in printed
     record = json.loads(out.read_text().splitlines()[-1])
     info = record["info"]
     assert list(info["retrieve_parts"]) == ["dense", "lexical", "fuse"]

@@ -261,6 +261,22 @@ def test_pipeline_records_the_search_parts() -> None:
         assert names == ["retrieve.tokenize", "retrieve.score", "retrieve.decode"]
 
 
+def test_run_table_names_the_lexical_split(tmp_path, capsys) -> None:
+    """``ragbench run``'s table says whose parts tokenize/score/decode are (not a client's)."""
+    config = tmp_path / "bm25.toml"
+    config.write_text(
+        '[dataset]\nname = "synthetic"\nn = 200\ndim = 16\nn_queries = 6\n'
+        '[run]\nqueries = 6\nwarmup = 1\n[retrieve]\nbackend = "bm25"\n'
+        '[rerank]\nbackend = "none"\n'
+    )
+    assert main(["run", "-c", str(config)]) == 0
+    printed = capsys.readouterr().out
+    split = [line for line in printed.splitlines() if "retrieve p50 split" in line]
+    assert len(split) == 1, printed
+    assert "(the lexical engine: query words, scoring, hits to arrays): tokenize" in split[0]
+    assert "client" not in split[0]
+
+
 @pytest.mark.slow
 def test_pydocs_run_is_judged(tmp_path, capsys) -> None:
     """``ragbench run`` with bm25 candidates on the bundled pydocs: its qrels judge the run."""

@@ -203,14 +203,30 @@ def filter_note(filt: Mapping[str, Any]) -> str:
     return line
 
 
+#: What each known split of an index's search is, by its part names (``info.search_parts``).
+_PARTS_WHAT = {
+    ("send", "server", "decode"): "the index's client",
+    ("tokenize", "score", "decode"): "the lexical engine: query words, scoring, hits to arrays",
+    ("dense", "lexical", "fuse"): "the two retrievers and the fusion",
+}
+
+
 def retrieve_parts_note(rec: Mapping[str, Any] | RunRecord) -> str | None:
-    """``retrieve p50 split: send 12 µs, server 480 µs, decode 9 µs`` for an index behind a client."""
+    """``retrieve p50 split (what): send 12 µs, server 480 µs, decode 9 µs``, or None (no split).
+
+    ``what`` says whose parts they are: an index behind a client (``send`` /
+    ``server`` / ``decode``), a lexical engine (``tokenize`` / ``score`` /
+    ``decode``) or a hybrid (``dense`` / ``lexical`` / ``fuse``); an unknown
+    split is shown without it.
+    """
     run = read_struct(rec, RunRecord)
     parts = (run.info or {}).get("retrieve_parts")
     if not parts:
         return None
     text = ", ".join(f"{name} {parts[name]['p50_ns'] / 1e3:,.1f} µs" for name in parts)
-    return f"{run.label or 'run'}: retrieve p50 split (the index's client): {text}"
+    what = _PARTS_WHAT.get(tuple(parts))
+    head = "retrieve p50 split" + (f" ({what})" if what else "")
+    return f"{run.label or 'run'}: {head}: {text}"
 
 
 def _build_of(rec: Record) -> Mapping[str, Any] | None:
