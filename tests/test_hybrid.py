@@ -201,3 +201,39 @@ def test_pg_hybrid_fuses_in_one_statement_as_rrf_of_its_two_searches() -> None:
     finally:
         index.close()
         words.close()
+
+
+def test_numba_reranker_rescores_lexical_only_candidates_in_its_stage() -> None:
+    """hybrid + the numba reranker: a candidate only the lexical side found gets its vector.
+
+    The rerank stage hands the reranker the corpus vectors of every row and the fused
+    candidate ids; the reranker reads each candidate's row itself, inside the stage's
+    call, so the fetch of a lexical-only candidate's vector is rerank time. Checked here:
+    with ``k = k_candidates`` every candidate comes back re-scored by its own vector (the
+    inner product written here), the lexical-only ones too, by the stages up to rerank.
+    """
+    n_cand = 12
+    config = {
+        "dataset": {"name": "synthetic", "n": 300, "dim": 16, "n_queries": 6},
+        "run": {"k": n_cand, "k_candidates": n_cand},
+        "retrieve": {"backend": "hybrid", "metric": "ip", "build": {"dense": "flat"}},
+        "rerank": {"backend": "numba"},
+    }
+    lexical_only = 0
+    with rb.Pipeline.from_config(config) as pipe:
+        pipe.setup()
+        corpus = pipe.built.embedding.corpus
+        names = [stage.name for stage in pipe.stages]
+        assert names[names.index("retrieve") + 1] == "rerank"
+        for i in range(6):
+            ctx = pipe.context(i)
+            for stage in pipe.stages[: names.index("rerank") + 1]:
+                stage(ctx)
+            query = ctx.query_vector[0].astype(np.float64)
+            exact = corpus.astype(np.float64) @ query
+            dense_top = set(np.argsort(-exact, kind="stable")[:n_cand].tolist())
+            candidates = [c for c in ctx.candidate_ids.tolist() if c >= 0]
+            lexical_only += len(set(candidates) - dense_top)
+            assert sorted(ctx.hit_ids.tolist()) == sorted(candidates)
+            np.testing.assert_allclose(ctx.hit_scores, exact[ctx.hit_ids], rtol=1e-5, atol=1e-5)
+    assert lexical_only > 0  # the fusion did bring rows the dense side did not find
