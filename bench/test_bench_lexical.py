@@ -7,9 +7,13 @@ Tantivy's own calls for the same query (the index's analyzer, the OR of term que
 ``Searcher.search``, the hits' scores and their rows read from the ``pos`` fast field, as
 Python lists). What the wrappers add:
 argument checks, the ``-1``/``-inf`` padded arrays, dropping non-hits, the timed parts. For
-Tantivy the arrays are most of it: 100 Python scores and rows into numpy cost ~15 µs (timeit),
-a fifth of a ~70 µs search on pydocs, so its 1.05x may be out of reach at k = 100 (an
-interleaved A/B at load 8-9 read 1.39, unjudged: no quiet attempt).
+Tantivy the arrays are most of it: splitting 100 hits with one ``zip`` and filling the arrays
+with ``np.fromiter`` costs ~8 µs more than the raw side's two Python lists (timeit, 29 against
+21 µs), a sixth of a ~50 µs query on pydocs, so its 1.05x may be out of reach at k = 100.
+Measured on 2026-12-02 at load 7-9 by a one-off script, not this gate (which had no quiet
+attempt, so judged nothing): each query timed alone with
+the sides' order rotated, the per-query minimum over the rounds summed: tantivy wrapper/raw
+1.18 (1.24 before the zip and the cheaper pads), bm25 1.03 (1.06 before).
 
 Workload: the bundled pydocs corpus (its passages' texts) and its queries, one query per
 call as a request sends it, k = 100. Each round runs every query through both sides,
