@@ -195,6 +195,11 @@ def test_pydocs_judgments_cover_exactly_the_pool_and_ragbench_reads_them() -> No
     assert set(ds.qrels) == set(ds.queries.ids)  # every query has its pool judged
     grades = ds.judgments()
     assert grades is not None and len(grades) == len(ds.queries)
+    second = (folder / "qrels-second-pass.tsv").read_text(encoding="utf-8").splitlines()
+    assert second[0] == qrels_lines[0]
+    again = {tuple(line.split("\t")[:2]): line.split("\t")[2] for line in second[1:]}
+    assert len(again) == len(second) - 1 and set(again) <= set(judged)
+    assert set(again.values()) <= {"0", "1", "2"}
 
 
 def test_names_and_describe_list_bundled_datasets() -> None:
