@@ -3,7 +3,16 @@
 Fewer rounds and smaller data, the same assertions with the same bounds: every
 gate still measures its ratio side by side, interleaved, as in a full run,
 only over fewer samples (so a quick run is noisier, never laxer). A full run
-(``make bench``) is what the figures in PERF.md come from.
+(``make bench``) is what the figures on the performance-targets page come
+from (docs/reference/performance-targets.md).
+
+**Tripwires.** In quick mode each gate whose run-to-run spread on this host is
+recorded (``docs/findings/data/quick-gate-spread.jsonl``, written by
+``tools/quick_gate_spread.py``) is asserted at a *tripwire* bound: the target
+widened by a margin derived from that spread (:func:`margins`), so CI fails on
+a regression, not on a slow host. ``make bench`` asserts the precise targets;
+``RAGBENCH_BENCH_TRIPWIRES=0`` makes quick mode assert them too (the spread
+measurement runs so). A gate with no recorded spread keeps its target.
 
 **Quiet attempts.** On a shared machine another process's time slice lands in
 a measurement and moves a ratio by more than its margin. Each CPU-timing gate
@@ -52,9 +61,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter
 from typing import Any, Generic, TypeVar
 
@@ -92,6 +103,119 @@ def need(module: str, extra: str = "") -> Any:
             pytest.fail(message + " (RAGBENCH_BENCH_REQUIRE_EXTRAS is set)")
         pytest.skip(message, allow_module_level=True)
     return importlib.import_module(module)
+
+
+# ---------------------------------------------------------------- tripwire margins
+
+#: Quick mode asserts tripwire bounds (``RAGBENCH_BENCH_TRIPWIRES=0``: the precise targets).
+TRIPWIRES = QUICK and os.environ.get("RAGBENCH_BENCH_TRIPWIRES", "1") not in ("", "0")
+#: The recorded quick runs the margins come from (``tools/quick_gate_spread.py`` writes it).
+SPREAD_FILE = Path(__file__).resolve().parent.parent / "docs/findings/data/quick-gate-spread.jsonl"
+#: The margin is this many times the spread the recorded runs showed: a few runs see only part of
+#: a host's range, so the unseen part is taken to be as wide again.
+SPREAD_FACTOR = 2.0
+#: ... and never under this (relative) width: a handful of runs cannot show a smaller noise.
+MIN_MARGIN = 0.10
+#: ... nor over this one: a tripwire must still catch code twice as slow as the target (a busy
+#: host's spread, recorded when no run had a quiet attempt, can be wider than that).
+MAX_MARGIN = 1.0
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A gate's recorded run-to-run spread and the tripwire margin derived from it.
+
+    ``judged``: each recorded run's judged value (its best attempt, as
+    :func:`judge` picks it); ``source``: ``"quiet"`` when at least two runs
+    had a quiet attempt (only those are used), else ``"all"`` (every run's
+    best attempt, busy ones included: a wider, laxer spread). ``relative``:
+    the spread is ``worst / best - 1`` (every value positive), else it is
+    ``worst - best`` in the gate's unit and the margin is added, not
+    multiplied. ``margin``: ``SPREAD_FACTOR * spread``, or more where needed
+    for the worst recorded run to pass with ``MIN_MARGIN`` to spare, kept
+    within ``[MIN_MARGIN, MAX_MARGIN]``, relative or in the unit (there both
+    limits are times ``|target|``).
+    """
+
+    gate: str
+    op: str
+    target: float
+    judged: tuple[float, ...]
+    source: str
+    relative: bool
+    spread: float
+    margin: float
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.op in ("≥", ">")
+
+    def bound(self, target: float) -> float:
+        """The tripwire bound for ``target`` (the gate's precise bound)."""
+        if self.relative:
+            widen = 1.0 + self.margin
+            return target / widen if self.higher_is_better else target * widen
+        return target - self.margin if self.higher_is_better else target + self.margin
+
+
+def _margin(gate: str, rows: list[dict[str, Any]]) -> Margin | None:
+    op, target = rows[-1]["op"], float(rows[-1]["target"])  # the latest run's: today's bound
+    higher = op in ("≥", ">")
+    best_of = max if higher else min
+
+    def judged(quiet_only: bool) -> list[float]:
+        out = []
+        for row in rows:
+            values = [a["value"] for a in row["attempts"] if a["quiet"] or not quiet_only]
+            if values:
+                out.append(best_of(values))
+        return out
+
+    values, source = judged(True), "quiet"
+    if len(values) < 2:
+        values, source = judged(False), "all"
+    if len(values) < 2:
+        return None
+    relative = min(values) > 0
+    worst = min(values) if higher else max(values)
+    if relative:
+        spread = max(values) / min(values) - 1.0
+        # every recorded run passes with MIN_MARGIN to spare (the code did not change between them)
+        beyond = (target / worst if higher else worst / target) * (1.0 + MIN_MARGIN) - 1.0
+        margin = min(max(SPREAD_FACTOR * spread, MIN_MARGIN, beyond), MAX_MARGIN)
+    else:
+        spread = max(values) - min(values)
+        scale = abs(target)
+        beyond = (target - worst if higher else worst - target) + MIN_MARGIN * scale
+        margin = min(max(SPREAD_FACTOR * spread, MIN_MARGIN * scale, beyond), MAX_MARGIN * scale)
+    return Margin(gate, op, target, tuple(values), source, relative, spread, margin)
+
+
+def margins(path: Path = SPREAD_FILE) -> dict[str, Margin]:
+    """Each gate's :class:`Margin`, from the recorded quick runs (none when the file is absent)."""
+    if not path.is_file():
+        return {}
+    by_gate: dict[str, list[dict[str, Any]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            by_gate.setdefault(row["gate"], []).append(row)
+    found = {gate: _margin(gate, rows) for gate, rows in by_gate.items()}
+    return {gate: m for gate, m in found.items() if m is not None}
+
+
+_MARGINS: dict[str, Margin] | None = None
+
+
+def tripwire(label: str, bound: float) -> tuple[float, Margin | None]:
+    """The bound :func:`judge` asserts for ``label``: ``bound`` itself, or its tripwire in quick mode."""
+    global _MARGINS
+    if not TRIPWIRES:
+        return bound, None
+    if _MARGINS is None:
+        _MARGINS = margins()
+    m = _MARGINS.get(label)
+    return (bound, None) if m is None else (m.bound(bound), m)
 
 
 # ---------------------------------------------------------------- quiet machine
@@ -261,7 +385,13 @@ def judge(
     measured in the same attempt, what the least code doing the same job
     (``floor_label``) reaches on this host at that moment; an attempt's bound
     is then the weaker of ``bound`` and its floor, and both are printed.
+
+    In quick mode ``bound`` is first widened to the gate's tripwire
+    (:func:`tripwire`) where its spread is recorded; the precise target is
+    printed beside it.
     """
+    precise = bound
+    bound, wire = tripwire(label, bound)
 
     def bound_of(v: Any) -> float:
         if floor is None:
@@ -276,7 +406,12 @@ def judge(
         for a in runs
     )
     op = ("≥" if higher_is_better else "≤") if not strict else (">" if higher_is_better else "<")
-    target = f"{op} {bound:{fmt}}{unit}"
+    target = f"{op} {precise:{fmt}}{unit}"
+    if wire is not None:
+        target += (
+            f"; quick tripwire {op} {bound:{fmt}}{unit}, the target widened by "
+            f"{_margin_text(wire, unit)} from {len(wire.judged)} recorded runs"
+        )
     if floor is not None:
         target += f", or {op} the floor when that is {'lower' if higher_is_better else 'higher'}: {floor_label}"
     print(
@@ -303,6 +438,10 @@ def judge(
         f"target {op} {best_bound:{fmt}}{unit} (attempts: {shown})"
     )
     return best
+
+
+def _margin_text(m: Margin, unit: str = "") -> str:
+    return f"{m.margin:.0%}" if m.relative else f"{m.margin:.3g}{unit}"
 
 
 def met(bound: float, higher_is_better: bool, strict: bool = False) -> Callable[[float], bool]:

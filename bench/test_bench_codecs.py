@@ -317,9 +317,9 @@ def test_codec_vs_raw_library(tables, name: str) -> None:
 def test_protobuf_vs_best_json(tables, with_emb: bool) -> None:
     """protobuf vs the best JSON codec at 10 hits: smaller on the wire (asserted); time reported.
 
-    The time ratio is a finding, not a target (PERF.md): from Python objects, upb's per-field
+    The time ratio is a finding, not a target (docs/reference/performance-targets.md#codecs): from Python objects, upb's per-field
     crossings cost more than msgspec building the whole tree in one C call; the per-shape lower
-    bound tests hold the codec to what Protobuf itself allows (docs/findings/2026-11-30-json-or-protobuf.md).
+    bound tests hold the codec to what Protobuf itself allows (docs/findings/2026-12-01-json-or-protobuf.md).
     """
     t = ([a for a in tables if a.quiet] or tables)[-1].value[(10, with_emb)]
     best = min(("json", "orjson", "msgspec-json"), key=lambda n: t[n]["e2e"])
@@ -579,7 +579,7 @@ def test_protobuf_columnar_lower_bound(benchmark, with_emb: bool) -> None:
     benchmark.pedantic(_columnar_steps(result)["parse+read"], rounds=200, iterations=1)
 
 
-# --- payload shapes: every codec x shape, for docs/findings/2026-11-30-json-or-protobuf.md ------------------
+# --- payload shapes: every codec x shape, for docs/findings/2026-12-01-json-or-protobuf.md ------------------
 
 SHAPE_CODECS = ["protobuf", "msgspec-json", "msgpack", "orjson", "json"]
 
@@ -647,7 +647,7 @@ def shape_tables(rounds: int = pick(200, 40)) -> dict[tuple[int, ...], dict[str,
 
 
 def test_payload_shapes() -> None:
-    """Every codec x shape side by side (the tables of docs/findings/2026-11-30-json-or-protobuf.md), and the
+    """Every codec x shape side by side (the tables of docs/findings/2026-12-01-json-or-protobuf.md), and the
     claim the page makes from them: with 100 hits carrying 384-d embeddings, the columnar
     protobuf message is cheaper end to end than the row one."""
 

@@ -1,4 +1,5 @@
-"""Compressed search + ragbench's numba re-score vs faiss's own refine (PERF.md: ≤ 1.1×).
+"""Compressed search + ragbench's numba re-score vs faiss's own refine (≤ 1.1×:
+docs/reference/performance-targets.md#compressed).
 
 For ``ivfpq`` (m=48, nbits=8: 48 B codes) and ``ivf-sq8`` (384 B codes) on
 100k × 384 clustered, normalized synthetic vectors (seeded), both sides

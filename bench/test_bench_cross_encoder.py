@@ -1,5 +1,7 @@
 """Cross-encoder rerank on the CPU: torch vs ONNX Runtime vs ONNX Runtime int8.
 
+Target: docs/reference/performance-targets.md#embedder (int8 costs no more than torch).
+
 Run (prints the table; about 2 minutes on 2 shared cores)::
 
     .venv/bin/pytest bench/test_bench_cross_encoder.py -p no:cacheprovider -q -s

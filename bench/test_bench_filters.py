@@ -1,6 +1,6 @@
 """Filtered search cost: ``in-graph`` filtered vs unfiltered, same parameters, per backend.
 
-PERF.md target: in-graph filtered search ≤ 2× the unfiltered search at
+Target (docs/reference/performance-targets.md#filters): in-graph filtered search ≤ 2× the unfiltered search at
 selectivity ≥ 1 %, or the reason stated per backend. For each backend and
 selectivity (1 %, 10 %, 50 %, a random allow-list drawn once) single queries
 alternate filtered / unfiltered call by call (one thread, the default query

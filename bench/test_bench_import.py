@@ -1,4 +1,5 @@
-"""``import ragbench`` stays fast and light (target: ≤ 150 ms, no faiss/torch/numba/grpc).
+"""``import ragbench`` stays fast and light (target: ≤ 150 ms, no faiss/torch/numba/grpc;
+docs/reference/performance-targets.md#import).
 
 Each sample is a fresh interpreter; the figure reported is the median of
 ``import ragbench`` minus the median of an empty interpreter start, measured

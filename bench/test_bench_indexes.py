@@ -1,6 +1,6 @@
 """Index wrappers: overhead over the raw library call, and recall vs latency.
 
-1. Wrapper vs raw call (targets in shared PERF.md: single query ≤ 1.03× and
+1. Wrapper vs raw call (targets in docs/reference/performance-targets.md#index-wrapper: single query ≤ 1.03× and
    ≤ 2 µs added; batch within 2 %), for ``hnsw`` and ``faiss-hnsw`` at
    ``ef=64`` and for ``flat``, on the same underlying library index.
    Single queries: calls alternate wrapper/raw call by call over different
@@ -24,7 +24,7 @@
    thread) on 100k × 384 clustered, normalized synthetic vectors (seeded),
    for hnsw / faiss-hnsw at ef 16/64/256, ivf at two nprobe values and lsh
    (raw Hamming ranking, and its top-100 / top-1000 re-scored exactly with
-   numpy). Reference figures from PERF.md are printed alongside; the data
+   numpy). Reference figures of the plain libraries (below) are printed alongside; the data
    here is synthetic, so recall differs from theirs at equal ef.
 
 Run (about 5–8 minutes on 2 cores, mostly the two 100k HNSW builds)::
@@ -51,12 +51,13 @@ from ragbench import threads
 from ragbench.datasets import brute_force_neighbors
 
 # RAGBENCH_BENCH_N shrinks the corpus for a quick look (the figures then do
-# not compare with PERF.md).
+# not compare with the reference figures).
 N = env_n("RAGBENCH_BENCH_N", 100_000, 20_000)
 DIM, N_QUERIES, K = 384, pick(500, 200), 10
 SEED = 20240601
 
-# PERF.md reference: (recall, p50 µs) per ef, plain library calls, same shape of data.
+# Reference figures: (recall, p50 µs) per ef of plain hnswlib / faiss calls, measured on this
+# machine kind (2 shared cores) on 100k x 384 clustered normalized vectors, k=10, one thread.
 REF_HNSWLIB = {16: (0.895, 78), 64: (0.991, 182), 256: (0.9999, 574)}
 REF_FAISS_HNSW = {16: (0.896, 76), 64: (0.993, 198), 256: (0.9999, 605)}
 
@@ -537,7 +538,7 @@ def test_recall_latency_table(benchmark, data, built) -> None:
         f"\nrecall@{K} vs p50 latency, {N} x {DIM} clustered normalized, ip, one query per "
         f"call, 1 thread ({N_QUERIES} queries)"
     )
-    print(f"{'index':42s} {'recall@10':>10s} {'p50 µs':>9s}   PERF.md ref (recall / µs)")
+    print(f"{'index':42s} {'recall@10':>10s} {'p50 µs':>9s}   reference (recall / µs)")
     for label, rec, p50, ref_txt in lines:
         print(f"{label:42s} {rec:10.4f} {p50:9.1f}   {ref_txt}")
     benchmark.extra_info["table"] = [

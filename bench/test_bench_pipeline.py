@@ -1,4 +1,5 @@
-"""Pipeline bookkeeping overhead (targets in shared PERF.md), asserted.
+"""Pipeline bookkeeping overhead (targets: docs/reference/performance-targets.md#pipeline-bookkeeping),
+asserted.
 
 - per stage: ``run_stages`` over N no-op stages vs calling the same N stages
   in a bare loop, measured interleaved; the difference / N is the cost of

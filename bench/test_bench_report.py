@@ -1,4 +1,5 @@
-"""``ragbench report`` and ``ragbench diff`` grow linearly with the number of records.
+"""``ragbench report`` and ``ragbench diff`` grow linearly with the number of records
+(docs/reference/performance-targets.md#report-linear).
 
 Files of generated sweep points (each with 20 raw latency samples, four
 indexes) are rendered through the command line in this process, stdout

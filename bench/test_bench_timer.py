@@ -1,4 +1,5 @@
-"""Stage timer in a service: what a per-request handle and the ASGI middleware add (shared PERF.md).
+"""Stage timer in a service: what a per-request handle and the ASGI middleware add (target:
+docs/reference/performance-targets.md#timer-handle).
 
 - handle vs ``start()/mark()``: ``with timer.request() as r: r.mark(...)`` x 4
   stages against ``timer.start(); timer.mark()`` x 4 on the same timer class

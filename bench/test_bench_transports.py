@@ -1,5 +1,7 @@
 """Transport round trips, side by side: inproc vs http vs grpc vs asgi, per codec.
 
+Gate: docs/reference/performance-targets.md#transports.
+
 One send = near side writes the payload, the far side (a child process for
 http/grpc/asgi) decodes it and builds the prompt, and the reply comes back. The
 table splits each round trip into wire time (round trip minus the far side's

@@ -27,7 +27,7 @@ All run on the library object inside the wrapper.
 Calls alternate wrapper/raw call by call over different rows (in round ``r``
 row ``i`` goes to function ``(i + r) % 2``), many rounds; per row the median
 over rounds, then the per-row median ratio; the measurement is repeated 3
-times and printed as median [min–max]. Target (shared PERF.md): ≤ 1.05×,
+times and printed as median [min–max]. Target (docs/reference/performance-targets.md#engine-wrapper): ≤ 1.05×,
 asserted on the median of the repeats.
 
 Run (about a minute on 2 cores, mostly the two builds)::

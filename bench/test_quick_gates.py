@@ -28,6 +28,12 @@ from _quick import QUIET_CORES, Attempt, Watch, attempts, judge, until_met
 QUIET, BUSY = 0.0, 1.5  # cores other processes used
 
 
+@pytest.fixture(autouse=True)
+def _no_recorded_spread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judging is tested on made-up gates, with no recorded spread unless a test sets one."""
+    monkeypatch.setattr(_quick, "_MARGINS", {})
+
+
 def _runs(*pairs: tuple[float, float]) -> list[Attempt[float]]:
     return [Attempt(value, others, "0.00", 0.01) for value, others in pairs]
 
@@ -96,6 +102,90 @@ def test_a_host_floor_weakens_the_bound_only_to_the_inline_code() -> None:
         judge("x", runs((2.9, 3.5)), wrapper, **up)
     done = until_met((wrapper, 1.03, False, inline))
     assert done([(1.07, 1.09)]) and not done([(1.10, 1.09)]) and not done([(1.04, 1.01)])
+
+
+def _spread_file(
+    tmp_path: Path, gate: str, op: str, target: float, runs: list[list[tuple[float, bool]]]
+) -> Path:
+    """A results file as tools/quick_gate_spread.py writes it: one line per run of ``gate``."""
+    import json
+
+    path = tmp_path / "spread.jsonl"
+    lines = [
+        {
+            "run": i,
+            "gate": gate,
+            "op": op,
+            "target": target,
+            "attempts": [
+                {"value": v, "quiet": q, "others": 0.0, "load": 1.0} for v, q in attempts_
+            ],
+            "started": f"2026-12-02T08:0{i}:00Z",
+        }
+        for i, attempts_ in enumerate(runs, 1)
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_margins_come_from_the_recorded_spread(tmp_path: Path) -> None:
+    # three runs' best quiet attempts 1.00, 1.02, 1.05 (a busy 1.50 is no run's judged value)
+    path = _spread_file(
+        tmp_path, "w / raw", "≤", 1.10,
+        [[(1.00, True), (1.50, False)], [(1.02, True)], [(1.09, True), (1.05, True)]],
+    )  # fmt: skip
+    m = _quick.margins(path)["w / raw"]
+    assert m.source == "quiet" and m.judged == (1.00, 1.02, 1.05)
+    assert m.spread == pytest.approx(0.05) and m.margin == pytest.approx(0.10)
+    assert m.bound(1.10) == pytest.approx(1.10 * 1.10)
+    # a lower bound is divided; a wide spread gives a wide margin
+    up = _spread_file(tmp_path, "speed-up", "≥", 2.0, [[(3.0, True)], [(2.4, True)]])
+    m = _quick.margins(up)["speed-up"]
+    assert m.margin == pytest.approx(0.5) and m.bound(2.0) == pytest.approx(2.0 / 1.5)
+    # a host slower than the target: the tripwire still lets every recorded run pass, with 10 %
+    slow = _spread_file(tmp_path, "slow", "≤", 2500.0, [[(3000.0, True)], [(3100.0, True)]])
+    m = _quick.margins(slow)["slow"]
+    assert m.bound(2500.0) == pytest.approx(3100.0 * 1.10)
+    up_slow = _spread_file(tmp_path, "up", "≥", 0.9, [[(0.80, True)], [(0.82, True)]])
+    assert _quick.margins(up_slow)["up"].bound(0.9) == pytest.approx(0.80 / 1.10)
+    # a spread wider than half the target is capped: a tripwire still catches 2x the target
+    wide = _spread_file(tmp_path, "wide", "≤", 1.0, [[(1.0, True)], [(1.9, True)]])
+    assert _quick.margins(wide)["wide"].margin == _quick.MAX_MARGIN
+    # fewer than two quiet runs: every run's best attempt, busy ones too
+    busy = _spread_file(tmp_path, "b", "≤", 1.0, [[(1.2, False)], [(0.8, True)]])
+    assert _quick.margins(busy)["b"].source == "all"
+    # values that can be zero or negative: the margin is added in the gate's unit
+    ns = _spread_file(tmp_path, "ns", "≤", 2000.0, [[(-100.0, True)], [(300.0, True)]])
+    m = _quick.margins(ns)["ns"]
+    assert not m.relative and m.margin == pytest.approx(800.0) and m.bound(2000.0) == 2800.0
+
+
+def test_quick_mode_asserts_the_tripwire_and_full_mode_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _spread_file(tmp_path, "w / raw", "≤", 1.03, [[(0.95, True)], [(1.00, True)]])
+    monkeypatch.setattr(_quick, "_MARGINS", _quick.margins(path))
+    runs = _runs((1.10, QUIET))  # over the target, inside the tripwire 1.03 x (1 + 2 x 5.3 %)
+    monkeypatch.setattr(_quick, "TRIPWIRES", True)
+    assert judge("w / raw", runs, float, bound=1.03, higher_is_better=False) == 1.10
+    # a real regression still trips it
+    with pytest.raises(AssertionError, match="target ≤ 1.14"):
+        judge("w / raw", _runs((1.5, QUIET)), float, bound=1.03, higher_is_better=False)
+    # a gate with no recorded spread keeps its target
+    with pytest.raises(AssertionError, match="target ≤ 1.03"):
+        judge("other", runs, float, bound=1.03, higher_is_better=False)
+    monkeypatch.setattr(_quick, "TRIPWIRES", False)  # make bench, or RAGBENCH_BENCH_TRIPWIRES=0
+    with pytest.raises(AssertionError, match="target ≤ 1.03"):
+        judge("w / raw", runs, float, bound=1.03, higher_is_better=False)
+
+
+def test_the_committed_spread_file_gives_every_recorded_gate_a_margin() -> None:
+    found = _quick.margins()
+    assert found, f"no gate with two recorded runs in {_quick.SPREAD_FILE}"
+    for gate, m in found.items():
+        scale = 1 if m.relative else abs(m.target)
+        assert _quick.MIN_MARGIN * scale <= m.margin <= _quick.MAX_MARGIN * scale, gate
+        assert m.source in ("quiet", "all") and len(m.judged) >= 2, gate
 
 
 def test_attempts_stop_when_met_and_retry_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:

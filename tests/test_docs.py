@@ -323,6 +323,7 @@ DATA_MARKERS = (
     "engines",
     "search-after",
     "detection",
+    "quick-margins",
 )
 
 
@@ -352,7 +353,7 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
     for page in pages:
         text = page.read_text(encoding="utf-8")
         found = _page_markers(page)
-        data = {"report", "bench", "stats", "detection"}
+        data = {"report", "bench", "stats", "detection", "quick-margins"}
         assert {w for w, _ in found} & data, f"{page.name}: no data"
         expanded = hooks.expand(text, page.parent, Path("/nonexistent"))
         hooks.PLOTS.clear()
@@ -380,6 +381,12 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                     median_us = entry["stats"]["median"] * 1e6
                     shown = float(row.split(" | ")[1].replace(",", ""))
                     assert shown == pytest.approx(median_us, rel=0.01, abs=0.01)
+            elif what == "quick-margins":
+                recorded = _quick_margins(page.parent / args[0])
+                assert recorded, args
+                for gate, m in recorded.items():
+                    row = f"| {gate} | {m.op} {m.target:.4g} |"
+                    assert row in expanded, f"{page.name}: no row for {gate}"
             elif what == "engines":
                 _check_engines_table(page.parent, args, expanded)
             elif what == "search-after":
@@ -392,6 +399,16 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                     assert cells == pytest.approx([d[key] for d in described], rel=0.01)
         # what is left once the generated sections are gone holds no table
         assert not _typed_tables(text), f"{page.name}: typed table {_typed_tables(text)[:1]}"
+
+
+def _quick_margins(path: Path) -> dict[str, object]:
+    """bench/_quick.py's margins() of a recorded quick-gate spread (the function CI's gates use)."""
+    spec = importlib.util.spec_from_file_location("_quick", ROOT / "bench" / "_quick.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("_quick", module)
+    spec.loader.exec_module(module)
+    return dict(module.margins(path))
 
 
 def _check_search_after_table(page_dir: Path, args: list[str], expanded: str) -> None:
