@@ -12,8 +12,10 @@ a reference a fresh clone cannot follow:
   not a tracked file;
 - a project tool or page (``tools/x.py``, ``docs/x.md``) that does not exist.
 
-Recorded results (``docs/findings/data/``) are left out: a record keeps the
-paths of the machine that measured it, as data, not as a reference.
+Recorded results (``docs/findings/data/``, and the README blocks rendered from
+them between ``readme-gen`` markers) are left out: a record keeps the paths of
+the machine that measured it, as data, not as a reference. So is this file,
+whose examples are the references it looks for.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".txt", ".proto", ".sh"}
 TEXT_NAMES = {"Makefile", "run", ".gitignore"}
 RECORDED = "docs/findings/data/"
+#: A README block generated from a recorded results file (tools/docs_hooks.py --readme).
+GENERATED = re.compile(r"<!-- readme-gen: .*?<!-- /readme-gen -->", re.S)
+THIS = "tests/test_self_contained.py"
 
 OUTSIDE = re.compile(r"(?:\.\./)+shared\b|(?<![\w.])/work/[\w.-]")
 CAPITAL_DOC = re.compile(r"(?<![\w/.-])([A-Z][A-Z0-9_-]*\.md)\b")
@@ -45,14 +50,16 @@ def _texts() -> dict[str, str]:
     texts = {}
     for rel in _tracked():
         path = Path(rel)
-        if rel.startswith(RECORDED) or not (
-            path.suffix in TEXT_SUFFIXES or path.name in TEXT_NAMES
-        ):
+        if rel.startswith(RECORDED) or rel == THIS:
+            continue
+        if not (path.suffix in TEXT_SUFFIXES or path.name in TEXT_NAMES):
             continue
         try:
-            texts[rel] = (REPO / rel).read_text(encoding="utf-8")
+            text = (REPO / rel).read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue
+        # a generated block keeps its lines, emptied, so line numbers stay right
+        texts[rel] = GENERATED.sub(lambda m: "\n" * m.group(0).count("\n"), text)
     return texts
 
 
