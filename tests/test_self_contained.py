@@ -6,9 +6,10 @@ docs/reference/performance-targets.md, docs/contributing/style.md,
 tools/check_structure.py). This test reads every tracked text file and fails on
 a reference a fresh clone cannot follow:
 
-- a path into a folder beside the clone (``../shared/...``) or into this
+- a path into a folder beside the clone (``../<folder>/...``) or into this
   machine's workspace (``/work/...``);
-- a project document named in capitals (``PERF.md``, ``DESIGN.md``) that is
+- a project document named in capitals (``NAME.md``, as the rule documents
+  outside the repository were named) that is
   not a tracked file;
 - a project tool or page (``tools/x.py``, ``docs/x.md``) that does not exist.
 
@@ -91,10 +92,11 @@ def test_no_tracked_file_refers_outside_the_repository() -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "python3 ../shared/tools/check_layers.py ragbench",
-        "# the targets of PERF.md",
-        "see /work/shared/DESIGN.md",
-        "run tools/check_layers.py",
+        # built from parts, so that this file holds none of the references it looks for
+        "python3 ../" + "shared/tools/check_" + "layers.py ragbench",
+        "# the targets of " + "PERF" + ".md",
+        "see /work/shared/" + "DESIGN" + ".md",
+        "run tools/check_" + "layers.py",
         "(docs/findings/2026-11-30-json-or-protobuf.md)",
     ],
 )
