@@ -24,6 +24,7 @@ from .errors import ConfigError, MissingDependencyError
 from .files import replace_bytes
 from .reading import dominant_stage
 from .record_schema import (
+    FrontierRecord,
     IndexPoint,
     LoadRecord,
     PipelineRecord,
@@ -425,6 +426,61 @@ def _load_shares(ax: Any, records: Sequence[LoadRecord]) -> None:
     )
 
 
+def _frontier(ax: Any, rec: FrontierRecord, stat: str) -> None:
+    """Total ``stat`` before the first token (ms) against nDCG@10, both intervals; Pareto set marked.
+
+    Cost-only points (random-weight rerankers, failed or unjudged runs) sit on the latency axis as
+    crosses: their cost is real, their nDCG is not ranked.
+    """
+    points = rec.points or []
+    ranked = [p for p in points if p.cost_only is None and p.ndcg_at_10 is not None]
+    for p in ranked:
+        x, ci = need(getattr(p, f"{stat}_us"), stat) / 1e3, getattr(p, f"{stat}_us_ci")
+        y, yci = need(p.ndcg_at_10, "ndcg_at_10"), p.ndcg_at_10_ci
+        xerr = [[x - ci[0] / 1e3], [ci[1] / 1e3 - x]] if ci else None
+        yerr = [[y - float(yci[0] or 0.0)], [float(yci[1] or 0.0) - y]] if yci else None
+        color = "tab:red" if p.pareto else "tab:blue"
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=color, capsize=3, alpha=0.8)
+        ax.annotate(p.label, (x, y), fontsize="x-small", xytext=(4, 4), textcoords="offset points")
+    on = sorted((p for p in ranked if p.pareto), key=lambda p: need(getattr(p, f"{stat}_us"), stat))
+    if on:
+        xs = [need(getattr(p, f"{stat}_us"), stat) / 1e3 for p in on]
+        ax.step(xs, [need(p.ndcg_at_10, "ndcg") for p in on], where="post", color="tab:red", lw=1)
+    for p in points:
+        if p not in ranked and getattr(p, f"{stat}_us") is not None:
+            x = need(getattr(p, f"{stat}_us"), stat) / 1e3
+            ax.plot([x], [0.0], marker="x", color="grey", ms=9, clip_on=False)
+            ax.annotate(
+                f"{p.label}\n({p.cost_only})",
+                (x, 0.0),
+                fontsize="x-small",
+                xytext=(4, 6),
+                textcoords="offset points",
+                color="grey",
+            )
+    if stat == "p99" and rec.p99_budget_ms is not None:
+        ax.axvline(rec.p99_budget_ms, color="grey", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0.0)
+    ax.set_xlabel(f"total {stat} before the first token, ms (log; bars: 95 % interval)")
+    ax.set_ylabel("nDCG@10 (bars: 95 % interval over judged queries)")
+    ax.set_title(
+        f"{rec.dataset}: {stat} against nDCG@10 — red: Pareto set (p50, point estimates)",
+        fontsize="medium",
+    )
+
+
+def _frontier_figure(records: Sequence[FrontierRecord]) -> Any:
+    """Two panels per frontier record: p50 and p99 against nDCG@10."""
+    plt = pyplot()
+    fig, axes = plt.subplots(len(records), 2, figsize=(16, 6 * len(records)), squeeze=False)
+    for row, rec in zip(axes, records, strict=True):
+        _frontier(row[0], rec, "p50")
+        _frontier(row[1], rec, "p99")
+    fig.tight_layout()
+    return fig
+
+
 PANELS: dict[str, list[Callable[[Any, Any], None]]] = {
     "run": [_runs],
     "sweep": [_sweeps, _sweep_memory, _filter_recall, _filter_p50],
@@ -513,10 +569,15 @@ def _without_dominant(stage: str) -> Callable[[Any, Sequence[RunRecord]], None]:
 def figure(records: Records) -> Any:
     """A matplotlib figure with one panel per record kind present (run, sweep, scale, load).
 
+    Records holding a frontier (``ragbench frontier``) are drawn as that frontier only.
+
     When one stage dominates every run (:func:`ragbench.reading.dominant_stage`:
     a model's embed is ~97 % of a pydocs request), the runs get a second panel
     without it, so the differences between the varied stages can be seen.
     """
+    frontiers = [read_struct(r, FrontierRecord) for r in records_of(records, "frontier")]
+    if frontiers:  # a frontier's runs are its points: drawn as the frontier, not as bars
+        return _frontier_figure(frontiers)
     typed = {kind: _typed(records, kind) for kind in PANELS}
     filtered = any(isinstance(r, SweepRecord) and r.strategy is not None for r in typed["sweep"])
     panels: list[tuple[str, Callable[[Any, Any], None]]] = [

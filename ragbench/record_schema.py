@@ -21,7 +21,8 @@ Readers take a stored record as its kind's current Struct with
 record lacks is None, and :func:`need` names one a reader cannot do
 without). Fields several kinds share live in :class:`PipelineRecord` (run,
 load) and :class:`IndexRecord` (sweep, scale, stream); ``diff`` records
-(:class:`DiffRecord`) are what ``ragbench diff A B --out F`` appends.
+(:class:`DiffRecord`) are what ``ragbench diff A B --out F`` appends, ``frontier`` records
+(:class:`FrontierRecord`) what ``ragbench frontier`` appends after its run records.
 """
 
 from __future__ import annotations
@@ -348,6 +349,43 @@ class DiffRecord(Record, frozen=True):
     env_differences: list[str] | None = None
 
 
+class FrontierPoint(Struct, kw_only=True, frozen=True):
+    """One configuration of a frontier: total latency before the first token (µs) and nDCG@10."""
+
+    label: str
+    p50_us: Num = None
+    p50_us_ci: list[Num] | None = None
+    p99_us: Num = None
+    p99_us_ci: list[Num] | None = None
+    ndcg_at_10: Num = None
+    ndcg_at_10_ci: list[Num] | None = None
+    cost_only: str | None = None  # why it is not ranked on quality ("cost only: random weights")
+    pareto: bool = False
+
+
+class FrontierRecord(Record, frozen=True):
+    """``ragbench.frontier/1``: what ``ragbench frontier`` concluded from the run records before it.
+
+    ``pareto_stat`` names the latency statistic of the Pareto set (p50); ``best``,
+    ``cheapest`` (the lowest p50 within ``within`` of the best nDCG@10) and
+    ``best_under_budget`` (the highest nDCG@10 with p99 <= ``p99_budget_ms``) are labels of
+    ``points``; ``cost_only`` the labels never ranked on quality (:mod:`ragbench.frontier`).
+    """
+
+    kind: Literal["frontier"] = "frontier"
+    dataset: str | None = None
+    qrels: str | None = None
+    pareto_stat: str | None = None
+    within: Num = None
+    p99_budget_ms: Num = None
+    best: str | None = None
+    cheapest: str | None = None
+    best_under_budget: str | None = None
+    pareto: list[str] | None = None
+    cost_only: list[str] | None = None
+    points: list[FrontierPoint] | None = None
+
+
 R = TypeVar("R", bound=Record)
 
 #: (kind, version) → the Struct that version of the kind is written and read with.
@@ -358,6 +396,7 @@ SCHEMAS: dict[tuple[str, int], type[Record]] = {
     ("load", 1): LoadRecord,
     ("stream", 1): StreamRecord,
     ("diff", 1): DiffRecord,
+    ("frontier", 1): FrontierRecord,
 }
 
 #: The Struct of each kind's current version → its kind.

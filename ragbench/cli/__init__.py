@@ -23,6 +23,7 @@ import click
 
 from ..errors import RagbenchError
 from .bars import on_stderr
+from .frontier import frontier
 from .pipelines import compare, run
 from .results import datasets, diff, report
 from .schema import schema
@@ -40,7 +41,20 @@ def cli() -> None:
     """Measure where the time goes between a question and the first token of a RAG service."""
 
 
-for command in (datasets, run, compare, sweep, scale, load, stream, report, diff, schema, stub_llm):
+for command in (
+    datasets,
+    run,
+    compare,
+    frontier,
+    sweep,
+    scale,
+    load,
+    stream,
+    report,
+    diff,
+    schema,
+    stub_llm,
+):
     cli.add_command(command)
 
 

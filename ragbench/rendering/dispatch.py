@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import ConfigError, DatasetError
 from ..records import records_of
 from .diffs import diff_records_table
+from .frontier import frontier_table
 from .load import load_table
 from .markdown import flat_cell, flat_rows
 from .points import scale_table, sweep_table
@@ -73,6 +74,7 @@ def render(records: Sequence[Mapping[str, Any]], fmt: str = "table", *, stat: st
             ("load", load_table),
             ("stream", stream_table),
             ("diff", diff_records_table),
+            ("frontier", frontier_table),
         ):
             of_kind = records_of(records, kind)
             if of_kind:

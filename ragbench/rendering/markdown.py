@@ -122,6 +122,8 @@ def flat_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         {k: v for k, v in r.items() if k not in ("env", "schema", "time")}
         for r in records_of(records, "diff")
     ]
+    for r in records_of(records, "frontier"):  # one row per configuration of the frontier
+        rows += [{"kind": "frontier", **p} for p in r.get("points") or []]
     return rows
 
 

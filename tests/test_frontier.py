@@ -1,0 +1,136 @@
+"""``ragbench frontier`` (issue 31): the Pareto set, the two lines, cost-only rows, the refusals.
+
+Planted points are checked against hand computations; a small BEIR folder in ``tmp_path``
+(hashing embedder) goes through the CLI as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragbench.cli import main
+from ragbench.frontier import best_under, cheapest_within, frontier_fields, frontier_lines
+from ragbench.records import read_records
+from ragbench.rerankers import CAVEAT_PREFIX
+
+
+def _run(label: str, p50: float, p99: float, ndcg: float, caveat: bool = False) -> dict[str, Any]:
+    """A planted run record: total p50/p99 in µs, nDCG@10, optionally a random-weight reranker."""
+    return {
+        "kind": "run",
+        "label": label,
+        "dataset": {"name": "planted"},
+        "total": {"p50_us": p50, "p99_us": p99, "p50_us_ci": [p50 * 0.9, p50 * 1.1]},
+        "judged": {"qrels": "q.tsv", "ndcg_at_10": ndcg, "ndcg_at_10_ci": [ndcg - 0.1, ndcg + 0.1]},
+        "caveats": [f"{CAVEAT_PREFIX}cross-encoder): random"] if caveat else [],
+    }
+
+
+PLANTED = [
+    _run("a", 1000, 3000, 0.30),  # fastest: on the set
+    _run("b", 2000, 2500, 0.50),  # slower, better: on the set
+    _run("c", 2500, 9000, 0.45),  # dominated by b (slower and worse)
+    _run("d", 4000, 6000, 0.499),  # within 1 % of b's 0.50 but slower: dominated by b
+    _run("e", 5000, 7000, 0.60),  # best: on the set
+    _run("f", 5000, 8000, 0.60),  # equal to e on both point estimates: not dominated (no strict)
+    _run("x", 100, 200, 0.99, caveat=True),  # random weights: fastest and "best", never ranked
+]
+
+
+def test_pareto_set_on_planted_points_equals_the_hand_computation() -> None:
+    fields = frontier_fields(PLANTED, within=0.01, p99_budget_ms=None)
+    # hand: a (fastest), b (beats a on nDCG), e and f (best nDCG, tied); c, d dominated by b
+    assert fields["pareto"] == ["a", "b", "e", "f"]
+    assert fields["best"] in ("e", "f")
+    assert fields["pareto_stat"] == "p50"
+
+
+def test_the_two_lines_on_planted_records() -> None:
+    fields = frontier_fields(PLANTED, within=0.2, p99_budget_ms=6.5)
+    # within 20 % of 0.60 (>= 0.48): b, d, e, f; the lowest p50 of them is b
+    assert fields["cheapest"] == "b"
+    # p99 <= 6.5 ms: a, b, d; the highest nDCG of them is b (0.50 > 0.499)
+    assert fields["best_under_budget"] == "b"
+    lines = frontier_lines(fields)
+    assert lines[0].startswith("cheapest within 20 % of the best nDCG@10: b: nDCG@10 0.500")
+    assert lines[1].startswith("best nDCG@10 under a p99 of 6.5 ms: b: nDCG@10 0.500")
+    tight = frontier_fields(PLANTED, within=0.01, p99_budget_ms=2.8)
+    assert tight["cheapest"] == "e"  # 1 %: only e and f (0.60); same p50, e's p99 is lower
+    assert tight["best_under_budget"] == "b"  # p99 <= 2.8 ms: b only (a's p99 is 3 ms)
+    none = frontier_fields(PLANTED, within=0.01, p99_budget_ms=0.1)
+    assert none["best_under_budget"] is None
+    assert "none" in frontier_lines(none)[1]
+
+
+def test_cost_only_rows_are_never_ranked() -> None:
+    points = frontier_fields(PLANTED, within=0.01, p99_budget_ms=1.0)["points"]
+    x = next(p for p in points if p["label"] == "x")
+    assert x["cost_only"] == "cost only: random weights" and not x["pareto"]
+    assert cheapest_within(points, 1.0)["label"] != "x"  # type: ignore[index]
+    assert best_under(points, 1.0) is None  # only x fits 1 ms, and x is not ranked
+    only = frontier_fields([PLANTED[-1]], within=0.01, p99_budget_ms=1.0)
+    assert only["pareto"] == [] and only["cheapest"] is None and only["cost_only"] == ["x"]
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_dataset_without_qrels_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "f.jsonl"
+    code, _, err = _cli(
+        capsys, "frontier", "--dataset", "synthetic", "--n", "300", "--dim", "8",
+        "--index", "flat", "--queries", "4", "--out", str(out),
+    )  # fmt: skip
+    assert code == 2
+    assert err.count("\n") == 1 and "'synthetic' has no judged answers (qrels)" in err
+    assert "qrels.tsv" in err and not out.exists()
+
+
+def _beir(folder: Path) -> Path:
+    """60 passages on 6 topics, 6 queries, two judged passages per query (BEIR layout)."""
+    (folder / "qrels").mkdir(parents=True)
+    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for i in range(60):
+            text = f"passage {i} about topic{i % 6} and word{i}"
+            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n")
+    with open(folder / "queries.jsonl", "w", encoding="utf-8") as f:
+        for q in range(6):
+            f.write(json.dumps({"_id": f"q{q}", "text": f"topic{q}"}) + "\n")
+    with open(folder / "qrels" / "test.tsv", "w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for q in range(6):
+            f.write(f"q{q}\td{q}\t2\nq{q}\td{q + 6}\t1\n")
+    return folder
+
+
+def test_frontier_cli_on_a_beir_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = _beir(tmp_path / "beir")
+    out, png = tmp_path / "f.jsonl", tmp_path / "f.png"
+    code, text, err = _cli(
+        capsys, "frontier", "--dataset", str(folder), "--embed", "hashing", "--index", "flat,bm25",
+        "--rerank", "numpy", "--queries", "12", "--warmup", "2", "--p99-budget-ms", "10000",
+        "--out", str(out), "--plot", str(png),
+    )  # fmt: skip
+    assert code == 0, err
+    records = read_records(out)
+    kinds = [r["kind"] for r in records]
+    assert kinds == ["run", "run", "frontier"]  # compare's records, then the summary
+    summary = records[-1]
+    assert {p["label"] for p in summary["points"]} == {"flat", "bm25"}
+    assert "cheapest within 1 % of the best nDCG@10: " in text
+    assert "best nDCG@10 under a p99 of 10000 ms: " in text
+    assert png.stat().st_size > 0
+    code, again, _ = _cli(capsys, "report", str(out))
+    assert code == 0 and "cheapest within 1 % of the best nDCG@10: " in again
