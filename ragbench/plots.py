@@ -437,8 +437,10 @@ def _frontier(ax: Any, rec: FrontierRecord, stat: str) -> None:
     for p in ranked:
         x, ci = need(getattr(p, f"{stat}_us"), stat) / 1e3, getattr(p, f"{stat}_us_ci")
         y, yci = need(p.ndcg_at_10, "ndcg_at_10"), p.ndcg_at_10_ci
-        xerr = [[x - ci[0] / 1e3], [ci[1] / 1e3 - x]] if ci else None
-        yerr = [[y - float(yci[0] or 0.0)], [float(yci[1] or 0.0) - y]] if yci else None
+        # a percentile bootstrap of a tail can leave the estimate outside its interval: clamp at 0
+        xerr = [[max(0.0, x - ci[0] / 1e3)], [max(0.0, ci[1] / 1e3 - x)]] if ci else None
+        lo, hi = (float(yci[0] or 0.0), float(yci[1] or 0.0)) if yci else (y, y)
+        yerr = [[max(0.0, y - lo)], [max(0.0, hi - y)]]
         color = "tab:red" if p.pareto else "tab:blue"
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=color, capsize=3, alpha=0.8)
         ax.annotate(p.label, (x, y), fontsize="x-small", xytext=(4, 4), textcoords="offset points")
