@@ -443,7 +443,12 @@ def _frontier(ax: Any, rec: FrontierRecord, stat: str) -> None:
         yerr = [[max(0.0, y - lo)], [max(0.0, hi - y)]]
         color = "tab:red" if p.pareto else "tab:blue"
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=color, capsize=3, alpha=0.8)
-        ax.annotate(p.label, (x, y), fontsize="x-small", xytext=(4, 4), textcoords="offset points")
+        if (
+            p.pareto or len(ranked) <= 6
+        ):  # a large grid labels only its Pareto set: the table names the rest
+            ax.annotate(
+                p.label, (x, y), fontsize="x-small", xytext=(4, 4), textcoords="offset points"
+            )
     on = sorted((p for p in ranked if p.pareto), key=lambda p: need(getattr(p, f"{stat}_us"), stat))
     if on:
         xs = [need(getattr(p, f"{stat}_us"), stat) / 1e3 for p in on]
@@ -467,7 +472,7 @@ def _frontier(ax: Any, rec: FrontierRecord, stat: str) -> None:
     ax.set_xlabel(f"total {stat} before the first token, ms (log; bars: 95 % interval)")
     ax.set_ylabel("nDCG@10 (bars: 95 % interval over judged queries)")
     ax.set_title(
-        f"{rec.dataset}: {stat} against nDCG@10 — red: Pareto set (p50, point estimates)",
+        f"{rec.dataset}: {stat} against nDCG@10 — red, labelled: Pareto set (p50, point estimates)",
         fontsize="medium",
     )
 
