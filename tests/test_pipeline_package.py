@@ -93,7 +93,9 @@ def test_the_public_names_of_ragbench_pipeline_stay() -> None:
     assert p.STAGES[0] == "embed" and p.STAGES[-1] == "generate"
 
 
-def test_no_module_of_the_split_packages_is_over_600_lines() -> None:
+def test_no_module_of_the_split_packages_is_over_1000_lines() -> None:
+    """The split packages stay split by topic; a module may be as long as one cohesive part
+    needs (about 1 000 lines, docs/contributing/style.md), never cut to meet a number."""
     folders = ("pipeline", "datasets", "workers", "aioworkers")
     paths = [p for f in folders for p in (PACKAGE / f).glob("*.py")]
     paths += [PACKAGE / "executors.py", PACKAGE / "rayload.py"]
@@ -102,7 +104,7 @@ def test_no_module_of_the_split_packages_is_over_600_lines() -> None:
         for path in sorted(paths)
     }
     assert len(sizes) >= 20
-    assert {name: n for name, n in sizes.items() if n > 600} == {}
+    assert {name: n for name, n in sizes.items() if n > 1000} == {}
 
 
 def test_set_up_returns_a_frozen_built_object() -> None:
