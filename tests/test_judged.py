@@ -153,3 +153,16 @@ def test_merge_builds_means_envelope_and_per_query() -> None:
     pooled = judged.merge_builds([first, second], pool="concat")
     assert pooled is not None and len(pooled["per_query"]["mrr_at_10"]) == 4
     assert judged.merge_builds([None, None], pool="mean") is None
+
+
+def test_the_note_names_the_qrels_file_by_its_folder_not_the_machines_path() -> None:
+    from ragbench.rendering.judged import judged_note
+
+    judged = JudgedAnswers(
+        ndcg_at_10=0.5,
+        ndcg_at_10_ci=[0.4, 0.6],
+        queries=3,
+        qrels="/home/someone/data/pydocs/qrels.tsv",
+    )
+    note = judged_note([judged], "pydocs")
+    assert "judged answers in pydocs/qrels.tsv (" in note and "/home/someone" not in note

@@ -9,6 +9,7 @@ table whose dataset has no qrels gets no empty columns but one line saying so
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import PurePath
 from typing import Any
 
 import msgspec
@@ -63,6 +64,12 @@ def _depth_text(judged: Sequence[JudgedAnswers]) -> str:
     )
 
 
+def _short(path: str) -> str:
+    """``/any/where/pydocs/qrels.tsv`` -> ``pydocs/qrels.tsv`` (a BEIR split: ``qrels/test.tsv``)."""
+    parts = PurePath(path).parts
+    return "/".join(parts[-2:]) if len(parts) > 2 else path
+
+
 def judged_note(judged: Sequence[JudgedAnswers | None], dataset: str) -> str:
     """The line under a table: what the answer-quality columns are, or that there are none."""
     have = [j for j in judged if j is not None]
@@ -71,7 +78,8 @@ def judged_note(judged: Sequence[JudgedAnswers | None], dataset: str) -> str:
             f"answer quality: {NO_JUDGED} in these records (no qrels for {dataset} when they "
             "ran): recall is against exact search only"
         )
-    sources = sorted({str(j.qrels) for j in have if j.qrels})
+    # the dataset's folder and the file, not the measuring machine's absolute path
+    sources = sorted({_short(str(j.qrels)) for j in have if j.qrels})
     counts = sorted({f"{j.queries} of {j.measured}" for j in have})
     return (
         f"nDCG@10 (linear gain), MRR@10, R@100: against the judged answers in "
