@@ -26,7 +26,7 @@ exactly what they return.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -123,11 +123,7 @@ def reciprocal_rank_fusion(
     """Reciprocal rank fusion of two ranked id lists (see the module docstring)."""
     a, b = _ids(first, "first"), _ids(second, "second")
     k, n = _check_k_rrf(k_rrf), _limit(limit)
-    out_ids = np.empty(a.size + b.size, dtype=np.int64)
-    out_scores = np.empty(a.size + b.size, dtype=np.float64)
-    m = _counted(_compiled().rrf(a, b, k, out_ids, out_scores))
-    m = m if n < 0 else min(m, n)
-    return out_ids[:m], out_scores[:m]
+    return _fused(n, a.size + b.size, lambda ids, scores: _compiled().rrf(a, b, k, ids, scores))
 
 
 def weighted_fusion(
@@ -143,10 +139,20 @@ def weighted_fusion(
     a, b = _ids(first, "first"), _ids(second, "second")
     sa, sb = _scores(first_scores, a, "first"), _scores(second_scores, b, "second")
     w, n = _check_alpha(alpha), _limit(limit)
-    out_ids = np.empty(a.size + b.size, dtype=np.int64)
-    out_scores = np.empty(a.size + b.size, dtype=np.float64)
-    m = _counted(_compiled().weighted(a, sa, b, sb, w, out_ids, out_scores))
-    m = m if n < 0 else min(m, n)
+    return _fused(
+        n, a.size + b.size, lambda ids, scores: _compiled().weighted(a, sa, b, sb, w, ids, scores)
+    )
+
+
+def _fused(
+    limit: int, size: int, kernel: Callable[[NDArray[np.int64], NDArray[np.float64]], int]
+) -> Fused:
+    """Run ``kernel(out_ids, out_scores)`` on fresh output arrays of ``size``; the first
+    ``limit`` entries it fused (all of them when ``limit`` < 0)."""
+    out_ids = np.empty(size, dtype=np.int64)
+    out_scores = np.empty(size, dtype=np.float64)
+    m = _counted(kernel(out_ids, out_scores))
+    m = m if limit < 0 else min(m, limit)
     return out_ids[:m], out_scores[:m]
 
 
