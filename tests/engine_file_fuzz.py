@@ -1,4 +1,4 @@
-"""Child process of ``tests/test_faults_engine_files.py``: load altered index files, one engine.
+"""Child process of ``tests/faults/test_faults_engine_files.py``: load altered index files, one engine.
 
 ``python tests/engine_file_fuzz.py ENGINE FOLDER [--quick]`` builds a small index
 with ``ENGINE`` (``usearch``, ``qdrant-edge``, ``lancedb``, ``chroma``),
