@@ -40,7 +40,7 @@ check-no-cuda:
 		echo "error: nvidia-* packages found in $(VENV); torch must be the CPU build ($(TORCH))"; exit 1; fi
 
 # The compare `make run` prints; docs/findings/commands.toml records the same command
-# (make-run-pydocs.jsonl), from which the README's block is regenerated (tests/test_docs.py).
+# (make-run-pydocs.jsonl), from which the README's block is regenerated (tests/project/test_docs.py).
 # The query embedder's runtime is an axis (torch and ONNX Runtime on int8 weights, the queries
 # only: the corpus keeps the shipped torch vectors), since it is the choice that moves the time
 # before the first token most; the int8 graph is exported once and cached (set-up).
@@ -99,7 +99,7 @@ typecheck: $(VENV)/.dev
 # The structure rules of docs/explanation/architecture.md: the five layers ([tool.importlinter]
 # in pyproject.toml, checked by import-linter), then tools/check_structure.py (no import cycle,
 # no underscore name taken across modules, no __all__ in a private module, functions <= 80
-# lines). The test suite runs both too (tests/test_layers_contract.py, tests/test_structure_check.py).
+# lines). The test suite runs both too (tests/project/test_layers_contract.py, tests/project/test_structure_check.py).
 .PHONY: layers
 layers: $(VENV)/.dev
 	$(VENV)/bin/lint-imports --no-cache

@@ -33,7 +33,7 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
 The comment is replaced when the site is built (``make docs``), so nothing generated is
 typed into a page. ``report`` paths are relative to the page's folder and runs
 ``python -m ragbench report --format md`` in a child process, exactly as a reader would.
-Every function here is also imported by ``tests/test_docs.py``.
+Every function here is also imported by ``tests/project/test_docs.py``.
 """
 
 from __future__ import annotations
@@ -405,7 +405,7 @@ def environment_markdown() -> str:
     return "\n".join(
         [
             "Generated when the site is built: the names are those found in the package's "
-            "source (`os.environ`, `getenv`); `tests/test_docs.py` fails when one has no "
+            "source (`os.environ`, `getenv`); `tests/project/test_docs.py` fails when one has no "
             "meaning written here.",
             "",
             _table(["variable", "meaning"], rows),

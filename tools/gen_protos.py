@@ -11,7 +11,7 @@ generated ``retrieval_pb2.py`` / ``retrieval_pb2.pyi`` flat into
 generated module needs no import-path rewriting; the descriptor keeps its
 canonical name ``ragbench/v1/retrieval.proto`` in the default descriptor pool.
 
-``tests/test_protos_fresh.py`` calls :func:`generate` into a temporary
+``tests/project/test_protos_fresh.py`` calls :func:`generate` into a temporary
 directory and fails when the committed files differ (stale generated code).
 Requires ``grpcio-tools`` (a dev dependency).
 """

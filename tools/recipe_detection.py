@@ -15,7 +15,7 @@ Each trial appends one JSON line to ``--out``; ``--summary FILE`` prints the cou
 job with fewer runs, for free). The trials of both kinds alternate, so the machine's load
 reaches both alike; each line records the load average before and after. ``--budget-min``
 bounds the wall time: no trial starts that the mean trial time says would end past it.
-``tests/test_docs_blocks.py`` runs every marked YAML block of the docs, with small sizes,
+``tests/project/test_docs_blocks.py`` runs every marked YAML block of the docs, with small sizes,
 through :func:`make_origin` and :func:`run_job`.
 """
 

@@ -13,7 +13,7 @@ verifies (the cache key and its sidecar carry both), and writes
 ``vectors-<embedder>.json``: the embedder fingerprint, the texts' content
 hashes, and each array's dtype, shape and sha256. Commit all three files with
 any change of the corpus, the queries or the embedder's model package;
-``tests/test_shipped_vectors.py`` re-embeds a sample and fails if they drift.
+``tests/datasets/test_shipped_vectors.py`` re-embeds a sample and fails if they drift.
 """
 
 from __future__ import annotations

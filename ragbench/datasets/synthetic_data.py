@@ -210,7 +210,7 @@ def _low_rank(coords: np.ndarray, which: np.ndarray, bases: np.ndarray) -> np.nd
     Here the sum over the rank runs one term at a time as separate numpy
     multiplies and adds: each is one IEEE-rounded operation per element, so
     the result does not depend on the vector width (tested with OpenBLAS and
-    numpy's SIMD paths forced down, ``tests/test_datasets.py``).
+    numpy's SIMD paths forced down, ``tests/datasets/test_datasets.py``).
     """
     order = np.argsort(which, kind="stable")
     bounds = np.searchsorted(which[order], np.arange(bases.shape[0] + 1))

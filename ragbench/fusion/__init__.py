@@ -19,7 +19,7 @@ Each function runs a compiled kernel (:mod:`ragbench.fusion._kernels`, numba) â€
 fast path of the performance target "fusion of two 100-candidate lists: at most 5 Âµs and at
 most 1.2x a plain dict-based fusion in Python" (``bench/test_bench_fusion.py``). The plain
 Python versions, :func:`reciprocal_rank_fusion_plain` and :func:`weighted_fusion_plain`, are the
-reference: ``tests/test_fusion.py`` checks, by property-based tests, that the kernels return
+reference: ``tests/fusion/test_fusion.py`` checks, by property-based tests, that the kernels return
 exactly what they return.
 """
 

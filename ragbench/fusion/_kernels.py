@@ -2,7 +2,7 @@
 
 Target served: fusing two 100-candidate lists in at most 5 µs and at most 1.2x a plain
 dict-based fusion (``bench/test_bench_fusion.py``). The plain versions in
-``ragbench/fusion/__init__.py`` are the reference; ``tests/test_fusion.py`` checks that these
+``ragbench/fusion/__init__.py`` are the reference; ``tests/fusion/test_fusion.py`` checks that these
 return exactly what they return.
 
 How, and why it is exact:

@@ -27,7 +27,7 @@ reload; do not search one index with different ``ef`` from several threads
 at once (a reload closes the collection the others are reading).
 
 Builds are not reproducible: two one-thread builds of the same rows in the
-same order give different graphs (tests/test_fair_comparisons.py; 100k ×
+same order give different graphs (tests/results/test_fair_comparisons.py; 100k ×
 384 rebuilt at ``ef_search`` 40 read recall 0.924 and 0.951), so
 ``build_deterministic`` is False: records say ``deterministic: false`` and
 the index cache keeps no Chroma build.

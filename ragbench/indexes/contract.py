@@ -32,7 +32,7 @@ Code that needs a capability asks ``isinstance(index, FilteredIndex)`` (or
 does not have it. In particular a backend that does not declare
 :class:`DeclaresBuild` has builds of unknown determinism (records say
 ``deterministic: null``) that are never cached, and the contract tests
-(``tests/test_index_filters.py``, ``tests/test_index_writes.py``) skip, with
+(``tests/indexes/test_index_filters.py``, ``tests/indexes/test_index_writes.py``) skip, with
 the capability's name as the reason, what a backend does not declare.
 """
 

@@ -56,7 +56,7 @@ from .parts import Components, SharedParts
 from .stages import Stage
 
 #: What users call: the pipeline, the stage order and the request types a custom stage or a
-#: driver reads (tests/test_public_api.py pins this list). The building blocks live in the
+#: driver reads (tests/project/test_public_api.py pins this list). The building blocks live in the
 #: package's modules: :mod:`~ragbench.pipeline.stages`, :mod:`~ragbench.pipeline.build`, ...
 __all__ = [
     "STAGES",

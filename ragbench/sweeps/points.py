@@ -31,7 +31,7 @@ __all__ = [
 #: ``hnsw-sq``, ``hnsw-fp16``, ``binary-hnsw``) get ``efSearch = max(ef, k)`` per call;
 #: Qdrant searches its graph with ``max(hnsw_ef, limit)``; pgvector's wrapper sets
 #: ``hnsw.ef_search`` to ``max(ef, k)``, at most 1000 (the value is the cap).
-#: LanceDB refuses an ``ef`` under k instead. ``tests/test_sweeps.py`` checks each.
+#: LanceDB refuses an ``ef`` under k instead. ``tests/sweeps/test_sweeps.py`` checks each.
 EF_RAISED_TO_CANDIDATES: dict[str, int | None] = {
     "hnsw": None,
     "faiss-hnsw": None,
