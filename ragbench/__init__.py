@@ -14,7 +14,7 @@ from . import codecs, embedders, errors, generators, indexes, rerankers, transpo
 from .types import Hit, RetrievalResult
 
 if TYPE_CHECKING:
-    from . import configs, datasets, timing
+    from . import datasets, settings, timing
     from .pipeline import Pipeline
     from .report import Report
 
@@ -27,19 +27,20 @@ __all__ = [
     "RetrievalResult",
     "__version__",
     "codecs",
-    "configs",
     "datasets",
     "embedders",
     "errors",
     "generators",
     "indexes",
     "rerankers",
+    "settings",
     "timing",
     "transports",
 ]
 
 _LAZY = {
-    "configs": ("ragbench.configs", None),
+    "configs": ("ragbench.configs", None),  # deprecated: ragbench.settings (warns)
+    "settings": ("ragbench.settings", None),
     "datasets": ("ragbench.datasets", None),
     "timing": ("ragbench.timing", None),
     "Pipeline": ("ragbench.pipeline", "Pipeline"),

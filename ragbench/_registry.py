@@ -21,7 +21,7 @@ Factory = Callable[..., Any]
 class Builtin(NamedTuple):
     """A built-in backend's registry line: its lazy ``"module:attr"`` factory and what types it.
 
-    ``params``: names of :mod:`ragbench.params` Structs typing the backend's
+    ``params``: names of :mod:`ragbench.settings.params` Structs typing the backend's
     parameters in a config (an index: its build and its search parameters),
     resolved only when a config is read, so listing names stays cheap.
     """
@@ -40,7 +40,7 @@ def _resolve(target: str) -> Factory:
 
 
 def _line(target: str, build: str, search: str) -> Builtin:
-    """An index's registry line: its class, and the :mod:`ragbench.params` Structs
+    """An index's registry line: its class, and the :mod:`ragbench.settings.params` Structs
     typing its ``[retrieve] build`` and ``search`` tables."""
     return Builtin(target, (build, search))
 

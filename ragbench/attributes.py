@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import FILTER_KEYS, check_filter_table
+from .settings.sources import FILTER_KEYS, check_filter_table
 from .errors import ConfigError, DatasetError
 
 __all__ = [

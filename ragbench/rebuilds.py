@@ -151,7 +151,7 @@ def seeded_build(backend: str | None, build: Any, i: int) -> Any:
     """``[retrieve.build]`` of build ``i``: its ``seed`` (given, else the backend's default) + ``i``.
 
     ``build`` is a mapping or the backend's typed build parameters (a
-    ``msgspec`` Struct, :mod:`ragbench.params`); the same kind comes back. A
+    ``msgspec`` Struct, :mod:`ragbench.settings.params`); the same kind comes back. A
     backend without a ``seed`` build parameter (flat, LSH, ...) gets ``build``
     unchanged: its N builds are the same index.
     """

@@ -56,13 +56,13 @@ from typing import Any
 import numpy as np
 
 from . import indexes
-from .config import load_toml
 from .datasets import brute_force_neighbors
 from .errors import ConfigError, UnsupportedConfigError
 from .files import CONFIG_LIMIT, read_regular
 from .indexes.contract import WritableIndex, can_delete, declares
 from .metrics import recall_at_k
 from .records import new_record
+from .settings.sources import load_toml
 from .stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT
 from .stream_limits import number_text as _num
 

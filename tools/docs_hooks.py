@@ -3,12 +3,12 @@
 A page asks for generated Markdown with one HTML comment on a line of its own::
 
     <!-- gen: cli -->                       every command of ``ragbench`` (click definitions)
-    <!-- gen: config -->                    every table and key of a pipeline config (ragbench.config)
+    <!-- gen: config -->                    every table and key of a pipeline config (ragbench.settings)
     <!-- gen: errors -->                    the error classes of ragbench.errors and their docstrings
     <!-- gen: environment -->               every environment variable the package reads
     <!-- gen: otel-attributes -->           the span attribute table of ragbench.otel
     <!-- gen: schemas -->                   ``ragbench schema config|records``, if that command exists
-    <!-- gen: params -->                    every typed backend parameter (ragbench.params)
+    <!-- gen: params -->                    every typed backend parameter (ragbench.settings.params)
     <!-- gen: index-capabilities -->        what each shipped index declares (ragbench.indexes.contract),
                                             with the counts
     <!-- gen: source examples/x.py -->      a source file next to the page, whole, as a code block
@@ -126,12 +126,12 @@ def cli_markdown() -> str:
 
 
 def config_markdown() -> str:
-    """Every table of a pipeline config with its defaults, from ragbench.config."""
-    from ragbench import config
+    """Every table of a pipeline config with its defaults, from ragbench.settings.sources."""
+    from ragbench.settings import sources
 
     rows = []
-    for table, defaults in config.DEFAULTS.items():
-        owned = config.OWN_KEYS.get(table)
+    for table, defaults in sources.DEFAULTS.items():
+        owned = sources.OWN_KEYS.get(table)
         keys = list(defaults) + sorted((owned or set()) - set(defaults))
         for key in keys:
             value = defaults.get(key, "")
@@ -139,20 +139,20 @@ def config_markdown() -> str:
             rows.append([f"`[{table}]`", f"`{key}`", shown])
         if owned is None:
             rows.append([f"`[{table}]`", "*other keys*", "the backend's own parameters"])
-    closed = ", ".join(f"`[{t}]`" for t in config.OWN_KEYS)
+    closed = ", ".join(f"`[{t}]`" for t in sources.OWN_KEYS)
     return "\n".join(
         [
-            "Generated from `ragbench.config.DEFAULTS` and `OWN_KEYS` when the site is built.",
+            "Generated from `ragbench.settings.sources.DEFAULTS` and `OWN_KEYS` when the site is built.",
             f"Closed tables (any other key is a `ConfigError`): {closed}; in the others, keys "
             "other than `backend` go to the backend, which refuses the ones it does not take.",
             "",
             _table(["table", "key", "default"], rows),
             "",
-            f"`[retrieve] filter` keys: {', '.join(f'`{k}`' for k in sorted(config.FILTER_KEYS))}; "
-            f"`[retrieve] filter_strategy`: {', '.join(f'`{s}`' for s in config.FILTER_STRATEGIES)}.",
+            f"`[retrieve] filter` keys: {', '.join(f'`{k}`' for k in sorted(sources.FILTER_KEYS))}; "
+            f"`[retrieve] filter_strategy`: {', '.join(f'`{s}`' for s in sources.FILTER_STRATEGIES)}.",
             "",
             f"Shipped configs (`ragbench run -c NAME`): "
-            f"{', '.join(f'`{n}`' for n in config.shipped_names())}.",
+            f"{', '.join(f'`{n}`' for n in sources.shipped_names())}.",
         ]
     )
 
@@ -170,14 +170,14 @@ def backends_markdown() -> str:
 
 
 def params_markdown() -> str:
-    """Every typed backend parameter (ragbench.settings / ragbench.params): type and default."""
-    from ragbench import settings
+    """Every typed backend parameter (ragbench.settings.params): type and default."""
+    from ragbench.settings import config_schema, tables, variants
 
-    defs = settings.config_schema()["$defs"]
+    defs = config_schema()["$defs"]
     rows = []
-    for table, variants in settings.VARIANTS.items():
-        own = {"backend", *settings.STAGES[table].OWN}
-        for backend, cls in variants.items():
+    for table, typed in variants.VARIANTS.items():
+        own = {"backend", *tables.STAGES[table].OWN}
+        for backend, cls in typed.items():
             props = defs[cls.__name__]["properties"]
             subs = [("", props)]
             if table == "retrieve":
@@ -190,7 +190,7 @@ def params_markdown() -> str:
                 rows.append([f"`[{table}]`", f"`{backend}`", "(none)", "", ""])
     return "\n".join(
         [
-            "Generated from the Structs of `ragbench.params` when the site is built; a default "
+            "Generated from the Structs of `ragbench.settings.params` when the site is built; a default "
             "is the backend's own (the key stays unset unless given).",
             "",
             _table(["table", "backend", "key", "type", "default"], rows),

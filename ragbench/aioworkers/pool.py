@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import threads
-from ..config import load_config
+from ..settings.sources import load_config
 from ..errors import ConfigError
 from ..pipeline import RequestRecord
 from ..traffic import Traffic

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..config import DEFAULTS, merge, parse_config, read_config
-from ..settings import Config
+from ..settings import Config, merge, parse_config, read_config
+from ..settings.sources import DEFAULTS
 from .options import (
     config_option,
     counts,

@@ -207,7 +207,7 @@ def _recall_targets(value: str) -> list[float]:
 
 def _filter_axes(selectivity: str | None, strategy: str) -> tuple[list[float], list[str]]:
     """The --filter-selectivity values and --filter-strategy names, checked."""
-    from ..config import FILTER_STRATEGIES
+    from ..settings.sources import FILTER_STRATEGIES
 
     sels = [parse_value(v) for v in split_list(selectivity, "--filter-selectivity")]
     for v in sels:

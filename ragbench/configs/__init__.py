@@ -1,28 +1,30 @@
-"""The example pipeline configurations shipped in the package, by name.
+"""Deprecated: the shipped configs are part of :mod:`ragbench.settings` (issue 30).
 
 ::
 
-    import ragbench as rb
+    rb.configs.names()   ->  rb.settings.shipped_names()
+    rb.configs.path(n)   ->  rb.settings.shipped_path(n)
+    rb.configs.load(n)   ->  rb.settings.parse_config(n)   (typed; .to_dict() for the dict)
 
-    rb.configs.names()                  # ['default', 'hashing', 'stub-llm', 'transformers']
-    rb.configs.path("hashing")          # .../site-packages/ragbench/configs/hashing.toml
-    cfg = rb.configs.load("default")    # the normalized config dict
-    rb.Pipeline.from_config("hashing")  # names work wherever a config file does
-
-``default`` (MiniLM, HNSW, numba, Protobuf in process), ``hashing`` (the same
-with the model-free hashing embedder), ``stub-llm`` (http transport and the
-stub LLM server), ``transformers`` (a real prefill of SmolLM2-135M's
-architecture with random weights). The repository's ``bench/configs/`` links
-to these files. A name that is neither a file nor a shipped config raises
-:class:`~ragbench.errors.ConfigError` listing the shipped names.
+The files moved to ``ragbench/settings/shipped/``. This package keeps its
+three functions, with a DeprecationWarning when it is imported, for one
+release.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
-from ..config import load_config, shipped_names, shipped_path
+from ..settings.sources import load_config, shipped_names, shipped_path
+
+warnings.warn(
+    "ragbench.configs is deprecated: use ragbench.settings.shipped_names, shipped_path and "
+    "parse_config (it goes in the next release)",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 __all__ = ["load", "names", "path"]
 

@@ -39,11 +39,11 @@ from typing import Any
 import numpy as np
 
 from .. import judged, threads
-from ..config import ConfigSource, load_config
 from ..datasets import Dataset
 from ..errors import ConfigError, GeneratorError, NotBuiltError, RagbenchError, TransportError
 from ..otel import TraceExporter, check_available
 from ..report import Report
+from ..settings import ConfigSource, load_config
 from ..timing import SetupTimes, run_stages, run_stages_cpu
 from ..transports import Transport
 from . import samples, tracing
@@ -115,7 +115,8 @@ class Pipeline:
     """A configured request path: ``Pipeline.from_config(cfg).run()``.
 
     Build it from a TOML path, a shipped config name (``"default"``, see
-    :mod:`ragbench.configs`) or a dict;
+    :func:`ragbench.settings.shipped_names`), a dict or a typed
+    :class:`ragbench.settings.Config`;
     every backend name and parameter is checked then, before anything runs.
     ``run(dataset=None, queries=None, warmup=None)`` sets everything up
     (timed as set-up), runs warm-up requests, then the measured requests one

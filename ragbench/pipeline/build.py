@@ -20,7 +20,6 @@ import numpy as np
 
 from .. import embedders, indexes, rerankers
 from ..attributes import QueryFilters
-from ..config import backend_params
 from ..datasets import Dataset, brute_force_neighbors
 from ..errors import ConfigError, IndexFileError, KTooLargeError, RagbenchError
 from ..files import check_writable
@@ -28,6 +27,7 @@ from ..generators import Generator
 from ..indexes import Index, builds
 from ..metrics import rerank_metric
 from ..rerankers.texts import start_text_reranker
+from ..settings.sources import backend_params
 from ..timing import SetupTimes
 from ..transports import Transport
 from .cache import CacheStage, LruTtlCache

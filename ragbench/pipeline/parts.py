@@ -18,13 +18,13 @@ import numpy as np
 from .. import codecs, embedders, generators, indexes, rerankers, transports
 from .._registry import check_params
 from ..codecs import Codec
-from ..config import backend_params
 from ..datasets import Dataset
 from ..embedders import Embedder
 from ..generators import Generator
 from ..indexes import Index
 from ..metrics import rerank_metric
 from ..rerankers import Reranker
+from ..settings.sources import backend_params
 from ..transports import Transport
 from .capabilities import ChecksQueryParams
 

@@ -1,12 +1,15 @@
-"""The pipeline configuration as typed, frozen ``msgspec`` Structs: one per table and backend.
+"""The pipeline configuration: reading it, its typed tables, every backend's parameters, the shipped configs.
 
-A config (TOML or the same nested dict, see :mod:`ragbench.config`) is
-converted once, at the boundary, by :func:`parse`: every table becomes a
-Struct, every stage table the Struct of the backend it names (its
-``backend`` key selects it: ``[retrieve] backend = "hnsw"`` gives a
-:class:`Retrieve` whose ``build`` is :class:`HnswBuild`). A backend ragbench
-does not know (a plugin, or one registered in code) gets the stage's open
-Struct, whose ``params`` the backend checks itself when it is created.
+One package for configuration. A config (a TOML file, the name of a
+shipped one, or the same nested dict) is converted once, at the boundary, by
+:func:`parse_config` into a frozen :class:`Config`: every table becomes a
+Struct, every stage table the Struct of the backend it names (its ``backend``
+key selects it: ``[retrieve] backend = "hnsw"`` gives a :class:`Retrieve`
+whose ``build`` is :class:`~ragbench.settings.params.HnswBuild`). A backend
+ragbench does not know (a plugin, or one registered in code) gets the
+stage's open Struct, whose parameters the backend checks itself when it is
+created. The drivers (:class:`ragbench.Pipeline`, ``run``, ``compare``,
+``sweep``, ``load``) take and read the :class:`Config`.
 
 Errors name the path and say what was expected::
 
@@ -14,25 +17,39 @@ Errors name the path and say what was expected::
     run.k: expected int >= 1, got 0
     retrieve.build: unknown key 'MM' for backend 'hnsw'; valid keys: M, ef_construction, seed
 
-:meth:`Config.to_dict` gives the plain dict the drivers read
-(``cfg["run"]["k"]``): every key ragbench owns with its default, and the
-backend parameters the config gave (a backend fills in its own defaults,
-which the JSON Schema of :func:`config_schema` documents).
+The package, by concern: :mod:`~ragbench.settings.sources` (where a config
+comes from: files, shipped names, merging, :func:`parse_config`),
+:mod:`~ragbench.settings.tables` (the tables' Structs),
+:mod:`~ragbench.settings.params` (every built-in backend's parameters),
+:mod:`~ragbench.settings.variants` (each backend's Struct, :class:`Config`),
+:mod:`~ragbench.settings.convert` (errors naming the path) and
+:mod:`~ragbench.settings.schema` (the JSON Schema). The shipped configs are
+package data in ``ragbench/settings/shipped/``.
 
-The package: :mod:`~ragbench.settings.tables` (the tables' Structs),
-:mod:`~ragbench.settings.variants` (each backend's Struct, :class:`Config`,
-:func:`parse`), :mod:`~ragbench.settings.convert` (errors naming the path)
-and :mod:`~ragbench.settings.schema` (the JSON Schema); every name is
-importable from ``ragbench.settings``.
+``ragbench.config``, ``ragbench.params`` and ``ragbench.configs`` were the
+old names of these parts: they still import, with a DeprecationWarning, for
+one release.
 """
 
 from __future__ import annotations
 
-from .convert import config_error, convert
+import importlib
+import warnings
+from typing import Any
+
+from .convert import convert as convert  # the function, as before (not the submodule)
+from .params import Params
 from .schema import config_schema
+from .sources import (
+    ConfigSource,
+    load_config,
+    merge,
+    parse_config,
+    read_config,
+    shipped_names,
+    shipped_path,
+)
 from .tables import (
-    MAX_COUNT,
-    STAGES,
     Cache,
     Dataset,
     Embed,
@@ -44,34 +61,62 @@ from .tables import (
     Run,
     Serialize,
     Stage,
-    Table,
     Transport,
 )
-from .variants import OPEN, TABLES, VARIANTS, Config, backend_names, parse
+from .variants import Config, backend_names
 
+#: What users call (tests/project/test_public_api.py pins this list): the typed tables, the
+#: base of backend parameters, reading and checking a config, the shipped configs' names.
 __all__ = [
-    "MAX_COUNT",
-    "OPEN",
-    "STAGES",
-    "TABLES",
-    "VARIANTS",
     "Cache",
     "Config",
+    "ConfigSource",
     "Dataset",
     "Embed",
     "Filter",
     "Generate",
+    "Params",
     "Prompt",
     "Rerank",
     "Retrieve",
     "Run",
     "Serialize",
     "Stage",
-    "Table",
     "Transport",
     "backend_names",
-    "config_error",
     "config_schema",
-    "convert",
-    "parse",
+    "load_config",
+    "merge",
+    "parse_config",
+    "read_config",
+    "shipped_names",
+    "shipped_path",
 ]
+
+#: Names ``ragbench.settings`` exported until its ``__all__`` was trimmed to what users call
+#: (issue 30), and the module each lives in. Still importable from here for one release, with a
+#: DeprecationWarning naming the new place.
+MOVED = {
+    "MAX_COUNT": "tables",
+    "STAGES": "tables",
+    "Table": "tables",
+    "OPEN": "variants",
+    "TABLES": "variants",
+    "VARIANTS": "variants",
+    "parse": "variants",
+    "config_error": "convert",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A moved name (:data:`MOVED`), with a DeprecationWarning saying where it lives now."""
+    where = MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"ragbench.settings.{name} is deprecated: import it from ragbench.settings.{where} "
+        "(it leaves ragbench.settings in the next release)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(f"{__name__}.{where}"), name)

@@ -16,7 +16,7 @@ import msgspec
 from msgspec import Struct
 
 from ..errors import ConfigError
-from ..params import Params
+from .params import Params
 from .tables import Stage
 
 __all__ = ["config_error", "convert", "typed_backend"]

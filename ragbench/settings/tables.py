@@ -14,7 +14,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 from ..errors import ConfigError
-from ..params import ThreadCount
+from .params import ThreadCount
 
 __all__ = [
     "MAX_COUNT",

@@ -1,7 +1,7 @@
 """The Struct of every typed backend, the whole :class:`Config`, and :func:`parse`.
 
 Part of :mod:`ragbench.settings`. Each backend whose parameters
-:mod:`ragbench.params` types gets a Struct of its own (:data:`VARIANTS`),
+:mod:`ragbench.settings.params` types gets a Struct of its own (:data:`VARIANTS`),
 made from its stage's base Struct; any other backend name gets the stage's
 open Struct (:data:`OPEN`), whose ``params`` the backend checks itself.
 """
@@ -18,8 +18,8 @@ import msgspec
 from msgspec import UNSET, UnsetType, field
 
 from ..errors import ConfigError
-from ..params import INDEXES, STAGE_PARAMS, Params
 from .convert import convert
+from .params import INDEXES, STAGE_PARAMS, Params
 from .tables import (
     STAGES,
     Cache,

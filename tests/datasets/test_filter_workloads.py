@@ -14,7 +14,8 @@ import pytest
 import ragbench as rb
 from ragbench import attributes, datasets
 from ragbench.errors import ConfigError
-from ragbench.records import filter_cliffs, read_records
+from ragbench.results.records import filter_cliffs, read_records
+from ragbench.settings.sources import normalize
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +141,9 @@ def test_filter_table_errors(synth: datasets.Dataset) -> None:
     with pytest.raises(ConfigError, match="not one of"):
         synth.query_filters({"attribute": "colour", "selectivity": 0.1})
     with pytest.raises(ConfigError, match="unknown key"):
-        rb.config.normalize({"retrieve": {"filter": {"selectivty": 0.1}}})
+        normalize({"retrieve": {"filter": {"selectivty": 0.1}}})
     with pytest.raises(ConfigError, match="filter_strategy"):
-        rb.config.normalize({"retrieve": {"filter_strategy": "sideways"}})
+        normalize({"retrieve": {"filter_strategy": "sideways"}})
 
 
 def test_pydocs_category_is_the_module() -> None:
@@ -348,7 +349,6 @@ def test_compare_cli_varies_selectivity_and_strategy(tmp_path: Path) -> None:
 
 
 def test_a_filter_strategy_without_a_filter_is_refused() -> None:
-    from ragbench.config import normalize
     from ragbench.errors import ConfigError
 
     with pytest.raises(ConfigError, match="no \\[retrieve\\] filter"):

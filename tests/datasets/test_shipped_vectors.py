@@ -17,11 +17,11 @@ import pytest
 
 from ragbench import datasets, embedders, progress
 from ragbench.cli import main
-from ragbench.config import normalize
 from ragbench.datasets.shipped import array_sha256, find_shipped, sidecar_path, write_shipped
 from ragbench.errors import ConfigError, DatasetError
 from ragbench.pipeline import Pipeline
 from ragbench.rendering import event_text
+from ragbench.settings.sources import normalize
 
 PYDOCS = Path(__file__).resolve().parents[2] / "datasets" / "pydocs"
 

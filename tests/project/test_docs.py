@@ -28,8 +28,8 @@ else:  # the package's own dependency on Python 3.10
 
 import ragbench.errors
 import ragbench.otel
-from ragbench import config
 from ragbench.cli import cli
+from ragbench.settings import sources
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -115,14 +115,14 @@ def test_cli_reference_follows_a_new_command() -> None:
 
 def test_configuration_reference_has_every_table_and_key() -> None:
     text = hooks.config_markdown()
-    for table, defaults in config.DEFAULTS.items():
+    for table, defaults in sources.DEFAULTS.items():
         for key in defaults:
             assert f"| `[{table}]` | `{key}` |" in text
-    for table, keys in config.OWN_KEYS.items():
+    for table, keys in sources.OWN_KEYS.items():
         for key in keys:
             assert f"| `[{table}]` | `{key}` |" in text
     assert "| `[run]` | `queries` | `200` |" in text
-    for name in config.shipped_names():
+    for name in sources.shipped_names():
         assert f"`{name}`" in text
     backends = hooks.backends_markdown()
     for name in ("hnsw", "numba", "protobuf", "grpc", "stub", "minilm"):
@@ -756,7 +756,7 @@ def test_typed_parameters_reference_has_every_typed_backend() -> None:
     assert "| `[retrieve]` | `hnsw` | `build.M` | integer | `16` |" in text
     shape = '| `[serialize]` | `protobuf` | `shape` | `"columnar"` \\| `"row"` | `"row"` |'
     assert shape in text
-    for table, variants in settings.VARIANTS.items():
+    for table, variants in settings.variants.VARIANTS.items():
         for backend in variants:
             assert f"| `[{table}]` | `{backend}` |" in text, (table, backend)
     assert "<!-- gen: params -->" in (DOCS / "reference" / "configuration-typed.md").read_text()

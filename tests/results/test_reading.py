@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from ragbench import intervals, reading
-from ragbench.config import load_config
 from ragbench.diff import DiffRow, verdict
 from ragbench.report import Report
+from ragbench.settings import load_config
 
 N = 201  # requests per hand-built run
 STAGES = ["embed", "retrieve", "rerank", "serialize", "transport", "deserialize", "prompt"]

@@ -12,9 +12,9 @@ import pytest
 import ragbench as rb
 from ragbench import record_schema
 from ragbench.cli import main
-from ragbench.config import load_config, read_config, shipped_names, shipped_path
 from ragbench.errors import ConfigError, DatasetError
 from ragbench.records import append_record, new_record, read_records
+from ragbench.settings import load_config, read_config, shipped_names, shipped_path
 from ragbench.sweeps import SweepData, sweep_points
 
 SYN = {"name": "synthetic", "n": 400, "dim": 8, "n_queries": 6, "seed": 3}

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from ragbench.config import TOML_DEPTH, load_config, merge
 from ragbench.errors import ConfigError
+from ragbench.settings import load_config, merge
+from ragbench.settings.sources import TOML_DEPTH
 from ragbench.threads import MAX_THREADS
 
 ROOT = Path(__file__).resolve().parents[2]

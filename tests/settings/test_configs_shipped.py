@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -9,12 +10,13 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import ragbench as rb
-from ragbench.config import load_config
 from ragbench.errors import ConfigError
+from ragbench.settings import load_config, parse_config, shipped_names, shipped_path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["default", "hashing", "stub-llm", "transformers"]
@@ -32,25 +34,67 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_names_paths_and_loads() -> None:
-    assert rb.configs.names() == SHIPPED
+    assert rb.settings.shipped_names() == SHIPPED
     for name in SHIPPED:
-        path = rb.configs.path(name)
-        assert path.parent == Path(rb.__file__).resolve().parent / "configs"
-        assert rb.configs.load(name) == load_config(path)
-    assert rb.configs.load("hashing")["embed"]["backend"] == "hashing"
-    assert rb.configs.load("default")["embed"]["backend"] == "minilm"
+        path = rb.settings.shipped_path(name)
+        assert path.parent == Path(rb.__file__).resolve().parent / "settings" / "shipped"
+        assert rb.settings.parse_config(name) == rb.settings.parse_config(path)
+        assert load_config(name) == load_config(path)
+    assert rb.settings.parse_config("hashing").embed.backend == "hashing"
+    assert rb.settings.parse_config("default").embed.backend == "minilm"
+
+
+@pytest.mark.parametrize(
+    ("old", "check"),
+    [
+        ("ragbench.config", lambda m: m.parse_config is parse_config and m.MAX_COUNT == 10**9),
+        (
+            "ragbench.params",
+            lambda m: m.HnswBuild is importlib.import_module("ragbench.settings.params").HnswBuild,
+        ),
+        (
+            "ragbench.configs",
+            lambda m: (
+                m.names() == shipped_names()
+                and m.path("hashing") == shipped_path("hashing")
+                and m.load("hashing") == parse_config("hashing").to_dict()
+            ),
+        ),
+    ],
+)
+def test_old_configuration_modules_warn_and_still_work(old: str, check: Any) -> None:
+    # the configuration's old names (issue 30): importing one warns, naming ragbench.settings,
+    # and every name it had is still there for one release
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=r"ragbench\.settings"):
+        module = importlib.import_module(old)
+    assert check(module)
+    with pytest.warns(DeprecationWarning, match=r"ragbench\.configs is deprecated"):
+        sys.modules.pop("ragbench.configs", None)
+        rb.__dict__.pop("configs", None)
+        assert rb.configs.names() == SHIPPED  # the top-level lazy name too
+
+
+def test_names_settings_no_longer_exports_warn_and_still_work() -> None:
+    from ragbench.settings import variants
+
+    assert "VARIANTS" not in rb.settings.__all__
+    with pytest.warns(DeprecationWarning, match=r"ragbench\.settings\.variants"):
+        assert rb.settings.VARIANTS is variants.VARIANTS
+    with pytest.raises(AttributeError):
+        _ = rb.settings.no_such_name
 
 
 def test_bench_configs_are_the_shipped_files_not_copies() -> None:
     bench = sorted((ROOT / "bench" / "configs").glob("*.toml"))
     assert [p.stem for p in bench] == SHIPPED
     for p in bench:
-        assert p.samefile(rb.configs.path(p.stem)), p
+        assert p.samefile(shipped_path(p.stem)), p
 
 
 def test_unknown_name_lists_the_shipped_ones() -> None:
     with pytest.raises(ConfigError, match="no shipped config 'defualt'.*default, hashing"):
-        rb.configs.load("defualt")
+        shipped_path("defualt")
     with pytest.raises(ConfigError, match=r"cannot read config defualt: no such file.*stub-llm"):
         rb.Pipeline.from_config("defualt")
     with pytest.raises(ConfigError, match=r"no such file.*shipped: default"):
@@ -82,7 +126,7 @@ def test_wheel_carries_the_configs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     (wheel,) = (tmp_path / "dist").glob("ragbench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {f"ragbench/configs/{n}.toml" for n in SHIPPED} <= names
+    assert {f"ragbench/settings/shipped/{n}.toml" for n in SHIPPED} <= names
 
 
 def test_run_a_shipped_config_by_name_from_another_folder(tmp_path: Path) -> None:

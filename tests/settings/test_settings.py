@@ -11,16 +11,10 @@ import pytest
 
 import ragbench as rb
 from ragbench import settings
-from ragbench.config import (
-    backend_params,
-    load_config,
-    parse_config,
-    read_config,
-    shipped_names,
-    shipped_path,
-)
 from ragbench.errors import ConfigError
-from ragbench.params import BUILD_DEPENDENT, INDEXES, STAGE_PARAMS, documented_defaults
+from ragbench.settings import load_config, parse_config, read_config, shipped_names, shipped_path
+from ragbench.settings.params import BUILD_DEPENDENT, INDEXES, STAGE_PARAMS, documented_defaults
+from ragbench.settings.sources import backend_params
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -226,18 +220,18 @@ def test_stage_params_agree_with_the_backend(table: str, backend: str) -> None:
 
 
 def test_compare_converts_each_combination_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ragbench import config
     from ragbench.cli.configs import configurations
     from ragbench.cli.pipelines import compare
+    from ragbench.settings import sources
 
     calls: list[Any] = []
-    real = config.parse
+    real = sources.parse
 
     def counting(data: Any) -> settings.Config:
         calls.append(data)
         return real(data)
 
-    monkeypatch.setattr(config, "parse", counting)
+    monkeypatch.setattr(sources, "parse", counting)
     argv = ["--dataset", "synthetic", "--n", "300", "--dim", "8"]
     ctx = compare.make_context(
         "compare", [*argv, "--index", "flat,hnsw", "--codec", "json,msgpack"]

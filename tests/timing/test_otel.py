@@ -30,10 +30,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 import ragbench as rb  # noqa: E402
 from ragbench import otel  # noqa: E402
 from ragbench.cli import main  # noqa: E402
-from ragbench.config import normalize  # noqa: E402
 from ragbench.errors import ConfigError, InputError, MissingDependencyError  # noqa: E402
 from ragbench.generators import FirstToken  # noqa: E402
 from ragbench.otel import FIRST_TOKEN_EVENT, REQUEST_SPAN, TraceExporter  # noqa: E402
+from ragbench.settings.sources import normalize  # noqa: E402
 from ragbench.timing import StageTimer  # noqa: E402
 from ragbench.traffic import LoadOptions, load_points  # noqa: E402
 from ragbench.workers import ThreadWorkers  # noqa: E402
@@ -583,7 +583,7 @@ def test_cli_without_the_extra_is_one_line_and_exit_2(
 
 def test_import_ragbench_imports_no_opentelemetry() -> None:
     code = (
-        "import sys, ragbench, ragbench.otel, ragbench.timing, ragbench.config, ragbench.cli; "
+        "import sys, ragbench, ragbench.otel, ragbench.timing, ragbench.settings, ragbench.cli; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

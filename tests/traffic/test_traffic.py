@@ -15,6 +15,7 @@ import ragbench as rb
 from ragbench.errors import ConfigError
 from ragbench.generators import FirstToken
 from ragbench.records import knees
+from ragbench.settings.sources import normalize
 from ragbench.traffic import (
     COMPLETED,
     REJECTED,
@@ -267,7 +268,7 @@ def test_process_workers_load_the_saved_index_and_serve(tmp_path: Path) -> None:
 def test_a_worker_process_that_cannot_set_up_is_a_clear_error() -> None:
     bad = config(dataset={"name": "no-such-dataset"})
     with pytest.raises(ConfigError, match="no-such-dataset"):
-        ProcessWorkers(rb.config.normalize(bad), 1, startup_timeout=120)
+        ProcessWorkers(normalize(bad), 1, startup_timeout=120)
 
 
 def test_an_index_file_of_another_config_is_refused(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from ragbench.aioworkers import AsyncWorkers, plan
 from ragbench.cli import main
 from ragbench.errors import ConfigError
 from ragbench.generators.stub_server import serve
+from ragbench.settings.sources import normalize
 from ragbench.traffic import (
     COMPLETED,
     FAILED,
@@ -49,7 +50,7 @@ def config(**tables: Any) -> dict[str, Any]:
     }
     for table, value in tables.items():
         cfg[table] = {**cfg.get(table, {}), **value}
-    return rb.config.normalize(cfg)
+    return normalize(cfg)
 
 
 class BusyReranker:
