@@ -22,8 +22,8 @@ from ragbench import threads  # noqa: E402
 from ragbench.cli import main  # noqa: E402
 from ragbench.errors import ConfigError, MissingDependencyError  # noqa: E402
 from ragbench.executors import LocalExecutor, RayExecutor, Unit  # noqa: E402
-from ragbench.records import RecordWriter, new_record, node_name, read_records  # noqa: E402
-from ragbench.rendering import render as rb_render  # noqa: E402
+from ragbench.results.records import RecordWriter, new_record, node_name, read_records  # noqa: E402
+from ragbench.results.tables import render as rb_render  # noqa: E402
 from ragbench.sweeps import SweepData, sweep_points  # noqa: E402
 
 pytestmark = pytest.mark.integration
