@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError, IndexFileError, InputError, UnsupportedOperationError
+from ..timing import Parts
 from ..validate import METRICS, check_k, check_metric
 from ..validate import positive_int as int_param
 from ._common import F32, I64
@@ -95,10 +96,11 @@ class LexicalIndex(BaseIndex):
             raise self._not_built()
         return self._space.id_bound
 
-    def last_parts(self) -> dict[str, int] | None:
-        """This thread's last search as ``{tokenize, score, decode}`` ns, or ``None``."""
-        parts: dict[str, int] | None = getattr(self._local, "parts", None)
-        return parts
+    def last_parts(self) -> Parts | None:
+        """This thread's last search as :class:`~ragbench.timing.Parts` named by
+        :attr:`part_names` (ns), or ``None``."""
+        ns: tuple[int, int, int] | None = getattr(self._local, "parts", None)
+        return None if ns is None else Parts(self.part_names, ns)
 
     def info(self) -> dict[str, Any]:
         """:meth:`BaseIndex.info` plus ``search_parts`` (the names of ``last_parts``) and
@@ -179,8 +181,7 @@ class LexicalIndex(BaseIndex):
         raise NotImplementedError
 
     def _keep_parts(self, t0: int, t1: int, t2: int, t3: int) -> None:
-        a, b, c = self.part_names
-        self._local.parts = {a: t1 - t0, b: t2 - t1, c: t3 - t2}
+        self._local.parts = (t1 - t0, t2 - t1, t3 - t2)
 
     # -- writes: none (a subclass that has them declares WritableIndex) --------------
 

@@ -19,7 +19,8 @@ having its members (the built-in ones inherit them from
 :class:`PersistentIndex`    ``save(path, data=, source=)`` and the classmethod
                             ``restore(header, payload)`` that ``load`` calls
 :class:`SplitsSearch`       ``last_parts()``: the calling thread's last search
-                            in three timed parts (send, server, decode)
+                            in three named, timed parts
+                            (:class:`~ragbench.timing.Parts`)
 :class:`DeclaresBuild`      ``build_deterministic``: whether one-thread builds
                             of the same data and seeds are the same index;
                             ``build_cacheable``: whether the build cache may
@@ -42,9 +43,9 @@ from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import numpy as np
+
+    from ..timing import Parts
 
 __all__ = [
     "DeclaresBuild",
@@ -133,14 +134,17 @@ class PersistentIndex(Protocol):
 
 @runtime_checkable
 class SplitsSearch(Protocol):
-    """An index behind a client: this thread's last search as three timed parts (ns).
+    """An index that splits its search: this thread's last search as three timed parts.
 
-    A tuple ``(send, server, decode)`` (pgvector) or a mapping of three parts
-    in that order (LanceDB: ``prepare``, ``query``, ``decode``); ``None``
-    before the first search of the thread.
+    A :class:`~ragbench.timing.Parts` (names and nanoseconds, in the order
+    they ran: before, inside and after the engine): ``send`` / ``server`` /
+    ``decode`` for a database query (pgvector, pg-fts), ``prepare`` /
+    ``query`` / ``decode`` (LanceDB), ``tokenize`` / ``score`` / ``decode``
+    (a lexical engine), ``dense`` / ``lexical`` / ``fuse`` (hybrid);
+    ``None`` before the first search of the thread.
     """
 
-    def last_parts(self) -> tuple[int, int, int] | Mapping[str, int] | None: ...
+    def last_parts(self) -> Parts | None: ...
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError, IndexFileError, InputError
+from ..timing import Parts
 from ..validate import METRICS, check_k, check_metric
 from ..validate import positive_int as int_param
 from ._common import F32, I64
@@ -260,7 +261,7 @@ class HybridIndex(BaseIndex):
             )
         t1 = _perf()
         ids, scores = self._fuse(d_ids, d_scores, l_ids, l_scores, k)
-        self._local_parts({"dense": t_dense, "lexical": t_lex, "fuse": _perf() - t1})
+        self._local.parts = (t_dense, t_lex, _perf() - t1)
         return ids, scores
 
     def _fuse(
@@ -291,13 +292,11 @@ class HybridIndex(BaseIndex):
             scores[row, : f_ids.size] = f_scores
         return ids, scores
 
-    def _local_parts(self, parts: dict[str, int]) -> None:
-        self._local.parts = parts
-
-    def last_parts(self) -> dict[str, int] | None:
-        """This thread's last search as ``{dense, lexical, fuse}`` ns, or ``None``."""
-        parts: dict[str, int] | None = getattr(self._local, "parts", None)
-        return parts
+    def last_parts(self) -> Parts | None:
+        """This thread's last search as :class:`~ragbench.timing.Parts` ``dense``, ``lexical``,
+        ``fuse`` (ns), or ``None``."""
+        ns: tuple[int, int, int] | None = getattr(self._local, "parts", None)
+        return None if ns is None else Parts(self.part_names, ns)
 
     # -- the rest of the contract -----------------------------------------------------
 

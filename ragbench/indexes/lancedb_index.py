@@ -95,6 +95,7 @@ import numpy as np
 
 from .. import progress
 from ..errors import ConfigError, IndexFileError
+from ..timing import Parts
 from ..validate import positive_int as int_param
 from ._common import F32, I64, INT32_MAX
 from ._engine import (
@@ -223,6 +224,8 @@ class LanceDbIndex(WhereSearch, FolderEngineIndex):
     name: ClassVar[str] = "lancedb"
     library: ClassVar[str] = "lancedb"
     payload_format: ClassVar[str] = "lancedb table folder (tar)"
+    #: the names of :meth:`last_parts` (before, inside, after LanceDB's own call)
+    part_names: ClassVar[tuple[str, str, str]] = ("prepare", "query", "decode")
     build_defaults: ClassVar[dict[str, Any]] = {
         "index_type": "flat",
         "num_partitions": 0,
@@ -392,14 +395,15 @@ class LanceDbIndex(WhereSearch, FolderEngineIndex):
     def _where_strategy(self, strategy: Any) -> Any:
         return "in-graph" if strategy in (None, "auto") else strategy  # the filter runs in LanceDB
 
-    def last_parts(self) -> dict[str, int] | None:
-        """The calling thread's last unfiltered search in ns: ``prepare``, ``query``, ``decode``.
+    def last_parts(self) -> Parts | None:
+        """The calling thread's last unfiltered search: :class:`~ragbench.timing.Parts`
+        ``prepare``, ``query``, ``decode`` (ns).
 
         They sum to the time spent inside :meth:`search`; ``None`` before the
         first search of this thread, or when it was filtered (several calls).
         """
-        parts: dict[str, int] | None = getattr(self._local, "parts", None)
-        return parts
+        ns: tuple[int, int, int] | None = getattr(self._local, "parts", None)
+        return None if ns is None else Parts(self.part_names, ns)
 
     def _read_vectors(self, space: IdSpace) -> np.ndarray:
         data = self._table.to_arrow()
@@ -438,7 +442,7 @@ class LanceDbIndex(WhereSearch, FolderEngineIndex):
         t0 = getattr(local, "t0", None)
         if t0 is not None and allow is None:
             local.t0 = None
-            local.parts = {"prepare": t1 - t0, "query": t2 - t1, "decode": _perf() - t2}
+            local.parts = (t1 - t0, t2 - t1, _perf() - t2)
         return ids, scores
 
     def _decode(self, result: Any, nq: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -98,10 +98,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from ..timing import Parts
 from . import _pg_sql as pgsql
 from . import _pg_wire as wire
 from ._common import F32
@@ -121,20 +122,24 @@ _psycopg = psycopg_module
 class PgvectorIndex(PgvectorBase):
     """PostgreSQL + pgvector, a server of ragbench's own or ``dsn=``; see the module docstring."""
 
+    #: the names of :meth:`last_parts`: the client before, the server, the client after
+    part_names: ClassVar[tuple[str, str, str]] = ("send", "server", "decode")
+
     # -- search -------------------------------------------------------------------------
 
     def _where_ready(self) -> bool:
         return self._attrs_in_table
 
-    def last_parts(self) -> tuple[int, int, int] | None:
-        """This thread's last search as ``(send_ns, server_ns, decode_ns)`` (None before one).
+    def last_parts(self) -> Parts | None:
+        """This thread's last search as :class:`~ragbench.timing.Parts` ``send``, ``server``,
+        ``decode`` (ns; None before one).
 
         ``send``: the query vector and parameters encoded (and any ``SET``);
         ``server``: ``execute`` (the round trip: the server plans, searches
         and answers); ``decode``: the rows turned into the id and score arrays.
         """
-        parts: tuple[int, int, int] | None = getattr(self._local, "parts", None)
-        return parts
+        ns: tuple[int, int, int] | None = getattr(self._local, "parts", None)
+        return None if ns is None else Parts(self.part_names, ns)
 
     def server_cpu_ns(self) -> int | None:
         """CPU time (ns) so far of the server process answering this thread's searches.

@@ -9,6 +9,7 @@ generate stages also have ``acall(ctx)`` for a backend with an async client
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol
@@ -18,12 +19,13 @@ import numpy as np
 from ..codecs import Codec
 from ..datasets import Dataset
 from ..embedders import Embedder
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..generators import FirstToken, Generator
 from ..indexes import Index
 from ..rerankers import Reranker
 from ..rerankers.numpy_reranker import NumpyReranker
 from ..rerankers.texts import exact_hit_scores
+from ..timing import Parts
 from ..transports import FarSide, Transport
 from ..types import Hit, RetrievalResult
 from .cache import LruTtlCache
@@ -51,19 +53,29 @@ __all__ = [
 ]
 
 
-def parts_tuple(parts: Any) -> tuple[int, int, int] | None:
-    """An index's ``last_parts()`` as ``(send, server, decode)`` ns.
-
-    pgvector gives the tuple; an embedded engine a mapping of three parts in that
-    order (LanceDB: ``prepare``, ``query``, ``decode`` = before, inside, after the engine).
-    """
-    if isinstance(parts, Mapping):
-        values = tuple(int(v) for v in parts.values())
-        return (values[0], values[1], values[2]) if len(values) == 3 else None
+def parts_tuple(parts: Parts | None) -> tuple[int, int, int] | None:
+    """An index's ``last_parts()`` (a :class:`~ragbench.timing.Parts`) as its three times in
+    order, ns: what a request record keeps (the names are in the index's info)."""
     if parts is None:
         return None
-    a, b, c = parts
-    return (int(a), int(b), int(c))
+    if isinstance(parts, Parts):
+        return parts.ns
+    return _legacy_parts(parts)
+
+
+def _legacy_parts(parts: Any) -> tuple[int, int, int]:
+    """A ``(send, server, decode)`` tuple or a mapping of three parts, as ``last_parts()``
+    returned before :class:`~ragbench.timing.Parts` (accepted, with a warning, for one release)."""
+    warnings.warn(
+        f"{type(parts).__name__} from last_parts() is deprecated: return a "
+        "ragbench.timing.Parts (names and ns); the old shapes are refused in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    values = list(parts.values()) if isinstance(parts, Mapping) else list(parts)
+    if len(values) != 3:
+        raise InputError(f"last_parts() gave {len(values)} parts, not three: {parts!r}")
+    return (int(values[0]), int(values[1]), int(values[2]))
 
 
 def _query_of(kind: str) -> Any:

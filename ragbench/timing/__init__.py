@@ -11,14 +11,18 @@ latency that was actually observed.
 
 The package's parts: :mod:`~ragbench.timing.stages` (the stamping loop,
 :class:`Stats`, :class:`SetupTimes`), :mod:`~ragbench.timing.timer`
-(:class:`StageTimer` and its :class:`Request` handles) and
-:mod:`~ragbench.timing.background` (:class:`Background`).
+(:class:`StageTimer` and its :class:`Request` handles),
+:mod:`~ragbench.timing.background` (:class:`Background`) and
+:mod:`~ragbench.timing.parts` (:class:`Parts`: one call of a backend split
+into three named, timed parts, the shape every backend that splits its
+call returns).
 """
 
 from __future__ import annotations
 
 from .background import Background
 from .background import log as log
+from .parts import Parts
 from .stages import PERCENTILES, SetupTimes, Stats, run_stages, run_stages_cpu
 from .timer import Hook, Request, StageTimer
 
@@ -26,6 +30,7 @@ __all__ = [
     "PERCENTILES",
     "Background",
     "Hook",
+    "Parts",
     "Request",
     "SetupTimes",
     "StageTimer",

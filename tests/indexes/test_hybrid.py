@@ -17,6 +17,7 @@ import ragbench as rb
 from ragbench.cli import main
 from ragbench.errors import ConfigError
 from ragbench.indexes.hybrid_index import Pair
+from ragbench.timing import Parts
 
 DIM = 16
 RNG = np.random.default_rng(7)
@@ -73,7 +74,8 @@ def test_rrf_is_the_fusion_of_the_two_sides(sides, concurrent) -> None:
         assert ids[row].tolist() == want
     # a query of only stop words: the lexical side has nothing, the dense side's order stays
     assert (l_ids[1] == -1).all() and ids[1].tolist() == d_ids[1, :10].tolist()
-    assert list(index.last_parts()) == ["dense", "lexical", "fuse"]
+    parts = index.last_parts()
+    assert isinstance(parts, Parts) and list(parts) == ["dense", "lexical", "fuse"]
     info = index.info()
     assert info["retrievers"].startswith("concurrent" if concurrent else "sequential")
     lexical_threads = [t for t in threading.enumerate() if "hybrid-lexical" in t.name]
@@ -192,7 +194,8 @@ def test_pg_hybrid_fuses_in_one_statement_as_rrf_of_its_two_searches() -> None:
         for row in range(len(QUERIES)):
             want = rrf(d_ids[row].tolist(), l_ids[row].tolist(), 30.0, 10)
             assert ids[row].tolist() == want
-        assert list(index.last_parts()) == ["send", "server", "decode"]
+        parts = index.last_parts()
+        assert isinstance(parts, Parts) and list(parts) == ["send", "server", "decode"]
         assert index.metric == "rrf" and index.info()["search_parts"] == [
             "send",
             "server",

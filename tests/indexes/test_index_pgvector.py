@@ -33,6 +33,7 @@ import ragbench as rb
 from ragbench.errors import ConfigError, DimensionError, IndexServerError, NotBuiltError
 from ragbench.indexes import _pg_server
 from ragbench.indexes._pg_conn import redact, redact_message
+from ragbench.timing import Parts
 
 N, DIM, NQ = 3000, 32, 20
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +199,9 @@ def test_last_parts_split_the_search() -> None:
     t0 = time.perf_counter_ns()
     index.search(Q[:1], 10)
     wall = time.perf_counter_ns() - t0
-    send, server, decode = index.last_parts()  # type: ignore[misc]
+    parts = index.last_parts()
+    assert isinstance(parts, Parts) and list(parts) == ["send", "server", "decode"]
+    send, server, decode = parts.ns
     assert send > 0 and server > 0 and decode > 0
     assert send + server + decode <= wall
     seen: list[object] = []

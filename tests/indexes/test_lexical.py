@@ -28,6 +28,7 @@ from ragbench.errors import (
     InputError,
     UnsupportedOperationError,
 )
+from ragbench.timing import Parts
 
 LEXICAL = [n for n in rb.indexes.names() if n in ("bm25", "tantivy", "pg-fts")]
 
@@ -105,6 +106,9 @@ def test_scores_are_bm25(name, params, reference) -> None:
         got = ids[row][ids[row] >= 0]
         assert sorted(got.tolist()) == sorted(want.tolist())
         np.testing.assert_allclose(scores[row, : got.size], ref[got], rtol=2e-6)
+    parts = index.last_parts()  # the last search, named (ragbench.timing.Parts)
+    assert isinstance(parts, Parts) and list(parts) == ["tokenize", "score", "decode"]
+    assert min(parts.ns) >= 0 and parts.total > 0
 
 
 @pytest.mark.parametrize("name", LEXICAL)

@@ -107,8 +107,8 @@ EXPORTS: dict[str, list[str]] = {
         "sweep_points", "sweep_unit", "synthetic_data", "tune",
     ],
     "ragbench.timing": [
-        "Background", "Hook", "PERCENTILES", "Request", "SetupTimes", "StageTimer", "Stats",
-        "run_stages", "run_stages_cpu",
+        "Background", "Hook", "PERCENTILES", "Parts", "Request", "SetupTimes", "StageTimer",
+        "Stats", "run_stages", "run_stages_cpu",
     ],
     "ragbench.traffic": [
         "ARRIVALS", "COMPLETED", "FAILED", "LoadOptions", "REJECTED", "TIMED_OUT", "Traffic",
