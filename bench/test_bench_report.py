@@ -24,7 +24,7 @@ from time import perf_counter
 from _quick import attempts, judge, pick, until_met
 
 from ragbench.cli import main
-from ragbench.records import new_record
+from ragbench.results.records import new_record
 
 
 def _write(path: Path, n: int) -> Path:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import io
 import sys
 
-from ragbench import plots, records
+from ragbench import plots
 from ragbench.files import replace_bytes
+from ragbench.results import records
 
 
 def main(argv: list[str]) -> int:

@@ -16,7 +16,7 @@ from .types import Hit, RetrievalResult
 if TYPE_CHECKING:
     from . import datasets, settings, timing
     from .pipeline import Pipeline
-    from .report import Report
+    from .results.report import Report
 
 __version__ = "0.1.0"
 
@@ -44,7 +44,7 @@ _LAZY = {
     "datasets": ("ragbench.datasets", None),
     "timing": ("ragbench.timing", None),
     "Pipeline": ("ragbench.pipeline", "Pipeline"),
-    "Report": ("ragbench.report", "Report"),
+    "Report": ("ragbench.results.report", "Report"),
 }
 
 

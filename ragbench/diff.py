@@ -53,7 +53,8 @@ import numpy as np
 
 from . import intervals
 from .errors import ConfigError, DatasetError
-from .record_schema import (
+from .results.records import iter_records, new_record, read_benchmark_runs
+from .results.schema import (
     IndexPoint,
     LoadRecord,
     RecordError,
@@ -62,8 +63,7 @@ from .record_schema import (
     need,
     read_struct,
 )
-from .records import iter_records, new_record, read_benchmark_runs
-from .rendering import num, text_table
+from .results.tables import num, text_table
 
 __all__ = [
     "FASTER",

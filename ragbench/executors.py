@@ -4,7 +4,7 @@ A driver splits its work into :class:`Unit` s -- a module-level generator
 function and its arguments, yielding result records, depending on no other
 unit -- and hands them to an executor with a callback. The executor calls
 the callback with each record as soon as the record exists, wherever it was
-measured, so a :class:`ragbench.records.RecordWriter` appends it at once:
+measured, so a :class:`ragbench.results.records.RecordWriter` appends it at once:
 
 - :class:`LocalExecutor`: this process, one unit after the other, in order
   (what ragbench always did);
@@ -51,7 +51,7 @@ from typing import Any, NamedTuple, NoReturn, Protocol
 from . import threads
 from .errors import ConfigError, MissingDependencyError
 from .pipeline import Pipeline
-from .records import Collector
+from .results.records import Collector
 from .validate import positive_int
 
 __all__ = [

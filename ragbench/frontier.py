@@ -121,7 +121,7 @@ def best_under(points: Sequence[Point], p99_budget_ms: float) -> Point | None:
 def frontier_fields(
     records: Sequence[Mapping[str, Any]], within: float, p99_budget_ms: float | None
 ) -> dict[str, Any]:
-    """The fields of a ``frontier`` record (:class:`ragbench.record_schema.FrontierRecord`)."""
+    """The fields of a ``frontier`` record (:class:`ragbench.results.schema.FrontierRecord`)."""
     points = points_of(records)
     ranked = _ranked(points)
     best = max(ranked, key=lambda p: p["ndcg_at_10"]) if ranked else None

@@ -5,7 +5,7 @@ sweep frontiers, scale growth, load curves (SLO line, knees) beside each
 stage's share of CPU time per load level, and for runs that vary the payload
 (``compare --payload-k``) the transport's time against payload bytes per
 transport setting — and returns the matplotlib figure;
-:func:`plot_records` writes it as a PNG. Like :mod:`ragbench.rendering`, it
+:func:`plot_records` writes it as a PNG. Like :mod:`ragbench.results.tables`, it
 reads records only.
 """
 
@@ -22,8 +22,18 @@ import msgspec
 
 from .errors import ConfigError, MissingDependencyError
 from .files import replace_bytes
-from .reading import dominant_stage
-from .record_schema import (
+from .rerankers import CAVEAT_PREFIX
+from .results.reading import dominant_stage
+from .results.records import (
+    caveats_of,
+    generator_kept_up,
+    growth_exponents,
+    knees,
+    load_level,
+    pareto,
+    records_of,
+)
+from .results.schema import (
     FrontierRecord,
     IndexPoint,
     LoadRecord,
@@ -36,16 +46,6 @@ from .record_schema import (
     need,
     read_struct,
 )
-from .records import (
-    caveats_of,
-    generator_kept_up,
-    growth_exponents,
-    knees,
-    load_level,
-    pareto,
-    records_of,
-)
-from .rerankers import CAVEAT_PREFIX
 
 __all__ = [
     "chart_path",
@@ -72,7 +72,7 @@ _STRUCTS: dict[str, type[Record]] = {
 
 
 def _plain(rec: Record) -> dict[str, Any]:
-    """A typed record as the mapping the set-wide helpers of :mod:`ragbench.records` take."""
+    """A typed record as the mapping the set-wide helpers of :mod:`ragbench.results.records` take."""
     return msgspec.structs.asdict(rec)
 
 
@@ -578,7 +578,7 @@ def figure(records: Records) -> Any:
 
     Records holding a frontier (``ragbench frontier``) are drawn as that frontier only.
 
-    When one stage dominates every run (:func:`ragbench.reading.dominant_stage`:
+    When one stage dominates every run (:func:`ragbench.results.reading.dominant_stage`:
     a model's embed is ~97 % of a pydocs request), the runs get a second panel
     without it, so the differences between the varied stages can be seen.
     """

@@ -21,7 +21,7 @@ from .env import environment
 from .errors import ConfigError
 from .executors import STOP_WAIT_S, Configs, RayExecutor, raise_cause
 from .pipeline import Pipeline, SharedParts
-from .records import Collector, new_record, node_name
+from .results.records import Collector, new_record, node_name
 from .traffic import LoadOptions, Traffic, arrivals, merge_concurrent, open_loop, summarize, warm
 from .workers import ProcessWorkers, ThreadWorkers
 

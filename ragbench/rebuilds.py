@@ -50,7 +50,7 @@ import msgspec
 import numpy as np
 
 from . import indexes, intervals, judged
-from .report import Report
+from .results.report import Report
 from .timing import Stats
 
 __all__ = ["merge_builds", "merge_runs", "recall_interval", "seeded_build"]

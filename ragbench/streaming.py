@@ -61,7 +61,7 @@ from .errors import ConfigError, UnsupportedConfigError
 from .files import CONFIG_LIMIT, read_regular
 from .indexes.contract import WritableIndex, can_delete, declares
 from .metrics import recall_at_k
-from .records import new_record
+from .results.records import new_record
 from .settings.sources import load_toml
 from .stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT
 from .stream_limits import number_text as _num

@@ -22,7 +22,7 @@ Installing ragbench makes these fixtures available in any pytest session::
   whole requests of a pipeline with the ``benchmark`` fixture and puts
   ragbench's per-stage figures -- p50/p99 per stage, recall, and the raw
   per-stage samples ``ragbench diff`` reads -- into ``benchmark.extra_info["ragbench"]``;
-  returns the :class:`ragbench.report.Report` of the timed requests (its repr
+  returns the :class:`ragbench.results.report.Report` of the timed requests (its repr
   is one line: ``<Report flat/numba/json/inproc: 200 requests, p50 total ...>``).
 
 Nothing heavy is imported until a fixture is used.
@@ -242,7 +242,7 @@ def rb_bench(benchmark: Any, rb_pipeline: Callable[..., Pipeline]) -> Callable[.
     """Benchmark a pipeline's whole requests; per-stage figures land in ``benchmark.extra_info``.
 
     ``rb_bench(config, requests=200, warmup=20, embed_runtime=None)`` returns the
-    :class:`~ragbench.report.Report` of the timed requests (as many as
+    :class:`~ragbench.results.report.Report` of the timed requests (as many as
     pytest-benchmark ran: one with ``--benchmark-disable``).
     """
 

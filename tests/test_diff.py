@@ -12,7 +12,7 @@ import pytest
 
 from ragbench import intervals
 from ragbench.cli import main
-from ragbench.records import read_records
+from ragbench.results.records import read_records
 
 SYN = ["--dataset", "synthetic", "--n", "2000", "--dim", "16", "--codec", "msgpack"]
 

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from ragbench.cli import main
-from ragbench.records import read_records
+from ragbench.results.records import read_records
 
 SHIPPED = Path(__file__).resolve().parents[1] / "docs/findings/data/compare-pydocs.jsonl"
 

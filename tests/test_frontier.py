@@ -14,8 +14,8 @@ import pytest
 
 from ragbench.cli import main
 from ragbench.frontier import best_under, cheapest_within, frontier_fields, frontier_lines
-from ragbench.records import read_records
 from ragbench.rerankers import CAVEAT_PREFIX
+from ragbench.results.records import read_records
 
 
 def _run(label: str, p50: float, p99: float, ndcg: float, caveat: bool = False) -> dict[str, Any]:

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from ragbench import judged, record_schema
+from ragbench import judged
 from ragbench.errors import InputError
-from ragbench.reading.judged import judged_reading
-from ragbench.record_schema import JudgedAnswers, RecordError, SweepRecord, read_struct
+from ragbench.results import schema as record_schema
+from ragbench.results.reading.judged import judged_reading
+from ragbench.results.schema import JudgedAnswers, RecordError, SweepRecord, read_struct
 
 
 def _random_case(
@@ -156,7 +157,7 @@ def test_merge_builds_means_envelope_and_per_query() -> None:
 
 
 def test_the_note_names_the_qrels_file_by_its_folder_not_the_machines_path() -> None:
-    from ragbench.rendering.judged import judged_note
+    from ragbench.results.tables.judged import judged_note
 
     judged = JudgedAnswers(
         ndcg_at_10=0.5,

@@ -14,7 +14,7 @@ import pytest
 from ragbench import datasets
 from ragbench.errors import ConfigError
 from ragbench.files import CONFIG_LIMIT
-from ragbench.records import read_records
+from ragbench.results.records import read_records
 from ragbench.stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT, number_text
 from ragbench.streaming import LiveStream, Step, StreamOptions, read_runbook, run_stream
 from ragbench.threads import MAX_THREADS
@@ -171,7 +171,7 @@ def test_stream_records_render_as_md_and_csv_rows(
     import csv
     import io
 
-    from ragbench.rendering import render
+    from ragbench.results.tables import render
 
     recs, _ = _run(data, "hnsw", tmp_path)
     md = render(recs, "md").splitlines()

@@ -721,7 +721,7 @@ def stats_markdown(page_dir: Path, args: str) -> str:
 
 def _records(path: Path) -> list[dict[str, Any]]:
     """The records of a results file, read (and checked, upgraded) as ragbench reads them."""
-    from ragbench.records import read_records
+    from ragbench.results.records import read_records
 
     return read_records(path)
 
@@ -789,7 +789,7 @@ def _engine_row(
 
 def _zero_of(rec: dict[str, Any]) -> str:
     """``4 / 120``: the run's requests that found none of the true top 10, of all."""
-    from ragbench.rendering.cells import zero_cell
+    from ragbench.results.tables.cells import zero_cell
 
     return zero_cell(rec.get("recall_zero"), rec.get("recall"))
 
@@ -939,9 +939,9 @@ def _engine_columns(mems: list[dict[str, Any]]) -> list[str]:
 
 
 def _memory_text(mems: list[dict[str, Any]]) -> str:
-    """What the memory column is (``ragbench.rendering.points.memory_note``)."""
-    from ragbench.record_schema import SweepRecord, read_struct
-    from ragbench.rendering.points import memory_note
+    """What the memory column is (``ragbench.results.tables.points.memory_note``)."""
+    from ragbench.results.schema import SweepRecord, read_struct
+    from ragbench.results.tables.points import memory_note
 
     if not mems:
         return "memory not measured"
@@ -951,11 +951,11 @@ def _memory_text(mems: list[dict[str, Any]]) -> str:
 def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[str]) -> str:
     """Each engine's search p50 / p99 at recall 0.9, 0.95, 0.99, interpolated on its frontier
     in the sweep records (unfiltered points), and its p50 over the first row's engine's at the
-    same recall (``ragbench.reading.isorecall``), each with its 95 % bootstrap interval over
+    same recall (``ragbench.results.reading.isorecall``), each with its 95 % bootstrap interval over
     the queries; "" without sweep points."""
     import numpy as np
 
-    from ragbench.reading.isorecall import DEFAULT_TARGETS, Point, at_recall
+    from ragbench.results.reading.isorecall import DEFAULT_TARGETS, Point, at_recall
 
     by: dict[str, list[Point]] = {}
     for r in sweeps:
@@ -996,14 +996,14 @@ def _iso_recall_markdown(sweeps: list[dict[str, Any]], first: str, files: list[s
 
 def _cache_of(records: list[dict[str, Any]]) -> str:
     """``cache state: after-stages (...)`` of the records (inferred from their kind when older)."""
-    from ragbench.rendering.cache_state import cache_state_text
+    from ragbench.results.tables.cache_state import cache_state_text
 
     return cache_state_text(records) or "cache state not recorded"
 
 
 def _threads_of(runs: list[dict[str, Any]]) -> str:
     """``; search threads per query: 1`` from the runs' index info ("" for older records)."""
-    from ragbench.rendering.search_threads import search_threads_text
+    from ragbench.results.tables.search_threads import search_threads_text
 
     by = {}
     for r in runs:
@@ -1038,7 +1038,7 @@ def _iso_cell(at: Any, ref: Any) -> str:
         return f"not reached (best {at.below.recall:.3f})"
     if at.how == "below the grid":
         return f"≤ {_num(at.p50_us)} (first point at {at.above.recall:.3f})"
-    from ragbench.reading.isorecall import ratio_interval
+    from ragbench.results.reading.isorecall import ratio_interval
 
     def ci(span: Any) -> str:
         return "" if span is None else f" [{_num(span[0])}–{_num(span[1])}]"
@@ -1151,7 +1151,7 @@ def _machines_of(path: Path) -> list[tuple[str, Any, str, float | None]]:
     A ``.jsonl`` of ragbench records: each record's ``env``; a pytest-benchmark
     ``.json``: its ``machine_info`` (py-cpuinfo: brand, count, flags; no load).
     """
-    from ragbench.rendering.notes import simd_level
+    from ragbench.results.tables.notes import simd_level
 
     out = []
     if path.suffix == ".jsonl":

@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from ..orders import DESIGNS
-from ..records import RecordWriter, new_record
-from ..rendering import compare_table, fixed_line
+from ..results.records import RecordWriter, new_record
+from ..results.tables import compare_table, fixed_line
 from .configs import backend_options, configurations
 from .options import (
     check_outputs,
@@ -102,7 +102,7 @@ def _fast(cfg: Any) -> Any:
 def _conclude(records: list[dict[str, Any]], opts: Any, writer: RecordWriter) -> None:
     """The frontier record (written after the runs), its table and lines, the chart."""
     from ..frontier import frontier_fields
-    from ..rendering import render
+    from ..results.tables import render
     from .options import finish_outputs
 
     fields = frontier_fields(records, opts["within"] / 100.0, opts["p99_budget_ms"])

@@ -295,7 +295,7 @@ def finish_outputs(
 ) -> None:
     """After the table is printed: draw the chart, then say on one line each what was not saved.
 
-    ``writer`` is the command's :class:`~ragbench.records.RecordWriter`; a
+    ``writer`` is the command's :class:`~ragbench.results.records.RecordWriter`; a
     record or chart that could not be written (a full disk) exits 1.
     """
     failures = []

@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from ..reading import diff_reading, reading
-from ..records import RecordWriter, iter_records, read_benchmark_runs
-from ..rendering import (
+from ..results.reading import diff_reading, reading
+from ..results.records import RecordWriter, iter_records, read_benchmark_runs
+from ..results.tables import (
     FORMATS,
     STATS,
     benchmark_table,

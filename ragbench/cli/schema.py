@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..record_schema import CURRENT, records_schema
+from ..results.schema import CURRENT, records_schema
 from ..settings import config_schema
 from .options import echo
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import click
 
-from ..records import RecordWriter
-from ..rendering import render
+from ..results.records import RecordWriter
+from ..results.tables import render
 from ..stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT
 from ..stream_limits import number_text as _num
 from .options import (

@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from ..reading import reading
-from ..records import RecordWriter
-from ..rendering import render
+from ..results.reading import reading
+from ..results.records import RecordWriter
+from ..results.tables import render
 from .configs import re_embed_option
 from .options import (
     check_outputs,

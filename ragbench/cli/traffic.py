@@ -14,9 +14,9 @@ import click
 
 from .. import threads
 from ..errors import ConfigError
-from ..reading import reading
-from ..records import RecordWriter
-from ..rendering import render
+from ..results.reading import reading
+from ..results.records import RecordWriter
+from ..results.tables import render
 from .configs import backend_options, configurations
 from .options import (
     check_outputs,

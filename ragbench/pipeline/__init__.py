@@ -42,7 +42,7 @@ from .. import judged, threads
 from ..datasets import Dataset
 from ..errors import ConfigError, GeneratorError, NotBuiltError, RagbenchError, TransportError
 from ..otel import TraceExporter, check_available
-from ..report import Report
+from ..results.report import Report
 from ..settings import ConfigSource, load_config
 from ..timing import SetupTimes, run_stages, run_stages_cpu
 from ..transports import Transport
@@ -120,7 +120,7 @@ class Pipeline:
     every backend name and parameter is checked then, before anything runs.
     ``run(dataset=None, queries=None, warmup=None)`` sets everything up
     (timed as set-up), runs warm-up requests, then the measured requests one
-    by one, and returns a :class:`ragbench.report.Report` of that run only.
+    by one, and returns a :class:`ragbench.results.report.Report` of that run only.
     Use it as a context manager, or call :meth:`close`, to stop transport and
     LLM servers and restore the process-wide thread setting. With ``[run]
     otel = true`` or an ``otel=`` :class:`ragbench.otel.TraceExporter`, every

@@ -1,42 +1,14 @@
-"""What the numbers mean: a few sentences under every table, derived from the records.
+"""Deprecated: moved to :mod:`ragbench.results.reading` (issue 30); importing this name warns.
 
-A table of per-stage percentiles answers "how long"; the reader still has to
-work out "so what": which stage the time goes to, which of the things varied
-is faster and by how much *beyond the noise*, and whether a load level was
-beyond what the system (or the load generator) could do. Every function here
-takes records (the dicts of :mod:`ragbench.records`; :func:`diff_reading`
-takes :class:`ragbench.diff.DiffRow`-like rows) and returns lines of text;
-nothing is typed in, every figure comes from the records:
-
-- :func:`run_reading` (``run``, ``compare``, run records in ``report``): the
-  dominant stage and the share of the rest; for each axis that varies
-  between the rows (index, codec, ...), its choices ranked on the stages it
-  touches, each step with a 95 % bootstrap interval
-  (:func:`ragbench.intervals.ratio`), pooled over the other axes; a warning
-  when the ranking is decided by noise; how the interleaved order was
-  balanced; why retrieval reads slower after a model's forward pass; and a
-  warning when rows retrieving differently are not at equal recall.
-- :func:`sweep_reading`, :func:`scale_reading`: within each group of
-  comparable sweep points (unfiltered; one filter, selectivity and
-  strategy), the indexes ranked at a recall every one of them reaches,
-  each one's cheapest point at the recall target, and each one's p50 / p99 at
-  every recall target, interpolated on its frontier (:mod:`.isorecall`), with
-  their ratio at equal recall; scale at the largest corpus.
-- :func:`load_reading`: the dominant stage under load, the highest level each
-  configuration sustained, and the levels at capacity.
-- :func:`diff_reading`: the verdict in total and the largest sure change;
-  :func:`saved_diff_reading` says the same of saved ``diff`` records.
-
-:func:`reading` dispatches on record kinds, like :func:`ragbench.rendering.render`.
-
-The package, by record kind: :mod:`.common` (thresholds, phrases, rankings),
-:mod:`.runs`, :mod:`.points` (sweep and scale), :mod:`.load` and :mod:`.diffs`.
+The names it exported are still here and its submodules (``ragbench.reading.runs``, ...) are
+those of the new package, for one release; then this package goes.
 """
 
 from __future__ import annotations
 
-from ..records import records_of
-from .common import (
+from .._moved import warn_moved
+from ..results.reading import reading
+from ..results.reading.common import (
     DOMINANT_SHARE,
     SUGGESTED_REPEAT,
     SUSTAINED,
@@ -44,10 +16,10 @@ from .common import (
     ranking,
     within_noise,
 )
-from .diffs import diff_reading, saved_diff_reading
-from .load import load_reading
-from .points import scale_reading, sweep_reading
-from .runs import AXES, SAME_RECALL, dominant_stage, order_note, run_reading
+from ..results.reading.diffs import diff_reading, saved_diff_reading
+from ..results.reading.load import load_reading
+from ..results.reading.points import scale_reading, sweep_reading
+from ..results.reading.runs import AXES, SAME_RECALL, dominant_stage, order_note, run_reading
 
 __all__ = [
     "AXES",
@@ -69,18 +41,4 @@ __all__ = [
     "within_noise",
 ]
 
-
-def reading(records: Records, *, stat: str = "p50") -> list[str]:
-    """The reading of records of any kinds, kind by kind (run, sweep, scale, load, diff)."""
-    lines: list[str] = []
-    for kind, read in (
-        ("run", lambda rs: run_reading(rs, stat=stat)),
-        ("sweep", sweep_reading),
-        ("scale", scale_reading),
-        ("load", load_reading),
-        ("diff", saved_diff_reading),
-    ):
-        of_kind = records_of(records, kind)
-        if of_kind:
-            lines += read(of_kind)
-    return lines
+warn_moved(__name__, "ragbench.results.reading")

@@ -1,23 +1,14 @@
-"""Tables of result records: text tables, Markdown, CSV and JSON.
+"""Deprecated: moved to :mod:`ragbench.results.tables` (issue 30); importing this name warns.
 
-Everything here reads records (the dicts of :mod:`ragbench.records`), never a
-live pipeline or index, so a saved results file renders exactly like the run
-that wrote it. :func:`render` is the one entry point: it dispatches on each
-record's ``kind`` (run, sweep, scale, load, stream, diff) and on the format
-(``table``, ``md``, ``csv``, ``json``).
-
-The package, by concern: :mod:`.cells` (cells and the plain-text table),
-:mod:`.notes` (the lines under a table), :mod:`.runs` (run records, side by
-side), :mod:`.points` (sweep and scale points), :mod:`.load` (load levels),
-:mod:`.stream` (stream checkpoints), :mod:`.diffs` (saved diffs),
-:mod:`.markdown` (flat rows for md, csv and json), :mod:`.listings`
-(benchmark files, datasets) and :mod:`.dispatch` (:func:`render`).
+The names it exported are still here and its submodules (``ragbench.rendering.runs``, ...) are
+those of the new package, for one release; then this package goes.
 """
 
 from __future__ import annotations
 
-from ..records import caveats_of
-from .cells import (
+from .._moved import warn_moved
+from ..results.records import caveats_of
+from ..results.tables.cells import (
     NAN,
     cpu_cells,
     event_text,
@@ -31,12 +22,12 @@ from .cells import (
     text_table,
     with_ci,
 )
-from .diffs import diff_records_table
-from .dispatch import FORMATS, render, render_checked
-from .listings import benchmark_table, datasets_table, stats_table
-from .load import INVALID_MARK, load_table
-from .markdown import flat_cell, flat_rows
-from .notes import (
+from ..results.tables.diffs import diff_records_table
+from ..results.tables.dispatch import FORMATS, render, render_checked
+from ..results.tables.listings import benchmark_table, datasets_table, stats_table
+from ..results.tables.load import INVALID_MARK, load_table
+from ..results.tables.markdown import flat_cell, flat_rows
+from ..results.tables.notes import (
     SETUP_LABELS,
     build_note,
     connection_note,
@@ -47,9 +38,16 @@ from .notes import (
     simulated_note,
     stage_label,
 )
-from .points import filtered_sweep_table, params_text, scale_table, sweep_table
-from .runs import STATS, compare_table, fixed_line, run_table, setup_summary, stopped_line
-from .stream import stream_table
+from ..results.tables.points import filtered_sweep_table, params_text, scale_table, sweep_table
+from ..results.tables.runs import (
+    STATS,
+    compare_table,
+    fixed_line,
+    run_table,
+    setup_summary,
+    stopped_line,
+)
+from ..results.tables.stream import stream_table
 
 __all__ = [
     "FORMATS",
@@ -98,6 +96,4 @@ __all__ = [
     "with_ci",
 ]
 
-# the names these tables had when rendering was one module (kept for callers)
-_plain_table = plain_table
-_rich_table = rich_table
+warn_moved(__name__, "ragbench.results.tables")

@@ -30,7 +30,7 @@ filtered truth. Each such point carries ``strategy``, ``selectivity``,
 ``filter`` (achieved selectivity mean/min/max) and ``filter_cliff``: for its
 (index, parameters, strategy) line, the selectivity below which recall falls
 under ``recall_target`` or p50 grows more than 3× (see
-:func:`ragbench.records.filter_cliffs`).
+:func:`ragbench.results.records.filter_cliffs`).
 
 Both drivers split their work into independent units run by an executor
 (:mod:`ragbench.executors`): in this process, in order (the default), or as

@@ -11,7 +11,7 @@ from .. import indexes
 from ..executors import Executor, LocalExecutor, Unit
 from ..pipeline.capabilities import FilteredSearch
 from ..rebuilds import merge_builds
-from ..records import Collector, cliff_key, filter_cliffs, new_record
+from ..results.records import Collector, cliff_key, filter_cliffs, new_record
 from ..validate import positive_int
 from .data import SweepData, index_param_names
 from .measure import measure

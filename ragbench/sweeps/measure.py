@@ -158,7 +158,7 @@ def measure(
         "cpu_ns": cpu.tolist(),
         **_server_fields(server),
         "warmup": WARMUP_QUERIES,
-        # the point's searches back to back, nothing between them (ragbench.rendering.cache_state)
+        # the point's searches back to back, nothing between them (ragbench.results.tables.cache_state)
         "cache_state": "hot",
     }
     if data.judgments is not None:  # answer quality of the k returned (ragbench.judged)

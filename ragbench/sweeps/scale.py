@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..executors import Executor, LocalExecutor, Unit
 from ..rebuilds import merge_builds
-from ..records import Collector, new_record
+from ..results.records import Collector, new_record
 from ..validate import positive_int
 from .data import SweepData
 from .measure import measure

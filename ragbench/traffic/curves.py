@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..pipeline import Pipeline
 from ..pipeline.capabilities import IndexInfo
-from ..records import Collector, new_record
+from ..results.records import Collector, new_record
 from ..workers import WorkerFault
 from .runs import Traffic, closed_loop, open_loop
 from .schedule import LoadOptions, arrivals

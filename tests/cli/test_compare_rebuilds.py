@@ -15,7 +15,7 @@ import pytest
 from ragbench import intervals
 from ragbench.indexes import builds
 from ragbench.rebuilds import seeded_build
-from ragbench.records import read_records
+from ragbench.results.records import read_records
 from ragbench.settings.params import HnswBuild
 
 #: two indexes whose recall depends on the build seed at this size (hnsw M=4 ef=4, ivf nprobe=1)

@@ -19,7 +19,7 @@ import pytrec_eval
 
 import ragbench as rb
 from ragbench.cli import main
-from ragbench.records import read_records
+from ragbench.results.records import read_records
 
 WORDS = " ".join(f"w{i}" for i in range(40))
 PYDOCS_QRELS = Path(__file__).resolve().parents[2] / "datasets" / "pydocs" / "qrels.tsv"

@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 
 import ragbench.files
-from ragbench import records as records_mod
 from ragbench.cli import main
 from ragbench.errors import ConfigError, DatasetError
 from ragbench.files import append_bytes, check_writable, read_regular
-from ragbench.records import append_record, pareto, read_records
-from ragbench.rendering import _plain_table, _rich_table, sweep_table, text_table
+from ragbench.results import records as records_mod
+from ragbench.results.records import append_record, pareto, read_records
+from ragbench.results.tables import _plain_table, _rich_table, sweep_table, text_table
 
 pytest_plugins = ["pytester"]
 

@@ -137,7 +137,7 @@ def test_report_on_a_file_that_fails_when_read_is_one_line() -> None:
 
 def test_a_results_file_is_read_to_its_size_limit_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """A ``/proc`` file says 0 bytes and holds more: the limit counts the bytes read, not the size."""
-    import ragbench.records as records
+    import ragbench.results.records as records
 
     status = Path("/proc/self/status")
     assert status.stat().st_size == 0 and len(status.read_bytes()) > 200

@@ -20,8 +20,8 @@ from ragbench.generators.transformers_gen import (
     architectures,
 )
 from ragbench.otel import request_attributes
-from ragbench.rendering import compare_table, run_table
-from ragbench.report import Report
+from ragbench.results.report import Report
+from ragbench.results.tables import compare_table, run_table
 
 torch = pytest.importorskip("torch", reason="the embed extra (torch) is not installed")
 transformers = pytest.importorskip("transformers", reason="the embed extra is not installed")

@@ -13,7 +13,7 @@ import ragbench as rb
 from ragbench import threads
 from ragbench.cli import main
 from ragbench.indexes import builds
-from ragbench.records import read_records
+from ragbench.results.records import read_records
 from ragbench.sweeps import SweepData, sweep_points
 
 # hnsw and faiss-hnsw insert in thread order; ivf and ivfpq train k-means on a seeded sample
@@ -226,7 +226,7 @@ def test_fast_build_config_key_is_checked() -> None:
 
 def test_build_note_tells_fast_builds_from_engines_that_cannot_be_seeded() -> None:
     """The footer says why a build is not deterministic: every core, or an unseedable engine."""
-    from ragbench.rendering.notes import build_note
+    from ragbench.results.tables.notes import build_note
 
     def run(label: str, **build: object) -> dict[str, object]:
         return {

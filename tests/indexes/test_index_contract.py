@@ -23,7 +23,7 @@ import ragbench as rb
 from ragbench._registry import BUILTIN_INDEXES
 from ragbench.errors import ConfigError, IndexFileError, UnsupportedOperationError
 from ragbench.indexes import builds, persist
-from ragbench.records import read_records
+from ragbench.results.records import read_records
 from ragbench.streaming import StreamOptions, run_stream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,10 @@ def test_plugins_run_in_sweep_and_a_silent_backend_is_determinism_unknown(tmp_pa
 @pytest.mark.slow
 def test_contract_tests_skip_by_name_what_a_protocol_only_backend_lacks(tmp_path: Path) -> None:
     env = install_plugins(tmp_path)
-    files = [str(ROOT / "tests" / "indexes" / f) for f in ("test_index_filters.py", "test_index_writes.py")]
+    files = [
+        str(ROOT / "tests" / "indexes" / f)
+        for f in ("test_index_filters.py", "test_index_writes.py")
+    ]
     res = subprocess.run(
         [
             sys.executable, "-m", "pytest", *files, "-q", "-rs", "-p", "no:cacheprovider",

@@ -215,7 +215,7 @@ def test_sweep_reports_recall_before_after_and_bytes(tmp_path) -> None:
     assert pq[10]["recall_before_rescore"] == pq[100]["recall_before_rescore"]
     flat = [r for r in recs if r["index"] == "flat"]
     assert all(r["code_bytes_per_vector"] is None for r in flat)
-    from ragbench.rendering import render
+    from ragbench.results.tables import render
 
     table = render(recs)
     assert "recall p10" in table and "before rescore" in table and "+ 256" in table

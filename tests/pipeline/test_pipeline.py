@@ -15,7 +15,7 @@ from ragbench.datasets import Corpus, Dataset, Queries
 from ragbench.errors import ConfigError, KTooLargeError
 from ragbench.generators import FirstToken
 from ragbench.pipeline import STAGES
-from ragbench.report import Report
+from ragbench.results.report import Report
 from ragbench.timing import run_stages
 from ragbench.transports.inproc import InprocTransport
 
@@ -437,7 +437,7 @@ def test_far_side_dying_mid_run_stops_with_a_record_and_keeps_finished_requests(
     import os
     import signal
 
-    from ragbench.records import append_record, read_records
+    from ragbench.results.records import append_record, read_records
 
     pipe = rb.Pipeline.from_config(config(transport={"backend": "http"}))
     done = []

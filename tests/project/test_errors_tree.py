@@ -60,7 +60,7 @@ def test_an_index_that_cannot_delete_raises_unsupported_not_config() -> None:
 
 
 def test_worker_fault_and_record_error_are_in_the_errors_tree() -> None:
-    from ragbench.record_schema import RecordError as from_schema
+    from ragbench.results.schema import RecordError as from_schema
     from ragbench.workers import WorkerFault as from_workers
 
     assert from_workers is WorkerFault and issubclass(WorkerFault, RagbenchError)

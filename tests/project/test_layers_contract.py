@@ -31,7 +31,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 NAMED = {
     5: {"cli", "testing"},
     4: {"pipeline", "sweeps", "workers", "traffic", "executors"},
-    3: {"records", "rendering", "plots", "report", "diff"},
+    3: {"results", "plots", "diff"},
     2: {"indexes", "rerankers", "codecs", "embedders", "transports", "generators", "prompt"}
     | {"datasets"},
     1: {"errors", "types", "validate", "config", "threads", "timing", "metrics", "env"}
@@ -89,7 +89,7 @@ def test_this_checkout_keeps_the_layers(tmp_path: Path) -> None:
         # core importing a driver
         ("errors.py", "from .pipeline import Pipeline", "ragbench.errors is not allowed to import ragbench.pipeline"),
         # a stage package importing a result module, inside a function
-        ("codecs/__init__.py", "def _late():\n    from ..rendering import Table", "ragbench.codecs is not allowed to import ragbench.rendering"),
+        ("codecs/__init__.py", "def _late():\n    from ..results.tables import render", "ragbench.codecs is not allowed to import ragbench.results"),
         # the pytest plugin and the command line are independent siblings
         ("testing.py", "from . import cli", "ragbench.testing is not allowed to import ragbench.cli"),
     ],

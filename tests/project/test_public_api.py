@@ -92,6 +92,24 @@ EXPORTS: dict[str, list[str]] = {
         "simulated_note", "stage_label", "stat_cells", "stats_table", "stopped_line",
         "stream_table", "sweep_table", "text_table", "with_ci",
     ],
+    "ragbench.results": [
+        "RecordWriter", "Report", "append_record", "iter_records", "read_records", "render",
+    ],
+    "ragbench.results.reading": [
+        "AXES", "DOMINANT_SHARE", "Records", "SAME_RECALL", "SUGGESTED_REPEAT", "SUSTAINED",
+        "diff_reading", "dominant_stage", "load_reading", "order_note", "ranking", "reading",
+        "run_reading", "saved_diff_reading", "scale_reading", "sweep_reading", "within_noise",
+    ],
+    "ragbench.results.tables": [
+        "FORMATS", "INVALID_MARK", "NAN", "SETUP_LABELS", "STATS", "benchmark_table", "build_note",
+        "caveats_of", "compare_table", "connection_note", "cpu_cells", "datasets_table",
+        "diff_records_table", "event_text", "filter_note", "filtered_sweep_table", "fixed_line",
+        "flat_cell", "flat_rows", "hardware_note", "llm_note", "load_table", "ms", "ms_ci", "num",
+        "params_text", "pct_cell", "plain_table", "render", "render_checked",
+        "retrieve_parts_note", "rich_table", "run_table", "scale_table", "setup_summary",
+        "simulated_note", "stage_label", "stat_cells", "stats_table", "stopped_line",
+        "stream_table", "sweep_table", "text_table", "with_ci",
+    ],
     "ragbench.rerankers": [
         "CAVEAT_PREFIX", "Reranker", "TEXT_RERANKERS", "create", "names", "register", "registry",
     ],
@@ -130,7 +148,7 @@ EXPORTS: dict[str, list[str]] = {
 # fmt: on
 
 #: Public packages kept for one release as deprecated aliases (importing one warns).
-DEPRECATED = {"ragbench.configs"}
+DEPRECATED = {"ragbench.configs", "ragbench.reading", "ragbench.rendering"}
 
 
 def _public_packages() -> set[str]:
@@ -191,3 +209,30 @@ def test_moved_pipeline_names_warn_and_still_work() -> None:
         assert [w.category for w in caught] == [DeprecationWarning], name
     with pytest.raises(AttributeError):
         _ = pipeline.no_such_name
+
+
+#: The results modules before issue 30 gathered them in ragbench.results: old name -> new.
+MOVED_RESULTS = {
+    "ragbench.records": "ragbench.results.records",
+    "ragbench.record_schema": "ragbench.results.schema",
+    "ragbench.report": "ragbench.results.report",
+    "ragbench.rendering": "ragbench.results.tables",
+    "ragbench.reading": "ragbench.results.reading",
+}
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED_RESULTS.items()))
+def test_moved_results_modules_warn_and_give_the_new_ones(old: str, new: str) -> None:
+    for name in [m for m in sys.modules if m == old or m.startswith(old + ".")]:
+        del sys.modules[name]
+    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: import {new}"):
+        alias = importlib.import_module(old)
+    moved = importlib.import_module(new)
+    if hasattr(moved, "__path__"):  # a package: its submodules under the old name are the new ones
+        assert importlib.import_module(f"{old}.runs") is importlib.import_module(f"{new}.runs")
+        assert all(getattr(alias, name) is not None for name in alias.__all__)
+        assert set(moved.__all__) <= set(alias.__all__)
+        for name in moved.__all__:
+            assert getattr(alias, name) is getattr(moved, name), name
+    else:  # a module: the alias is the new module itself
+        assert alias is moved

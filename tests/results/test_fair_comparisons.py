@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragbench import reading
 from ragbench.cli import main
-from ragbench.reading.isorecall import Point, at_recall, frontier
+from ragbench.results import reading
+from ragbench.results.reading.isorecall import Point, at_recall, frontier
 
 ROOT = Path(__file__).resolve().parents[2]
 SYN = ["--dataset", "synthetic", "--n", "3000", "--dim", "32", "--queries", "40"]

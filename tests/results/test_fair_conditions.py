@@ -112,7 +112,7 @@ def test_the_engines_table_names_each_part_s_cache_state(tmp_path: Path) -> None
 
 
 def test_a_sweep_table_of_mixed_cache_states_says_so() -> None:
-    from ragbench.rendering.points import sweep_table
+    from ragbench.results.tables.points import sweep_table
 
     base = {"n": 10, "dim": 4, "metric": "l2", "k": 10, "p95_us": 1.0, "qps_single": 1.0}
     base |= {"qps_batch": 1.0, "build_s": 1.0, "memory_bytes": 1000, "recall_p10": 0.9}

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragbench import reading
 from ragbench.cli import main
+from ragbench.results import reading
 
 SYN = ["--dataset", "synthetic", "--n", "3000", "--dim", "32", "--queries", "20"]
 
@@ -92,7 +92,7 @@ def test_pgvector_records_its_servers_cpu_per_query_and_its_memory(tmp_path: Pat
 
 
 def _sampled(recall: float, latencies: list[float]) -> Any:
-    from ragbench.reading.isorecall import Point
+    from ragbench.results.reading.isorecall import Point
 
     lat = np.asarray(latencies, dtype=np.float64)
     p50 = float(np.sort(lat)[int(np.ceil(0.5 * lat.size)) - 1])  # nearest rank
@@ -101,7 +101,7 @@ def _sampled(recall: float, latencies: list[float]) -> Any:
 
 
 def test_the_interpolated_latency_carries_its_interval_computed_by_hand() -> None:
-    from ragbench.reading.isorecall import at_recall, ratio_interval
+    from ragbench.results.reading.isorecall import at_recall, ratio_interval
 
     # planted: every query at recall 0.9 takes 100 µs; at recall 1.0 half take 200, half 400
     # (nearest-rank p50 200). At 0.95, halfway: 150 µs. A resample of the 100 queries holds
@@ -163,7 +163,7 @@ def _hooks() -> Any:
 
 def _first_machine(path: Path) -> str | None:
     """``CPU, N cores, SIMD`` of the first record in ``path`` that names one, read here."""
-    from ragbench.rendering.notes import simd_level
+    from ragbench.results.tables.notes import simd_level
 
     if path.suffix == ".jsonl":
         for line in path.read_text().splitlines():

@@ -1,4 +1,4 @@
-"""The lines under every table (ragbench.reading), on hand-built records with known answers."""
+"""The lines under every table (ragbench.results.reading), on hand-built records with known answers."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragbench import intervals, reading
+from ragbench import intervals
 from ragbench.diff import DiffRow, verdict
-from ragbench.report import Report
+from ragbench.results import reading
+from ragbench.results.report import Report
 from ragbench.settings import load_config
 
 N = 201  # requests per hand-built run

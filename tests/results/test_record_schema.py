@@ -1,4 +1,4 @@
-"""Versioned record schemas (ragbench.record_schema) and ``ragbench schema``: read, refuse, emit."""
+"""Versioned record schemas (ragbench.results.schema) and ``ragbench schema``: read, refuse, emit."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 
 import ragbench as rb
-from ragbench import record_schema
 from ragbench.cli import main
 from ragbench.errors import ConfigError, DatasetError
-from ragbench.records import append_record, new_record, read_records
+from ragbench.results import schema as record_schema
+from ragbench.results.records import append_record, new_record, read_records
 from ragbench.settings import load_config, read_config, shipped_names, shipped_path
 from ragbench.sweeps import SweepData, sweep_points
 

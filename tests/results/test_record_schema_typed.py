@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragbench import record_schema
-from ragbench.record_schema import (
+from ragbench.results import schema as record_schema
+from ragbench.results.records import read_records
+from ragbench.results.schema import (
     LoadRecord,
     Record,
     RecordError,
@@ -19,8 +20,7 @@ from ragbench.record_schema import (
     need,
     read_struct,
 )
-from ragbench.records import read_records
-from ragbench.rendering import compare_table, load_table, run_table, sweep_table
+from ragbench.results.tables import compare_table, load_table, run_table, sweep_table
 
 DATA = Path(__file__).resolve().parents[2] / "docs/findings/data"
 

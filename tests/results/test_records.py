@@ -9,8 +9,8 @@ import pytest
 
 import ragbench as rb
 from ragbench.errors import ConfigError, DatasetError
-from ragbench.records import RecordWriter, new_record, read_records
-from ragbench.rendering import render
+from ragbench.results.records import RecordWriter, new_record, read_records
+from ragbench.results.tables import render
 from ragbench.sweeps import SweepData, sweep_points
 from ragbench.traffic import LoadOptions, load_points
 from ragbench.workers import ThreadWorkers

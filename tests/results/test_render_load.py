@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ragbench.cli import main
-from ragbench.records import append_record, read_records
-from ragbench.rendering import load_table, render
+from ragbench.results.records import append_record, read_records
+from ragbench.results.tables import load_table, render
 
 SHIPPED = Path(__file__).resolve().parents[2] / "docs/findings/data/vectordb-load-servers-20k.jsonl"
 

@@ -9,7 +9,7 @@ import pytest
 
 from ragbench import indexes
 from ragbench.cli import main
-from ragbench.records import growth_exponents, pareto
+from ragbench.results.records import growth_exponents, pareto
 from ragbench.sweeps.points import EF_RAISED_TO_CANDIDATES, effective_query
 
 SYN = ["--dataset", "synthetic", "--n", "3000", "--dim", "32", "--queries", "40"]

@@ -123,7 +123,7 @@ def test_load_records_plot_one_p50_and_one_p99_line_per_configuration(
     tmp_path: Path, capsys
 ) -> None:
     from ragbench.plots import figure
-    from ragbench.records import append_record
+    from ragbench.results.records import append_record
 
     recs = [
         _load_record(label, rate, p50, p50 * 3)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import ragbench as rb
-from ragbench import reading
 from ragbench.cli import main
 from ragbench.generators import FirstToken
-from ragbench.records import read_records
+from ragbench.results import reading
+from ragbench.results.records import read_records
 from ragbench.traffic import COMPLETED, LoadOptions, Traffic, arrivals, load_points, summarize
 from ragbench.workers import ThreadWorkers
 

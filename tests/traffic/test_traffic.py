@@ -14,7 +14,7 @@ import pytest
 import ragbench as rb
 from ragbench.errors import ConfigError
 from ragbench.generators import FirstToken
-from ragbench.records import knees
+from ragbench.results.records import knees
 from ragbench.settings.sources import normalize
 from ragbench.traffic import (
     COMPLETED,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..record_schema import LoadRecord, need, read_struct
 from ..records import generator_kept_up, knees, load_level
+from ..schema import LoadRecord, need, read_struct
 from .cells import ms, ms_with_ci, num, pct_cell, text_table
 from .judged import JUDGED_HEADS, judged_cells, judged_note
 from .notes import hardware_note, simulated_note

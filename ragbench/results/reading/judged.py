@@ -1,7 +1,7 @@
 """The reading of answer quality: which rows' judged answers differ beyond their intervals.
 
 Tables print each row's nDCG@10 with its 95 % bootstrap interval over the
-judged queries (:mod:`ragbench.rendering.judged`); the reading says which row
+judged queries (:mod:`ragbench.results.tables.judged`); the reading says which row
 ranks best and worst and whether that gap is beyond the intervals (they do not
 overlap) or not (they overlap: these judged queries do not tell the rows apart).
 Non-overlapping intervals are a conservative test: rows that overlap may still
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..record_schema import JudgedAnswers
+from ..schema import JudgedAnswers
 
 __all__ = ["judged_reading"]
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import intervals
-from ..record_schema import RunRecord, need, read_struct
-from ..rerankers import TEXT_RERANKERS
+from ... import intervals
+from ...rerankers import TEXT_RERANKERS
+from ..schema import RunRecord, need, read_struct
 from .common import (
     DOMINANT_SHARE,
     SUGGESTED_REPEAT,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .. import intervals
-from ..diff import FASTER, SAME, SURE
-from ..record_schema import DiffRecord, need, read_struct
+from ... import intervals
+from ...diff import FASTER, SAME, SURE
+from ..schema import DiffRecord, need, read_struct
 from .common import SUGGESTED_REPEAT, Records
 
 __all__ = [

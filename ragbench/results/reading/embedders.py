@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .. import intervals
-from ..record_schema import RunRecord, need
+from ... import intervals
+from ..schema import RunRecord, need
 from .common import within_noise
 
 __all__ = ["REFERENCE", "embedder_key", "embedder_lines"]

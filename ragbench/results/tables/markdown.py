@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..record_schema import RunRecord, StreamRecord, need, read_struct
 from ..records import pareto, records_of
+from ..schema import RunRecord, StreamRecord, need, read_struct
 from .cells import num
 from .judged import judged_columns
 from .points import params_text

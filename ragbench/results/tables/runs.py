@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .. import intervals
-from ..errors import ConfigError
-from ..record_schema import RunRecord, need, read_struct
+from ... import intervals
+from ...errors import ConfigError
+from ..schema import RunRecord, need, read_struct
 from .cache_state import cache_state_text
 from .cells import cpu_cells, event_text, num, stat_cells, text_table, with_ci, zero_cell
 from .judged import JUDGED_HEADS, judged_cells, judged_line, judged_note

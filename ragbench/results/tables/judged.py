@@ -1,6 +1,6 @@
 """Answer quality in tables: nDCG@10, MRR@10 and recall@100 against judged answers, or why there are none.
 
-Every record kind carries the same ``judged`` object (:class:`~ragbench.record_schema.JudgedAnswers`).
+Every record kind carries the same ``judged`` object (:class:`~ragbench.results.schema.JudgedAnswers`).
 A table whose rows have it gets three columns, each ``mean [low–high]``; a
 table whose dataset has no qrels gets no empty columns but one line saying so
 (:data:`NO_JUDGED`).
@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..record_schema import JudgedAnswers
+from ..schema import JudgedAnswers
 
 __all__ = [
     "JUDGED_HEADS",

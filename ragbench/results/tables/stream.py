@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..record_schema import StreamRecord, need, read_struct
+from ..schema import StreamRecord, need, read_struct
 from .cells import num, text_table
 
 __all__ = [

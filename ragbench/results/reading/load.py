@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..record_schema import LoadRecord, need, read_struct
 from ..records import load_level
+from ..schema import LoadRecord, need, read_struct
 from .common import DOMINANT_SHARE, SUSTAINED, pct_text, span_text, us_text
 from .judged import judged_reading
 

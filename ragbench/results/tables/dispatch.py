@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import ConfigError, DatasetError
+from ...errors import ConfigError, DatasetError
 from ..records import records_of
 from .diffs import diff_records_table
 from .frontier import frontier_table

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import intervals
+from ... import intervals
 
 __all__ = [
     "DOMINANT_SHARE",

@@ -7,8 +7,8 @@ from typing import Any
 
 import msgspec
 
-from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
 from ..records import growth_exponents, pareto
+from ..schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
 from .cache_state import cache_state_text
 from .cells import num, text_table, with_ci, zero_cell
 from .judged import JUDGED_HEADS, judged_cells, judged_note
@@ -27,7 +27,7 @@ Point = Mapping[str, Any] | IndexPoint
 
 
 def plain(rec: Mapping[str, Any] | msgspec.Struct) -> Mapping[str, Any]:
-    """A record as the mapping the set-wide helpers of :mod:`ragbench.records` take."""
+    """A record as the mapping the set-wide helpers of :mod:`ragbench.results.records` take."""
     return msgspec.structs.asdict(rec) if isinstance(rec, msgspec.Struct) else rec
 
 
@@ -257,7 +257,7 @@ def memory_cell(p: IndexPoint) -> str:
 
 def memory_note(points: Sequence[IndexPoint]) -> str:
     """What ``memory MB`` is: one method for every row, or which rows are the engines' own."""
-    from ..procstat import METHOD_TEXT
+    from ...procstat import METHOD_TEXT
 
     methods = {p.memory_method for p in points}
     if methods <= {"pss-delta", "pss-delta-cold"}:

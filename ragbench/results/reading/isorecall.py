@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import intervals
+from ... import intervals
 
 __all__ = [
     "DEFAULT_TARGETS",

@@ -7,8 +7,8 @@ from typing import Any
 
 import msgspec
 
-from ..frontier import frontier_lines
-from ..record_schema import FrontierRecord, read_struct
+from ...frontier import frontier_lines
+from ..schema import FrontierRecord, read_struct
 from .cells import text_table
 
 __all__ = ["frontier_table"]

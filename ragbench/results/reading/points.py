@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import intervals
-from ..record_schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
-from ..rendering.cells import num
-from ..rendering.points import params_text
+from ... import intervals
+from ..schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
+from ..tables.cells import num
+from ..tables.points import params_text
 from .common import SUGGESTED_REPEAT, ranking, step_text, us_text, within_noise
 from .isorecall import DEFAULT_TARGETS, Point, iso_recall_lines
 from .judged import judged_reading

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..record_schema import IndexPoint, LoadRecord, PipelineRecord, Record, RunRecord, read_struct
+from ...rerankers import CAVEAT_PREFIX
 from ..records import caveats_of
-from ..rerankers import CAVEAT_PREFIX
+from ..schema import IndexPoint, LoadRecord, PipelineRecord, Record, RunRecord, read_struct
 from .cells import num
 
 __all__ = [
@@ -42,7 +42,7 @@ SETUP_LABELS = {
 
 
 def typed(records: Iterable[Mapping[str, Any] | Record]) -> list[Record]:
-    """Records of any kinds as their kinds' Structs (:func:`ragbench.record_schema.read_struct`)."""
+    """Records of any kinds as their kinds' Structs (:func:`ragbench.results.schema.read_struct`)."""
     return [read_struct(r, Record) for r in records]
 
 
