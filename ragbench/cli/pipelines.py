@@ -127,6 +127,8 @@ def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[A
     from ..pipeline import SharedParts, interleave
 
     shared = SharedParts()
+    for pipe in pipelines:  # every configuration's early refusals before any model load
+        pipe.check(shared=shared)
     with progress(len(pipelines), "setting up") as advance:
         for pipe in pipelines:
             pipe.setup(shared=shared)

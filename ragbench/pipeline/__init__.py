@@ -47,7 +47,7 @@ from ..settings import ConfigSource, load_config
 from ..timing import SetupTimes, run_stages, run_stages_cpu
 from ..transports import Transport
 from . import samples, tracing
-from .build import Built, build, check_index_file
+from .build import Built, build, check_first, check_index_file
 from .cache import LruTtlCache
 from .capabilities import Closes, InProcess
 from .context import STAGES, RequestContext, RequestRecord
@@ -255,6 +255,22 @@ class Pipeline:
             raise
         threads.set_threads(self.request_threads)
         self._ready = True
+
+    def check(self, dataset: Dataset | None = None, *, shared: SharedParts) -> None:
+        """Refuse now what :meth:`setup` would refuse only after loading the embedding model
+        and embedding the corpus (a database index's refusals: an attribute value or name,
+        its table, a ``dsn=`` server's privileges); nothing is set up. ``ragbench compare``
+        calls it for every configuration before setting any up, with the ``shared`` parts
+        their set-up then uses (the dataset is loaded into it)."""
+        if not self._ready:
+            check_first(
+                self.config,
+                self.components,
+                dataset,
+                shared,
+                setup_times=self.setup_times,
+                load_dataset=self.load_dataset,
+            )
 
     def _check_same_dataset(self, dataset: Dataset | None) -> None:
         if dataset is None or self.dataset is None or dataset is self.dataset:

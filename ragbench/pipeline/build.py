@@ -60,7 +60,7 @@ from .stages import (
     TruncateStage,
 )
 
-__all__ = ["Built", "build", "check_index_file", "load_index"]
+__all__ = ["Built", "build", "check_first", "check_index_file", "load_index"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -110,6 +110,29 @@ def build(
     steps = _SetUp(config, components, shared, setup_times, closers)
     ds = dataset if dataset is not None else steps.loaded(load_dataset)
     return steps.run(ds, cpu_time, threads)
+
+
+def check_first(
+    config: Mapping[str, Any],
+    components: Components,
+    dataset: Dataset | None,
+    shared: SharedParts,
+    *,
+    setup_times: SetupTimes,
+    load_dataset: Callable[[], Dataset],
+) -> None:
+    """What :func:`build` would refuse only after loading the model and embedding the corpus,
+    checked now, setting nothing up: a database index's refusals (an attribute value or name
+    it cannot hold, its ``table``, a ``dsn=`` server's privileges).
+
+    ``compare`` runs it for every configuration of its grid before it sets any up (the set-up
+    itself checks each configuration before its own model load, but a grid's later
+    configurations come after the first ones' embedding and builds). Loads the dataset
+    (into ``shared``, timed as ``dataset_load``) and creates the embedder without loading it.
+    """
+    steps = _SetUp(config, components, shared, setup_times, [])
+    ds = dataset if dataset is not None else steps.loaded(load_dataset)
+    steps.check_first(ds)
 
 
 class _SetUp:
@@ -191,6 +214,23 @@ class _SetUp:
             self.shared.datasets[key] = self.times.time("dataset_load", load_dataset)
         return self.shared.datasets[key]
 
+    def check_first(self, ds: Dataset) -> None:
+        """The early index check (:meth:`_check_index_first`) of this configuration's embedder."""
+        name = self.config["embed"]["backend"] or ds.default_embedder
+        if name != "precomputed":
+            params = backend_params(self.config, "embed")
+            self._check_index_first(ds, self._embedder(name, params))
+
+    def _embedder(self, name: str, params: dict[str, Any]) -> Any:
+        """The embedder ``name`` with ``params``: a shared one, else created (not loaded)."""
+        ekey = (name, freeze(params))
+        if ekey not in self.shared.embedders:
+            made = self.components.embedder
+            self.shared.embedders[ekey] = (
+                made if made is not None else embedders.create(name, **params)
+            )
+        return self.shared.embedders[ekey]
+
     def _embedding(self, ds: Dataset) -> Embedding:
         cfg, shared = self.config, self.shared
         name = cfg["embed"]["backend"] or ds.default_embedder
@@ -198,13 +238,9 @@ class _SetUp:
         if name == "precomputed":
             return _precomputed(ds, params)
         ekey = (name, freeze(params))
-        if ekey not in shared.embedders:
-            made = self.components.embedder
-            shared.embedders[ekey] = made if made is not None else embedders.create(name, **params)
-        embedder = shared.embedders[ekey]
+        embedder = self._embedder(name, params)
         vkey = (ds.content_hash, ekey)
-        if vkey not in shared.vectors:
-            self._check_index_first(ds, embedder)
+        self._check_index_first(ds, embedder)  # every configuration's, once (shared.checked)
         self.times.time("model_load", embedder.load)
         of_corpus = (
             embedder.corpus_embedder if isinstance(embedder, EmbedsCorpusApart) else embedder
@@ -264,6 +300,9 @@ class _SetUp:
         dim = getattr(of_corpus, "dim", None)
         if not isinstance(dim, int) or dim <= 0:
             return
+        key = (ds.content_hash, dim, freeze(r))
+        if key in self.shared.checked:
+            return
         build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
         probe = indexes.create(r["backend"], dim=dim, metric=r["metric"] or ds.metric, **build)
         try:
@@ -273,6 +312,7 @@ class _SetUp:
             close = getattr(probe, "close", None)
             if callable(close):
                 close()
+        self.shared.checked.add(key)
 
     def _index(self, ds: Dataset, emb: Embedding, metric: str) -> Index:
         r = self.config["retrieve"]

@@ -53,6 +53,9 @@ class SharedParts:
     vectors: dict[Hashable, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     indexes: dict[Hashable, Index] = field(default_factory=dict)
     truth: dict[Hashable, np.ndarray] = field(default_factory=dict)
+    #: (dataset, index width, ``[retrieve]`` table) whose early index check passed
+    #: (:func:`ragbench.pipeline.build.check_first`), so it runs once for each
+    checked: set[Hashable] = field(default_factory=set)
 
 
 @dataclass

@@ -310,6 +310,21 @@ def test_a_nul_attribute_value_is_refused_before_the_corpus_is_embedded(
     assert not list(cache.glob("arrays/corpus-*")), "the corpus was embedded first"
 
 
+def test_compare_refuses_its_third_configuration_before_any_set_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grid whose 3rd configuration (lancedb) cannot hold a NUL value. Old code: the early
+    check ran for the first configuration of each embedder only, so flat's and hnsw's set-up
+    (the corpus embedded, two indexes built) came before lancedb's refusal."""
+    data = _nul_dataset(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RAGBENCH_CACHE_DIR", str(cache))
+    config = _filtered_run(data, "flat")[-1]
+    proc = run_cli("compare", "-c", config, "--index", "flat,hnsw,lancedb", "--queries", "4")
+    assert_one_line_exit_2(proc, "index 'lancedb': attribute 'label' holds a NUL", "row 1")
+    assert not list(cache.glob("arrays/corpus-*")), "the corpus was embedded first"
+
+
 @pytest.mark.parametrize("name", ["a.b", "_rowid"])
 def test_cli_refuses_a_lancedb_attribute_name_it_cannot_hold(tmp_path: Path, name: str) -> None:
     """``a.b`` and ``_rowid`` gave tracebacks from Lance."""
