@@ -63,7 +63,7 @@ from .results.schema import (
     need,
     read_struct,
 )
-from .results.tables import num, text_table
+from .results.tables.cells import num, text_table
 
 __all__ = [
     "FASTER",

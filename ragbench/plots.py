@@ -23,7 +23,7 @@ import msgspec
 from .errors import ConfigError, MissingDependencyError
 from .files import replace_bytes
 from .rerankers import CAVEAT_PREFIX
-from .results.reading import dominant_stage
+from .results.reading.runs import dominant_stage
 from .results.records import (
     caveats_of,
     generator_kept_up,

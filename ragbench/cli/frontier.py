@@ -8,7 +8,8 @@ import click
 
 from ..orders import DESIGNS
 from ..results.records import RecordWriter, new_record
-from ..results.tables import compare_table, fixed_line
+from ..results.tables import compare_table
+from ..results.tables.runs import fixed_line
 from .configs import backend_options, configurations
 from .options import (
     check_outputs,

@@ -12,7 +12,8 @@ from ..codecs import SHAPES
 from ..orders import DESIGNS
 from ..results.reading import run_reading
 from ..results.records import RecordWriter
-from ..results.tables import STATS, compare_table, fixed_line, run_table, setup_summary
+from ..results.tables import compare_table, run_table
+from ..results.tables.runs import STATS, fixed_line, setup_summary
 from ..settings import Config, merge, parse_config, read_config
 from .configs import backend_options, configurations, otel_option, re_embed_option
 from .options import (

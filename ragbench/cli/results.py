@@ -12,14 +12,8 @@ import click
 from ..errors import ConfigError
 from ..results.reading import diff_reading, reading
 from ..results.records import RecordWriter, iter_records, read_benchmark_runs
-from ..results.tables import (
-    FORMATS,
-    STATS,
-    benchmark_table,
-    datasets_table,
-    render_checked,
-    stats_table,
-)
+from ..results.tables import FORMATS, benchmark_table, datasets_table, render_checked, stats_table
+from ..results.tables.runs import STATS
 from .options import (
     check_outputs,
     echo,

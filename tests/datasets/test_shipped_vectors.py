@@ -20,7 +20,7 @@ from ragbench.cli import main
 from ragbench.datasets.shipped import array_sha256, find_shipped, sidecar_path, write_shipped
 from ragbench.errors import ConfigError, DatasetError
 from ragbench.pipeline import Pipeline
-from ragbench.results.tables import event_text
+from ragbench.results.tables.cells import event_text
 from ragbench.settings.sources import normalize
 
 PYDOCS = Path(__file__).resolve().parents[2] / "datasets" / "pydocs"

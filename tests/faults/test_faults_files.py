@@ -29,7 +29,10 @@ from ragbench.errors import ConfigError, DatasetError
 from ragbench.files import append_bytes, check_writable, read_regular
 from ragbench.results import records as records_mod
 from ragbench.results.records import append_record, pareto, read_records
-from ragbench.results.tables import _plain_table, _rich_table, sweep_table, text_table
+from ragbench.results.tables import sweep_table
+from ragbench.results.tables.cells import plain_table as _plain_table
+from ragbench.results.tables.cells import rich_table as _rich_table
+from ragbench.results.tables.cells import text_table
 
 pytest_plugins = ["pytester"]
 

@@ -78,8 +78,8 @@ def test_no_dominant_stage_names_the_largest() -> None:
         "retrieve is the largest stage at 40.0 % of the time before first token; "
         "the other 6 stages share 60.0 %, most of it rerank 30.0 %, serialize 30.0 %"
     )
-    assert reading.dominant_stage([rec]) is None
-    assert reading.dominant_stage([run_record("one", EVEN)]) == "embed"
+    assert reading.runs.dominant_stage([rec]) is None
+    assert reading.runs.dominant_stage([run_record("one", EVEN)]) == "embed"
 
 
 def test_the_varied_codec_is_ranked_with_its_interval_and_its_share_of_the_total() -> None:
@@ -165,14 +165,14 @@ def test_the_order_note_says_what_was_balanced() -> None:
         for o in (0, 10)
     ]
     recs = [run_record(str(o["query_offset"]), EVEN, info={"order": o}) for o in orders]
-    note = reading.order_note(recs)
+    note = reading.runs.order_note(recs)
     assert note.startswith("order: balanced (seed 4) -- each of the 2 configurations ran 10 times")
     assert "offsets 0, 10" in note
     same = [{**o, "design": "same-query"} for o in orders]
     recs = [run_record(str(i), EVEN, info={"order": o}) for i, o in enumerate(same)]
-    assert reading.order_note(recs).startswith("order: same-query")
+    assert reading.runs.order_note(recs).startswith("order: same-query")
     apart = [{**r, "interleaved": False} for r in recs]
-    assert reading.order_note(apart).startswith("order: not interleaved")
+    assert reading.runs.order_note(apart).startswith("order: not interleaved")
 
 
 # ---------------------------------------------------------------- sweeps, scale, load, diff
@@ -352,7 +352,7 @@ def test_compare_says_when_the_candidate_depth_decides_recall(tmp_path, capsys) 
     for r in recs:
         assert f"{r['label']} {r['recall_at_k']:.3f}" in line
     recalls = [r["recall_at_k"] for r in recs]
-    same = max(recalls) - min(recalls) <= reading.SAME_RECALL
+    same = max(recalls) - min(recalls) <= reading.runs.SAME_RECALL
     assert ("the candidate depth k_candidates=100, not the index, decides it" in line) == same
 
     # the index's own top k, no re-scoring: recall is the index's, and nothing is said

@@ -31,42 +31,28 @@ nothing is typed in, every figure comes from the records:
 
 The package, by record kind: :mod:`.common` (thresholds, phrases, rankings),
 :mod:`.runs`, :mod:`.points` (sweep and scale), :mod:`.load` and :mod:`.diffs`.
+``__all__`` holds the readings a user calls; the thresholds and phrases they
+use are the modules' own (``from ragbench.results.reading.common import
+within_noise``), as ``ragbench.reading`` (deprecated) still exports them.
 """
 
 from __future__ import annotations
 
 from ..records import records_of
-from .common import (
-    DOMINANT_SHARE,
-    SUGGESTED_REPEAT,
-    SUSTAINED,
-    Records,
-    ranking,
-    within_noise,
-)
+from .common import Records
 from .diffs import diff_reading, saved_diff_reading
 from .load import load_reading
 from .points import scale_reading, sweep_reading
-from .runs import AXES, SAME_RECALL, dominant_stage, order_note, run_reading
+from .runs import run_reading
 
 __all__ = [
-    "AXES",
-    "SAME_RECALL",
-    "DOMINANT_SHARE",
-    "SUGGESTED_REPEAT",
-    "SUSTAINED",
-    "Records",
     "diff_reading",
-    "dominant_stage",
     "load_reading",
-    "order_note",
-    "ranking",
     "reading",
     "run_reading",
     "saved_diff_reading",
     "scale_reading",
     "sweep_reading",
-    "within_noise",
 ]
 
 
