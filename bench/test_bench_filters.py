@@ -248,7 +248,7 @@ def test_gate_cost(benchmark: Any, data: dict[str, Any]) -> None:
     its docstring says a search enters, so ``gated - search`` is one gate's cost
     on the same cold caches.
     """
-    from ragbench.indexes._live import WriteGate
+    from ragbench.indexes._writes_and_filters import WriteGate
 
     x, q = data["x"][:2000], data["q"]
     idx = rb.indexes.create("hnsw", dim=DIM, metric="ip")

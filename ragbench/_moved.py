@@ -1,7 +1,9 @@
 """Modules that moved, kept importable under their old names for one release.
 
 Issue 30 moved ``ragbench.records``, ``record_schema``, ``report``,
-``rendering`` and ``reading`` into :mod:`ragbench.results`. Each old module calls
+``rendering`` and ``reading`` into :mod:`ragbench.results`, and
+``ragbench.streaming`` (live inserts and deletes, not token streaming) to
+:mod:`ragbench.live_writes`. Each old module calls
 :func:`warn_moved`: importing it warns (DeprecationWarning); an old module is the
 new one itself, an old package re-exports the names it exported; its submodules
 (``ragbench.rendering.cells``) are the new ones under their old names, so a

@@ -1,4 +1,4 @@
-"""The stated maxima of ``ragbench stream``'s options and runbooks (see :mod:`ragbench.streaming`).
+"""The stated maxima of ``ragbench stream``'s options and runbooks (see :mod:`ragbench.live_writes`).
 
 A module of its own, without numpy, so the CLI's help texts quote the same
 numbers the checks use.

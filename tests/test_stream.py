@@ -14,9 +14,9 @@ import pytest
 from ragbench import datasets
 from ragbench.errors import ConfigError
 from ragbench.files import CONFIG_LIMIT
+from ragbench.live_writes import LiveStream, Step, StreamOptions, read_runbook, run_stream
 from ragbench.results.records import read_records
 from ragbench.stream_limits import LIMITS, MAX_SEARCHES, MAX_STEP_COUNT, number_text
-from ragbench.streaming import LiveStream, Step, StreamOptions, read_runbook, run_stream
 from ragbench.threads import MAX_THREADS
 
 RUNBOOK = """
@@ -399,7 +399,7 @@ def test_run_stream_checks_steps_and_options_given_in_code(tmp_path: Path) -> No
         "import math\n"
         "from ragbench import datasets\n"
         "from ragbench.errors import ConfigError\n"
-        "from ragbench.streaming import Step, StreamOptions, run_stream\n"
+        "from ragbench.live_writes import Step, StreamOptions, run_stream\n"
         "ds = datasets.load('synthetic', n=500, dim=16, n_queries=10, seed=1)\n"
         "X, Q = ds.vectors, ds.query_vectors_precomputed\n"
         "cases = [\n"

@@ -167,7 +167,7 @@ def stream(
 ) -> None:
     """Streaming inserts and deletes (big-ann style): recall, latency and freshness per checkpoint."""
     from .. import datasets, indexes
-    from ..streaming import StreamOptions, read_runbook, run_stream
+    from ..live_writes import StreamOptions, read_runbook, run_stream
 
     indexes.registry.factory(index)
     options = StreamOptions(

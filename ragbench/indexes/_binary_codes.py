@@ -15,9 +15,9 @@ import numpy as np
 from .. import progress
 from ..errors import IndexFileError
 from ..validate import check_k, positive_int
-from ._codes import SampledCodes
-from ._common import F32, I64, INF, batch_is_finite, build_step, fix_padding
-from ._live import IdSpace
+from ._arrays import F32, I64, INF, batch_is_finite, build_step, fix_padding
+from ._trained_codes import SampledCodes
+from ._writes_and_filters import IdSpace
 from .base import LiveVectorIndex
 from .faiss_indexes import UNSET, sync_threads
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import IndexFileError
-from ._common import batch_is_finite
+from ._arrays import batch_is_finite
 
 # hnswlib 0.8 save_index header: offsetLevel0, max_elements, cur_element_count,
 # size_data_per_element, label_offset, offsetData (size_t), maxlevel (int),

@@ -19,8 +19,8 @@ from ..errors import ConfigError, IndexFileError, InputError, UnsupportedOperati
 from ..timing import Parts
 from ..validate import METRICS, check_k, check_metric
 from ..validate import positive_int as int_param
-from ._common import F32, I64
-from ._live import IdSpace, resolve_filter
+from ._arrays import F32, I64
+from ._writes_and_filters import IdSpace, resolve_filter
 from .base import BaseIndex
 
 #: The name of the scores every lexical index returns (higher is better).

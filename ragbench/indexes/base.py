@@ -119,8 +119,8 @@ from ..errors import (
 )
 from ..threads import get_threads
 from ..validate import METRICS, as_matrix, check_k, check_metric, positive_int
-from ._common import F32, I64, INT32_MAX
-from ._live import (
+from ._arrays import F32, I64, INT32_MAX
+from ._writes_and_filters import (
     FilterPlan,
     IdSpace,
     WriteGate,

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import ConfigError, MissingDependencyError
 from ..validate import positive_number
-from ._common import F32
+from ._arrays import F32
 from ._lexical import LexicalIndex, pads
 
 __all__ = ["Bm25Index"]

@@ -64,8 +64,8 @@ import numpy as np
 from .. import progress
 from ..errors import IndexFileError
 from ..threads import get_threads
-from ._common import F32, I64
-from ._engine import (
+from ._arrays import F32, I64
+from ._embedded_engines import (
     FolderEngineIndex,
     check_graph_params,
     close_and_remove,

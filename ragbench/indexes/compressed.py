@@ -58,7 +58,7 @@ import numpy as np
 from ..errors import ConfigError, IndexFileError
 from ..validate import positive_int
 from ._binary_codes import BinaryFlatIndex, BinaryHnswIndex
-from ._codes import DEFAULT_TRAIN_SIZE, SampledCodes, check_train_params, train_sample
+from ._trained_codes import DEFAULT_TRAIN_SIZE, SampledCodes, check_train_params, train_sample
 from .faiss_indexes import FAISS_METRIC, FaissHnswIndex, IvfIndex
 
 __all__ = [

@@ -40,7 +40,7 @@ Thread-safety: any number of threads may search one index at once (faiss
 searches are read-only). Writes are single-writer (a lock) and exclusive:
 ``add`` and ``delete`` wait for the running searches to finish and hold new
 ones off until the library call returns (faiss reallocates its arrays on
-``add``); a search takes no lock (:class:`~ragbench.indexes._live.WriteGate`,
+``add``); a search takes no lock (:class:`~ragbench.indexes._writes_and_filters.WriteGate`,
 ~0.1 µs per call, measured with ``timeit`` against the same call without
 it). A search started after a ``delete`` returned never sees the deleted ids.
 
@@ -63,9 +63,9 @@ from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
 from ..validate import bool_param, check_k, positive_int
-from ._common import F32, FLT_MAX, I64, INF, INT32_MAX, batch_is_finite, build_step, fix_padding
+from ._arrays import F32, FLT_MAX, I64, INF, INT32_MAX, batch_is_finite, build_step, fix_padding
 from ._faiss_layout import check_faiss_payload
-from ._live import IdSpace
+from ._writes_and_filters import IdSpace
 from .base import LiveVectorIndex
 
 __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
@@ -192,7 +192,7 @@ class FaissVectorIndex(LiveVectorIndex):
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
 
         Searches hold off while a write (``add``/``delete``) runs and a write
-        waits for running searches (:class:`~ragbench.indexes._live.WriteGate`:
+        waits for running searches (:class:`~ragbench.indexes._writes_and_filters.WriteGate`:
         no lock taken by a search unless a write is under way).
         """
         entries = self._gate_entries  # see WriteGate

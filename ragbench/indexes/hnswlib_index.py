@@ -52,7 +52,7 @@ Thread-safety: searches run concurrently with each other and with ``add``
 (hnswlib supports concurrent ``add_items`` and ``knn_query``); writes are
 serialised by a lock. Only a resize and ``delete`` are exclusive: they
 wait for the running searches and hold new ones off
-(:class:`~ragbench.indexes._live.WriteGate`; a search takes no lock,
+(:class:`~ragbench.indexes._writes_and_filters.WriteGate`; a search takes no lock,
 ~0.1 µs per call). A search running beside an ``add`` may or may not see
 the new rows; one started after ``add``/``delete`` returned sees the result.
 
@@ -82,9 +82,9 @@ from ..errors import IndexFileError
 from ..threads import get_threads
 from ..validate import check_k
 from ..validate import positive_int as int_param
-from ._common import F32, I64, INF, INT32_MAX, batch_is_finite, build_step
+from ._arrays import F32, I64, INF, INT32_MAX, batch_is_finite, build_step
 from ._hnsw_layout import check_hnswlib_payload
-from ._live import IdSpace
+from ._writes_and_filters import IdSpace
 from .base import LiveVectorIndex
 
 __all__ = ["HnswIndex"]
@@ -153,7 +153,7 @@ class HnswIndex(LiveVectorIndex):
         # (k, float32 ones (1, k)): the operand for single-query score conversion.
         self._ones: tuple[int, np.ndarray] = (0, _ONE)
         # ip/l2: compiled in-place distance-to-score conversion of one row
-        # (ragbench.indexes._scores), loaded after build/load, outside the
+        # (ragbench.indexes._hnsw_score_kernels), loaded after build/load, outside the
         # build time; None for cosine (its query is checked before the search).
         self._to_scores: Any = None
         # The repeat fast path: (knn_query, (1, dim), k, ef, to_scores) of the
@@ -509,7 +509,7 @@ class HnswIndex(LiveVectorIndex):
         """Load the compiled score conversion (numba, on-disk cache) for ip/l2 indexes."""
         if not self._cosine and RETYPE_IN_PLACE:
             t0 = time.perf_counter_ns()
-            from ._scores import entry_point
+            from ._hnsw_score_kernels import entry_point
 
             self._to_scores = entry_point(self.metric)
             self.compile_ns = time.perf_counter_ns() - t0

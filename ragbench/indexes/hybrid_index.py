@@ -48,7 +48,7 @@ from ..errors import ConfigError, IndexFileError, InputError
 from ..timing import Parts
 from ..validate import METRICS, check_k, check_metric
 from ..validate import positive_int as int_param
-from ._common import F32, I64
+from ._arrays import F32, I64
 from ._lexical import texts_of
 from .base import BaseIndex
 

@@ -97,8 +97,8 @@ from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..timing import Parts
 from ..validate import positive_int as int_param
-from ._common import F32, I64, INT32_MAX
-from ._engine import (
+from ._arrays import F32, I64, INT32_MAX
+from ._embedded_engines import (
     EngineIndex,
     FolderEngineIndex,
     WhereSearch,
@@ -109,7 +109,7 @@ from ._engine import (
     padded,
 )
 from ._lance_checks import check_ef, search_error
-from ._live import IdSpace
+from ._writes_and_filters import IdSpace
 from .attribute_filters import AttributeColumns, Term, where_text
 
 __all__ = ["INDEX_TYPES", "LanceDbIndex"]

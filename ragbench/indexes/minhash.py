@@ -21,9 +21,9 @@ empty one), so it is never returned, and an empty query returns only pads.
 Live writes: ``add(texts, ids=None)`` inserts into the LSH (datasketch
 ``insert``), ``delete(ids)`` removes (``remove``; the stored hash values
 stay, unused). Ids work as for the dense indexes (see
-:mod:`ragbench.indexes._live`). datasketch is not thread-safe: a write waits
+:mod:`ragbench.indexes._writes_and_filters`). datasketch is not thread-safe: a write waits
 for running searches and holds new ones off (a
-:class:`~ragbench.indexes._live.WriteGate`; a search takes no lock unless a
+:class:`~ragbench.indexes._writes_and_filters.WriteGate`; a search takes no lock unless a
 write is under way). Filtered search is for the dense indexes only.
 
 Build parameters: ``num_perm`` (128), ``threshold`` (0.3), ``shingle_size``
@@ -44,8 +44,14 @@ from datasketch import LeanMinHash, MinHash, MinHashLSH
 from ..errors import ConfigError, IndexFileError, InputError, UnsupportedOperationError
 from ..validate import METRICS, check_k, check_metric
 from ..validate import positive_int as int_param
-from ._common import F32, I64
-from ._live import IdSpace, WriteGate, positions_to_delete, space_after_add, space_after_delete
+from ._arrays import F32, I64
+from ._writes_and_filters import (
+    IdSpace,
+    WriteGate,
+    positions_to_delete,
+    space_after_add,
+    space_after_delete,
+)
 from .base import BaseIndex
 
 __all__ = ["MinHashLshIndex", "shingles"]

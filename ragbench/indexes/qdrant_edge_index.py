@@ -61,8 +61,8 @@ from .. import progress
 from ..errors import IndexFileError
 from ..threads import MAX_THREADS, get_threads
 from ..validate import positive_int
-from ._common import F32, I64, INF
-from ._engine import (
+from ._arrays import F32, I64, INF
+from ._embedded_engines import (
     FolderEngineIndex,
     check_graph_params,
     extract_tar,
@@ -71,7 +71,7 @@ from ._engine import (
     is_panic,
     pad_rows,
 )
-from ._live import IdSpace
+from ._writes_and_filters import IdSpace
 
 __all__ = ["QdrantEdgeIndex"]
 

@@ -43,9 +43,9 @@ import numpy as np
 
 from ..errors import ConfigError, IndexFileError, MissingDependencyError
 from ..validate import positive_int
-from ._common import F32, I64
+from ._arrays import F32, I64
 from ._lexical import LexicalIndex, pads, texts_of
-from ._live import positions_to_delete, space_after_add, space_after_delete
+from ._writes_and_filters import positions_to_delete, space_after_add, space_after_delete
 
 __all__ = ["TantivyIndex"]
 

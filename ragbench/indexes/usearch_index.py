@@ -43,8 +43,8 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
-from ._common import F32, I64, INF, build_step
-from ._engine import EngineIndex, check_graph_params, import_engine, pad_rows
+from ._arrays import F32, I64, INF, build_step
+from ._embedded_engines import EngineIndex, check_graph_params, import_engine, pad_rows
 
 __all__ = ["UsearchIndex"]
 

@@ -47,10 +47,10 @@ __all__ = [
 # importing ragbench.transports starts nothing and loads no client library)
 _LAZY = {
     "ChildTransport": "ragbench.transports.child",
-    "FarSideProcessor": "ragbench.transports._farside",
-    "decode_reply": "ragbench.transports._farside",
-    "make_codec": "ragbench.transports._farside",
-    "read_child_config": "ragbench.transports._farside",
+    "FarSideProcessor": "ragbench.transports._far_side_servers",
+    "decode_reply": "ragbench.transports._far_side_servers",
+    "make_codec": "ragbench.transports._far_side_servers",
+    "read_child_config": "ragbench.transports._far_side_servers",
 }
 
 

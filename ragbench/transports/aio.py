@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import DecodeError, MissingDependencyError, TransportError
 from . import FarSide
-from ._farside import decode_reply
+from ._far_side_servers import decode_reply
 from .child import ChildTransport, tls_problem
 from .tls import client_context
 

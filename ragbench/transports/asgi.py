@@ -69,7 +69,7 @@ from .._registry import check_params
 from ..errors import ConfigError, DecodeError, MissingDependencyError, TransportError
 from ..validate import bool_param, positive_int
 from . import FarSide
-from ._farside import decode_reply
+from ._far_side_servers import decode_reply
 from .aio import AsyncPost
 from .child import COMMON_PARAMS, tls_problem
 from .tls import record_bytes

@@ -1,10 +1,10 @@
 """The ``asgi`` transport's far side: a Starlette app served by uvicorn, in the far side's child process.
 
-Started by :func:`ragbench.transports._farside.main` (``python -m
-ragbench.transports._farside asgi``) with the same configuration line as the
+Started by :func:`ragbench.transports._far_side_servers.main` (``python -m
+ragbench.transports._far_side_servers asgi``) with the same configuration line as the
 ``http``/``grpc`` far sides plus an ``"asgi"`` table (:func:`serve_asgi`);
 it answers ``POST /v1/process`` with the far side's reply (layout version 2,
-see :mod:`ragbench.transports._farside`) and ``GET /health`` with ``ok``.
+see :mod:`ragbench.transports._far_side_servers`) and ``GET /health`` with ``ok``.
 
 How it is served, as a Python RAG service is usually deployed:
 

@@ -34,7 +34,7 @@ from ..errors import ConfigError, NotBuiltError, TransportError
 from ..process import ChildProcess
 from ..threads import ThreadConnections
 from ..validate import positive_number
-from ._farside import DEFAULT_MAX_BODY, codec_spec, cpu_time_flag
+from ._far_side_servers import DEFAULT_MAX_BODY, codec_spec, cpu_time_flag
 
 __all__ = ["COMMON_PARAMS", "ChildTransport", "check_loopback", "is_loopback"]
 
@@ -319,7 +319,7 @@ class ChildTransport:
         and serves replies made by :class:`ragbench.transports.FarSideProcessor`
         until stdin closes.
         """
-        return [sys.executable, "-m", "ragbench.transports._farside", self.kind]
+        return [sys.executable, "-m", "ragbench.transports._far_side_servers", self.kind]
 
     def server_config(self) -> dict[str, Any]:
         """Extra entries of the far side's configuration line (a subclass's server settings)."""

@@ -1,12 +1,12 @@
 """The ``grpc`` transport's far side: a generic gRPC server in the far side's child process.
 
-Started by :func:`ragbench.transports._farside.main` (``python -m
-ragbench.transports._farside grpc``); :func:`serve_grpc` registers two raw
+Started by :func:`ragbench.transports._far_side_servers.main` (``python -m
+ragbench.transports._far_side_servers grpc``); :func:`serve_grpc` registers two raw
 bytes methods on ``ragbench.v1.FarSide`` (no generated stubs, no
 (de)serializers):
 
 - ``Process`` (unary): the payload in, the far side's reply (layout
-  version 2, see :mod:`ragbench.transports._farside`) out as one message;
+  version 2, see :mod:`ragbench.transports._far_side_servers`) out as one message;
 - ``ProcessStream`` (server streaming): the same reply cut into messages of
   at most ``stream_chunk_bytes`` (the first carries the reply's header), so
   the near side's first message arrives before the whole reply is sent.

@@ -3,7 +3,7 @@
 No generated stubs: the far side registers a generic handler for
 ``/ragbench.v1.FarSide/Process`` without (de)serializers, so the request is
 the codec's payload bytes untouched and the reply is the far side's compact
-binary reply (see :mod:`ragbench.transports._farside`). The codec's content
+binary reply (see :mod:`ragbench.transports._far_side_servers`). The codec's content
 type travels in the ``x-ragbench-content-type`` metadata entry. Every call
 has a deadline of ``timeout`` seconds, so a stuck far side is an error, never
 a hang.
@@ -73,7 +73,7 @@ from .._registry import check_params
 from ..errors import ConfigError, DecodeError, MissingDependencyError, TransportError
 from ..validate import bool_param, positive_int
 from . import FarSide
-from ._farside import decode_reply
+from ._far_side_servers import decode_reply
 from .child import COMMON_PARAMS, ChildTransport
 from .grpc_server import GRPC_PATH, GRPC_STREAM_PATH, channel_options
 

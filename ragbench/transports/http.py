@@ -38,7 +38,7 @@ from typing import Any
 
 from ..errors import DecodeError, TransportError
 from . import FarSide
-from ._farside import decode_reply
+from ._far_side_servers import decode_reply
 from .aio import AsyncPost
 from .child import tls_problem
 from .tls import client_context, record_bytes

@@ -15,7 +15,7 @@ from typing import Any
 from .._registry import check_params
 from ..errors import NotBuiltError
 from . import FarSide
-from ._farside import FarSideProcessor, cpu_time_flag
+from ._far_side_servers import FarSideProcessor, cpu_time_flag
 
 __all__ = ["InprocTransport"]
 

@@ -23,8 +23,8 @@ import ragbench as rb
 from ragbench._registry import BUILTIN_INDEXES
 from ragbench.errors import ConfigError, IndexFileError, UnsupportedOperationError
 from ragbench.indexes import builds, persist
+from ragbench.live_writes import StreamOptions, run_stream
 from ragbench.results.records import read_records
-from ragbench.streaming import StreamOptions, run_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The engine backends' shared part (ragbench.indexes._engine): padding, query checks, folders."""
+"""The engine backends' shared part (ragbench.indexes._embedded_engines): padding, query checks, folders."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import ragbench as rb
 from ragbench.errors import ConfigError, NonFiniteError
-from ragbench.indexes._engine import import_engine, in_new_folder, pad_rows
+from ragbench.indexes._embedded_engines import import_engine, in_new_folder, pad_rows
 
 ENGINES = ["usearch", "qdrant-edge", "chroma"]
 DIM = 16

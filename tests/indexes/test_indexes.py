@@ -712,7 +712,7 @@ def test_hnsw_payload_structure_is_checked(built, tmp_path) -> None:
 
 
 def test_batch_is_finite() -> None:
-    from ragbench.indexes._common import batch_is_finite
+    from ragbench.indexes._arrays import batch_is_finite
 
     q = QUERIES[:5].copy()
     assert batch_is_finite(q)

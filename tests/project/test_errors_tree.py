@@ -109,7 +109,7 @@ def test_stream_refuses_deletes_on_faiss_hnsw_as_unsupported_config(tmp_path: Pa
     import subprocess
     import sys
 
-    from ragbench.streaming import StreamOptions, run_stream
+    from ragbench.live_writes import StreamOptions, run_stream
 
     rng = np.random.default_rng(1)
     vectors = rng.standard_normal((200, 8)).astype(np.float32)

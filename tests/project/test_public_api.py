@@ -73,6 +73,9 @@ EXPORTS: dict[str, list[str]] = {
         "deleting_backends", "filtering_backends", "load", "names", "register", "registry",
         "with_dsn", "writable_backends",
     ],
+    "ragbench.indexes.pgvector": [
+        "PgFtsIndex", "PgHybridIndex", "PgvectorIndex",
+    ],
     "ragbench.pipeline": [
         "Pipeline", "RequestContext", "RequestRecord", "STAGES", "SharedParts", "Stage",
         "interleave",
@@ -205,18 +208,19 @@ def test_moved_pipeline_names_warn_and_still_work() -> None:
         _ = pipeline.no_such_name
 
 
-#: The results modules before issue 30 gathered them in ragbench.results: old name -> new.
-MOVED_RESULTS = {
+#: Modules issue 30 renamed (the results gathered in ragbench.results): old name -> new.
+MOVED_MODULES = {
     "ragbench.records": "ragbench.results.records",
     "ragbench.record_schema": "ragbench.results.schema",
     "ragbench.report": "ragbench.results.report",
     "ragbench.rendering": "ragbench.results.tables",
     "ragbench.reading": "ragbench.results.reading",
+    "ragbench.streaming": "ragbench.live_writes",
 }
 
 
-@pytest.mark.parametrize(("old", "new"), sorted(MOVED_RESULTS.items()))
-def test_moved_results_modules_warn_and_give_the_new_ones(old: str, new: str) -> None:
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED_MODULES.items()))
+def test_moved_modules_warn_and_give_the_new_ones(old: str, new: str) -> None:
     for name in [m for m in sys.modules if m == old or m.startswith(old + ".")]:
         del sys.modules[name]
     with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: import {new}"):

@@ -27,7 +27,7 @@ from ragbench.errors import (
 )
 from ragbench.prompt import build_prompt
 from ragbench.transports import FarSide
-from ragbench.transports._farside import (
+from ragbench.transports._far_side_servers import (
     HEAD_SIZE,
     REPLY_VERSION,
     FarSideProcessor,

@@ -5,7 +5,7 @@ build the prompt -- lives in :class:`FarSideProcessor`, shared by the
 ``inproc`` transport (in the calling thread) and by the ``http`` and
 ``grpc`` servers, which run it in a child process started with::
 
-    python -m ragbench.transports._farside {http|grpc|asgi}
+    python -m ragbench.transports._far_side_servers {http|grpc|asgi}
 
 The child is a :class:`ragbench.process.ChildProcess`: the parent writes one
 JSON line of configuration to its stdin (codec name, an importable
@@ -411,10 +411,13 @@ def _serve_http(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Child entry point: ``python -m ragbench.transports._farside {http|grpc|asgi}``."""
+    """Child entry point: ``python -m ragbench.transports._far_side_servers {http|grpc|asgi}``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0] not in ("http", "grpc", "asgi"):
-        print("usage: python -m ragbench.transports._farside {http|grpc|asgi}", file=sys.stderr)
+        print(
+            "usage: python -m ragbench.transports._far_side_servers {http|grpc|asgi}",
+            file=sys.stderr,
+        )
         return 2
     # The parent decides when we stop (stdin EOF); a terminal's Ctrl-C is its business.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

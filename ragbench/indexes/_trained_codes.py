@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ConfigError, UnsupportedOperationError
 from ..validate import positive_int
-from ._live import IdSpace
+from ._writes_and_filters import IdSpace
 
 DEFAULT_TRAIN_SIZE = 50_000
 
