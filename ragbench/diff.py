@@ -7,7 +7,10 @@ raw timings only with ``--benchmark-save-data``, per-stage figures from the
 after another (one per line, or concatenated). Records are matched by
 configuration: a run by its label, a sweep point by index and parameters, a
 stream checkpoint by index, parameters, stream options and checkpoint number,
-a benchmark by its full name.
+a benchmark by its full name. A ``frontier`` record sums up the run records
+before it, which are compared instead; in a file without run records
+(``ragbench frontier --frontier-only``) each of its points is compared by
+label, on its total p50 and p99 (no samples, so no interval).
 
 The run is the unit of replication. Several records of one configuration in
 a file -- the same benchmark run three times into it, in three processes --
@@ -55,6 +58,7 @@ from . import intervals
 from .errors import ConfigError, DatasetError
 from .results.records import iter_records, new_record, read_benchmark_runs
 from .results.schema import (
+    FrontierRecord,
     IndexPoint,
     LoadRecord,
     RecordError,
@@ -221,8 +225,19 @@ def _load(rec: LoadRecord) -> Comparable:
     return Comparable(key, "load", {}, values, dict(rec.env or {}))
 
 
-#: Record kinds that hold no timings of their own to compare (a saved diff).
-_NOT_COMPARED = frozenset({"diff"})
+def _frontier(rec: FrontierRecord) -> list[Comparable]:
+    """A frontier's points: each configuration's total p50 and p99 (summaries: no interval)."""
+    out = []
+    for p in rec.points or []:
+        us = {"p50": p.p50_us, "p99": p.p99_us}
+        values = {"total": {s: v * 1e3 for s, v in us.items() if v is not None}}
+        out.append(Comparable(p.label, "frontier", {}, values, dict(rec.env or {})))
+    return out
+
+
+#: Record kinds that hold no timings of their own to compare (a saved diff; a frontier's
+#: points are read only from a file without run records, see :func:`read_comparables`).
+_NOT_COMPARED = frozenset({"diff", "frontier"})
 
 
 def _comparable(rec: Mapping[str, Any], where: str) -> Comparable | None:
@@ -274,12 +289,26 @@ def read_comparables(path: str | PathLike[str]) -> dict[str, Comparable]:
                 bench.times = [str(doc["datetime"])] if doc.get("datetime") else []
                 found.setdefault(bench.key, []).append(bench)
     else:
+        summed: list[Comparable] = []  # frontier points: used when the file has no run records
+        runs = False
         for n, rec in iter_records(p):
+            runs = runs or rec["kind"] == "run"
+            if rec["kind"] == "frontier":
+                summed += _frontier_points(rec, f"{p}:{n}")
             c = _comparable(rec, f"{p}:{n}")
             if c is not None:
                 c.times = [str(rec["time"])] if rec.get("time") else []
                 found.setdefault(c.key, []).append(c)
+        for c in [] if runs else summed:
+            found.setdefault(c.key, []).append(c)
     return {key: _pool(cs) for key, cs in found.items()}
+
+
+def _frontier_points(rec: Mapping[str, Any], where: str) -> list[Comparable]:
+    try:
+        return _frontier(read_struct(rec, FrontierRecord))
+    except RecordError as exc:
+        raise DatasetError(f"{where}: {exc}") from None
 
 
 def _pool(cs: Sequence[Comparable]) -> Comparable:
@@ -446,8 +475,8 @@ def diff(
         raise ConfigError(
             "no configuration appears in both files (runs with raw samples match by label, "
             "sweep and scale points by index and parameters, load points by label and load "
-            "level, stream checkpoints by index, options and number, pytest-benchmark entries "
-            "by full name)"
+            "level, stream checkpoints by index, options and number, frontier points of a "
+            "file without run records by label, pytest-benchmark entries by full name)"
         )
     env: list[str] = []
     for k in keys:

