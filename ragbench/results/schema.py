@@ -361,6 +361,8 @@ class FrontierPoint(Struct, kw_only=True, frozen=True):
     ndcg_at_10_ci: list[Num] | None = None
     cost_only: str | None = None  # why it is not ranked on quality ("cost only: random weights")
     pareto: bool = False
+    requests: int | None = None  # measured requests of the configuration
+    stages_p50_us: dict[str, Num] | None = None  # each stage's p50 (µs), in the run's order
 
 
 class FrontierRecord(Record, frozen=True):
@@ -368,8 +370,6 @@ class FrontierRecord(Record, frozen=True):
 
     ``pareto_stat`` names the latency statistic of the Pareto set (p50); ``best``,
     ``cheapest`` (the lowest p50 within ``within`` of the best nDCG@10) and
-    requests: int | None = None  # measured requests of the configuration
-    stages_p50_us: dict[str, Num] | None = None  # each stage's p50 (µs), in the run's order
     ``best_under_budget`` (the highest nDCG@10 with p99 <= ``p99_budget_ms``) are labels of
     ``points``; ``cost_only`` the labels never ranked on quality (:mod:`ragbench.frontier`).
     """
