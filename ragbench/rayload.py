@@ -10,7 +10,6 @@ their requests into one load record per (level, configuration).
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from .errors import ConfigError
 from .executors import STOP_WAIT_S, Configs, RayExecutor, raise_cause
 from .pipeline import Pipeline, SharedParts
 from .results.records import Collector, new_record, node_name
+from .settings import parse_config
 from .traffic import LoadOptions, Traffic, arrivals, merge_concurrent, open_loop, summarize, warm
 from .workers import ProcessWorkers, ThreadWorkers
 
@@ -59,10 +59,10 @@ class LoadGenerator:
     def _setup(self, configs: Configs, worker_kind: str, workers: int, warmup: int) -> None:
         index_dir = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="ragbench-"))
         for j, (config, label) in enumerate(configs):
-            cfg = copy.deepcopy(dict(config))
-            if worker_kind == "process" and cfg["retrieve"]["index_file"] is None:
+            cfg = parse_config(config)  # an actor is sent the plain dict; read it typed
+            if worker_kind == "process" and cfg.retrieve.index_file is None:
                 # built once here, loaded by every worker process of this actor
-                cfg["retrieve"]["index_file"] = os.path.join(index_dir, f"{j}.index")
+                cfg = cfg.replace("retrieve", index_file=os.path.join(index_dir, f"{j}.index"))
             pipe = Pipeline(cfg, label=label)
             self._stack.callback(pipe.close)
             self.pipelines.append(pipe)
@@ -119,7 +119,7 @@ class LoadGenerator:
             **fields,
             "simulated": list(pipe.simulated),
             "caveats": list(pipe.caveats),
-            "config": pipe.config,
+            "config": pipe.config.to_dict(),
         }
 
     def close(self) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from .. import threads
-from ..settings.sources import load_config
 from ..errors import ConfigError
 from ..pipeline import RequestRecord
+from ..settings import ConfigSource, parse_config
 from ..traffic import Traffic
 from ..validate import positive_int
 from ..workers import COMPLETED, FAILED, GRACE_NS, Board, OpenRun, WorkerFault, unpack_record
@@ -56,7 +56,7 @@ class AsyncWorkers(WatchedWorkers):
 
     def __init__(
         self,
-        config: Mapping[str, Any],
+        config: ConfigSource,
         n: int,
         *,
         concurrency: int = 16,
@@ -70,8 +70,8 @@ class AsyncWorkers(WatchedWorkers):
         self.size = positive_int("asyncio workers", "n", n)
         self.concurrency = positive_int("asyncio workers", "concurrency", concurrency)
         self.offload = check_offload(offload)
-        config = load_config(config)  # checked and normalized before any process starts
-        if config["run"]["cpu_time"]:
+        typed = parse_config(config)  # checked before any process starts
+        if typed.run.cpu_time:
             raise ConfigError(
                 "asyncio workers do not measure per-stage CPU time (one thread interleaves "
                 "many requests); drop --cpu-time or use --worker-kind thread|process"
@@ -89,7 +89,8 @@ class AsyncWorkers(WatchedWorkers):
         self.loop_lag_ns = np.zeros(0, dtype=np.int64)
         self.async_requests: dict[str, int] = {}
         self.info: dict[str, Any] = {}
-        self._start(config, cores, startup_timeout)
+        # a worker process reads the config as a plain dict (a typed Config is not picklable)
+        self._start(typed.to_dict(), cores, startup_timeout)
 
     def _start(self, config: Mapping[str, Any], cores: list[int], timeout: float) -> None:
         ctx = multiprocessing.get_context("spawn")

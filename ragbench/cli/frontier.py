@@ -10,6 +10,7 @@ from ..orders import DESIGNS
 from ..results.records import RecordWriter, new_record
 from ..results.tables import compare_table
 from ..results.tables.runs import fixed_line
+from ..settings import Config
 from .configs import backend_options, configurations
 from .options import (
     check_outputs,
@@ -52,7 +53,6 @@ __all__ = ["frontier"]
     type=click.FloatRange(min=0.0, min_open=True),
     help="Print the best nDCG@10 among configurations whose total p99 is at most this (ms).",
 )
-@plot_option("Write a PNG of total p50 and p99 against nDCG@10, the Pareto set marked.")
 @click.option(
     "--frontier-only",
     "frontier_only",
@@ -62,6 +62,7 @@ __all__ = ["frontier"]
     "every request's samples). ragbench diff then compares each configuration's p50 and p99 "
     "without intervals.",
 )
+@plot_option("Write a PNG of total p50 and p99 against nDCG@10, the Pareto set marked.")
 @fast_build_option()
 def frontier(**opts: Any) -> None:
     """Measure the product of the given backends as compare does, then latency against nDCG@10.
@@ -74,11 +75,11 @@ def frontier(**opts: Any) -> None:
     (the cross-encoder without a model folder) is timed but never ranked on quality.
     """
     check_outputs(opts["out"], opts["plot"])
-    run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     if opts["frontier_only"] and not opts["out"]:
         from ..errors import ConfigError
 
         raise ConfigError("--frontier-only says what --out keeps: give --out FILE")
+    run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     combos, varying = configurations(opts, run_over)
     _need_qrels(combos[0][0])
     if opts["fast_build"]:
@@ -91,15 +92,15 @@ def frontier(**opts: Any) -> None:
     _conclude(records, opts, writer)
 
 
-def _need_qrels(cfg: Any) -> None:
+def _need_qrels(cfg: Config) -> None:
     """A dataset without judged answers is refused before anything is measured (one line, exit 2)."""
     from .. import datasets
     from ..errors import ConfigError
 
-    table = cfg.to_dict()["dataset"]
-    ds = datasets.from_table(table)
+    table = cfg.dataset
+    ds = datasets.from_table(table.to_dict())
     if ds.qrels is None:
-        name = table.get("path") or table.get("name") or ds.name
+        name = table.path or table.name or ds.name
         raise ConfigError(
             f"frontier ranks by nDCG@10 and dataset {name!r} has no judged answers (qrels): "
             "add a BEIR qrels/test.tsv, a qrels.tsv or qrels.csv beside the corpus, or "
@@ -107,11 +108,8 @@ def _need_qrels(cfg: Any) -> None:
         )
 
 
-def _fast(cfg: Any) -> Any:
-    import msgspec
-
-    retrieve = msgspec.structs.replace(cfg.retrieve, fast_build=True)
-    return msgspec.structs.replace(cfg, retrieve=retrieve)
+def _fast(cfg: Config) -> Config:
+    return cfg.replace("retrieve", fast_build=True)
 
 
 def _conclude(records: list[dict[str, Any]], opts: Any, writer: RecordWriter) -> None:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import msgspec
 
 from ..codecs import SHAPES
 from ..orders import DESIGNS
@@ -34,6 +33,9 @@ from .options import (
     set_option,
     set_pairs,
 )
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 __all__ = ["compare", "measure_combinations", "run"]
 
@@ -110,7 +112,7 @@ def run(
         extra.setdefault("serialize", {})["shape"] = payload_shape
     with Pipeline.from_config(parse_config(merge(cfg, extra))) as pipe:  # checked once, here
         pipe.setup()
-        n, reps = pipe.config["run"]["queries"], pipe.config["run"]["repeat"]
+        n, reps = pipe.config.run.queries, pipe.config.run.repeat
         with progress(n * reps, "requests") as advance:
             report = pipe.run(progress=advance)
     record = report.to_record()
@@ -123,7 +125,7 @@ def run(
         raise SystemExit(1)
 
 
-def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[Any]:
+def _run_side_by_side(pipelines: Sequence[Pipeline], order: str, seed: int) -> list[Any]:
     """Set every pipeline up (sharing built parts), warm each, run them interleaved; their reports."""
     from ..pipeline import SharedParts, interleave
 
@@ -134,14 +136,14 @@ def _run_side_by_side(pipelines: Sequence[Any], order: str, seed: int) -> list[A
         for pipe in pipelines:
             pipe.setup(shared=shared)
             advance(1)
-    run = pipelines[0].config["run"]
-    n, reps = run["queries"], run["repeat"]
+    run = pipelines[0].config.run
+    n, reps = run.queries, run.repeat
     label = f"{len(pipelines)} runs × {n} requests × {reps} repetition(s), interleaved"
     with progress(n * reps, label) as advance:
         interleave(
             pipelines,
             n,
-            warmup=run["warmup"],
+            warmup=run.warmup,
             repeat=reps,
             progress=advance,
             order=order,
@@ -275,15 +277,12 @@ def _seeded(cfg: Config, i: int) -> Config:
     """``cfg`` with build ``i``'s ``[retrieve.build]`` (seed + i, :func:`ragbench.rebuilds.seeded_build`)."""
     from ..rebuilds import seeded_build
 
-    build = seeded_build(cfg.retrieve.backend, cfg.retrieve.build, i)
-    return msgspec.structs.replace(cfg, retrieve=msgspec.structs.replace(cfg.retrieve, build=build))
+    return cfg.replace("retrieve", build=seeded_build(cfg.retrieve.backend, cfg.retrieve.build, i))
 
 
 def _fast_build(cfg: Config) -> Config:
     """``cfg`` with ``[retrieve] fast_build = true``."""
-    return msgspec.structs.replace(
-        cfg, retrieve=msgspec.structs.replace(cfg.retrieve, fast_build=True)
-    )
+    return cfg.replace("retrieve", fast_build=True)
 
 
 def _run_as_tasks(

@@ -17,6 +17,7 @@ from ..errors import ConfigError
 from ..results.reading import reading
 from ..results.records import RecordWriter
 from ..results.tables import render
+from ..settings import Config
 from .configs import backend_options, configurations
 from .options import (
     check_outputs,
@@ -299,8 +300,7 @@ def load(**opts: Any) -> None:
         slo_ms=opts["slo_ms"],
         repeat=opts["repeat"] or 1,
     )
-    typed, _ = configurations(opts, {"warmup": opts["warmup"]})
-    combos = [(cfg.to_dict(), label) for cfg, label in typed]  # index_file is set below
+    combos, _ = configurations(opts, {"warmup": opts["warmup"]})
     writer = RecordWriter(opts["out"])
     if opts["executor"] == "ray":
         _load_on_ray(opts, combos, levels, options, writer)
@@ -311,11 +311,11 @@ def load(**opts: Any) -> None:
         index_dir = stack.enter_context(_index_folder())
         pipelines, pipe_offloads = [], []
         for j, (cfg, label) in enumerate(combos):
-            if kind == "asyncio" and cfg["run"]["cpu_time"]:
+            if kind == "asyncio" and cfg.run.cpu_time:
                 raise click.UsageError("--cpu-time is not measured with --worker-kind asyncio")
-            if kind in ("process", "asyncio") and cfg["retrieve"]["index_file"] is None:
+            if kind in ("process", "asyncio") and cfg.retrieve.index_file is None:
                 # built once here, loaded by every worker process
-                cfg["retrieve"]["index_file"] = os.path.join(index_dir, f"{j}.index")
+                cfg = cfg.replace("retrieve", index_file=os.path.join(index_dir, f"{j}.index"))
             for offload in offloads or [""]:
                 pipe = Pipeline(cfg, label=label)  # every config checked before set-up
                 if len(offloads) > 1:  # one pool per offload: each its own row
@@ -395,7 +395,7 @@ def _check_executor(opts: dict[str, Any], mode: str) -> None:
 
 def _load_on_ray(
     opts: dict[str, Any],
-    combos: list[tuple[dict[str, Any], str | None]],
+    combos: list[tuple[Config, str | None]],
     levels: list[float],
     options: Any,
     writer: RecordWriter,
@@ -413,7 +413,7 @@ def _load_on_ray(
         try:
             ray_load_points(
                 executor,
-                combos,
+                [(cfg.to_dict(), label) for cfg, label in combos],  # what an actor is sent
                 levels,
                 actors=opts["actors"],
                 workers=opts["workers"],

@@ -43,7 +43,7 @@ from ..datasets import Dataset
 from ..errors import ConfigError, GeneratorError, NotBuiltError, RagbenchError, TransportError
 from ..otel import TraceExporter, check_available
 from ..results.report import Report
-from ..settings import ConfigSource, load_config
+from ..settings import Config, ConfigSource, parse_config
 from ..timing import SetupTimes, run_stages, run_stages_cpu
 from ..transports import Transport
 from . import samples, tracing
@@ -135,9 +135,10 @@ class Pipeline:
         label: str | None = None,
         otel: TraceExporter | None = None,
     ) -> None:
-        self.config = load_config(config)
+        #: the typed configuration, checked (a Config given is taken as it is)
+        self.config: Config = parse_config(config)
         self.components = Components.create(self.config)
-        self.label = label or self.config["run"]["label"] or self.describe()
+        self.label = label or self.config.run.label or self.describe()
         self.dataset: Dataset | None = None
         self.setup_times = SetupTimes()
         self.simulated: list[str] = []
@@ -146,8 +147,8 @@ class Pipeline:
         self.cache_events: list[dict[str, Any]] = []
         self.info: dict[str, Any] = {}
         self.error: str | None = None
-        self.request_threads = self.config["run"]["threads"] or 1
-        self.cpu_time: bool = self.config["run"]["cpu_time"]
+        self.request_threads = self.config.run.threads or 1
+        self.cpu_time: bool = self.config.run.cpu_time
         # taken now, so pipelines created together (compare) all build with it
         self.build_threads = threads.get_threads()
         self._threads_before: int | None = None
@@ -162,14 +163,13 @@ class Pipeline:
         self._filter_specs: Sequence[Any] | None = None
         self._ready = False
         # checked now, before any data is loaded or embedded: a bad path fails in a second
-        check_index_file(self.config["retrieve"]["index_file"])
-        run = self.config["run"]
-        samples.check_record_memory(run["queries"], run["repeat"])
+        check_index_file(self.config.retrieve.index_file)
+        samples.check_record_memory(self.config.run.queries, self.config.run.repeat)
         self._otel = otel
         self._traced = 0  # this run's records already exported as traces
         self._judgments: tuple[Dataset, judged.Judgments | None] | None = None  # by dataset
         self._traces: tracing.RequestTraces | None = None
-        if otel is None and self.config["run"]["otel"]:
+        if otel is None and self.config.run.otel:
             check_available()  # a missing extra fails now, like any bad config
 
     @classmethod
@@ -197,17 +197,14 @@ class Pipeline:
 
     def backends(self) -> dict[str, str]:
         cfg = self.config
-        out = {
-            t: str(cfg[t]["backend"])
-            for t in ("embed", "retrieve", "rerank", "serialize", "transport", "generate")
-        }
-        if cfg["embed"]["backend"] is None:
+        out = {table: str(stage.backend) for table, stage in cfg.stages().items()}
+        if cfg.embed.backend is None:
             out["embed"] = "default"
         return out
 
     def describe(self) -> str:
         b = self.backends()
-        shape = self.config["serialize"].get("shape")  # the payload shape, when chosen
+        shape = self.config.serialize.params().get("shape")  # the payload shape, when chosen
         codec = b["serialize"] if shape is None else f"{b['serialize']}/{shape}"
         return (
             f"{b['retrieve']}/{b['rerank']}/{codec}/{b['transport']}"
@@ -217,9 +214,9 @@ class Pipeline:
 
     def _embed_label(self) -> str:
         """``/minilm:onnx-int8`` (``+query-only``) for an embedder runtime other than torch."""
-        embed = self.config["embed"]
+        embed = self.config.embed.params()
         runtime = embed.get("runtime")
-        if embed.get("backend") != "minilm" or runtime in (None, "torch"):
+        if self.config.embed.backend != "minilm" or runtime in (None, "torch"):
             return ""
         return f"/minilm:{runtime}" + ("+query-only" if embed.get("query_only") else "")
 
@@ -229,7 +226,7 @@ class Pipeline:
         """The dataset the config's ``[dataset]`` table names."""
         from .. import datasets
 
-        return datasets.from_table(self.config["dataset"])
+        return datasets.from_table(self.config.dataset.to_dict())
 
     def setup(self, dataset: Dataset | None = None, *, shared: SharedParts | None = None) -> None:
         """Load, embed, build, compile and start everything; each step timed as set-up.
@@ -436,10 +433,10 @@ class Pipeline:
         stops the run; the report keeps every request finished before it and
         says why.
         """
-        run = self.config["run"]
-        queries = run["queries"] if queries is None else queries
-        warmup = run["warmup"] if warmup is None else warmup
-        repeat = run["repeat"] if repeat is None else repeat
+        run = self.config.run
+        queries = run.queries if queries is None else queries
+        warmup = run.warmup if warmup is None else warmup
+        repeat = run.repeat if repeat is None else repeat
         samples.check_record_memory(queries, repeat)
         self.setup(dataset)
         self.begin()
@@ -479,7 +476,7 @@ class Pipeline:
         if isinstance(transport, InProcess):
             in_thread = bool(transport.in_process)
         else:
-            in_thread = self.config["transport"]["backend"] == "inproc"
+            in_thread = self.config.transport.backend == "inproc"
         return samples.stage_samples(
             recs, self._loop_names, self.stage_names, cpu_time=self.cpu_time, in_thread=in_thread
         )
@@ -496,7 +493,7 @@ class Pipeline:
         wall, cpu = self.stage_samples(recs)
         return Report(
             label=self.label,
-            config=self.config,
+            config=self.config.to_dict(),
             stage_names=list(self.stage_names),
             samples_ns=wall,
             cpu_samples_ns=cpu,
@@ -543,7 +540,7 @@ class Pipeline:
         if not recs:
             return np.zeros(0)
         built = self.built
-        k = self.config["run"]["k"]
+        k = self.config.run.k
         return samples.recall(recs, k, built.truth, built.embedding, built.metric, final=final)
 
     def judged(self, records: Sequence[RequestRecord] | None = None) -> dict[str, Any] | None:
@@ -563,7 +560,7 @@ class Pipeline:
         judgments = self._judgments[1]
         if judgments is None:
             return None
-        k = int(self.config["run"]["k"])
+        k = self.config.run.k
         ranked = np.full((len(recs), k), -1, dtype=np.int64)
         for r, rec in enumerate(recs):
             n = min(k, len(rec.hit_ids))
@@ -582,7 +579,7 @@ class Pipeline:
     def trace_exporter(self) -> TraceExporter | None:
         """Where this pipeline's traces go: the ``otel=`` exporter, else with ``[run] otel`` one
         made from the ``OTEL_*`` environment on first use (closed with the pipeline), else ``None``."""
-        if self._otel is None and self.config["run"]["otel"]:
+        if self._otel is None and self.config.run.otel:
             self._otel = TraceExporter()
             self._closers.append(self._otel.close)
         return self._otel
@@ -607,7 +604,7 @@ class Pipeline:
         if not recs:
             return 0
         wall, _ = self.stage_samples(recs)
-        first_token = self.config["generate"]["backend"] != "none"
+        first_token = self.config.generate.backend != "none"
         return tracing.export(
             exporter,
             self._request_traces(),

@@ -27,7 +27,7 @@ from ..generators import Generator
 from ..indexes import Index, builds
 from ..metrics import rerank_metric
 from ..rerankers.texts import start_text_reranker
-from ..settings.sources import backend_params
+from ..settings import Config
 from ..timing import SetupTimes
 from ..transports import Transport
 from .cache import CacheStage, LruTtlCache
@@ -92,7 +92,7 @@ class Built:
 
 
 def build(
-    config: Mapping[str, Any],
+    config: Config,
     components: Components,
     dataset: Dataset | None,
     shared: SharedParts,
@@ -113,7 +113,7 @@ def build(
 
 
 def check_first(
-    config: Mapping[str, Any],
+    config: Config,
     components: Components,
     dataset: Dataset | None,
     shared: SharedParts,
@@ -140,7 +140,7 @@ class _SetUp:
 
     def __init__(
         self,
-        config: Mapping[str, Any],
+        config: Config,
         components: Components,
         shared: SharedParts,
         setup_times: SetupTimes,
@@ -157,19 +157,19 @@ class _SetUp:
 
     def run(self, ds: Dataset, cpu_time: bool, threads: tuple[int, int]) -> Built:
         cfg = self.config
-        run = cfg["run"]
-        if run["k"] > len(ds.corpus.ids):
+        run = cfg.run
+        if run.k > len(ds.corpus.ids):
             raise KTooLargeError(
-                f"[run] k={run['k']} is larger than the corpus ({len(ds.corpus.ids)} items)"
+                f"[run] k={run.k} is larger than the corpus ({len(ds.corpus.ids)} items)"
             )
         emb = self._embedding(ds)
-        metric = cfg["retrieve"]["metric"] or ds.metric
+        metric = cfg.retrieve.metric or ds.metric
         index = self._index(ds, emb, metric)
         filters = self._query_filters(ds, emb, metric)
         truth = self._exact_neighbors(ds, emb, metric, filters)
-        c = cfg["cache"]
-        cache = LruTtlCache(c["size"], c["ttl_s"]) if c["backend"] == "lru" else None
-        k_cand = min(run["k_candidates"], len(ds.corpus.ids))
+        c = cfg.cache
+        cache = LruTtlCache(c.size, c.ttl_s) if c.backend == "lru" else None
+        k_cand = min(run.k_candidates, len(ds.corpus.ids))
         stages: list[Stage] = [EmbedStage(emb.embedder)]
         if cache is not None:
             stages.append(CacheStage(cache))
@@ -209,16 +209,16 @@ class _SetUp:
 
     def loaded(self, load_dataset: Callable[[], Dataset]) -> Dataset:
         """The config's dataset: a shared one, else loaded (timed as ``dataset_load``)."""
-        key = freeze(self.config["dataset"])
+        key = freeze(self.config.dataset.to_dict())
         if key not in self.shared.datasets:
             self.shared.datasets[key] = self.times.time("dataset_load", load_dataset)
         return self.shared.datasets[key]
 
     def check_first(self, ds: Dataset) -> None:
         """The early index check (:meth:`_check_index_first`) of this configuration's embedder."""
-        name = self.config["embed"]["backend"] or ds.default_embedder
+        name = self.config.embed.backend or ds.default_embedder
         if name != "precomputed":
-            params = backend_params(self.config, "embed")
+            params = self.config.embed.params()
             self._check_index_first(ds, self._embedder(name, params))
 
     def _embedder(self, name: str, params: dict[str, Any]) -> Any:
@@ -233,8 +233,8 @@ class _SetUp:
 
     def _embedding(self, ds: Dataset) -> Embedding:
         cfg, shared = self.config, self.shared
-        name = cfg["embed"]["backend"] or ds.default_embedder
-        params = backend_params(cfg, "embed")
+        name = cfg.embed.backend or ds.default_embedder
+        params = cfg.embed.params()
         if name == "precomputed":
             return _precomputed(ds, params)
         ekey = (name, freeze(params))
@@ -247,7 +247,7 @@ class _SetUp:
         )
         if vkey not in shared.vectors:
             n_events = len(ds.cache_events)
-            re_embed = cfg["embed"]["re_embed"]
+            re_embed = cfg.embed.re_embed
             corpus = self.times.time(
                 "corpus_vectors", ds.corpus_vectors, of_corpus, re_embed=re_embed
             )
@@ -291,8 +291,9 @@ class _SetUp:
         that stores attribute columns is made, given the dataset's columns (a NUL value, a
         name it reserves) and closed, so its own checks (``table``, a ``dsn=`` server's
         privileges) run too. Skipped when the embedder's width is known only once loaded."""
-        r = self.config["retrieve"]
-        if not callable(getattr(indexes.registry.factory(r["backend"]), "set_attributes", None)):
+        r = self.config.retrieve
+        backend = str(r.backend)
+        if not callable(getattr(indexes.registry.factory(backend), "set_attributes", None)):
             return
         of_corpus = (
             embedder.corpus_embedder if isinstance(embedder, EmbedsCorpusApart) else embedder
@@ -300,11 +301,11 @@ class _SetUp:
         dim = getattr(of_corpus, "dim", None)
         if not isinstance(dim, int) or dim <= 0:
             return
-        key = (ds.content_hash, dim, freeze(r))
+        key = (ds.content_hash, dim, freeze(r.to_dict()))
         if key in self.shared.checked:
             return
-        build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
-        probe = indexes.create(r["backend"], dim=dim, metric=r["metric"] or ds.metric, **build)
+        build = indexes.with_dsn(backend, r.build_params(), r.dsn)
+        probe = indexes.create(backend, dim=dim, metric=r.metric or ds.metric, **build)
         try:
             if ds.corpus.attributes and isinstance(probe, FiltersOnAttributes):
                 probe.set_attributes(ds.corpus.attributes)
@@ -315,22 +316,23 @@ class _SetUp:
         self.shared.checked.add(key)
 
     def _index(self, ds: Dataset, emb: Embedding, metric: str) -> Index:
-        r = self.config["retrieve"]
-        key = (r["backend"], metric, freeze(r["build"]), ds.content_hash, emb.key, r["fast_build"])
+        r = self.config.retrieve
+        backend, params = str(r.backend), r.build_params()
+        key = (backend, metric, freeze(params), ds.content_hash, emb.key, r.fast_build)
         if key not in self.shared.indexes:
             dim = int(emb.corpus.shape[1])
-            build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
-            index = indexes.create(r["backend"], dim=dim, metric=metric, **build)
+            build = indexes.with_dsn(backend, params, r.dsn)
+            index = indexes.create(backend, dim=dim, metric=metric, **build)
             if isinstance(index, FiltersOnAttributes) and ds.corpus.attributes:
                 index.set_attributes(ds.corpus.attributes)  # typed columns beside the vectors
             data = _index_data(index.input_kind, ds, emb)
             source = _data_source(ds, emb, index.input_kind)
-            path = r["index_file"]
+            path = r.index_file
             if path is not None and Path(path).exists():
                 index = self.times.time("index_load", load_index, path, index, data, source)
             else:
                 # deterministic unless [retrieve] fast_build; slow builds cached
-                built = builds.build(index, data, fast=r["fast_build"], source=source)
+                built = builds.build(index, data, fast=r.fast_build, source=source)
                 index = built.index
                 step = "index_load" if built.load_ns else "index_build"
                 self.times.add(step, built.load_ns or built.build_ns)
@@ -341,10 +343,10 @@ class _SetUp:
         return self.shared.indexes[key]
 
     def _retrieve_stage(self, index: Index, k_cand: int, filters: QueryFilters | None) -> Stage:
-        r = self.config["retrieve"]
+        r = self.config.retrieve
         if filters is None:
-            return RetrieveStage(index, k_cand, r["search"])
-        strategy = r["filter_strategy"]
+            return RetrieveStage(index, k_cand, r.search_params())
+        strategy = r.filter_strategy
         can = tuple(index.filter_strategies) if isinstance(index, FilteredSearch) else ()
         if not can or (strategy not in (None, "auto") and strategy not in can):
             raise ConfigError(
@@ -352,13 +354,15 @@ class _SetUp:
                 f"it has: {', '.join(can) or 'none (filtered search is for dense indexes)'}"
             )
         specs = filters.specs if isinstance(index, FiltersOnAttributes) else None
-        return FilteredRetrieveStage(index, k_cand, r["search"], filters.masks, strategy, specs)
+        return FilteredRetrieveStage(
+            index, k_cand, r.search_params(), filters.masks, strategy, specs
+        )
 
     def _query_filters(self, ds: Dataset, emb: Embedding, metric: str) -> QueryFilters | None:
         """The filter of every query when ``[retrieve] filter`` asks for them (timed as set-up)."""
-        table = self.config["retrieve"]["filter"]
-        if table is None:
+        if self.config.retrieve.filter is None:
             return None
+        table = self.config.retrieve.filter.to_dict()  # what a dataset's query_filters reads
         embedder = None if emb.name == "precomputed" else emb.embedder
         filters: QueryFilters = self.times.time(
             "query_filters", ds.query_filters, table, embedder=embedder, metric=metric
@@ -412,7 +416,7 @@ class _SetUp:
     def _exact_neighbors(
         self, ds: Dataset, emb: Embedding, metric: str, filters: QueryFilters | None
     ) -> np.ndarray:
-        k = self.config["run"]["k"]
+        k = self.config.run.k
         key = (ds.content_hash, emb.key, k, metric, None if filters is None else filters.key)
         if key not in self.shared.truth and emb.mixed:  # query_only: the arrays themselves
             allowed = None if filters is None else filters.masks
@@ -433,7 +437,7 @@ class _SetUp:
                 k,
                 embedder=embedder,
                 metric=metric,
-                re_embed=self.config["embed"]["re_embed"] and embedder is not None,
+                re_embed=self.config.embed.re_embed and embedder is not None,
                 filters=filters,
             )
         return self.shared.truth[key]
@@ -441,12 +445,12 @@ class _SetUp:
     def _rerank_stage(
         self, ds: Dataset, metric: str, corpus: np.ndarray, cache: LruTtlCache | None
     ) -> Stage:
-        k = self.config["run"]["k"]
+        k = self.config.run.k
         reranker = self.components.reranker
         if reranker is None:
             return TruncateStage(k, cache)
         if reranker.metric != rerank_metric(metric):
-            params = backend_params(self.config, "rerank")
+            params = self.config.rerank.params()
             reranker = rerankers.create(reranker.name, metric=rerank_metric(metric), **params)
         if isinstance(reranker, RanksTexts) and reranker.input_kind == "texts":
             self.closers.append(reranker.close)
@@ -456,17 +460,18 @@ class _SetUp:
         return RerankStage(reranker, corpus, k, cache)
 
     def _serialize_stage(self, ds: Dataset, corpus: np.ndarray) -> SerializeStage:
-        s = self.config["serialize"]
+        s = self.config.serialize
         return SerializeStage(
-            self.components.codec, ds, corpus, bool(s["with_embeddings"]), bool(s["with_metadata"])
+            self.components.codec, ds, corpus, bool(s.with_embeddings), bool(s.with_metadata)
         )
 
     def _start_transport(self, cpu_time: bool) -> Transport:
         cfg = self.config
         transport = self.components.transport
-        prompt_params = {k: v for k, v in cfg["prompt"].items() if v is not None}
+        # what the far side gets (in a child process, for some transports): plain values
+        prompt_params = {k: v for k, v in cfg.prompt.to_dict().items() if v is not None}
         self.closers.append(transport.close)
-        args = (cfg["serialize"]["backend"], backend_params(cfg, "serialize"), prompt_params)
+        args = (str(cfg.serialize.backend), cfg.serialize.params(), prompt_params)
         # the far side measures its own CPU time only when asked (it costs inside the transport)
         started = transport.start(*args, cpu_time=True) if cpu_time else transport.start(*args)
         self.times.add("transport_start", started)
@@ -481,7 +486,7 @@ class _SetUp:
     def _simulated(self, generator: Generator) -> tuple[str, ...]:
         if not generator.simulated:
             return ()
-        return (f"generate={self.config['generate']['backend']}",)
+        return (f"generate={self.config.generate.backend}",)
 
     def _describe_parts(self, parts: _Described) -> dict[str, Any]:
         cfg = self.config
@@ -490,14 +495,14 @@ class _SetUp:
             "index": _index_info(parts.index),
             "embedder": parts.embedding.name,
             "metric": parts.metric,
-            "k": cfg["run"]["k"],
+            "k": cfg.run.k,
             "k_candidates": parts.k_candidates,
-            "codec": cfg["serialize"]["backend"],
+            "codec": cfg.serialize.backend,
             # row or columnar for the built-in codecs; None for codecs without shapes
             "payload_shape": codec.shape if isinstance(codec, Shaped) else None,
-            "transport": cfg["transport"]["backend"],
-            "generator": cfg["generate"]["backend"],
-            "rerank": cfg["rerank"]["backend"],
+            "transport": cfg.transport.backend,
+            "generator": cfg.generate.backend,
+            "rerank": cfg.rerank.backend,
             "request_threads": parts.threads[0],
             "build_threads": parts.threads[1],
             **_described("embedder_info", parts.embedding.embedder),
@@ -512,7 +517,7 @@ class _SetUp:
         database index, the SQL path (``where`` on attribute columns or ``ids``); or nothing."""
         if filters is None:
             return {}
-        strategy = self.config["retrieve"]["filter_strategy"]
+        strategy = self.config.retrieve.filter_strategy
         info = {**filters.summary(), "strategy": strategy or "auto"}
         path = filter_path(index, strategy)
         if path is not None:

@@ -24,7 +24,7 @@ from ..generators import Generator
 from ..indexes import Index
 from ..metrics import rerank_metric
 from ..rerankers import Reranker
-from ..settings.sources import backend_params
+from ..settings import Config
 from ..transports import Transport
 from .capabilities import ChecksQueryParams
 
@@ -94,35 +94,32 @@ class Components:
     generator: Generator
 
     @classmethod
-    def create(cls, cfg: Mapping[str, Any]) -> Components:
-        emb = cfg["embed"]["backend"]
+    def create(cls, cfg: Config) -> Components:
+        emb = cfg.embed.backend
         embedder = None
         if emb is not None and emb != "precomputed":
-            embedder = embedders.create(emb, **backend_params(cfg, "embed"))
+            embedder = embedders.create(emb, **cfg.embed.params())
         elif emb == "precomputed":
             embedders.registry.factory(emb)
-        r = cfg["retrieve"]
-        build = indexes.with_dsn(r["backend"], r["build"], r["dsn"])
-        probe = indexes.create(
-            r["backend"], dim=indexes.PROBE_DIM, metric=r["metric"] or "ip", **build
-        )
+        r = cfg.retrieve
+        backend = str(r.backend)
+        build = indexes.with_dsn(backend, r.build_params(), r.dsn)
+        probe = indexes.create(backend, dim=indexes.PROBE_DIM, metric=r.metric or "ip", **build)
+        search = r.search_params()
         if isinstance(probe, ChecksQueryParams):
-            probe.check_query_params(r["search"])  # names and values
+            probe.check_query_params(search)  # names and values
         else:  # a third-party index: names only
-            check_params(f"index {r['backend']!r} search", r["search"], probe.query_params)
-        rr = cfg["rerank"]["backend"]
+            check_params(f"index {backend!r} search", search, probe.query_params)
         reranker = None
-        if rr != "none":
-            metric = rerank_metric(r["metric"] or "ip")
-            reranker = rerankers.create(rr, metric=metric, **backend_params(cfg, "rerank"))
+        if cfg.rerank.backend != "none":
+            metric = rerank_metric(r.metric or "ip")
+            reranker = rerankers.create(
+                str(cfg.rerank.backend), metric=metric, **cfg.rerank.params()
+            )
         return cls(
             embedder=embedder,
             reranker=reranker,
-            codec=codecs.create(cfg["serialize"]["backend"], **backend_params(cfg, "serialize")),
-            transport=transports.create(
-                cfg["transport"]["backend"], **backend_params(cfg, "transport")
-            ),
-            generator=generators.create(
-                cfg["generate"]["backend"], **backend_params(cfg, "generate")
-            ),
+            codec=codecs.create(str(cfg.serialize.backend), **cfg.serialize.params()),
+            transport=transports.create(str(cfg.transport.backend), **cfg.transport.params()),
+            generator=generators.create(str(cfg.generate.backend), **cfg.generate.params()),
         )

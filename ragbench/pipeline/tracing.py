@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import otel
 from ..generators import Generator
+from ..settings import Config
 from .build import Built
 from .capabilities import ChatOrCompletion, HasModel, LimitsTokens, NamesModel
 from .context import RequestRecord
@@ -37,7 +38,7 @@ class RequestTraces:
 
     def __init__(
         self,
-        config: Mapping[str, Any],
+        config: Config,
         backends: Mapping[str, str],
         built: Built,
         *,
@@ -47,13 +48,13 @@ class RequestTraces:
     ) -> None:
         self.label = label
         self.built = built
-        self.k: int = config["run"]["k"]
+        self.k: int = config.run.k
         self.k_candidates = built.info.get("k_candidates")
         self.simulated = simulated
         self.caveats = caveats
         stage_backends: dict[str, str | None] = {
             "embed": built.embedding.name,
-            "cache": config["cache"]["backend"],
+            "cache": config.cache.backend,
             "retrieve": backends["retrieve"],
             "rerank": backends["rerank"],
             "serialize": backends["serialize"],

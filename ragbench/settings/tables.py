@@ -47,6 +47,10 @@ Count = Annotated[int, Meta(ge=1, le=MAX_COUNT)]
 class Table(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of every configuration table: frozen, keyword-only, unknown keys refused."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """The table as a plain dict (keys left unset are left out), as a record stores it."""
+        return dict(msgspec.to_builtins(self))
+
 
 # ------------------------------------------------------------------- ragbench's own tables
 
@@ -151,12 +155,19 @@ class Stage(Table, frozen=True):
     backend: str | None = None
 
     def params(self) -> dict[str, Any]:
-        """The backend parameters the config gave (what the backend is created with)."""
+        """The backend parameters the config gave (what the backend is created with).
+
+        A backend's parameters are free-form keyword arguments, so they stay a mapping.
+        """
         out: dict[str, Any] = msgspec.to_builtins(self)
         for key in ("backend", *self.OWN):
             out.pop(key, None)
         out.update(out.pop("options", None) or {})
         return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """``backend``, ragbench's own keys, then the backend parameters the config gave."""
+        return {"backend": self.backend, **{k: getattr(self, k) for k in self.OWN}, **self.params()}
 
 
 class Embed(Stage, frozen=True):
@@ -228,13 +239,21 @@ class Retrieve(Stage, frozen=True):
                 "--filter-selectivity), or drop the strategy"
             )
 
+    def build_params(self) -> dict[str, Any]:
+        """The ``build`` parameters the config gave: the index's keyword arguments."""
+        return dict(msgspec.to_builtins(self.build))
+
+    def search_params(self) -> dict[str, Any]:
+        """The ``search`` parameters the config gave: the index's query keyword arguments."""
+        return dict(msgspec.to_builtins(self.search))
+
     def to_dict(self) -> dict[str, Any]:
-        """The table as the drivers read it (``filter`` as :meth:`Filter.to_dict` gives it)."""
+        """The table as a plain dict (``filter`` as :meth:`Filter.to_dict` gives it)."""
         return {
             "backend": self.backend,
             "metric": self.metric,
-            "build": msgspec.to_builtins(self.build),
-            "search": msgspec.to_builtins(self.search),
+            "build": self.build_params(),
+            "search": self.search_params(),
             "index_file": self.index_file,
             "dsn": self.dsn,
             "filter": None if self.filter is None else self.filter.to_dict(),

@@ -148,22 +148,31 @@ class Config(Table, frozen=True):
     generate: Generate = field(default_factory=_default_stage("generate", Generate))
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        """The plain nested dict the drivers read (``cfg["retrieve"]["build"]``, ...).
+        """The config as a plain nested dict: what a record stores and a worker process reads.
 
         Every key ragbench owns with its value or default; of a backend's
         parameters, the ones the config gave.
         """
-        out: dict[str, dict[str, Any]] = {}
-        for table in TABLES:
-            value = getattr(self, table)
-            if isinstance(value, Retrieve):
-                out[table] = value.to_dict()
-            elif isinstance(value, Stage):
-                own = {k: getattr(value, k) for k in value.OWN}
-                out[table] = {"backend": value.backend, **own, **value.params()}
-            else:
-                out[table] = msgspec.to_builtins(value)
-        return out
+        return {table: getattr(self, table).to_dict() for table in TABLES}
+
+    def replace(self, table: str, **changes: Any) -> Config:
+        """A copy with ``changes`` made in one table: ``cfg.replace("retrieve", fast_build=True)``.
+
+        The values are not checked again: give what the table's Struct holds.
+        """
+        changed = msgspec.structs.replace(getattr(self, table), **changes)
+        return msgspec.structs.replace(self, **{table: changed})
+
+    def stages(self) -> dict[str, Stage]:
+        """The stage tables by name, in request order (``embed``, ``retrieve``, ... ``generate``)."""
+        return {
+            "embed": self.embed,
+            "retrieve": self.retrieve,
+            "rerank": self.rerank,
+            "serialize": self.serialize,
+            "transport": self.transport,
+            "generate": self.generate,
+        }
 
 
 #: The tables of a config, in order.

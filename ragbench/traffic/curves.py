@@ -98,7 +98,7 @@ def load_points(
                 ),
                 "simulated": list(pipe.simulated),
                 "caveats": list(pipe.caveats),
-                "config": pipe.config,
+                "config": pipe.config.to_dict(),
             }
             if pool.kind == "asyncio":
                 # a request waiting for its loop is the service's own delay, not the client's

@@ -221,7 +221,7 @@ def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str,
         "recall_p10": float(np.percentile(recall, 10)) if recall.size else float("nan"),
         "recall_zero": int(np.count_nonzero(recall == 0)),
         "recall_per_query": [round(float(v), 6) for v in recall],
-        "k": pipeline.config["run"]["k"],
+        "k": pipeline.config.run.k,
         "stages": list(pipeline.stage_names),
         "stage_p50_us": {
             n: Stats.from_samples(wall[:, j]).p50_ns / 1e3
@@ -231,7 +231,7 @@ def _stage_fields(records: list[RequestRecord], pipeline: Pipeline) -> dict[str,
     answers = pipeline.judged(records)  # nDCG@10 ... against the qrels; None without them
     if answers is not None:
         out["judged"] = answers
-    if "generate" in pipeline.stage_names and pipeline.config["generate"]["backend"] != "none":
+    if "generate" in pipeline.stage_names and pipeline.config.generate.backend != "none":
         ttft = Stats.from_samples(wall[:, pipeline.stage_names.index("generate")])
         out["ttft_p50_us"], out["ttft_p99_us"] = ttft.p50_ns / 1e3, ttft.p99_ns / 1e3
     wall_sum = wall.sum(axis=0).astype(np.float64)

@@ -24,6 +24,7 @@ import numpy as np
 from .. import threads
 from ..pipeline import Pipeline, RequestRecord
 from ..pipeline.samples import far_fields
+from ..settings import ConfigSource, load_config
 from ..transports import FarSide
 from ..validate import positive_int
 from .board import (
@@ -170,7 +171,7 @@ class ProcessWorkers(WatchedWorkers):
 
     def __init__(
         self,
-        config: Mapping[str, Any],
+        config: ConfigSource,
         n: int,
         *,
         warmup: int = 20,
@@ -178,6 +179,8 @@ class ProcessWorkers(WatchedWorkers):
         pin: bool = True,
     ) -> None:
         self.size = positive_int("process workers", "n", n)
+        # a worker process reads the config as a plain dict (a typed Config is not picklable)
+        plain = dict(config) if isinstance(config, Mapping) else load_config(config)
         cores = threads.usable_cores()
         # one core each when there are enough: a worker sleeping until its next arrival then
         # wakes on time instead of behind a sibling spinning on the same core (measured: p99
@@ -198,7 +201,7 @@ class ProcessWorkers(WatchedWorkers):
                 self.size,
                 process_worker,
                 lambda w, child: (
-                    dict(config),
+                    plain,
                     child,
                     self._lock,
                     warmup,

@@ -107,7 +107,7 @@ def test_a_file_of_that_name_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert load_config("hashing")["retrieve"]["backend"] == "flat"
     pipe = rb.Pipeline.from_config("default")  # no such file here: the shipped one
     try:
-        assert pipe.config["embed"]["backend"] == "minilm"
+        assert pipe.config.embed.backend == "minilm"
     finally:
         pipe.close()
 
