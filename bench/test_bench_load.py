@@ -90,7 +90,8 @@ from _quick import QUIET_CORES, Attempt, Watch, attempts, judge, pick, until_met
 from ragbench import threads
 from ragbench.pipeline import Pipeline
 from ragbench.traffic import COMPLETED, arrivals, closed_loop, open_loop, summarize, warm
-from ragbench.workers import SPIN_NS, ProcessWorkers, ThreadWorkers
+from ragbench.workers import ProcessWorkers, ThreadWorkers
+from ragbench.workers.board import SPIN_NS
 
 # ---- dispatch delay
 RATES = (200, 1_000, 2_000, 5_000)

@@ -20,7 +20,9 @@ from ..pipeline import RequestRecord
 from ..settings import ConfigSource, parse_config
 from ..traffic import Traffic
 from ..validate import positive_int
-from ..workers import COMPLETED, FAILED, GRACE_NS, Board, OpenRun, WorkerFault, unpack_record
+from ..workers import COMPLETED, FAILED, Board, WorkerFault
+from ..workers.board import GRACE_NS, OpenRun
+from ..workers.processes import unpack_record
 from ..workers.spawn import (
     ask_to_stop,
     board_copy,

@@ -16,16 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..pipeline import Pipeline
-from ..workers import (
-    COMPLETED,
-    FAILED,
-    PENDING,
-    TIMED_OUT,
-    Board,
-    OpenRun,
-    admit,
-    pack_record,
-)
+from ..workers import COMPLETED, FAILED, PENDING, TIMED_OUT, Board, admit
+from ..workers.board import OpenRun
+from ..workers.processes import pack_record
 from ..workers.watch import die_with_parent
 from .loop import LoopServer, Settings, register_backends
 

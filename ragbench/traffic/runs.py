@@ -14,7 +14,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..pipeline import RequestRecord
 from ..validate import positive_int, positive_number
-from ..workers import COMPLETED, FAILED, PENDING, TIMED_OUT, OpenRun
+from ..workers import COMPLETED, FAILED, PENDING, TIMED_OUT
+from ..workers.board import OpenRun
 from .schedule import LEAD_NS
 
 __all__ = ["Traffic", "closed_loop", "merge_concurrent", "open_loop", "warm"]

@@ -38,49 +38,70 @@ child's life to its parent's).
 
 from __future__ import annotations
 
+import importlib
+import warnings
+from typing import Any
+
 from .board import (
     COMPLETED,
     FAILED,
-    GRACE_NS,
     PENDING,
     REJECTED,
-    SPIN_NS,
-    STOP_GRACE_NS,
     TIMED_OUT,
     Board,
-    OpenRun,
     Result,
     WorkerFault,
     admit,
-    run_open_worker,
 )
-from .closed import ClosedResult, ClosedRun, run_closed_worker, split_clients
-from .processes import WORKER_ENV, ProcessWorkers, pack_record, process_worker, unpack_record
+from .processes import ProcessWorkers
 from .threaded import ThreadWorkers
 
+#: What users call: the two pools, the shared open-loop board and its outcome codes, a request's
+#: result, the fault a dead worker raises (tests/project/test_public_api.py pins this list). The
+#: building blocks the pools and the asyncio workers share live in the package's modules.
 __all__ = [
+    "Board",
     "COMPLETED",
     "FAILED",
-    "GRACE_NS",
     "PENDING",
-    "REJECTED",
-    "SPIN_NS",
-    "STOP_GRACE_NS",
-    "TIMED_OUT",
-    "WORKER_ENV",
-    "Board",
-    "ClosedResult",
-    "ClosedRun",
-    "OpenRun",
     "ProcessWorkers",
+    "REJECTED",
     "Result",
+    "TIMED_OUT",
     "ThreadWorkers",
     "WorkerFault",
     "admit",
-    "pack_record",
-    "process_worker",
-    "run_closed_worker",
-    "run_open_worker",
-    "split_clients",
-    "unpack_record",
 ]
+
+#: Names ``ragbench.workers`` exported until its ``__all__`` was trimmed to what users call
+#: (issue 30), and the module each lives in. Still importable from here for one release, with a
+#: DeprecationWarning naming the new place; removed in the release after.
+MOVED = {
+    "ClosedResult": "closed",
+    "ClosedRun": "closed",
+    "GRACE_NS": "board",
+    "OpenRun": "board",
+    "SPIN_NS": "board",
+    "STOP_GRACE_NS": "board",
+    "WORKER_ENV": "processes",
+    "pack_record": "processes",
+    "process_worker": "processes",
+    "run_closed_worker": "closed",
+    "run_open_worker": "board",
+    "split_clients": "closed",
+    "unpack_record": "processes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A moved name (:data:`MOVED`), with a DeprecationWarning saying where it lives now."""
+    where = MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"ragbench.workers.{name} is deprecated: import it from ragbench.workers.{where} "
+        "(it leaves ragbench.workers in the next release)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(f"{__name__}.{where}"), name)

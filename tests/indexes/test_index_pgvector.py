@@ -28,11 +28,11 @@ import psycopg
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from ragbench.indexes._pg_conn import redact, redact_message
 
 import ragbench as rb
 from ragbench.errors import ConfigError, DimensionError, IndexServerError, NotBuiltError
 from ragbench.indexes import _pg_server
-from ragbench.indexes._pg_conn import redact, redact_message
 from ragbench.timing import Parts
 
 N, DIM, NQ = 3000, 32, 20
@@ -595,7 +595,7 @@ def test_the_non_root_path(folder_tmp: str) -> None:
 
 def test_the_split_travels_with_a_record_between_processes() -> None:
     from ragbench.pipeline import RequestRecord
-    from ragbench.workers import pack_record, unpack_record
+    from ragbench.workers.processes import pack_record, unpack_record
 
     rec = RequestRecord([1, 5], None, None, np.arange(3), 10, 4, 2, retrieve_parts=(1, 2, 1))
     back = unpack_record(pack_record(rec))

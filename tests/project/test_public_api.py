@@ -136,10 +136,8 @@ EXPORTS: dict[str, list[str]] = {
         "registry",
     ],
     "ragbench.workers": [
-        "Board", "COMPLETED", "ClosedResult", "ClosedRun", "FAILED", "GRACE_NS", "OpenRun",
-        "PENDING", "ProcessWorkers", "REJECTED", "Result", "SPIN_NS", "STOP_GRACE_NS", "TIMED_OUT",
-        "ThreadWorkers", "WORKER_ENV", "WorkerFault", "admit", "pack_record", "process_worker",
-        "run_closed_worker", "run_open_worker", "split_clients", "unpack_record",
+        "Board", "COMPLETED", "FAILED", "PENDING", "ProcessWorkers", "REJECTED", "Result",
+        "TIMED_OUT", "ThreadWorkers", "WorkerFault", "admit",
     ],
 }
 # fmt: on
@@ -188,6 +186,24 @@ def test_private_modules_declare_no_all() -> None:
             if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
                 declaring.append(str(path.relative_to(PACKAGE)))
     assert declaring == []
+
+
+def test_moved_workers_names_warn_and_still_work() -> None:
+    import ragbench.workers as workers
+    from ragbench.workers import board
+
+    assert "SPIN_NS" in workers.MOVED and "SPIN_NS" not in workers.__all__
+    with pytest.warns(DeprecationWarning, match=r"ragbench\.workers\.board"):
+        moved = workers.SPIN_NS
+    assert moved == board.SPIN_NS
+    for name, where in workers.MOVED.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(workers, name)
+        assert value is getattr(importlib.import_module(f"ragbench.workers.{where}"), name)
+        assert [w.category for w in caught] == [DeprecationWarning], name
+    with pytest.raises(AttributeError):
+        _ = workers.no_such_name
 
 
 def test_moved_pipeline_names_warn_and_still_work() -> None:

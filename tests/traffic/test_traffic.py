@@ -338,7 +338,7 @@ def _board_run(
 
 
 def test_the_board_decides_arrivals_as_a_bounded_queue_does(monkeypatch) -> None:
-    from ragbench.workers import OpenRun
+    from ragbench.workers.board import OpenRun
 
     rng = np.random.default_rng(0)
     for _ in range(120):
