@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -42,6 +42,7 @@ from .types import Hit, RetrievalResult
 if TYPE_CHECKING:
     from .datasets import Dataset
     from .pipeline import Pipeline
+    from .settings import ConfigSource
 
 __all__ = ["sample_result", "stage_info", "with_embed_runtime"]
 
@@ -198,7 +199,7 @@ def rb_pipeline() -> Iterator[Callable[..., Pipeline]]:
 
     made: list[Pipeline] = []
 
-    def make(config: Mapping[str, Any], *, embed_runtime: str | None = None) -> Pipeline:
+    def make(config: ConfigSource, *, embed_runtime: str | None = None) -> Pipeline:
         pipe = Pipeline.from_config(with_embed_runtime(config, embed_runtime))
         made.append(pipe)
         pipe.setup()
@@ -209,12 +210,16 @@ def rb_pipeline() -> Iterator[Callable[..., Pipeline]]:
         pipe.close()
 
 
-def with_embed_runtime(config: Mapping[str, Any], runtime: str | None) -> dict[str, Any]:
-    """``config`` with the MiniLM embedder on ``runtime`` (``[embed] backend = "minilm"``,
-    ``runtime = ...``); unchanged when ``runtime`` is ``None``."""
-    out = dict(config)
-    if runtime is not None:
-        out["embed"] = {**(out.get("embed") or {}), "backend": "minilm", "runtime": runtime}
+def with_embed_runtime(config: ConfigSource, runtime: str | None) -> ConfigSource:
+    """``config`` (a file, a shipped name, a dict or a typed Config) with the MiniLM embedder
+    on ``runtime`` (``[embed] backend = "minilm"``, ``runtime = ...``); unchanged when
+    ``runtime`` is ``None``."""
+    if runtime is None:
+        return config
+    from .settings import Config, read_config
+
+    out = config.to_dict() if isinstance(config, Config) else read_config(config)
+    out["embed"] = {**(out.get("embed") or {}), "backend": "minilm", "runtime": runtime}
     return out
 
 
@@ -247,7 +252,7 @@ def rb_bench(benchmark: Any, rb_pipeline: Callable[..., Pipeline]) -> Callable[.
     """
 
     def run(
-        config: Mapping[str, Any],
+        config: ConfigSource,
         *,
         requests: int = 200,
         warmup: int = 20,

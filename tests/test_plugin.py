@@ -127,3 +127,17 @@ def test_rb_index_reuses_the_built_index_cache_across_sessions(
     # opting out: the session builds again, and the cache is left alone
     third, third_builds = _session(pytester, monkeypatch, "third", "--rb-no-index-cache")
     assert third_builds == 1 and third["ids"] == first["ids"]
+
+
+def test_embed_runtime_takes_a_typed_config_too() -> None:
+    # rb_pipeline/rb_bench take whatever a Pipeline takes, the typed Config included (issue 30)
+    from ragbench.settings import parse_config
+    from ragbench.testing import with_embed_runtime
+
+    typed = parse_config("hashing")
+    assert with_embed_runtime(typed, None) is typed
+    on_onnx = parse_config(with_embed_runtime(typed, "onnx"))
+    assert (on_onnx.embed.backend, on_onnx.embed.params()["runtime"]) == ("minilm", "onnx")
+    assert on_onnx.retrieve == typed.retrieve and on_onnx.run == typed.run
+    from_name = parse_config(with_embed_runtime("hashing", "onnx-int8"))
+    assert from_name.embed.params()["runtime"] == "onnx-int8"
