@@ -120,12 +120,16 @@ def config_path(source: str | PathLike[str]) -> Path:
     )
 
 
-def read_config(source: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
-    """The config ``source`` holds, as read (a TOML file, a shipped name, or a mapping), unchecked.
+def read_config(source: ConfigSource) -> dict[str, Any]:
+    """The config ``source`` holds, as read (a TOML file, a shipped name, a mapping), unchecked.
+
+    A typed :class:`~ragbench.settings.Config` gives its plain dict.
 
     For callers that merge options into it before the one conversion
     (:func:`parse_config`) that checks it.
     """
+    if isinstance(source, Config):
+        return source.to_dict()
     if isinstance(source, Mapping):
         return copy.deepcopy(dict(source))
     path = config_path(source)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from os import PathLike, fspath
 from typing import Any, Literal, TypeVar, cast
@@ -154,6 +155,17 @@ class Config(Table, frozen=True):
         parameters, the ones the config gave.
         """
         return {table: getattr(self, table).to_dict() for table in TABLES}
+
+    def __getitem__(self, table: str) -> dict[str, Any]:
+        """Deprecated: ``cfg["run"]["k"]``, as on the plain dict ``Pipeline.config`` was until
+        issue 30 (one release more, with a DeprecationWarning); read ``cfg.run.k``."""
+        warnings.warn(
+            f'config["{table}"] is deprecated: the config is a typed ragbench.settings.Config, '
+            f"read config.{table} (config.to_dict() for the plain dict)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.to_dict()[table]
 
     def replace(self, table: str, **changes: Any) -> Config:
         """A copy with ``changes`` made in one table: ``cfg.replace("retrieve", fast_build=True)``.

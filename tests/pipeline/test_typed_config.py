@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ragbench.pipeline import Pipeline
-from ragbench.settings import Config, parse_config
+from ragbench.settings import Config, parse_config, read_config
 from ragbench.settings.params import HnswBuild
 
 SMALL: dict[str, Any] = {
@@ -33,6 +33,9 @@ def test_a_pipeline_holds_the_typed_config() -> None:
         assert isinstance(read.config, Config) and read.config == typed
         assert read.config.run.k == 5 and read.config.retrieve.build == HnswBuild(M=8)
         assert read.describe() == "hnsw/numpy/json/columnar/inproc"
+        # code that indexed the plain dict Pipeline.config was still works, for one release
+        with pytest.warns(DeprecationWarning, match=r"read config\.run"):
+            assert read.config["run"]["k"] == 5
 
 
 def test_set_up_and_run_read_no_plain_dict(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,3 +81,4 @@ def test_backend_parameters_stay_one_mapping_per_table() -> None:
     assert cfg.retrieve.build_params() == {"M": 8}
     assert cfg.retrieve.search_params() == {"ef": 32}
     assert cfg.embed.to_dict() == {"backend": "hashing", "re_embed": True, "dim": 16}
+    assert read_config(cfg) == cfg.to_dict()  # options merge into a typed config as into a file
