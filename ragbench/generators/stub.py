@@ -124,6 +124,7 @@ class StubGenerator:
         if not allow_remote:  # the stub server has no authentication, as the transports' far side
             check_loopback("stub generator", host)
         self.host = host
+        self.allow_remote = allow_remote
         self.timeout = positive_number("stub generator", "timeout", timeout)
         self.startup_timeout = positive_number("stub generator", "startup_timeout", startup_timeout)
         self.read_timeout_s = (
@@ -166,6 +167,7 @@ class StubGenerator:
             "--max-tokens",
             str(self.max_tokens),
             "--exit-on-stdin-eof",
+            *(["--allow-remote"] if self.allow_remote else []),
         ] + ([] if self.read_timeout_s is None else ["--read-timeout-s", repr(self.read_timeout_s)])
 
     def start(self) -> int:

@@ -71,7 +71,21 @@ class ServerOption:
 #: The stub server's command-line options, in order; their defaults are the
 #: server's and the timing model's.
 SERVER_OPTIONS: tuple[ServerOption, ...] = (
-    ServerOption("--host", "host", str, HOST, "Address to bind."),
+    ServerOption(
+        "--host",
+        "host",
+        str,
+        HOST,
+        "Address to bind: loopback (127.0.0.1, ::1, localhost) unless --allow-remote.",
+    ),
+    ServerOption(
+        "--allow-remote",
+        "allow_remote",
+        bool,
+        False,
+        "Let --host be an address that is not loopback (0.0.0.0 or :: is every interface): "
+        "the stub then serves anyone who reaches it, with no authentication.",
+    ),
     ServerOption("--port", "port", int, PORT, "Port to listen on (0: any free port)."),
     ServerOption(
         "--prefill-ms-per-1k-tokens",

@@ -52,6 +52,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..process import watch_stdin
+from ..transports.child import check_loopback
 from ..validate import positive_int, positive_number
 from .stub_api import MODEL_ID, STUB_HEADER, BadRequest, Completion
 from .stub_model import (
@@ -421,6 +422,7 @@ def run_forever(
     *,
     exit_on_stdin_eof: bool = False,
     verbose: bool = False,
+    allow_remote: bool = False,
     read_timeout_s: float = READ_TIMEOUT_S,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
@@ -432,10 +434,14 @@ def run_forever(
     ``model_params`` are :class:`StubModel`'s; :data:`SERVER_OPTIONS`
     describes every parameter as a command-line option. Bad values and an
     address it cannot listen on raise :class:`ConfigError` before anything
-    is printed. Returns the process exit code (0) when stdin ended; Ctrl-C
+    is printed, and so does a ``host`` that is not loopback unless
+    ``allow_remote`` (the stub has no authentication; ``0.0.0.0`` would serve
+    every interface). Returns the process exit code (0) when stdin ended; Ctrl-C
     closes the server and raises :class:`KeyboardInterrupt` on (so
     ``ragbench stub-llm`` exits 130, as every command does on Ctrl-C).
     """
+    if not allow_remote:
+        check_loopback("ragbench stub-llm", host, "pass --allow-remote")
     model = StubModel(**model_params)
     server = StubServer(
         (host, port),

@@ -54,8 +54,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_loopback(owner: str, host: str) -> None:
-    """:class:`ConfigError` unless ``host`` is loopback (the far side has no authentication)."""
+def check_loopback(owner: str, host: str, opt_in: str = "set allow_remote = true") -> None:
+    """:class:`ConfigError` unless ``host`` is loopback (the far side has no authentication).
+
+    ``opt_in`` says how the user lets it be another address (a setting, a flag)."""
     if is_loopback(host):
         return
     try:
@@ -66,7 +68,7 @@ def check_loopback(owner: str, host: str) -> None:
     raise ConfigError(
         f"{owner}: host = {host!r} is not a loopback address: the far side would listen "
         f"{where} and serve anyone, with no authentication; use 127.0.0.1, ::1 or localhost, "
-        "or set allow_remote = true to mean it"
+        f"or {opt_in} to mean it"
     )
 
 

@@ -108,3 +108,46 @@ def test_the_stub_server_listens_on_loopback_unless_allow_remote(tmp_path: Path,
     rb.generators.create("stub", host=host, allow_remote=True)  # the opt-in
     with pytest.raises(ConfigError, match="allow_remote must be"):
         rb.generators.create("stub", host=host, allow_remote="yes")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7"])
+def test_the_stub_llm_command_listens_beyond_loopback_only_with_allow_remote(
+    tmp_path: Path, host: str
+) -> None:
+    """Old code: ``ragbench stub-llm --host 0.0.0.0`` listened on every interface, no opt-in
+    (only the pipeline's stub generator checked its host)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragbench", "stub-llm", "--host", host, "--exit-on-stdin-eof"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    line = _one_line(proc)
+    assert f"ragbench stub-llm: host = {host!r} is not a loopback address" in line, line
+    assert "pass --allow-remote to mean it" in line, line
+
+
+def test_allow_remote_lets_the_stub_llm_listen_on_every_interface(tmp_path: Path) -> None:
+    """The flag is the opt-in: the command, and the stub generator's child through it."""
+    argv = [sys.executable, "-m", "ragbench", "stub-llm", "--host", "0.0.0.0", "--allow-remote"]
+    child = subprocess.Popen(
+        [*argv, "--exit-on-stdin-eof"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert "listening on http://0.0.0.0:" in child.stdout.readline()
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        assert child.wait(timeout=60) == 0
+        if child.stdout is not None:
+            child.stdout.close()
+    gen = rb.generators.create("stub", host="0.0.0.0", allow_remote=True)
+    assert "--allow-remote" in gen.server_argv()
+    gen.start()
+    try:
+        assert gen.url is not None and "0.0.0.0" in gen.url
+    finally:
+        gen.close()
+    assert "--allow-remote" not in rb.generators.create("stub").server_argv()
