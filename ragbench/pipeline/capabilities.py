@@ -18,6 +18,7 @@ import numpy as np
 
 from ..generators import FirstToken
 from ..indexes.contract import SplitsSearch
+from ..timing import Parts
 from ..transports import FarSide
 
 __all__ = [
@@ -122,9 +123,10 @@ class HasReferenceEmbedder(Protocol):
 
 @runtime_checkable
 class SplitsEmbed(Protocol):
-    """An embedder that times its parts: this thread's last embed as (tokenize, forward, pool) ns."""
+    """An embedder that times its parts: this thread's last embed as
+    :class:`~ragbench.timing.Parts` ``tokenize``, ``forward``, ``pool``."""
 
-    def last_parts(self) -> tuple[int, int, int] | None: ...
+    def last_parts(self) -> Parts | None: ...
 
 
 @runtime_checkable

@@ -54,8 +54,9 @@ __all__ = [
 
 
 def parts_tuple(parts: Parts | None) -> tuple[int, int, int] | None:
-    """An index's ``last_parts()`` (a :class:`~ragbench.timing.Parts`) as its three times in
-    order, ns: what a request record keeps (the names are in the index's info)."""
+    """An index's or an embedder's ``last_parts()`` (a :class:`~ragbench.timing.Parts`) as its
+    three times in order, ns: what a request record keeps (the names are in the index's info;
+    an embedder's are tokenize, forward, pool)."""
     if parts is None:
         return None
     if isinstance(parts, Parts):
@@ -112,7 +113,7 @@ class EmbedStage:
     def __call__(self, ctx: RequestContext) -> None:
         ctx.query_vector = self._embed([ctx.query])
         if self._parts is not None:
-            ctx.embed_parts = self._parts()
+            ctx.embed_parts = parts_tuple(self._parts())
 
 
 class RetrieveStage:

@@ -26,6 +26,7 @@ from ragbench import embedders  # noqa: E402
 from ragbench.cli import main  # noqa: E402
 from ragbench.embedders import minilm  # noqa: E402
 from ragbench.errors import MissingDependencyError  # noqa: E402
+from ragbench.timing import Parts  # noqa: E402
 
 WIDTH = 384
 # each distillation over the 30 522-token vocabulary takes seconds on a shared 2-core machine
@@ -123,7 +124,8 @@ def test_three_parts_and_an_empty_text(teacher: dict[str, int]) -> None:
     emb = embedders.create("model2vec", dims=WIDTH)  # the recipe test's, if it ran
     out = emb.embed([""])
     parts = emb.last_parts()
-    assert parts is not None and len(parts) == 3 and all(p >= 0 for p in parts)
+    assert isinstance(parts, Parts) and list(parts) == ["tokenize", "forward", "pool"]
+    assert all(ns >= 0 for ns in parts.ns)
     table = StaticModel.from_pretrained(Path(emb.describe()["model_folder"])).embedding
     _, cls, sep = _vocab()
     expect = table[[cls, sep]].mean(axis=0)
