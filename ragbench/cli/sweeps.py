@@ -69,7 +69,9 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
     "params",
     multiple=True,
     metavar="NAME=V1,V2",
-    help="Query parameter values, e.g. ef=16,32,64 or nprobe=1,4,16 or rescore=100,1000 (repeatable).",
+    help="Query parameter values, e.g. ef=16,32,64 or nprobe=1,4,16 or rescore=100,1000 "
+    "(repeatable). An index's recall knob (ef, nprobe, nprobes) not given here is chosen "
+    "per index on its build, dense near --recall-target (ragbench.sweeps.grid).",
 )
 @click.option(
     "--build",

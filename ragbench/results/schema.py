@@ -227,6 +227,8 @@ class SweepRecord(IndexPoint, frozen=True):
     effective_query: Obj | None = None  # the query parameters that ran, when not ``query``
     recall_target: Num = None  # the lowest --recall-target: cliffs, the cheapest point
     recall_targets: list[float] | None = None  # every --recall-target: the iso-recall reading
+    grid: str | None = None  # "refined": the default grid chose the knob's values (sweeps.grid)
+    grid_knob: str | None = None  # the query parameter it refined (ef, nprobe, nprobes)
 
 
 class ScaleRecord(IndexPoint, frozen=True):

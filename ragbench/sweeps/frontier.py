@@ -14,6 +14,7 @@ from ..rebuilds import merge_builds
 from ..results.records import Collector, cliff_key, filter_cliffs, new_record
 from ..validate import positive_int
 from .data import SweepData, index_param_names
+from .grid import KNOBS, knob_of, next_value
 from .measure import measure
 from .memory import built_with_memory
 from .points import bytes_fields, effective_query, exact_reranker, point_fields
@@ -55,8 +56,14 @@ def sweep_unit(
     recall_targets: Sequence[float] | None = None,
     rebuilds: int = 1,
     fast_build: bool = False,
+    refine: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Build index ``name`` with ``build``, then yield one sweep record per query-parameter point.
+
+    ``refine``: each of ``queries`` is a line along the index's recall knob,
+    whose values are chosen as the points are measured (the default grid,
+    :mod:`ragbench.sweeps.grid`: dense near ``recall_targets``); with
+    ``rebuilds > 1`` the other builds measure the values the first one chose.
 
     With filter cases in ``data``, each query-parameter point is followed by
     its filtered points (each of ``strategies`` the index has, at each
@@ -71,12 +78,17 @@ def sweep_unit(
     targets = {"recall_target": recall_target, "recall_targets": list(recall_targets or [])}
     if not recall_targets:
         del targets["recall_targets"]
+    aim = list(recall_targets or [recall_target]) if refine else None
     n = positive_int("sweep", "rebuilds", rebuilds)
     if n == 1:
-        for point, line in _build_points(data, name, build, queries, i=0, **opts):
+        for point, line in _build_points(data, name, build, queries, i=0, refine=aim, **opts):
             yield from _with_cliffs(point, line, targets)
         return
-    per_build = [list(_build_points(data, name, build, queries, i=i, **opts)) for i in range(n)]
+    first = list(_build_points(data, name, build, queries, i=0, refine=aim, **opts))
+    chosen = [_asked(p) for p, _ in first]  # the values the first build's refinement chose
+    per_build = [first] + [
+        list(_build_points(data, name, build, chosen, i=i, **opts)) for i in range(1, n)
+    ]
     for same in zip(*per_build, strict=True):
         point = merge_builds([p for p, _ in same])
         line = [merge_builds(list(group)) for group in zip(*[ln for _, ln in same], strict=True)]
@@ -106,13 +118,20 @@ def _build_points(
     strategies: Sequence[str],
     fast_build: bool,
     i: int,
+    refine: Sequence[float] | None = None,
 ) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Build ``i`` of the unit; per query point its fields and its filtered line (no cliffs yet)."""
+    """Build ``i`` of the unit; per query point its fields and its filtered line (no cliffs yet).
+
+    ``refine``: the recall targets a default grid is dense near (:func:`_refined`); ``None``:
+    ``queries`` as given.
+    """
     index, build_s, held = built_with_memory(name, data, build, k=k, fast_build=fast_build, i=i)
     fields = {**point_fields(data, k, name, index, build_s), **held}
     usable = _usable_strategies(index, strategies) if data.filter_cases else []
     reranker = None
-    for point_params in queries:
+
+    def measured(point_params: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        nonlocal reranker
         params = dict(point_params)
         rescore = params.pop("rescore", None)
         if rescore is not None and reranker is None:
@@ -128,7 +147,47 @@ def _build_points(
             for strategy in usable
             for case in data.filter_cases
         ]
-        yield point, line
+        return point, line
+
+    for point_params in queries:
+        if refine is None:
+            yield measured(point_params)
+        else:
+            yield from _refined(index, point_params, k, refine, measured)
+
+
+def _refined(
+    index: Any,
+    base: Mapping[str, Any],
+    k: int,
+    targets: Sequence[float],
+    measured: Callable[[Mapping[str, Any]], tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """``base`` along the index's recall knob, each value chosen after the last was measured.
+
+    :func:`ragbench.sweeps.grid.next_value` picks the values from the recalls
+    so far; an index without a knob, or whose knob ``--param`` names, measures ``base``
+    once. Each record of the line says ``grid: "refined"`` and ``grid_knob``.
+    """
+    candidates = min(int(base.get("rescore") or k), int(index.ntotal))
+    knob = knob_of(index, base, candidates)
+    if knob is None or knob.name in base:  # no knob on this build, or --param gave its values
+        yield measured(base)
+        return
+    recalls: dict[int, float] = {}
+    while (value := next_value(recalls, knob, targets)) is not None:
+        point, line = measured({**base, knob.name: value})
+        recalls[value] = float(point["recall"])
+        how = {"grid": "refined", "grid_knob": knob.name}
+        yield point | how, [p | how for p in line]
+
+
+def _asked(point: Mapping[str, Any]) -> dict[str, Any]:
+    """The query parameters a point was asked for (its ``query`` and ``rescore``)."""
+    asked = dict(point["query"])
+    if point.get("rescore") is not None:
+        asked["rescore"] = point["rescore"]
+    return asked
 
 
 def _usable_strategies(index: Any, wanted: Sequence[str]) -> list[str]:
@@ -172,10 +231,11 @@ def sweep_points(
     for name in index_names:
         b_axes, q_axes = _grid_axes(name, dim, data.metric, build_grid, query_grid)
         queries = _combos(q_axes)
+        refine = _refines(name, dim, data.metric, query_grid)
         for build in _combos(b_axes):
             opts = {"k": k, "repeat": repeat, "strategies": list(strategies)}
             opts.update(recall_target=recall_target, recall_targets=recall_targets)
-            opts.update(rebuilds=rebuilds, fast_build=fast_build)
+            opts.update(rebuilds=rebuilds, fast_build=fast_build, refine=refine)
             units.append(Unit(sweep_unit, (shared, name, build, queries), opts))
     emit = Collector(on_point, progress)
     if ex.in_process:
@@ -183,6 +243,20 @@ def sweep_points(
     else:  # one task per unit, run side by side on the cluster's nodes
         ex.run(units, emit)
     return emit.records
+
+
+def _refines(name: str, dim: int, metric: str, query_grid: Mapping[str, Any]) -> bool:
+    """Whether ``name`` may take the default grid: it has a recall knob ``--param`` does not name.
+
+    Which knob a build has is known once it is built (LanceDB's ``ef`` or ``nprobes``:
+    :func:`ragbench.sweeps.grid.knob_of`); a knob ``--param`` names is measured as given.
+    """
+    _, query_names = index_param_names(name, dim, metric)
+    return bool(query_names.intersection(KNOBS).difference(query_grid))
+
+
+#: Points a refined line is counted as in the progress total (its values are chosen as it runs).
+REFINED_ESTIMATE = 8
 
 
 def engines_round_robin(units: Sequence[Unit], on_record: Callable[[dict[str, Any]], None]) -> None:
@@ -223,11 +297,17 @@ def count_points(
     selectivities: int = 0,
     strategies: Sequence[str] = ("auto",),
 ) -> int:
-    """How many points :func:`sweep_points` will measure (``selectivities``: filter cases)."""
+    """How many points :func:`sweep_points` will measure (``selectivities``: filter cases).
+
+    A line of the default grid (:mod:`ragbench.sweeps.grid`) counts as
+    :data:`REFINED_ESTIMATE` points: an estimate, its values are chosen as it runs.
+    """
     total = 0
     for name in index_names:
         b_axes, q_axes = _grid_axes(name, dim, metric, build_grid, query_grid)
         probe = indexes.create(name, dim=dim, metric=metric) if selectivities else None
         per = 1 + selectivities * len(_usable_strategies(probe, strategies) if probe else [])
-        total += math.prod(len(v) for _, v in b_axes) * math.prod(len(v) for _, v in q_axes) * per
+        line = REFINED_ESTIMATE if _refines(name, dim, metric, query_grid) else 1
+        lines = math.prod(len(v) for _, v in b_axes) * math.prod(len(v) for _, v in q_axes)
+        total += lines * line * per
     return total

@@ -194,7 +194,8 @@ def test_sweep_records_cpu_time_and_warns_when_wall_time_is_not_work(
 
 def test_a_sweep_over_rebuilds_keeps_every_build_s_cpu_times(tmp_path: Path, capsys) -> None:
     out = tmp_path / "s.jsonl"
-    argv = ["sweep", *SMALL, "--index", "hnsw", "--rebuilds", "2", "--out", str(out)]
+    argv = ["sweep", *SMALL, "--index", "hnsw", "--param", "ef=64", "--rebuilds", "2"]
+    argv += ["--out", str(out)]
     code, _, err = cli(capsys, *argv)
     assert code == 0, err
     (rec,) = _records(out)
@@ -213,7 +214,8 @@ def test_a_reused_build_shows_no_seconds(tmp_path: Path, capsys, monkeypatch) ->
     tables = []
     for i in range(2):
         out = tmp_path / f"s{i}.jsonl"
-        code, stdout, err = cli(capsys, "sweep", *SMALL, "--index", "hnsw", "--out", str(out))
+        argv = ["sweep", *SMALL, "--index", "hnsw", "--param", "ef=64", "--out", str(out)]
+        code, stdout, err = cli(capsys, *argv)
         assert code == 0, err
         (rec,) = _records(out)
         assert rec["build_info"]["cached"] is bool(i)

@@ -115,6 +115,17 @@ def _recall_ci_cell(rec: IndexPoint) -> str:
     return f"{text} ±{(float(ci[1]) - float(ci[0])) / 2:.4f}"
 
 
+def _row_key(p: SweepRecord, i: int, first: Mapping[str | None, int]) -> tuple[int, str, float]:
+    """A sweep row's place: its index's first appearance, then its line, then its knob's value
+    (a row of the default grid, ``grid: "refined"``) or its place in the file."""
+    if p.grid != "refined" or not p.grid_knob:
+        return (first[p.index], "", float(i))
+    query = dict(p.query or {})
+    value = query.pop(p.grid_knob, 0)
+    line = repr((sorted((p.build or {}).items()), sorted(query.items()), p.rescore))
+    return (first[p.index], line, float(value))
+
+
 def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: int = 400) -> str:
     """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS).
 
@@ -124,9 +135,11 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
     """
     typed = [(read_struct(r, SweepRecord), r) for r in records]
     # one index's rows together, in the order indexes first appear: a sweep measures the
-    # engines round by round, so its records alternate between them
+    # engines round by round, so its records alternate between them; the default grid's
+    # rows (refined after its doublings) in the order of their knob's values
     first = {name: i for i, name in reversed(list(enumerate(p.index for p, _ in typed)))}
-    typed.sort(key=lambda pr: first[pr[0].index])
+    order = {id(r): _row_key(p, i, first) for i, (p, r) in enumerate(typed)}
+    typed.sort(key=lambda pr: order[id(pr[1])])
     filtered = [p for p, _ in typed if p.strategy is not None]
     points = [p for p, _ in typed if p.strategy is None]
     if not points:
