@@ -47,18 +47,18 @@ __all__ = [
 Fused = tuple["NDArray[np.int64]", "NDArray[np.float64]"]
 
 
+#: The dtypes the kernels take (numpy's own instances: an array of that type holds this one).
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
+
+
 def _ids(ids: object, name: str) -> NDArray[np.int64]:
     """``ids`` as a C-contiguous 1-D int64 array, or an InputError naming ``name``.
 
     Ids below -1 are found by the kernels (they return :data:`_BAD_ID`): a second pass here
-    would cost more than the fusion.
+    would cost more than the fusion. The first test is the indexes' own output, checked by
+    identity (``dtype is``, not ``==``, which builds a dtype from ``np.int64`` each call).
     """
-    if (
-        isinstance(ids, np.ndarray)
-        and ids.dtype == np.int64
-        and ids.ndim == 1
-        and ids.flags.c_contiguous
-    ):
+    if type(ids) is np.ndarray and ids.dtype is _INT64 and ids.ndim == 1 and ids.flags.c_contiguous:
         return ids
     arr = np.asarray(ids)
     if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
@@ -80,7 +80,7 @@ def _counted(m: int) -> int:
 def _scores(scores: object, ids: NDArray[np.int64], name: str) -> NDArray[np.float64]:
     """``scores`` as a C-contiguous float64 array as long as ``ids`` (finiteness: the kernel's)."""
     if not (
-        isinstance(scores, np.ndarray) and scores.dtype == np.float64 and scores.flags.c_contiguous
+        isinstance(scores, np.ndarray) and scores.dtype is _FLOAT64 and scores.flags.c_contiguous
     ):
         scores = np.ascontiguousarray(np.asarray(scores, dtype=np.float64))
     assert isinstance(scores, np.ndarray)
@@ -98,6 +98,8 @@ def _limit(limit: int | None) -> int:
 
 
 def _check_k_rrf(k_rrf: float) -> float:
+    if type(k_rrf) is float and 0.0 <= k_rrf < math.inf:  # the default, without the checks below
+        return k_rrf
     if (
         isinstance(k_rrf, bool)
         or not isinstance(k_rrf, (int, float))
@@ -123,7 +125,7 @@ def reciprocal_rank_fusion(
     """Reciprocal rank fusion of two ranked id lists (see the module docstring)."""
     a, b = _ids(first, "first"), _ids(second, "second")
     k, n = _check_k_rrf(k_rrf), _limit(limit)
-    return _fused(n, a.size + b.size, lambda ids, scores: _compiled().rrf(a, b, k, ids, scores))
+    return _fused(n, a.size + b.size, _compiled().rrf, a, b, k)
 
 
 def weighted_fusion(
@@ -139,19 +141,15 @@ def weighted_fusion(
     a, b = _ids(first, "first"), _ids(second, "second")
     sa, sb = _scores(first_scores, a, "first"), _scores(second_scores, b, "second")
     w, n = _check_alpha(alpha), _limit(limit)
-    return _fused(
-        n, a.size + b.size, lambda ids, scores: _compiled().weighted(a, sa, b, sb, w, ids, scores)
-    )
+    return _fused(n, a.size + b.size, _compiled().weighted, a, sa, b, sb, w)
 
 
-def _fused(
-    limit: int, size: int, kernel: Callable[[NDArray[np.int64], NDArray[np.float64]], int]
-) -> Fused:
-    """Run ``kernel(out_ids, out_scores)`` on fresh output arrays of ``size``; the first
-    ``limit`` entries it fused (all of them when ``limit`` < 0)."""
-    out_ids = np.empty(size, dtype=np.int64)
-    out_scores = np.empty(size, dtype=np.float64)
-    m = _counted(kernel(out_ids, out_scores))
+def _fused(limit: int, size: int, kernel: Callable[..., int], *args: object) -> Fused:
+    """Run ``kernel(*args, out_ids, out_scores)`` on fresh output arrays of ``size``; the
+    first ``limit`` entries it fused (all of them when ``limit`` < 0)."""
+    out_ids = np.empty(size, dtype=_INT64)
+    out_scores = np.empty(size, dtype=_FLOAT64)
+    m = _counted(kernel(*args, out_ids, out_scores))
     m = m if limit < 0 else min(m, limit)
     return out_ids[:m], out_scores[:m]
 
@@ -168,11 +166,12 @@ _KERNELS: list[ModuleType] = []
 
 def _compiled() -> ModuleType:
     """:mod:`ragbench.fusion._kernels`, imported (numba) on the first fusion."""
-    if not _KERNELS:
-        from . import _kernels as module
+    if _KERNELS:
+        return _KERNELS[0]
+    from . import _kernels as module
 
-        _KERNELS.append(module)
-    return _KERNELS[0]
+    _KERNELS.append(module)
+    return module
 
 
 def _best_first(scores: dict[int, float], limit: int | None) -> Fused:

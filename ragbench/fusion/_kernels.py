@@ -12,7 +12,11 @@ How, and why it is exact:
   a sort of the ids would cost more than the rest (numba's argsort of 200 values takes several
   µs).
 - The lists are walked interleaved (first[0], second[0], first[1], ...), so entries are met
-  nearly in fused order and the closing insertion sort moves few of them.
+  nearly in fused order and the closing insertion sort moves few of them. For RRF the entries
+  found in one list only are met exactly in fused order (their score falls with the place;
+  at the same place, the smaller id goes first: one swap); only the ones in both lists move
+  up, so those are sorted apart (a few dozen) and merged in (:func:`_order_rrf`), instead of
+  each being carried up the whole list.
 - Every fused score is the same IEEE expression the reference computes: a sum of two terms
   (commutative, so the order the lists are met in does not matter) or one weighted expression.
   The order is the reference's: score descending, then smaller id.
@@ -104,12 +108,51 @@ def _sort_best_first(ids, scores, m):
 
 
 @njit(cache=True, nogil=True)
+def _before(s, i, t, j):
+    """Whether (score ``s``, id ``i``) comes before (``t``, ``j``): higher score, then smaller id."""
+    return s > t or (s == t and i < j)
+
+
+@njit(cache=True, nogil=True)
+def _order_rrf(ids, scores, bits, m, both_ids, both_scores):
+    """The first ``m`` entries best first, for RRF scores (see the module docstring).
+
+    The entries of one list keep their order, moved down over the gaps the others leave; the
+    others go to ``both_*``, are sorted there and merged in from the back.
+    """
+    ones = 0
+    both = 0
+    for j in range(m):
+        if bits[j] == 3:
+            both_ids[both] = ids[j]
+            both_scores[both] = scores[j]
+            both += 1
+        else:
+            ids[ones] = ids[j]
+            scores[ones] = scores[j]
+            ones += 1
+    _sort_best_first(ids, scores, ones)  # in order but for ties at one place: a swap each
+    _sort_best_first(both_ids, both_scores, both)
+    i, j = ones - 1, both - 1
+    for w in range(m - 1, -1, -1):  # the last place takes the later of the two lists' last
+        if j < 0:
+            break
+        if i >= 0 and not _before(scores[i], ids[i], both_scores[j], both_ids[j]):
+            ids[w] = ids[i]
+            scores[w] = scores[i]
+            i -= 1
+        else:
+            ids[w] = both_ids[j]
+            scores[w] = both_scores[j]
+            j -= 1
+
+
+@njit(cache=True, nogil=True)
 def rrf(a, b, k_rrf, out_ids, out_scores):
     """Reciprocal rank fusion of ``a`` and ``b`` into the output arrays; returns the count."""
     n = a.size + b.size
-    bits = np.empty(n, dtype=np.int64)
-    place_a = np.empty(n, dtype=np.int64)
-    place_b = np.empty(n, dtype=np.int64)
+    work = np.empty(4 * n, dtype=np.int64)  # bits, places in a and b, ids found in both
+    bits, place_a, place_b, both_ids = work[:n], work[n : 2 * n], work[2 * n : 3 * n], work[3 * n :]
     m = _collect(a, b, out_ids, bits, place_a, place_b)
     if m < 0:
         return m
@@ -120,7 +163,7 @@ def rrf(a, b, k_rrf, out_ids, out_scores):
         if bits[j] & 2:
             s = s + 1.0 / (k_rrf + (place_b[j] + 1))
         out_scores[j] = s
-    _sort_best_first(out_ids, out_scores, m)
+    _order_rrf(out_ids, out_scores, bits, m, both_ids, np.empty(n, dtype=np.float64))
     return m
 
 

@@ -173,8 +173,8 @@ class TantivyIndex(LexicalIndex):
     def _search_parts(
         self, texts: list[str], k: int, masks: list[np.ndarray] | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        searcher, nq = self._searcher, len(texts)
-        ids, scores = pads(nq, k)
+        searcher = self._searcher
+        found = []  # each query's hits as (rows, scores) arrays
         t_tok = t_score = t_decode = 0
         for row, text in enumerate(texts):
             t0 = _perf()
@@ -184,17 +184,12 @@ class TantivyIndex(LexicalIndex):
             t1 = _perf()
             hits = [] if query is None else searcher.search(query, k, count=False).hits
             t2 = _perf()
-            if hits:
-                # one zip splits the (score, address) pairs in C (no per-hit indexing in
-                # Python); fromiter with a count is the cheapest way from Python numbers to
-                # an array (timeit, 100 hits, with the fast-field read: ~29 us against ~45 us for two
-                # comprehensions)
-                n = len(hits)
-                hit_scores, addresses = zip(*hits, strict=True)
-                scores[row, :n] = np.fromiter(hit_scores, F32, n)
-                ids[row, :n] = np.fromiter(searcher.fast_field_values("pos", addresses), I64, n)
+            found.append(_arrays(searcher, hits))
             t3 = _perf()
             t_tok, t_score, t_decode = t_tok + t1 - t0, t_score + t2 - t1, t_decode + t3 - t2
+        t4 = _perf()
+        ids, scores = _padded(found, k)
+        t_decode += _perf() - t4
         self._keep_parts(0, t_tok, t_tok + t_score, t_tok + t_score + t_decode)
         return ids, scores
 
@@ -245,3 +240,30 @@ class TantivyIndex(LexicalIndex):
         if self._engine is not None:
             raise IndexFileError(f"{self.name}: restore into a built index")
         super()._attach(payload, header)
+
+
+def _arrays(searcher: Any, hits: list[tuple[float, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """The hits' rows (the ``pos`` fast field) and scores, int64 and float32, best first.
+
+    One zip splits the (score, address) pairs in C (no per-hit indexing in Python); fromiter
+    with a count is the cheapest way from Python numbers to an array (timeit, 100 hits: ~2.3 us
+    each, ~3 us with np.array of a list).
+    """
+    n = len(hits)
+    if n == 0:
+        return np.empty(0, dtype=I64), np.empty(0, dtype=F32)
+    hit_scores, addresses = zip(*hits, strict=True)
+    rows = np.fromiter(searcher.fast_field_values("pos", addresses), I64, n)
+    return rows, np.fromiter(hit_scores, F32, n)
+
+
+def _padded(found: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """One row per query: its hits, then ``-1`` / ``-inf``. A single query with ``k`` hits (a
+    request's usual case) is its own arrays, reshaped: nothing to pad, nothing copied."""
+    if len(found) == 1 and found[0][0].size == k:
+        return found[0][0].reshape(1, k), found[0][1].reshape(1, k)
+    ids, scores = pads(len(found), k)
+    for row, (rows, hit_scores) in enumerate(found):
+        ids[row, : rows.size] = rows
+        scores[row, : hit_scores.size] = hit_scores
+    return ids, scores
