@@ -220,6 +220,7 @@ def _pooled(reports: Sequence[Report]) -> Report:
         cache_events=[ev for r in reports for ev in r.cache_events],
         error=next((r.error for r in reports if r.error), None),
         cpu_samples_ns=_stack([r.cpu_samples_ns for r in reports]),
+        server_cpu_ns=_stack([r.server_cpu_ns for r in reports]),
         repetition=_groups(reports),
         model_prompt_tokens=_stack([r.model_prompt_tokens for r in reports]),
         inter_token_ns=_stack([r.inter_token_ns for r in reports]),

@@ -161,6 +161,8 @@ class Pipeline:
         self._repetition_starts: list[int] = []
         self._cache: LruTtlCache | None = None
         self._filter_specs: Sequence[Any] | None = None
+        # the index's database-server CPU clock (ns), read around each request when it has one
+        self._server_clock: Callable[[], int | None] | None = None
         self._ready = False
         # checked now, before any data is loaded or embedded: a bad path fails in a second
         check_index_file(self.config.retrieve.index_file)
@@ -300,6 +302,7 @@ class Pipeline:
         self.stage_names = list(built.stage_names)
         self._cache = built.cache
         self._filter_specs = built.filters.specs if built.filters is not None else None
+        self._server_clock = samples.server_clock(built.index)
         self.info = dict(built.info)
         self.simulated.extend(s for s in built.simulated if s not in self.simulated)
         self.caveats.extend(c for c in built.caveats if c not in self.caveats)
@@ -342,12 +345,17 @@ class Pipeline:
         return self._context(i)
 
     def record_of(
-        self, ctx: RequestContext, stamps: list[int], cpu: list[int] | None = None
+        self,
+        ctx: RequestContext,
+        stamps: list[int],
+        cpu: list[int] | None = None,
+        server_cpu_ns: int = -1,
     ) -> RequestRecord:
         """The record of a request whose stages ran on ``ctx``, stamped in ``stamps``.
 
         Decodes the tokens after the first (when the generator streams them)
-        now, after the stamps were taken.
+        now, after the stamps were taken. ``server_cpu_ns``: the CPU time the
+        index's database server spent on the request (-1: not read).
         """
         rest, exact = ctx.decode_rest, ctx.exact_top
         return RequestRecord(
@@ -363,6 +371,7 @@ class Pipeline:
             ctx.retrieve_parts,
             exact()[0] if exact is not None else None,
             ctx.embed_parts,
+            server_cpu_ns,
         )
 
     def serve(self, i: int) -> RequestRecord:
@@ -370,18 +379,26 @@ class Pipeline:
 
         Safe to call from several threads at once on one set-up pipeline:
         everything a request writes is its own (each worker thread should
-        call :func:`ragbench.threads.pin_thread` once first).
+        call :func:`ragbench.threads.pin_thread` once first). When the index
+        has a database server of its own (pgvector), that server's CPU time
+        is read before and after the request, outside the stage stamps
+        (``server_cpu_ns`` of the record; the clock follows this thread's connection).
         """
         ctx = self._context(i)
         stamps = [0] * (len(self._stages) + 1)
+        clock = self._server_clock
+        s0 = clock() if clock is not None else None
         if self.cpu_time:
             cpu = [0] * len(stamps)
             run_stages_cpu(self._stages, ctx, stamps, cpu)
         else:
             cpu = None
             run_stages(self._stages, ctx, stamps)
+        server = -1
+        if s0 is not None and clock is not None:
+            server = (clock() or s0) - s0
         # tokens after the first: decoded once the request's stamps are taken
-        return self.record_of(ctx, stamps, cpu)
+        return self.record_of(ctx, stamps, cpu, server)
 
     def request(self, i: int) -> None:
         """Run request ``i`` and keep its record for :meth:`report`."""
@@ -497,6 +514,7 @@ class Pipeline:
             stage_names=list(self.stage_names),
             samples_ns=wall,
             cpu_samples_ns=cpu,
+            server_cpu_ns=samples.server_cpu_ns(recs),
             recall=self.recall(recs),
             payload_bytes=np.asarray([r.payload_bytes for r in recs], dtype=np.int64),
             wire_bytes=far[:, 2] + far[:, 3],

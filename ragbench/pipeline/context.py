@@ -104,3 +104,5 @@ class RequestRecord(NamedTuple):
     retrieve_parts: tuple[int, int, int] | None = None  # the index's (send, server, decode) ns
     exact_ids: np.ndarray | None = None  # a text reranker's exact top k of the candidates (recall)
     embed_parts: tuple[int, int, int] | None = None  # the embedder's (tokenize, forward, pool) ns
+    # CPU ns the index's database server spent on the request (pgvector's own server; -1: not read)
+    server_cpu_ns: int = -1

@@ -6,7 +6,7 @@ lists and the names of the stages that made them; nothing is timed here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,8 @@ __all__ = [
     "model_prompt_tokens",
     "recall",
     "repetitions",
+    "server_clock",
+    "server_cpu_ns",
     "stage_samples",
     "with_retrieve_parts",
     "embed_parts",
@@ -188,6 +190,27 @@ def with_retrieve_parts(info: Mapping[str, Any], recs: Sequence[RequestRecord]) 
             for j, name in enumerate(names)
         }
     return out
+
+
+def server_clock(index: Any) -> Callable[[], int | None] | None:
+    """The index's database-server CPU clock (ns so far) when it has a readable one, else ``None``.
+
+    pgvector on ragbench's own server has one (``server_cpu_ns()``: the CPU of
+    the backend process serving the calling thread's connection); with
+    ``dsn=`` (a server that may be elsewhere) it reads ``None``, and so does
+    every index without such a clock.
+    """
+    clock = getattr(index, "server_cpu_ns", None)
+    if not callable(clock) or clock() is None:
+        return None
+    return clock  # type: ignore[no-any-return]
+
+
+def server_cpu_ns(records: Sequence[RequestRecord]) -> np.ndarray | None:
+    """int64 ``(requests,)``: each request's database-server CPU ns, or ``None`` when not read."""
+    if not records or any(r.server_cpu_ns < 0 for r in records):
+        return None
+    return np.asarray([r.server_cpu_ns for r in records], dtype=np.int64)
 
 
 def embed_parts(recs: Sequence[RequestRecord]) -> dict[str, Any]:

@@ -52,6 +52,8 @@ class Report:
     env: dict[str, Any] | None = None
     time: str | None = None
     cpu_samples_ns: np.ndarray | None = None  # int64 (requests, stages), with [run] cpu_time
+    # int64 (requests,): the index's database server's CPU per request (pgvector's own server)
+    server_cpu_ns: np.ndarray | None = None
     repetition: np.ndarray | None = None  # int (requests,): which repetition each request ran in
     caveats: list[str] = field(default_factory=list)  # e.g. an LLM with random weights
     model_prompt_tokens: np.ndarray | None = None  # int64 (requests,): the LLM's own prompt count
@@ -225,6 +227,9 @@ class Report:
             fields["cpu_samples_ns"] = {
                 n: self.cpu_samples_ns[:, j].tolist() for j, n in enumerate(self.stage_names)
             }
+        if self.server_cpu_ns is not None:  # read around each request, outside its stamps
+            fields["server_cpu_ns"] = self.server_cpu_ns.tolist()
+            fields["server_cpu_p50_us"] = Stats.from_samples(self.server_cpu_ns).p50_ns / 1e3
         rec = new_record("run", fields, env=self.env)
         if self.time is not None:
             rec["time"] = self.time
@@ -275,6 +280,7 @@ class Report:
                 env=run.env,
                 time=run.time,
                 cpu_samples_ns=cpu,
+                server_cpu_ns=_optional(run.server_cpu_ns),
                 repetition=np.asarray(run.repetition) if run.repetition is not None else None,
                 caveats=list(run.caveats or []),  # absent from records before caveats
                 model_prompt_tokens=_optional(run.model_prompt_tokens),

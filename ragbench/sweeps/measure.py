@@ -12,6 +12,7 @@ from .. import intervals, judged, threads
 from ..errors import ConfigError
 from ..metrics import recall_at_k
 from ..pipeline.capabilities import FiltersOnAttributes, filter_path
+from ..pipeline.samples import server_clock
 from ..rebuilds import recall_interval
 from ..timing import Stats, run_stages
 from ..validate import positive_int
@@ -135,7 +136,7 @@ def measure(
     steps = _steps(index, kk, params, k, X, reranker if rescore else None, masks is not None)
     batch_threads = threads.get_threads()
     _warm_up(steps, data, masks, texts, specs)
-    clock = _server_clock(index)
+    clock = server_clock(index)
     found, before, stamps, cpu, server = _time_queries(
         steps, data, masks, k, repeat, texts, specs, clock
     )
@@ -197,14 +198,6 @@ def _latency_fields(totals: np.ndarray, repeat: int, nq: int) -> dict[str, Any]:
     if groups is not None:
         out["repetition"] = groups.tolist()
     return out
-
-
-def _server_clock(index: Any) -> Callable[[], int | None] | None:
-    """The index's database-server CPU clock (ns, ``server_cpu_ns``) when it has a readable one."""
-    clock = getattr(index, "server_cpu_ns", None)
-    if not callable(clock) or clock() is None:
-        return None
-    return clock  # type: ignore[no-any-return]
 
 
 def _server_fields(server: np.ndarray | None) -> dict[str, Any]:

@@ -23,12 +23,14 @@ from .common import (
 )
 from .embedders import embedder_key, embedder_lines
 from .judged import judged_reading
+from .points import WALL_OVER_CPU
 
 __all__ = [
     "AXES",
     "CODEC_NOTE",
     "SAME_RECALL",
     "candidates_note",
+    "cpu_warning",
     "recall_gap_note",
     "dominant_stage",
     "order_note",
@@ -329,6 +331,59 @@ def recall_gap_note(records: Sequence[RunRecord]) -> str:
     )
 
 
+def _retrieve_cpu(run: RunRecord) -> tuple[float, float, bool] | None:
+    """(retrieve wall p50 µs, CPU p50 µs, server read) of ``run``; ``None`` without CPU samples.
+
+    CPU per request is the retrieve stage's thread CPU (``cpu_samples_ns``, with
+    ``--cpu-time``) plus, where the record has it, the index's database server's
+    CPU for the same request (``server_cpu_ns``: pgvector's own server).
+    """
+    cpu, wall = run.cpu_samples_ns, run.samples_ns
+    if not cpu or not wall or "retrieve" not in cpu or "retrieve" not in wall:
+        return None
+    spent = np.asarray(cpu["retrieve"], dtype=np.int64)
+    server = run.server_cpu_ns
+    both = server is not None and len(server) == len(spent)
+    if both:
+        spent = spent + np.asarray(server, dtype=np.int64)
+    return (
+        intervals.point(np.asarray(wall["retrieve"]), "p50") / 1e3,
+        intervals.point(spent, "p50") / 1e3,
+        both,
+    )
+
+
+def cpu_warning(records: Sequence[RunRecord]) -> str:
+    """A WARNING naming the rows whose retrieve wall p50 exceeds :data:`WALL_OVER_CPU` × its CPU p50.
+
+    The retrieve stage's CPU is the request thread's plus, where read, the
+    database server's for the same request (:func:`_retrieve_cpu`), so a
+    search's work in pgvector's server is not taken for waiting. "" when no
+    row recorded CPU time (``--cpu-time``) or none is over the factor.
+    """
+    odd = []
+    for run in records:
+        read = _retrieve_cpu(run)
+        if read is not None and read[1] > 0 and read[0] / read[1] > WALL_OVER_CPU:
+            odd.append((read[0] / read[1], run, read))
+    if not odd:
+        return ""
+    odd.sort(key=lambda t: -t[0])
+    named = ", ".join(
+        f"{run.label} {r:.1f}× ({us_text(wall)} vs {us_text(cpu)}"
+        f"{' with the server' if server else ''})"
+        for r, run, (wall, cpu, server) in odd[:3]
+    )
+    more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+    return (
+        "WARNING: retrieve wall time inflated by pre-emption or waiting; compare CPU: its wall "
+        "p50 over its CPU p50 (the request thread's, plus the database server's where read) "
+        f"exceeds {WALL_OVER_CPU:g} in {len(odd)} of {len(records)} rows: {named}{more} (a busy "
+        "machine, or an engine that searches on its own threads, whose work this thread's CPU "
+        "time does not count)"
+    )
+
+
 def _total_line(records: Sequence[RunRecord]) -> str:
     """End to end: the fastest and slowest rows by total p50, or that no row is surely faster."""
     totals = {str(r.label): _pooled([r], need(r.stages, "stages")) for r in records if r.samples_ns}
@@ -386,7 +441,13 @@ def run_reading(
     total = _total_line(runs)
     if total:
         lines.append(total)
-    notes = (recall_gap_note(runs), candidates_note(runs), _model_note(runs), order_note(runs))
+    notes = (
+        recall_gap_note(runs),
+        candidates_note(runs),
+        _model_note(runs),
+        order_note(runs),
+        cpu_warning(runs),
+    )
     for note in notes:
         if note:
             lines.append(note)
