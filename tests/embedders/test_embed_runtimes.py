@@ -20,6 +20,7 @@ import pytest
 
 import ragbench as rb
 from ragbench.embedders.minilm import MiniLMEmbedder
+from ragbench.timing import Parts
 
 pytestmark = pytest.mark.integration
 
@@ -85,8 +86,9 @@ def test_one_query_is_timed_in_three_parts(runtime: str) -> None:
     for text in ("how do I read a file", "sort a list of tuples by the second item"):
         emb.embed([text])
         parts.append(emb.last_parts())
-    assert all(p is not None and len(p) == 3 and min(p) > 0 for p in parts)
-    assert parts[0] != parts[1]  # measured per call, not a constant
+    assert all(isinstance(p, Parts) and min(p.ns) > 0 for p in parts)
+    assert all(list(p) == ["tokenize", "forward", "pool"] for p in parts)
+    assert parts[0].ns != parts[1].ns  # measured per call, not a constant
 
 
 def test_truncation_at_the_model_length_is_counted() -> None:
@@ -103,6 +105,19 @@ def test_truncation_at_the_model_length_is_counted() -> None:
     np.testing.assert_allclose(
         emb.embed([long]), emb.embed([" ".join(["file"] * 300)]), rtol=0, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("runtime", ("onnx", "onnx-int8", "openvino"))
+def test_an_empty_query_is_embedded_as_torch_embeds_it(runtime: str) -> None:
+    """An empty query is [CLS] [SEP] to the tokenizer, as with torch (handled as today: a
+    vector, not an error), in every runtime; an empty batch is no rows."""
+    want = MiniLMEmbedder().embed([""])
+    emb = MiniLMEmbedder(runtime=runtime)
+    got = emb.embed([""])
+    assert got.shape == (1, 384) and abs(float(np.linalg.norm(got)) - 1.0) < 1e-5
+    assert float((got * want).sum()) >= (0.97 if runtime == "onnx-int8" else 0.999)
+    assert emb.last_parts() is not None and emb.describe()["truncated_texts"] == 0
+    assert emb.embed([]).shape == (0, 384)
 
 
 def test_int8_record_names_the_cpu_int8_kernels() -> None:
@@ -189,6 +204,33 @@ def test_bf16_is_refused_on_a_cpu_without_bf16_instructions() -> None:
     (line,) = proc.stderr.strip().splitlines()
     assert "'torch-bf16' needs a CPU with bfloat16 instructions" in line
     assert "amx_bf16 or avx512_bf16" in line
+
+
+@pytest.mark.parametrize(
+    "bench", ["bench/test_bench_embed_runtimes.py", "bench/test_bench_embed_cold.py"]
+)
+def test_the_benches_say_why_bf16_has_no_row_on_a_cpu_without_it(
+    bench: str, tmp_path: Path
+) -> None:
+    """On a CPU without bfloat16 instructions each runtime bench skips torch-bf16 before
+    measuring anything, and the skip names the flags the CPU lacks."""
+    (tmp_path / "no_bf16_cpu.py").write_text(
+        "import ragbench.embedders._runtimes as r\nr.cpu_flags = lambda: {'avx2', 'fma'}\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", bench, "-p", "no_bf16_cpu", "-p", "no:cacheprovider",
+         "-k", "bf16", "-rs", "-q"],
+        capture_output=True, text=True, timeout=300, cwd=root,
+        env={**os.environ, "PYTHONPATH": path, "RAGBENCH_BENCH_QUICK": ""},
+    )  # fmt: skip
+    assert proc.returncode in (0, 5), proc.stdout + proc.stderr  # 5: every test skipped
+    skipped = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert skipped, proc.stdout
+    for line in skipped:
+        assert "torch-bf16 not run: this CPU has none of amx_bf16, avx512_bf16" in line
+    assert " passed" not in proc.stdout and " failed" not in proc.stdout
 
 
 @pytest.mark.parametrize(
