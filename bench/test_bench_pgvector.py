@@ -84,7 +84,7 @@ def _spread(values: list[float], scale: float, fmt: str) -> str:
 def _start_to_first_query() -> list[float]:
     import psycopg
 
-    from ragbench.indexes._pg_server import EmbeddedServer
+    from ragbench.indexes.pgvector._server import EmbeddedServer
 
     out = []
     for _ in range(pick(3, 1)):  # printed, not asserted: one start in quick mode
@@ -103,7 +103,7 @@ def _bare(index):  # type: ignore[no-untyped-def]
     """The same prepared statement on the index's own connection, as a psycopg user writes it."""
     from psycopg.types.numeric import Int8
 
-    from ragbench.indexes._pg_conn import VectorParam as vector_type
+    from ragbench.indexes.pgvector._connection import VectorParam as vector_type
 
     c = index._conn()
     cur, sql = c.cur, index._statement(c.conn, (), ())  # the unfiltered statement

@@ -82,19 +82,19 @@ BUILTIN_INDEXES: dict[str, Builtin] = {
     "chroma": _line("ragbench.indexes.chroma_index:ChromaIndex", "ChromaBuild", "ChromaSearch"),
     # PostgreSQL + pgvector, a real server (ragbench's own, or [retrieve] build dsn=)
     "pgvector": _line(
-        "ragbench.indexes.pgvector_index:PgvectorIndex", "PgvectorBuild", "PgvectorSearch"
+        "ragbench.indexes.pgvector.index:PgvectorIndex", "PgvectorBuild", "PgvectorSearch"
     ),
     # lexical (texts in; ragbench[lexical]): BM25 with bm25s in process
     "bm25": _line("ragbench.indexes.bm25_index:Bm25Index", "Bm25Build", "NoParams"),
     # the Tantivy full-text engine, embedded (an index in a temporary folder)
     "tantivy": _line("ragbench.indexes.tantivy_index:TantivyIndex", "TantivyBuild", "NoParams"),
     # PostgreSQL full-text search (tsvector, GIN, ts_rank_cd) on the server pgvector starts
-    "pg-fts": _line("ragbench.indexes.pgfts_index:PgFtsIndex", "PgFtsBuild", "NoParams"),
+    "pg-fts": _line("ragbench.indexes.pgvector.fts:PgFtsIndex", "PgFtsBuild", "NoParams"),
     # a dense and a lexical index, fused by rank (ragbench.fusion); vectors and texts in
     "hybrid": _line("ragbench.indexes.hybrid_index:HybridIndex", "HybridBuild", "NoParams"),
     # pgvector's search and PostgreSQL full-text fused by RRF in one SQL statement
     "pg-hybrid": _line(
-        "ragbench.indexes.pghybrid_index:PgHybridIndex", "PgHybridBuild", "NoParams"
+        "ragbench.indexes.pgvector.hybrid:PgHybridIndex", "PgHybridBuild", "NoParams"
     ),
 }
 

@@ -1,6 +1,6 @@
 """One PostgreSQL server shared by the tests that build many ``pgvector`` indexes.
 
-Started on first use (ragbench's own :class:`~ragbench.indexes._pg_server.EmbeddedServer`,
+Started on first use (ragbench's own :class:`~ragbench.indexes.pgvector._server.EmbeddedServer`,
 the server ``pgvector`` starts for itself) and stopped at the end of the session
 (``conftest.py``); each index then connects with ``dsn=`` and keeps to a table of its
 own. Tests of ragbench starting and stopping its own server create indexes without it.
@@ -17,7 +17,7 @@ def dsn() -> str:
     """A libpq connection string to the shared server (started on first call)."""
     global _server
     if _server is None or not _server.alive:
-        from ragbench.indexes._pg_server import EmbeddedServer
+        from ragbench.indexes.pgvector._server import EmbeddedServer
 
         _server = EmbeddedServer()
     info = _server.conninfo()

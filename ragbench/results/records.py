@@ -163,7 +163,7 @@ def without_secrets(obj: Any) -> Any:
         out = {}
         for key, value in obj.items():
             if key == "dsn" and isinstance(value, str):
-                from ..indexes._pg_conn import redact  # only when a record names a server
+                from ..indexes.pgvector.dsn import redact  # only when a record names a server
 
                 value = redact(value)
             out[key] = without_secrets(value)

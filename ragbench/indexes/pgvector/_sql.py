@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _pg_wire as wire
-from ._pg_conn import array_param, float8, int8
-from .attribute_filters import Term
+from ..attribute_filters import Term
+from . import _wire as wire
+from ._connection import array_param, float8, int8
 
 #: metric -> (distance operator, operator class suffix)
 OPS = {"ip": ("<#>", "ip"), "cosine": ("<=>", "cosine"), "l2": ("<->", "l2")}

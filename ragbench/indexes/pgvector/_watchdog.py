@@ -1,6 +1,6 @@
-"""Keeper of one PostgreSQL server: run as a script, standard library only.
+"""The watchdog of ragbench's own PostgreSQL server: run as a script, standard library only.
 
-``python _pg_keeper.py`` reads one JSON line from stdin -- ``initdb`` (the
+``python _watchdog.py`` reads one JSON line from stdin -- ``initdb`` (the
 ``initdb`` command line, run first; ``null`` skips it), ``argv`` (the
 ``postgres`` command line), ``data`` (its data folder), ``log``,
 ``remove`` (a folder to delete once the server is gone), ``uid``/``gid``

@@ -1,133 +1,31 @@
-"""The ``pgvector`` backend's connections: opening them, what is torn down, typed parameters.
+"""One index's session with a PostgreSQL server: its connections, their watchdog, its teardown.
 
-:class:`PgState` holds what must be torn down (connections, ragbench's table
-and extension on a ``dsn=`` server, ragbench's own server); it is held by the
-index and by its finalizer, never the index itself. :class:`Conn` is one
-thread's connection with the settings last sent on it. The ``*Param`` byte
-strings are parameters already in PostgreSQL's binary format, dumped as they
-are by the dumpers :func:`register_types` installs on a connection.
+:class:`ServerSession` holds what must be torn down (connections, ragbench's
+table and extension on a ``dsn=`` server, ragbench's own server); it is held
+by the index and by its finalizer, never the index itself. Its watchdog
+thread gives up on a server that stops answering: a statement in flight past
+its limit (plus :data:`GRACE`) gets its connection's socket shut, so the call
+fails instead of hanging.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ConfigError, MissingDependencyError, RagbenchError
-from ._pg_wire import ARRAY_OIDS
-
-OWNER = "index 'pgvector'"
-
-
-def psycopg_module() -> Any:
-    try:
-        import psycopg
-    except ImportError:
-        raise MissingDependencyError("psycopg", "vectordb") from None
-    return psycopg
-
-
-# a URL's user and password: the user ends at the first ":", the password at the LAST "@"
-# (an unencoded password may hold "@", ":", "/" or blanks; cutting too much beats leaking)
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:).*@", re.DOTALL)
-# a libpq keyword=value password (password, sslpassword): a single-quoted value with
-# backslash escapes (up to the closing quote, or the end when there is none), or a bare
-# value (up to the next unescaped blank)
-_KEYWORD_PASSWORD = re.compile(
-    r"(\b\w*password\s*=\s*)(?:'(?:[^'\\]|\\.)*(?:'|\\?$)|(?:\\.|[^\s\\])+\\?)",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-def redact(dsn: str) -> str:
-    """A DSN for messages: every password replaced by ``***``, whole.
-
-    Covers a URL (``postgresql://user:p@ss w@host/db``: ``user:***@host/db``)
-    and libpq keyword/value strings (``password='a b\\' c'``, bare
-    ``password=x``, ``sslpassword=...``, and ``?password=`` in a URL's query).
-    """
-    dsn = _URL_PASSWORD.sub(r"\1***@", dsn)
-    return _KEYWORD_PASSWORD.sub(r"\1***", dsn)
-
-
-_PIECE = 4  # characters in a row of a password that a message may not show
-
-
-def redact_message(text: str, dsn: str | None) -> str:
-    """``text`` (a driver's error) with the DSN's passwords, and any 4 characters of one, as ``***``.
-
-    libpq reads an unencoded ``@`` in a URL password as the end of it and
-    names the rest as the host (``host 'ss@Secret@127.0.0.1'``), so a whole
-    match is not enough: every run of 4 or more characters found in a
-    password is masked.
-    """
-    text = redact(text)
-    if not dsn:
-        return text
-    for secret in _passwords(dsn):
-        text = _mask(text, secret)
-    return text
-
-
-def _passwords(dsn: str) -> list[str]:
-    """The passwords a DSN holds: as written, and unescaped (libpq's quoted values)."""
-    found = [m.group(0)[len(m.group(1)) : -1] for m in _URL_PASSWORD.finditer(dsn)]
-    for m in _KEYWORD_PASSWORD.finditer(dsn):
-        value = m.group(0)[len(m.group(1)) :]
-        found.append(value)
-        found.append(re.sub(r"\\(.)", r"\1", value.strip("'"), flags=re.DOTALL))
-    return [f for f in found if len(f) >= _PIECE]
-
-
-def _mask(text: str, secret: str) -> str:
-    """``text`` with every run of at least :data:`_PIECE` characters found in ``secret`` as ``***``."""
-    out, i = [], 0
-    while i < len(text):
-        n = _PIECE
-        while i + n <= len(text) and text[i : i + n] in secret:
-            n += 1
-        if n > _PIECE:  # text[i : i + n - 1] is the longest run here found in the secret
-            out.append("***")
-            i += n - 1
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
+from ...errors import ConfigError, RagbenchError
+from ._connection import OWNER, Conn, psycopg_module, set_statement_timeout
+from .dsn import redact, redact_message
 
 #: Seconds past a limit before the client gives up on a silent server (PostgreSQL's own
 #: statement_timeout answers first when the server still runs).
 GRACE = 2.0
 _WATCH_EVERY = 0.1  # seconds between the watchdog's looks
-
-
-class Conn:
-    """One thread's connection: its cursor, the settings last sent on it, its watch.
-
-    ``since``: ``time.perf_counter_ns()`` when the statement in flight was
-    sent (0: none); ``limit``: nanoseconds it may take before the watchdog
-    (:class:`PgState`) shuts the socket; ``timed_out``: the limit, in
-    seconds, once it did.
-    """
-
-    __slots__ = ("conn", "cur", "gucs", "last", "limit", "pid", "plan", "since", "timed_out")
-
-    def __init__(self, conn: Any, limit_s: float) -> None:
-        self.conn = conn
-        self.cur = conn.cursor(binary=True)
-        self.gucs: dict[str, str] = {}
-        self.pid = os.getpid()
-        self.last: tuple[Any, int] | None = None  # (compiled params, k) that plan is for
-        self.plan: tuple[Any, ...] = ()
-        self.since = 0
-        self.limit = int(limit_s * 1e9)
-        self.timed_out: float | None = None
 
 
 def _shut(conn: Any) -> None:
@@ -139,14 +37,14 @@ def _shut(conn: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-class PgState:
+class ServerSession:
     """What must be torn down: connections, our table, our extension, our server."""
 
     def __init__(
         self, dsn: str | None, timeouts: tuple[float, float, float] = (10, 60, 3600)
     ) -> None:
         self.dsn = dsn
-        #: seconds: connect_timeout, statement_timeout, build_timeout (see _pg_base)
+        #: seconds: connect_timeout, statement_timeout, build_timeout (build parameters)
         self.connect_timeout, self.statement_timeout, self.build_timeout = timeouts
         self.server: Any = None  # EmbeddedServer
         self.conns: list[Any] = []
@@ -275,58 +173,3 @@ def drop_our_extension(conn: Any) -> None:
     if row is not None and row[0] == EXTENSION_MARK:
         with contextlib.suppress(psycopg.Error):  # RESTRICT: refused while anything uses it
             conn.execute("DROP EXTENSION vector")
-
-
-def set_statement_timeout(conn: Any, seconds: float) -> None:
-    """PostgreSQL's ``statement_timeout`` on ``conn`` (milliseconds, at least 1)."""
-    conn.execute(f"SET statement_timeout = {max(1, round(seconds * 1000))}")  # a validated number
-
-
-class VectorParam(bytes):
-    """A query vector in pgvector's binary format (dumped as ``vector``)."""
-
-
-class IdsParam(bytes):
-    """Ids (or int64 attribute values) in PostgreSQL's binary ``int8[]`` format."""
-
-
-class FloatsParam(bytes):
-    """float64 attribute values in PostgreSQL's binary ``float8[]`` format."""
-
-
-class TextsParam(bytes):
-    """str attribute values in PostgreSQL's binary ``text[]`` format."""
-
-
-_ARRAYS: dict[str, type[bytes]] = {"i": IdsParam, "f": FloatsParam, "U": TextsParam}
-
-
-def array_param(kind: str, payload: bytes) -> bytes:
-    """``payload`` (a binary array of dtype kind ``i``, ``f`` or ``U``) as its parameter type."""
-    return _ARRAYS[kind](payload)
-
-
-def register_types(c: Conn, vec_oid: int) -> None:
-    """Binary dumpers for the ``*Param`` types (a cursor copies them at creation)."""
-    from psycopg.adapt import Dumper
-    from psycopg.pq import Format
-
-    attrs = {"format": Format.BINARY, "dump": lambda self, obj: obj}
-    vec = type("VectorDumper", (Dumper,), {**attrs, "oid": vec_oid})
-    c.conn.adapters.register_dumper(VectorParam, vec)
-    for kind, cls in _ARRAYS.items():
-        dumper = type(f"{cls.__name__}Dumper", (Dumper,), {**attrs, "oid": ARRAY_OIDS[kind]})
-        c.conn.adapters.register_dumper(cls, dumper)
-    c.cur = c.conn.cursor(binary=True)
-
-
-def int8(value: int) -> Any:
-    from psycopg.types.numeric import Int8
-
-    return Int8(value)
-
-
-def float8(value: float) -> Any:
-    from psycopg.types.numeric import Float8
-
-    return Float8(value)

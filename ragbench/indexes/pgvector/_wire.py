@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from ..errors import IndexServerError
+from ...errors import IndexServerError
 
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _HEADER = _SIGNATURE + struct.pack(">ii", 0, 0)
