@@ -14,15 +14,14 @@ import numpy as np
 
 from .. import progress
 from ..errors import IndexFileError
-from ..validate import check_k, positive_int
-from ._arrays import F32, I64, INF, batch_is_finite, build_step, fix_padding
+from ..validate import positive_int
+from ._arrays import F32, I64, batch_is_finite, build_step, fix_padding
 from ._trained_codes import SampledCodes
 from ._writes_and_filters import IdSpace
 from .base import LiveVectorIndex
-from .faiss_indexes import UNSET, sync_threads
+from .faiss_indexes import sync_threads
 
 _ndarray = np.ndarray
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
 
 
 class BinaryFlatIndex(SampledCodes, LiveVectorIndex):
@@ -32,7 +31,8 @@ class BinaryFlatIndex(SampledCodes, LiveVectorIndex):
     ``cosine``; scores are negated Hamming distances (``0`` to ``-bits``).
     Code: ``ceil(dim / 8)`` bytes per vector.
 
-    Filters: ``post`` and ``in-graph`` (an ``IDSelectorBitmap`` in
+    Search: :meth:`LiveVectorIndex.search` over this class's hooks, the
+    reference (no fast path). Filters: ``post`` and ``in-graph`` (an ``IDSelectorBitmap`` in
     ``SearchParameters``: the scan skips disallowed rows, so it is the exact
     Hamming top-k of the allowed rows); no ``pre`` (no float32 vectors kept).
     ``add`` appends sign codes; ``delete`` is ``remove_ids`` (the rows after
@@ -51,9 +51,6 @@ class BinaryFlatIndex(SampledCodes, LiveVectorIndex):
         self._index: Any = None
         self._bits = -(-self.dim // 8) * 8
         self._memory: int | None = None
-        self._last_call: tuple[Any, Any] = (UNSET, None)
-        # (live count, labels_ext or None) of the published id snapshot.
-        self._state: tuple[int, np.ndarray | None] = (0, None)
         self._init_live()
 
     def _new_index(self) -> Any:
@@ -94,78 +91,7 @@ class BinaryFlatIndex(SampledCodes, LiveVectorIndex):
         self._publish_built(int(index.ntotal))
 
     def _on_space(self, space: IdSpace) -> None:
-        self._state = (space.live, space.labels_ext())
         self._memory = None
-
-    def _compiled_for(self, ef: Any, params: dict[str, Any]) -> Any:
-        if ef is UNSET and not params:
-            return self._default_compiled
-        if ef is self._last_call[0] and not params:
-            return self._last_call[1]
-        compiled = self._parse_query({**({} if ef is UNSET else {"ef": ef}), **params})
-        if not params:
-            self._last_call = (ef, compiled)
-        return compiled
-
-    def search(
-        self,
-        queries: Any,
-        k: int,
-        ef: Any = UNSET,
-        filter: Any = None,
-        strategy: Any = None,
-        **params: Any,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` by Hamming distance of the queries' sign bits, optionally filtered.
-
-        Args:
-            queries: float32 ``(nq, dim)`` (a 1-D vector is one query).
-            k: results per query, ``1 <= k <= ntotal``.
-            ef: ``binary-hnsw``'s beam width (raised to ``k``); others raise ConfigError.
-            filter, strategy: the allow-list and how to apply it (``post`` or
-                ``in-graph``), see :mod:`ragbench.indexes.base`.
-
-        Returns:
-            ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)`` (negated
-            Hamming distances), best first; ``-1`` / ``-inf`` where fewer were found.
-        """
-        entries = self._gate_entries  # see WriteGate
-        entries.append(None)
-        if entries[0]:
-            entries.pop()
-            self._gate.wait_enter()
-        try:
-            compiled = self._compiled_for(ef, params)
-            if filter is None and strategy is None:
-                return self._search(queries, k, compiled)
-            return self._search_filtered(queries, k, compiled, filter, strategy)
-        finally:
-            entries.pop()
-
-    def _search(self, queries: Any, k: Any, compiled: Any) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search` without a filter, inside the gate."""
-        index = self._index
-        if index is None:
-            raise self._not_built()
-        live, labels_ext = self._state
-        q = queries
-        if not (
-            type(q) is _ndarray
-            and q.dtype is F32
-            and q.shape == (1, self.dim)
-            and q.flags.c_contiguous
-            and 0.0 < float(_vdot(q, q)) < INF
-        ):
-            q = self._checked(q)
-        n = q.shape[0]
-        if type(k) is not int or k < 1 or k > live:
-            k = check_k(k, live)
-        if n == 0:
-            return np.empty((0, k), I64), np.empty((0, k), F32)
-        ids, scores = self._lib_search(q, k, self._params_for(compiled, k))
-        if labels_ext is not None:
-            ids = labels_ext[ids]
-        return ids, scores
 
     def _lib_search(self, q: np.ndarray, k: int, params: Any) -> tuple[np.ndarray, np.ndarray]:
         """Positions and negated Hamming distances of the top ``k``, ``-1``/``-inf`` padded."""

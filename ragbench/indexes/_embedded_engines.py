@@ -6,8 +6,10 @@ the query parameters (the last call's compiled value kept), the
 filter/strategy dispatch, the query checks (shape, dtype, NaN/inf, cosine
 zero rows, ``k``), the empty batch and the caller's ids. A backend supplies
 :meth:`~ragbench.indexes.base.LiveVectorIndex._raw_search` (positions,
-``-1``/``-inf`` padded: :func:`padded` and :func:`pad_rows` build that) and
-may override :meth:`EngineIndex._search_unfiltered` for a fast path of its own.
+``-1``/``-inf`` padded: :func:`padded` and :func:`pad_rows` build that).
+This search is the engines' reference; a measured fast path of an engine
+(:mod:`ragbench.indexes._fast_paths`) answers first in the backend's own
+``search`` and leaves every other call to it.
 
 :class:`FolderEngineIndex` adds the temporary folder an engine keeps its
 files in: removed by ``close()`` or when the index is garbage-collected, its
@@ -37,15 +39,13 @@ import numpy as np
 from ..errors import ConfigError
 from ..validate import check_k, positive_int
 from ._arrays import F32, I64, INF, INT32_MAX, batch_is_finite
+from ._fast_paths import NOT_CACHED, cached_query_params
 from ._writes_and_filters import FilterPlan, IdSpace
 from .attribute_filters import AttributeColumns, Term, WhereFilter, spec_terms, where_masks
 from .base import LiveVectorIndex
 
 _T = TypeVar("_T")
 _ndarray = np.ndarray
-# The C function behind np.vdot, without the __array_function__ dispatcher
-# (a Python-level call, ~3 µs when cold); only called on exact np.ndarray.
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
 _empty = np.empty
 
 
@@ -133,18 +133,11 @@ class EngineIndex(LiveVectorIndex):
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
         """
-        entries = self._gate_entries  # see WriteGate
-        entries.append(None)
-        if entries[0]:
-            entries.pop()
-            self._gate.wait_enter()
-        try:
+        with self._gate:
             compiled = self._default_compiled if not params else self._params(params)
             if filter is not None or strategy is not None:
                 return self._search_filtered(queries, k, compiled, filter, strategy)
             return self._search_unfiltered(queries, k, compiled)
-        finally:
-            entries.pop()
 
     def _search_unfiltered(
         self, queries: Any, k: Any, compiled: Any
@@ -163,25 +156,26 @@ class EngineIndex(LiveVectorIndex):
 
     def _params(self, params: dict[str, Any]) -> Any:
         """This call's compiled query parameters (the last call's, when they are equal)."""
-        last_params, last = self._last_query
-        return last if params == last_params else self._parse_query(params)
+        compiled = cached_query_params(self, params)
+        return self._parse_query(params) if compiled is NOT_CACHED else compiled
 
     def _queries(self, q: Any) -> np.ndarray:
-        """Checked float32 ``(nq, dim)`` queries (NaN/inf, wrong width, cosine zero rows)."""
+        """Checked float32 ``(nq, dim)`` queries (NaN/inf, wrong width, cosine zero rows).
+
+        A float32 ``(nq, dim)`` ip/l2 array passes on a min and a max pass
+        (:func:`batch_is_finite`, which propagate NaN); cosine needs its
+        per-row zero-norm check, and every other input the full check.
+        """
         if (
             type(q) is _ndarray
             and q.dtype is F32
             and q.ndim == 2
             and q.shape[1] == self.dim
             and (not self.contiguous_queries or q.flags.c_contiguous)
+            and not self._cosine
+            and batch_is_finite(q)
         ):
-            if q.shape[0] == 1:
-                # NaN/inf make the sum of squares NaN/inf; zero (cosine) and
-                # overflow take the exact check below.
-                if 0.0 < float(_vdot(q, q)) < INF:
-                    return q
-            elif not self._cosine and batch_is_finite(q):
-                return q
+            return q
         checked = self._slow_queries(q)
         return np.ascontiguousarray(checked) if self.contiguous_queries else checked
 

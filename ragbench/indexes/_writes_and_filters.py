@@ -52,27 +52,17 @@ class WriteGate:
     writer's flag steps back and waits on :attr:`opened`; a writer that sees
     a search waits for it. A search pops only after its own append, so the
     list is never shorter than two then and the flag is never popped. One
-    list rather than two attributes: a search touches one object, and on
-    caches left cold by a search through a large index each object read
-    costs ~0.3-1 µs. Writers are serialised by :attr:`lock`, and
-    :meth:`writer` takes only that lock (for writes the library allows
-    beside searches, such as hnswlib's ``add_items``).
+    list rather than two attributes: the search's announcement and its read
+    of the writer's flag are made on the same object, in that order.
+    Writers are serialised by :attr:`lock`, and :meth:`writer` takes only
+    that lock (for writes the library allows beside searches, such as
+    hnswlib's ``add_items``).
 
-    A search enters as::
-
-        entries = self._gate_entries  # the gate's entries, kept on the index
-        entries.append(None)
-        if entries[0]:
-            entries.pop()
-            self._gate.wait_enter()
-        try:
-            ...
-        finally:
-            entries.pop()
-
-    Never re-enter: a search must not call another gated search (a waiting
-    writer would wait for the outer one forever); backends gate the public
-    method only.
+    A search enters the gate as a context manager (``with index._gate:``);
+    the gate is one object for every search, so entering and leaving is two
+    method calls and no allocation. Never re-enter: a search must not call
+    another gated search (a waiting writer would wait for the outer one
+    forever); backends gate the public method only.
     """
 
     __slots__ = ("entries", "lock", "opened")
@@ -93,18 +83,17 @@ class WriteGate:
                 return
             entries.pop()
 
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        """A search: announce it (no lock), or wait while a writer holds searches off."""
+    def __enter__(self) -> None:
+        """A search starts: announce it (no lock), or wait while a writer holds searches off."""
         entries = self.entries
         entries.append(None)
         if entries[0]:
             entries.pop()
             self.wait_enter()
-        try:
-            yield
-        finally:
-            entries.pop()
+
+    def __exit__(self, *exc: object) -> None:
+        """A search ends: withdraw its announcement (never the writer's flag: see above)."""
+        self.entries.pop()
 
     @contextmanager
     def writer(self) -> Iterator[None]:

@@ -45,11 +45,13 @@ price of a few hooks. Three levels, each a subclass of the one before:
     scores, ``-1``/``-inf`` padded; ``allow`` a positions mask for
     ``in-graph``), ``_lib_add(vectors, positions)``,
     ``_lib_delete(positions)``; optional: ``_read_vectors(space)`` (for
-    ``pre``), ``_unit_queries(q)``, ``_on_space(space)``. Call
+    ``pre``), ``_unit_queries(q)``, ``_on_space(space)``,
+    ``_caller_ids(pos, space)``. Call
     ``_init_live()`` in ``__init__`` and ``_publish_built(n)`` once a build
     or load holds ``n`` rows. :meth:`LiveVectorIndex.search` is the plain
-    reference search over those hooks; a backend may replace it with a
-    measured faster one.
+    reference search over those hooks; a backend may answer the common case
+    first with a measured fast path (:mod:`ragbench.indexes._fast_paths`)
+    that returns exactly what the reference returns.
 
 A complete backend on :class:`LiveVectorIndex` is ``docs/how-to/examples/sq_index.py``
 (walked through in ``docs/how-to/writing-a-backend.md``). The library
@@ -461,12 +463,10 @@ class LiveVectorIndex(VectorIndex):
     post_max_candidates: int = 4096
 
     _gate: WriteGate
-    _gate_entries: list[bool | None]  # the gate's entries, read by every search
     _space: IdSpace | None
 
     def _init_live(self) -> None:
         self._gate = WriteGate()
-        self._gate_entries = self._gate.entries
         self._space = None
         self._store: np.ndarray | None = None
         self._store_rows = 0
@@ -562,10 +562,12 @@ class LiveVectorIndex(VectorIndex):
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
 
-        Plainly written over the hooks; the bundled backends replace it with
-        measured faster paths that must return the same.
+        Plainly written over the hooks: every backend's answers are defined
+        by it. A backend may answer the common case first with a measured
+        fast path (:mod:`ragbench.indexes._fast_paths`), which must return
+        exactly what this returns.
         """
-        with self._gate.reading():
+        with self._gate:
             compiled = self._parse_query(params) if params else self._default_compiled
             if filter is not None or strategy is not None:
                 return self._search_filtered(queries, k, compiled, filter, strategy)
@@ -577,7 +579,16 @@ class LiveVectorIndex(VectorIndex):
             if not q.shape[0]:
                 return np.empty((0, k), I64), np.empty((0, k), F32)
             pos, scores = self._raw_search(q, k, compiled, None)
-            return space.to_ids(pos), scores
+            return self._caller_ids(pos, space), scores
+
+    def _caller_ids(self, pos: np.ndarray, space: IdSpace) -> np.ndarray:
+        """The caller's ids of the positions a search returned, ``-1`` pads kept.
+
+        ``space`` is the snapshot the search started from. A library that adds
+        rows beside running searches (hnswlib) may return positions published
+        after it: such a backend maps them with the snapshot of its last add.
+        """
+        return space.to_ids(pos)
 
     # -- filtered search --------------------------------------------------------------
 
@@ -609,7 +620,7 @@ class LiveVectorIndex(VectorIndex):
             pos, scores = self._in_graph(q, k, compiled, plan)
         if strategy != "pre":
             self._count_shortfalls(pos, k, plan)
-        return space.to_ids(pos), scores
+        return self._caller_ids(pos, space), scores
 
     def _count_shortfalls(self, pos: np.ndarray, k: int, plan: FilterPlan) -> None:
         if pos.shape[0] == 1 and pos.item(-1) >= 0:

@@ -9,12 +9,15 @@ copy at build and every query batch is normalized into a new array at search
 (one extra pass over the queries and one allocation, ~1 µs for a single
 384-d query).
 
-Search calls ``index.search_c`` directly with freshly allocated result arrays
-and a cached ``faiss.SearchParameters*`` object, so the per-call cost over the
-raw ``index.search`` is a few attribute checks and one BLAS dot product for
-the NaN/inf check. Query parameters go through the ``SearchParameters``
-object of each call, never through index fields, so concurrent searches with
-different ``ef``/``nprobe`` on one index are safe.
+Search: the reference is :meth:`~ragbench.indexes.base.LiveVectorIndex.search`
+over this module's hooks (``_prepare_queries``, ``_raw_search``); one float32
+``(1, dim)`` ip/l2 query of ``flat``, ``faiss-hnsw`` or ``ivf`` is answered
+first by :func:`~ragbench.indexes._fast_paths.faiss_one_query` (the
+index-wrapper target), which returns exactly what the reference returns.
+Both call ``index.search_c`` with freshly allocated result arrays and a
+cached ``faiss.SearchParameters*`` object. Query parameters go through the
+``SearchParameters`` object of each call, never through index fields, so
+concurrent searches with different ``ef``/``nprobe`` on one index are safe.
 
 Filtered search and live writes (see :mod:`ragbench.indexes.base`):
 
@@ -40,9 +43,8 @@ Thread-safety: any number of threads may search one index at once (faiss
 searches are read-only). Writes are single-writer (a lock) and exclusive:
 ``add`` and ``delete`` wait for the running searches to finish and hold new
 ones off until the library call returns (faiss reallocates its arrays on
-``add``); a search takes no lock (:class:`~ragbench.indexes._writes_and_filters.WriteGate`,
-~0.1 µs per call, measured with ``timeit`` against the same call without
-it). A search started after a ``delete`` returned never sees the deleted ids.
+``add``); a search takes no lock (:class:`~ragbench.indexes._writes_and_filters.WriteGate`).
+A search started after a ``delete`` returned never sees the deleted ids.
 
 Threads: batch searches (more than one query) and builds run with
 ``ragbench.threads.get_threads()`` OpenMP threads (applied when it changed);
@@ -62,9 +64,10 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
-from ..validate import bool_param, check_k, positive_int
-from ._arrays import F32, FLT_MAX, I64, INF, INT32_MAX, batch_is_finite, build_step, fix_padding
+from ..validate import bool_param, positive_int
+from ._arrays import F32, I64, INF, INT32_MAX, batch_is_finite, build_step, fix_padding
 from ._faiss_layout import check_faiss_payload
+from ._fast_paths import faiss_one_query
 from ._writes_and_filters import IdSpace
 from .base import LiveVectorIndex
 
@@ -72,11 +75,6 @@ __all__ = ["FaissHnswIndex", "FlatIndex", "IvfIndex", "LshIndex"]
 
 _ndarray = np.ndarray
 _empty = np.empty
-# The C function behind np.vdot, without the __array_function__ dispatcher
-# (a Python-level call, ~3 µs when cold); only called on exact np.ndarray.
-_vdot = getattr(np.vdot, "_implementation", np.vdot)
-# Marks "not passed" (None is not a valid ef/nprobe and must keep raising).
-UNSET: Any = object()
 _negative = np.negative
 _swig_ptr = faiss.swig_ptr
 
@@ -120,21 +118,9 @@ class FaissVectorIndex(LiveVectorIndex):
         super().__init__(dim, metric, **build_params)
         self._negate = metric == "l2"
         self._index: Any = None
-        # (search_c, (1, dim), live count, labels_ext or None, check_after) once
-        # built: the fast path reads one attribute.
-        self._state: tuple[Any, tuple[int, int], int, Any, bool] | None = None
-        # (ef object, nprobe object, compiled) of the last call that passed one.
-        self._last_call: tuple[Any, Any, Any] = (UNSET, UNSET, None)
-        # The repeat fast path of search(): (search_c, (1, dim), k, ef, nprobe,
-        # SearchParameters, (1, k), negate) of the last checked single ip/l2
-        # query. The same float32 C-contiguous (1, dim) query shape with the
-        # same k, ef and nprobe objects (ints are immutable: the same object is
-        # the same validated value) skips parsing and the parameter lookup:
-        # after a search through a large index every object touched is cold,
-        # and each attribute or call saved is ~0.3-2 µs then.
-        self._fast: (
-            tuple[Any, tuple[int, int], Any, Any, Any, Any, tuple[int, int], bool] | None
-        ) = None
+        # faiss_one_query's state for the current id snapshot (see _on_space), or
+        # None where the fast path cannot vouch for an answer (cosine, quantized codes).
+        self._fast: tuple[Any, Any, tuple[int, int], int, bool, np.ndarray | None] | None = None
         self._memory: int | None = None
         self._tls = threading.local()
         self._init_live()
@@ -147,27 +133,23 @@ class FaissVectorIndex(LiveVectorIndex):
         return None
 
     def _on_space(self, space: IdSpace) -> None:
-        self._state = (
-            self._index.search_c,
-            (1, self.dim),
-            space.live,
-            space.labels_ext(),
-            self.finite_answer_proves_query and not self._cosine,
-        )
+        # Called with no search running (build, load, or inside a write's exclusive section).
         self._fast = None
+        if self.finite_answer_proves_query and not self._cosine:
+            self._fast = (
+                self._index.search_c,
+                _swig_ptr,
+                (1, self.dim),
+                space.live,
+                self._negate,
+                space.labels_ext(),
+            )
         self._memory = None
 
     # -- search -----------------------------------------------------------------------
 
     def search(
-        self,
-        queries: Any,
-        k: int,
-        ef: Any = UNSET,
-        nprobe: Any = UNSET,
-        filter: Any = None,
-        strategy: Any = None,
-        **params: Any,
+        self, queries: Any, k: int, *, filter: Any = None, strategy: Any = None, **params: Any
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of each query, optionally restricted to an allow-list.
 
@@ -175,153 +157,28 @@ class FaissVectorIndex(LiveVectorIndex):
             queries: float32 ``(nq, dim)`` (a 1-D vector is one query; other
                 numeric dtypes are converted).
             k: results per query, ``1 <= k <= ntotal``.
-            ef, nprobe: the query parameter of ``faiss-hnsw`` / ``ivf``, per
-                call. Named so a call passing one builds no dict; a backend
-                without that parameter raises ConfigError as for any unknown
-                name.
             filter: allow-list, see :mod:`ragbench.indexes.base`: a bool
                 mask ``(id_bound,)`` or int ids for the batch, a bool
                 ``(nq, id_bound)`` mask or a list of ``nq`` of them per query.
             strategy: ``"auto"`` (default), ``"pre"``, ``"post"`` or
                 ``"in-graph"`` where the backend has it (:attr:`filter_strategies`).
-            **params: further query parameters (see ``query_params``; none
-                exist today, so any name here raises ConfigError).
+            **params: ``ef`` (``faiss-hnsw``) or ``nprobe`` (``ivf``), per call;
+                any other name raises ConfigError.
 
         Returns:
             ``ids`` int64 ``(nq, k)`` and ``scores`` float32 ``(nq, k)``, best
             first; ``-1`` / ``-inf`` where fewer than ``k`` were found.
 
-        Searches hold off while a write (``add``/``delete``) runs and a write
-        waits for running searches (:class:`~ragbench.indexes._writes_and_filters.WriteGate`:
-        no lock taken by a search unless a write is under way).
+        The reference search (:meth:`LiveVectorIndex.search`) answers every
+        call that :func:`~ragbench.indexes._fast_paths.faiss_one_query` does
+        not. Searches hold off while a write (``add``/``delete``) runs and a
+        write waits for running searches (:class:`~ragbench.indexes._writes_and_filters.WriteGate`).
         """
-        entries = self._gate_entries  # see WriteGate
-        entries.append(None)
-        if entries[0]:
-            entries.pop()
-            self._gate.wait_enter()
-        try:
-            if filter is None and strategy is None:
-                # The repeat fast path of the index (see _fast), inline: a call
-                # frame saved is ~1 µs on cold caches.
-                fast = self._fast
-                if (
-                    fast is not None
-                    and k is fast[2]
-                    and ef is fast[3]
-                    and nprobe is fast[4]
-                    and not params
-                    and type(queries) is _ndarray
-                    and queries.dtype is F32
-                    and queries.shape == fast[1]
-                ):
-                    try:
-                        q_ptr = _swig_ptr(queries)
-                    except ValueError:  # not C-contiguous: the checked path copies it
-                        return self._search(queries, k, ef, nprobe, params)
-                    scores = _empty(fast[6], F32)
-                    ids = _empty(fast[6], I64)
-                    fast[0](1, q_ptr, k, _swig_ptr(scores), _swig_ptr(ids), fast[5])
-                    if fast[7]:
-                        _negative(scores, scores)
-                    if not -FLT_MAX < scores.item(-1) < INF:
-                        self._check_single_answer(queries, ids, scores)
-                    return ids, scores
-                return self._search(queries, k, ef, nprobe, params)
-            return self._search_filtered(
-                queries, k, self._call_params(ef, nprobe, params), filter, strategy
-            )
-        finally:
-            entries.pop()
-
-    def _check_single_answer(self, q: np.ndarray, ids: np.ndarray, scores: np.ndarray) -> None:
-        """Raise for a NaN/inf single ip/l2 query, else mend the answer's pads in place.
-
-        Called when the answer's last score is not a finite value above
-        ``-FLT_MAX``. A NaN or inf anywhere in an ip/l2 query makes every
-        distance NaN or ±inf; faiss's heaps (flat, HNSW, IVF) never take a
-        NaN, so such a query's answer ends in a pad or an infinite score,
-        never a finite one. A finite last score thus proves the query finite
-        for one ``item()`` after the search, instead of a numpy pass over the
-        query before it on cold caches (``np.vdot`` of the row measured 14.6
-        µs right after a flat search of 2k rows, 0.6 µs warm, on a host whose
-        cache misses were slow). A finite query whose score overflows, or an
-        answer with pads, also lands here: the exact check tells them apart.
-        """
-        self._slow_queries(q)
-        if ids.item(-1) < 0:
-            fix_padding(ids, scores)
-
-    def _call_params(self, ef: Any, nprobe: Any, params: dict[str, Any]) -> Any:
-        if ef is UNSET and nprobe is UNSET and not params:
-            return self._default_compiled
-        return self._parse_call(ef, nprobe, params)
-
-    def _search(
-        self, queries: Any, k: Any, ef: Any, nprobe: Any, params: dict[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`search` without a filter, inside the gate; records the repeat fast path."""
-        # Every object touched here is cold after a search through a large
-        # index (~0.5-12 µs per numpy call then): one state tuple, one shape
-        # comparison, faiss, and one item() after it on a single ip/l2 query
-        # unless something must be fixed.
-        if ef is UNSET and nprobe is UNSET and not params:
-            compiled = self._default_compiled
-        else:
-            last = self._last_call
-            # Identity: the same objects validated on an earlier call.
-            if ef is last[0] and nprobe is last[1] and not params:
-                compiled = last[2]
-            else:
-                compiled = self._parse_call(ef, nprobe, params)
-        state = self._state
-        if state is None:
-            raise self._not_built()
-        search_c, one_row, ntotal, labels_ext, check_after = state
-        q, k_passed = queries, k
-        if (
-            type(q) is _ndarray
-            and q.dtype is F32
-            and q.shape == one_row
-            and q.flags.c_contiguous
-            # ip/l2: checked after the search (see _check_single_answer).
-            # cosine: NaN/inf make the sum of squares NaN/inf; zero and
-            # overflow (|x| > ~1e19) take the exact check in _queries.
-            and (check_after or 0.0 < float(_vdot(q, q)) < INF)
-        ):
-            n = 1
-        else:
-            q = self._queries(q)
-            n = q.shape[0]
-            check_after = False
-        if type(k) is not int or k < 1 or k > ntotal:
-            k = check_k(k, ntotal)
-        if n != 1:
-            if n == 0:
-                return _empty((0, k), I64), _empty((0, k), F32)
-            sync_threads()
-        if self._cosine:
-            q = self._normalize_queries(q)
-        scores = _empty((n, k), F32)
-        ids = _empty((n, k), I64)
-        sp = self._params_for(compiled, k)
-        search_c(n, _swig_ptr(q), k, _swig_ptr(scores), _swig_ptr(ids), sp)
-        if self._negate:
-            _negative(scores, scores)
-        if check_after:
-            if labels_ext is None and type(k_passed) is int and not params:
-                self._fast = (search_c, one_row, k_passed, ef, nprobe, sp, (1, k), self._negate)
-            # One item() proves both: no pad (faiss pads last, with -FLT_MAX
-            # as a score) and a finite query (see _check_single_answer).
-            if not -FLT_MAX < scores.item(-1) < INF:
-                self._check_single_answer(q, ids, scores)
-        # faiss sorts each row and puts its -1 pads last: a pad anywhere means
-        # one in the last column. item(): a Python int, no numpy scalar.
-        elif ids.item(-1) < 0 or (n > 1 and (ids[:, k - 1] < 0).any()):
-            fix_padding(ids, scores)
-        if labels_ext is not None:
-            ids = labels_ext[ids]
-        return ids, scores
+        if filter is None and strategy is None:
+            answer = faiss_one_query(self, queries, k, params)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
+        return super().search(queries, k, filter=filter, strategy=strategy, **params)
 
     # -- filtered search and writes (see ragbench.indexes.base) -----------------
 
@@ -351,8 +208,8 @@ class FaissVectorIndex(LiveVectorIndex):
         if n > 1:
             sync_threads()
         # The cached params keep a pointer to this call's selector after it is
-        # freed; harmless, as sel is set again before every use (unsetting it
-        # through SWIG costs ~3 µs).
+        # freed; harmless, as sel is set again before every use (and the params
+        # are this thread's: no other search reads them meanwhile).
         self._index.search_c(n, _swig_ptr(q), k, _swig_ptr(scores), _swig_ptr(ids), params)
         del bits, sel
         if self._negate:
@@ -368,8 +225,8 @@ class FaissVectorIndex(LiveVectorIndex):
     def _thread_params(self, compiled: Any, k: int) -> Any:
         """This thread's ``SearchParameters`` for ``(compiled, k)``, to take a selector.
 
-        Building one costs ~5-7 µs in faiss's Python layer; kept per thread
-        because its ``sel`` field is set for each call.
+        Kept per thread, not shared: its ``sel`` field is set for each call,
+        so two threads' searches must not hold the same object.
         """
         cache = getattr(self._tls, "params", None)
         if cache is None:
@@ -395,22 +252,12 @@ class FaissVectorIndex(LiveVectorIndex):
         if removed != positions.size:
             raise RuntimeError(f"faiss removed {removed} of {positions.size} rows")
 
-    def _parse_call(self, ef: Any, nprobe: Any, params: dict[str, Any]) -> Any:
-        """Validate this call's query params; remember a lone ef/nprobe object for the next call."""
-        named = {
-            key: value for key, value in (("ef", ef), ("nprobe", nprobe)) if value is not UNSET
-        }
-        compiled = self._parse_query({**named, **params})
-        if not params:
-            self._last_call = (ef, nprobe, compiled)
-        return compiled
-
     def _queries(self, q: Any) -> np.ndarray:
-        """Checked queries for anything but one float32 ``(1, dim)`` row (batches, other types).
+        """Checked float32 ``(nq, dim)`` queries: NaN/inf, width, cosine zero rows.
 
-        A float32 C-contiguous ``(nq, dim)`` batch passes on a min and a max pass
-        (:func:`batch_is_finite`); a cosine batch needs its per-row zero-norm check, and every
-        other input the full check of :meth:`_slow_queries`.
+        A float32 C-contiguous ``(nq, dim)`` ip/l2 array passes on a min and a max pass
+        (:func:`batch_is_finite`, which propagate NaN); cosine needs its per-row zero-norm
+        check, and every other input the full check of :meth:`_slow_queries`.
         """
         if (
             type(q) is _ndarray
@@ -571,7 +418,8 @@ class FaissHnswIndex(FaissVectorIndex):
         return params
 
     def __init__(self, dim: int | None = None, metric: str = "ip", **build_params: Any) -> None:
-        # SearchParametersHNSW construction costs ~3 µs: keep one per ef value.
+        # One SearchParametersHNSW per ef value, shared by concurrent searches:
+        # faiss only reads it (a selector goes into a per-thread copy instead).
         self._sp_cache: dict[int, Any] = {}
         super().__init__(dim, metric, **build_params)
 

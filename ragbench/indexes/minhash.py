@@ -137,7 +137,6 @@ class MinHashLshIndex(BaseIndex):
         self._lsh: MinHashLSH | None = None
         self._hashvalues = np.empty((0, self.build_params["num_perm"]), dtype=np.uint32)
         self._gate = WriteGate()
-        self._gate_entries = self._gate.entries
         self._space: IdSpace | None = None
         self._written = False
 
@@ -252,15 +251,8 @@ class MinHashLshIndex(BaseIndex):
                 f"index {self.name!r}: filtered search is for the dense indexes only "
                 "(flat, hnsw, faiss-hnsw, ivf, lsh)"
             )
-        entries = self._gate_entries  # see WriteGate
-        entries.append(None)
-        if entries[0]:
-            entries.pop()
-            self._gate.wait_enter()
-        try:
+        with self._gate:
             return self._search(queries, k, params)
-        finally:
-            entries.pop()
 
     def _search(
         self, queries: Any, k: int, params: dict[str, Any]

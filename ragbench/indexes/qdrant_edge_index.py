@@ -23,6 +23,11 @@ Filtered search: ``in-graph`` (a ``HasIdCondition`` with the allowed
 positions: Qdrant's planner picks an exact scan of those rows or a filtered
 graph walk) and ``post``; ``auto`` uses ``in-graph``.
 
+Search: the engines' reference (:meth:`~ragbench.indexes._embedded_engines.EngineIndex.search`
+over :meth:`QdrantEdgeIndex._raw_search`); one float32 ``(1, dim)`` ``ip``/``l2``
+query is answered first by :func:`~ragbench.indexes._fast_paths.qdrant_one_query`
+(the engine-wrapper target), which returns exactly what the reference returns.
+
 Live writes: ``add`` upserts points, ``delete`` deletes them by id (Qdrant
 marks them deleted; its optimizer vacuums later). Both hold searches off.
 
@@ -61,7 +66,7 @@ from .. import progress
 from ..errors import IndexFileError
 from ..threads import MAX_THREADS, get_threads
 from ..validate import positive_int
-from ._arrays import F32, I64, INF
+from ._arrays import F32, I64
 from ._embedded_engines import (
     FolderEngineIndex,
     check_graph_params,
@@ -71,6 +76,7 @@ from ._embedded_engines import (
     is_panic,
     pad_rows,
 )
+from ._fast_paths import qdrant_one_query
 from ._writes_and_filters import IdSpace
 
 __all__ = ["QdrantEdgeIndex"]
@@ -79,10 +85,6 @@ _BATCH = 1000
 #: rows per ``retrieve`` call when the stored vectors are hashed (bounds the Python lists)
 _HASH_BATCH = 4096
 _T = TypeVar("_T")
-_ndarray = np.ndarray
-_fromiter = np.fromiter
-_square = np.square
-_negative = np.negative
 
 
 def _qdrant() -> Any:
@@ -113,11 +115,19 @@ class QdrantEdgeIndex(FolderEngineIndex):
         # (shard.search, SearchRequest, Query.Nearest) of the open shard
         self._api: tuple[Any, Any, Any] = (None, None, None)
         self._l2 = metric == "l2"
+        # qdrant_one_query's state for the current id snapshot (see _on_space), or
+        # None (cosine, ids that are not Qdrant's point ids, no open shard).
         self._fast: tuple[Any, ...] | None = None
-        self._one_row = (1, self.dim)
-        # ip/l2: a single query's NaN/inf check is made on Qdrant's answer (see
-        # _search_unfiltered)
-        self._check_after = metric != "cosine"
+
+    def search(
+        self, queries: Any, k: int, filter: Any = None, strategy: Any = None, **params: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`EngineIndex.search`, the reference, after :func:`qdrant_one_query`."""
+        if filter is None and strategy is None:
+            answer = qdrant_one_query(self, queries, k, params)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
+        return super().search(queries, k, filter, strategy, **params)
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
@@ -195,42 +205,14 @@ class QdrantEdgeIndex(FolderEngineIndex):
         self._fast = None
 
     def _on_space(self, space: IdSpace) -> None:
+        # Called with no search running (build, load, or inside a write's exclusive section).
         self._labels_ext = ext = space.labels_ext()
         search, request, nearest = self._api
-        # the single-query fast path: ip/l2, ids equal to Qdrant's point ids
-        usable = self._check_after and ext is None and search is not None
-        self._fast = (self._one_row, search, request, nearest, space.live) if usable else None
-
-    def _search_unfiltered(
-        self, queries: Any, k: Any, compiled: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``search`` without a filter: the single-query fast path first, else every check."""
-        fast = self._fast
-        if (
-            fast is not None
-            and type(queries) is _ndarray
-            and queries.dtype is F32
-            and queries.shape == fast[0]
-            and type(k) is int
-            and 0 < k <= fast[4]
-        ):
-            # One float32 (1, dim) ip/l2 query, checked on Qdrant's answer: a NaN
-            # or inf component makes every Dot/Euclid score NaN or inf (measured),
-            # so a finite best score proves the query finite without a numpy pass
-            # over it (each numpy call costs microseconds on the caches a graph
-            # walk leaves cold). Anything else takes the checked path, which
-            # raises for NaN/inf.
-            hits = fast[1](fast[2](query=fast[3](queries.tolist()[0]), limit=k, params=compiled))
-            if len(hits) == k and -INF < hits[0].score < INF:
-                # fromiter + an in-place shape: cheaper than np.array on a nested list
-                ids = _fromiter([h.id for h in hits], I64, k)
-                scores = _fromiter([h.score for h in hits], F32, k)
-                ids.shape = scores.shape = (1, k)
-                if self._l2:
-                    _square(scores, scores)
-                    _negative(scores, scores)
-                return ids, scores
-        return super()._search_unfiltered(queries, k, compiled)
+        self._fast = None
+        # cosine needs its zero-norm check; other ids than Qdrant's point ids
+        # need the mapping: the reference answers both.
+        if not self._cosine and ext is None and search is not None:
+            self._fast = (search, request, nearest, (1, self.dim), space.live, self._l2)
 
     def _raw_search(
         self, q: np.ndarray, k: int, compiled: Any, allow: np.ndarray | None

@@ -29,6 +29,12 @@ of the header's configuration, its count and dimensions; levels, keys, every
 neighbour slot, finite vectors) before usearch reads it
 (:func:`check_usearch_payload`): usearch trusts its bytes.
 
+Search: the engines' reference (:meth:`~ragbench.indexes._embedded_engines.EngineIndex.search`
+over :meth:`UsearchIndex._raw_search`); one float32 ``(1, dim)`` ``ip``/``l2`` query
+of ``f32``/``f16`` storage is answered first by
+:func:`~ragbench.indexes._fast_paths.usearch_one_query` (the engine-wrapper
+target), which returns exactly what the reference returns.
+
 Threads: builds and batch searches use ``ragbench.threads.get_threads()``; a
 single query runs on the calling thread (``threads=1``).
 """
@@ -43,8 +49,9 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
-from ._arrays import F32, I64, INF, build_step
+from ._arrays import I64, build_step
 from ._embedded_engines import EngineIndex, check_graph_params, import_engine, pad_rows
+from ._fast_paths import usearch_one_query
 
 __all__ = ["UsearchIndex"]
 
@@ -53,7 +60,6 @@ DTYPES = ("f32", "f16", "i8")
 _subtract = np.subtract
 _negative = np.negative
 _ONE = np.ones((), dtype=np.float32)
-_ndarray = np.ndarray
 
 
 def _usearch() -> Any:
@@ -78,9 +84,19 @@ class UsearchIndex(EngineIndex):
         self._index: Any = None
         self._ef = -1
         self._search_fn: Any = None
-        # The repeat fast path (see _search_unfiltered): (search_many, k, compiled,
-        # (1, dim), ones (1, k) or None for l2) of the last checked single query.
-        self._fast: tuple[Any, int, Any, tuple[int, int], Any] | None = None
+        # usearch_one_query's state for the current id snapshot (see _on_space), or
+        # None where it cannot vouch for an answer (cosine, i8 storage).
+        self._fast: tuple[Any, tuple[int, int], int, bool, np.ndarray | None] | None = None
+
+    def search(
+        self, queries: Any, k: int, filter: Any = None, strategy: Any = None, **params: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`EngineIndex.search`, the reference, after :func:`usearch_one_query`."""
+        if filter is None and strategy is None:
+            answer = usearch_one_query(self, queries, k, params)
+            if answer is not None:
+                return answer  # type: ignore[no-any-return]
+        return super().search(queries, k, filter, strategy, **params)
 
     def _check_build_params(self, params: dict[str, Any]) -> dict[str, Any]:
         owner = f"index {self.name!r}"
@@ -125,7 +141,6 @@ class UsearchIndex(EngineIndex):
         self._index = index
         self._search_fn = index._compiled.search_many
         self._ef = -1
-        self._fast = None
         self._publish_built(len(index))
 
     def _raw_search(
@@ -133,7 +148,6 @@ class UsearchIndex(EngineIndex):
     ) -> tuple[np.ndarray, np.ndarray]:
         ef = max(int(compiled), k)
         if ef != self._ef:
-            self._fast = None
             self._index.expansion_search = ef
             self._ef = ef
         n = q.shape[0]
@@ -156,59 +170,19 @@ class UsearchIndex(EngineIndex):
         return ids, dist
 
     def _on_space(self, space: Any) -> None:
+        # Called with no search running (build, load, or inside a write's exclusive section).
         super()._on_space(space)
         self._fast = None
-
-    def _search_unfiltered(
-        self, queries: Any, k: Any, compiled: Any
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The repeat fast path, else :meth:`EngineIndex._search_unfiltered`'s checks.
-
-        One float32 C-contiguous ``(1, dim)`` ip/l2 query with the same ``k``
-        and query parameter objects as the last checked one goes straight to
-        usearch's compiled search: after a walk through a large graph every
-        object touched is cold (each numpy call ~2-10 µs then), so the query
-        is checked on the answer rather than by a pass over it. A NaN or inf
-        in an ip/l2 query makes every f32/f16 distance NaN or inf (usearch's
-        walk over it ends normally), so a finite best score with ``k`` rows
-        found proves the query finite; anything else (a NaN/inf query, an
-        overflow, fewer than ``k`` found) is searched again through every
-        check. i8 storage quantizes the query first (a NaN becomes a finite
-        code) and cosine needs its zero-norm check: neither takes this path.
-        """
-        fast = self._fast
-        if (
-            fast is not None
-            and k is fast[1]
-            and compiled is fast[2]
-            and type(queries) is _ndarray
-            and queries.dtype is F32
-            and queries.shape == fast[3]
-            and queries.flags.c_contiguous
-        ):
-            keys, dist, counts = fast[0](queries, k, False, 1)[:3]
-            ones = fast[4]
-            if ones is None:
-                _negative(dist, dist)
-            else:
-                _subtract(ones, dist, dist)
-            if counts.item(0) == k and -INF < dist.item(0) < INF:
-                keys.dtype = I64  # keys < 2**63: reinterpreted in place, no view
-                return keys, dist
-        ids, scores = super()._search_unfiltered(queries, k, compiled)
-        if (
-            self._labels_ext is None
-            and not self._cosine
-            and self.build_params["dtype"] != "i8"
-            and type(k) is int
-            and type(queries) is _ndarray
-            and queries.dtype is F32
-            and queries.shape == (1, self.dim)
-            and queries.flags.c_contiguous
-        ):
-            ones = np.ones((1, k), F32) if self._similarity else None
-            self._fast = (self._search_fn, k, compiled, (1, self.dim), ones)
-        return ids, scores
+        # i8 storage quantizes the query (a NaN becomes a finite code); cosine
+        # needs its zero-norm check: the reference answers both.
+        if not self._cosine and self.build_params["dtype"] != "i8":
+            self._fast = (
+                self._search_fn,
+                (1, self.dim),
+                space.live,
+                self._similarity,
+                space.labels_ext(),
+            )
 
     def _lib_add(self, vectors: np.ndarray, positions: np.ndarray) -> None:
         self._index.add(positions.astype(np.uint64), vectors, threads=get_threads())
