@@ -32,7 +32,14 @@ from .options import (
 )
 from .payloads import PAYLOAD_AXES, index_item, payload_axes, set_axis, transport_item
 
-__all__ = ["AXES", "backend_options", "configurations", "otel_option", "re_embed_option"]
+__all__ = [
+    "AXES",
+    "backend_options",
+    "configurations",
+    "embed_runtime_option",
+    "otel_option",
+    "re_embed_option",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,12 +59,14 @@ INDEX_HELP = (
 )
 
 
-_EMBED_RUNTIME = click.option(
-    "--embed-runtime",
-    "embed_runtime",
-    help="Comma-separated runtimes of the minilm embedder, one row each, e.g. "
-    "torch,onnx,onnx-int8,openvino ([embed] runtime).",
-)
+def embed_runtime_option(what: str = "one row each") -> Callable[[F], F]:
+    """``--embed-runtime a,b``: the minilm embedder once per runtime ([embed] runtime)."""
+    return click.option(
+        "--embed-runtime",
+        "embed_runtime",
+        help=f"Comma-separated runtimes of the minilm embedder, {what}, e.g. "
+        "torch,onnx,onnx-int8,openvino ([embed] runtime).",
+    )
 
 
 _EMBED = click.option(
@@ -78,7 +87,7 @@ def backend_options(fn: F) -> F:
         click.option("--n", "n", help="Corpus size for synthetic (e.g. 10k)."),
         click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic."),
         _EMBED,
-        _EMBED_RUNTIME,
+        embed_runtime_option(),
         re_embed_option(),
         click.option("--index", "index", help=INDEX_HELP),
         click.option("--rerank", help="Comma-separated rerankers, e.g. numba,numpy,python,none."),

@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..results.reading import reading
 from ..results.records import RecordWriter
 from ..results.tables import render
-from .configs import re_embed_option
+from .configs import embed_runtime_option, re_embed_option
 from .options import (
     check_outputs,
     counts,
@@ -33,6 +33,8 @@ from .options import (
     queries_option,
     rebuilds_option,
     repeat_option,
+    set_option,
+    set_pairs,
     split_list,
     threads_option,
 )
@@ -61,7 +63,16 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
 @click.option("--n", "n", help="Corpus size for synthetic (e.g. 100k).")
 @click.option("--dim", type=click.IntRange(min=1), help="Dimension for synthetic.")
 @click.option("--seed", type=int, help="Seed for synthetic.")
-@click.option("--embed", help="Embedder for text datasets (minilm, model2vec, hashing).")
+@click.option(
+    "--embed",
+    help="Embedder for text datasets (minilm, model2vec, hashing), or a comma-separated list: "
+    "every point once per embedder, each with its own vectors and exact neighbours.",
+)
+@embed_runtime_option("every point once per runtime, each with its own vectors")
+@set_option(
+    "An [embed] key for every embedder, e.g. --set embed.query_only=true (repeatable; the "
+    "index's parameters are --build and --param)."
+)
 @re_embed_option()
 @index_option(required=True, help="Comma-separated indexes, e.g. hnsw,faiss-hnsw,ivf,lsh.")
 @click.option(
@@ -128,6 +139,8 @@ def sweep(
     dim: int | None,
     seed: int | None,
     embed: str | None,
+    embed_runtime: str | None,
+    overrides: Sequence[str],
     re_embed: bool | None,
     index: str,
     params: Sequence[str],
@@ -153,13 +166,15 @@ def sweep(
     Each (index, build parameters) is one unit of work: built once, measured at every
     query-parameter point; with --executor ray each is a Ray task. With
     --filter-selectivity every point is also measured filtered, per strategy and
-    selectivity, and each strategy's "filter cliff" is marked.
+    selectivity, and each strategy's "filter cliff" is marked. With several embedders
+    (--embed a,b, --embed-runtime a,b) the grid runs once per embedder on its own vectors.
     """
     from .. import datasets, indexes
     from .. import threads as th
-    from ..sweeps import SweepData, check_grid, count_points, sweep_points
+    from ..sweeps import check_grid, count_points, sweep_points
 
     check_outputs(out, plot)
+    choices = _embedder_choices(embed, embed_runtime, overrides)
     names = _index_names(index)
     targets = _recall_targets(recall_target)
     sels, strategies = _filter_axes(filter_selectivity, filter_strategy)
@@ -174,26 +189,73 @@ def sweep(
         size = parse_count(n, "--n") if n else None
         ds = datasets.from_table(datasets.spec_table(dataset, n=size, dim=dim, seed=seed))
         table = {"attribute": filter_attribute, "correlated": filter_correlated}
-        options: dict[str, Any] = {"embedder": embed, "re_embed": bool(re_embed), "k": k}
+        options: dict[str, Any] = {"re_embed": bool(re_embed), "k": k}
         options.update(filter_table=table, n_queries=queries, filter_selectivities=sels)
-        data = SweepData.from_dataset(ds, **options)
-        dim_ = int(data.vectors.shape[1])
+        datas = _sweep_data(ds, choices, options)
         try:
             grids = (build_grid, query_grid)
-            total = count_points(
-                names, dim_, data.metric, *grids, selectivities=len(sels), strategies=strategies
-            )
+            each: dict[str, Any] = {"selectivities": len(sels), "strategies": strategies}
+            total = sum(count_points(names, d.dim, d.metric, *grids, **each) for d in datas)
             with progress(total, "sweep points") as advance:
                 run: dict[str, Any] = {"repeat": repeat or 1, "rebuilds": rebuilds, "k": k}
                 run.update(fast_build=bool(fast_build), build_grid=build_grid, executor=ex)
                 run.update(query_grid=query_grid, on_point=writer, progress=advance)
                 run.update(recall_target=targets[0], recall_targets=targets)
-                sweep_points(data, names, strategies=strategies, **run)
+                for data in datas:  # one embedder's vectors after the other's
+                    sweep_points(data, names, strategies=strategies, **run)
         except KeyboardInterrupt:
             if writer.records:
                 echo(render(writer.records))
             raise
     _finish(writer, plot)
+
+
+def _sweep_data(
+    ds: Any, choices: list[tuple[str | None, dict[str, Any]]], options: dict[str, Any]
+) -> list[Any]:
+    """One :class:`~ragbench.sweeps.SweepData` per embedder choice, every embedder created
+    (its name and keys checked) before any is loaded or embeds anything."""
+    from .. import embedders
+    from ..sweeps import SweepData
+
+    for name, keys in choices:
+        if (name or ds.default_embedder) != "precomputed":
+            embedders.create(name or ds.default_embedder, **keys)
+    return [
+        SweepData.from_dataset(ds, embedder=name, embedder_params=keys, **options)
+        for name, keys in choices
+    ]
+
+
+def _embedder_choices(
+    embed: str | None, runtimes: str | None, overrides: Sequence[str]
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """(embedder name, its parameters) per ``--embed`` item, minilm once per ``--embed-runtime``
+    item; name ``None``: the dataset's default embedder. ``--set`` gives [embed] keys only."""
+    sets = set_pairs(overrides)
+    other = sorted(set(sets) - {"embed"})
+    if other:
+        raise ConfigError(
+            f"sweep: --set takes [embed] keys only (embed.KEY=VALUE), got {other[0]}.…; "
+            "the index's parameters are --build NAME=V1,V2 and --param NAME=V1,V2"
+        )
+    params = dict(sets.get("embed") or {})
+    if "backend" in params:
+        raise ConfigError("sweep: name the embedder with --embed, not --set embed.backend")
+    names: list[str | None] = [*split_list(embed, "--embed")] or [None]
+    per_runtime = split_list(runtimes, "--embed-runtime")
+    takes = [name for name in names if name in (None, "minilm")]
+    if per_runtime and not takes:
+        raise ConfigError(
+            f"--embed-runtime is minilm's; --embed names {', '.join(map(str, names))}"
+        )
+    out: list[tuple[str | None, dict[str, Any]]] = []
+    for name in names:
+        if per_runtime and name in takes:
+            out += [(name, {**params, "runtime": rt}) for rt in per_runtime]
+        else:
+            out.append((name, dict(params)))
+    return out
 
 
 def _recall_targets(value: str) -> list[float]:

@@ -6,6 +6,8 @@ ties broken toward the smaller row, optional per-query filters.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import progress
@@ -13,7 +15,7 @@ from ..errors import InputError
 from ..metrics import unit_rows
 from ..validate import as_matrix, check_k, check_metric
 
-__all__ = ["brute_force_neighbors", "neighbour_problem"]
+__all__ = ["brute_force_neighbors", "neighbour_problem", "top_k_agreement"]
 
 _NEIGHBORS_BLOCK_BYTES = 64 << 20  # score block size: bounded memory on 1M-row corpora
 
@@ -135,3 +137,42 @@ def neighbour_problem(ids: np.ndarray, nq: int, k: int, n: int, *, padded: bool 
     if real.size and (int(real.min()) < 0 or int(real.max()) >= n):
         return f"neighbour ids outside the corpus rows [0, {n})"
     return ""
+
+
+def top_k_agreement(
+    mine: tuple[np.ndarray, np.ndarray],
+    reference: tuple[np.ndarray, np.ndarray],
+    metric: str = "ip",
+    k: int = 10,
+) -> dict[str, Any]:
+    """What one embedder's vectors change against a reference embedder's, on the same texts.
+
+    ``mine`` and ``reference``: ``(query vectors, corpus vectors)`` each, one
+    row per query and per passage in the same order. ``top_k_mean`` /
+    ``top_k_min``: the overlap of the exact top ``k`` (``min(k, n)``) over the
+    corpus with each side's vectors, mean and worst over the queries (1: the
+    same passages come back). ``cosine_mean`` / ``cosine_p1``: each query
+    vector's cosine to the reference's (both unit rows), mean and 1st
+    percentile; ``None`` with a ``cosine_note`` when the widths differ (a
+    static model's PCA basis is another space).
+    """
+    (queries, corpus), (ref_queries, ref_corpus) = mine, reference
+    k = min(k, int(corpus.shape[0]))
+    got = brute_force_neighbors(queries, corpus, k, metric)
+    want = brute_force_neighbors(ref_queries, ref_corpus, k, metric)
+    overlap = np.asarray(
+        [len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(got, want, strict=True)]
+    )
+    out: dict[str, Any] = {
+        "k": k,
+        "top_k_mean": float(overlap.mean()),
+        "top_k_min": float(overlap.min()),
+    }
+    if queries.shape[1] == ref_queries.shape[1]:
+        cos = np.einsum("ij,ij->i", queries, ref_queries)
+        return out | {"cosine_mean": float(cos.mean()), "cosine_p1": float(np.percentile(cos, 1))}
+    note = (
+        f"not comparable ({queries.shape[1]} PCA dimensions, not the reference's "
+        f"{ref_queries.shape[1]})"
+    )
+    return out | {"cosine_mean": None, "cosine_p1": None, "cosine_note": note}

@@ -21,6 +21,7 @@ import numpy as np
 from .. import embedders, indexes, rerankers
 from ..attributes import QueryFilters
 from ..datasets import Dataset, brute_force_neighbors
+from ..datasets.neighbors import top_k_agreement
 from ..errors import ConfigError, IndexFileError, KTooLargeError, RagbenchError
 from ..files import check_writable
 from ..generators import Generator
@@ -371,11 +372,9 @@ class _SetUp:
 
     def _agreement(self, ds: Dataset, emb: Embedding, metric: str) -> dict[str, Any]:
         """``embed_agreement`` of an embedder with a reference (MiniLM's non-torch runtimes, the
-        static model2vec):
-        its query vectors' cosine to the reference's (mean, 1st percentile) and the overlap of
-        the exact top 10 over the corpus with its vectors and with the reference's (mean, min
-        over queries). The reference's vectors (torch: the shipped ones where they apply) are
-        set-up time, ``reference_vectors``."""
+        static model2vec): :func:`~ragbench.datasets.neighbors.top_k_agreement` of its vectors
+        with the reference's. The reference's vectors (torch: the shipped ones where they
+        apply) are set-up time, ``reference_vectors``."""
         ref = (
             emb.embedder.reference_embedder
             if isinstance(emb.embedder, HasReferenceEmbedder)
@@ -390,27 +389,9 @@ class _SetUp:
         n_events = len(ds.cache_events)
         ref_corpus, ref_queries = self.times.time("reference_vectors", vectors)
         self.cache_events.extend(_event_dict(e) for e in ds.cache_events[n_events:])
-        k = min(10, len(ds.corpus.ids))
-        mine = brute_force_neighbors(emb.queries, emb.corpus, k, metric)
-        theirs = brute_force_neighbors(ref_queries, ref_corpus, k, metric)
-        overlap = np.asarray(
-            [len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(mine, theirs, strict=True)]
-        )
-        got: dict[str, Any] = {
-            "reference": "minilm torch",
-            "k": k,
-            "top_k_mean": float(overlap.mean()),
-            "top_k_min": float(overlap.min()),
-        }
-        if emb.queries.shape[1] == ref_queries.shape[1]:
-            cos = np.einsum("ij,ij->i", emb.queries, ref_queries)
-            got |= {"cosine_mean": float(cos.mean()), "cosine_p1": float(np.percentile(cos, 1))}
-        else:  # a static model's PCA basis: no vector of one space is one of the other's
-            got |= {"cosine_mean": None, "cosine_p1": None}
-            got["cosine_note"] = (
-                f"not comparable ({emb.queries.shape[1]} PCA dimensions, not the reference's "
-                f"{ref_queries.shape[1]})"
-            )
+        mine = (emb.queries, emb.corpus)
+        got = {"reference": "minilm torch"}
+        got |= top_k_agreement(mine, (ref_queries, ref_corpus), metric)
         return {"embed_agreement": got}
 
     def _exact_neighbors(

@@ -220,6 +220,9 @@ class SweepRecord(IndexPoint, frozen=True):
     """``ragbench.sweep/1``: one (index, build, query parameters[, filter strategy, selectivity]) point."""
 
     kind: Literal["sweep"] = "sweep"
+    # what embedded the vectors (``minilm:onnx-int8+query-only``; None: the dataset's own)
+    embedder: str | None = None
+    embed_agreement: Obj | None = None  # against MiniLM on torch: top-10 overlap, query cosine
     strategy: str | None = None
     selectivity: Num = None
     filter: Obj | None = None

@@ -10,8 +10,11 @@ import numpy as np
 
 from .. import datasets, embedders, indexes
 from ..attributes import QueryFilters
+from ..datasets.neighbors import brute_force_neighbors, top_k_agreement
+from ..embedders.labels import config_label
 from ..errors import ConfigError
 from ..judged import Judgments
+from ..pipeline.capabilities import Describes, EmbedsCorpusApart, HasReferenceEmbedder
 
 __all__ = ["FilterCase", "SweepData", "check_grid", "index_param_names", "synthetic_data"]
 
@@ -44,6 +47,17 @@ class SweepData:
     attributes: dict[str, np.ndarray] = field(default_factory=dict)
     #: the dataset's judged answers for the sweep's queries (nDCG@10 ...); None without qrels
     judgments: Judgments | None = None
+    #: what embedded the vectors (``minilm:onnx-int8+query-only``, :func:`config_label`);
+    #: None for vectors that came with the dataset (synthetic, ``precomputed``)
+    embedder: str | None = None
+    #: the embedder's vectors against its reference's (MiniLM on torch) over the sweep's
+    #: queries (:func:`~ragbench.datasets.neighbors.top_k_agreement`); None for the reference
+    embed_agreement: dict[str, Any] | None = None
+
+    @property
+    def dim(self) -> int:
+        """The vectors' width."""
+        return int(self.vectors.shape[1])
 
     @classmethod
     def from_dataset(
@@ -53,6 +67,7 @@ class SweepData:
         k: int,
         n_queries: int | None = None,
         embedder: str | None = None,
+        embedder_params: Mapping[str, Any] | None = None,
         metric: str | None = None,
         re_embed: bool = False,
         filter_selectivities: Sequence[float] = (),
@@ -60,25 +75,23 @@ class SweepData:
     ) -> SweepData:
         """Vectors and exact neighbours of ``ds``; ``re_embed`` as in ``Dataset.corpus_vectors``.
 
-        ``filter_selectivities``: one :class:`FilterCase` each, drawn as
-        ``filter_table`` says (``attribute``, ``correlated``, ``seed``; see
-        :meth:`ragbench.datasets.Dataset.query_filters`) at that selectivity.
+        ``embedder_params``: the embedder's own keys (``runtime``, ``query_only``:
+        the corpus from the torch runtime, the queries from ``runtime``, and the
+        exact neighbours over exactly those vectors). ``filter_selectivities``: one
+        :class:`FilterCase` each, drawn as ``filter_table`` says (``attribute``,
+        ``correlated``, ``seed``; see :meth:`ragbench.datasets.Dataset.query_filters`)
+        at that selectivity.
         """
         emb = embedder or ds.default_embedder
         metric = metric or ds.metric
-        e: Any = "precomputed" if emb == "precomputed" else embedders.create(emb)
-        if emb == "precomputed":
-            X, Q = ds.vectors, ds.query_vectors_precomputed
-        else:
-            X = ds.corpus_vectors(e, re_embed=re_embed)
-            Q = ds.query_vectors(e, re_embed=re_embed)
-        truth = ds.exact_neighbors(k, embedder=e, metric=metric, re_embed=re_embed)
+        vectors = _Vectors.of(ds, emb, embedder_params or {}, k, metric, re_embed)
+        X, Q, e = vectors.corpus, vectors.queries, vectors.embedder
         nq = len(Q) if n_queries is None else min(n_queries, len(Q))
         cases = []
         for sel in filter_selectivities:
             table = {**(filter_table or {}), "selectivity": sel}
             qf = ds.query_filters(table, embedder=e, metric=metric)
-            ftruth = ds.exact_neighbors(k, embedder=e, metric=metric, filters=qf)
+            ftruth = vectors.truth_of(ds, k, metric, qf)
             cases.append(FilterCase(float(sel), qf.subset(nq), ftruth[:nq]))
         judged = ds.judgments()
         return cls(
@@ -87,12 +100,65 @@ class SweepData:
             Q[:nq],
             list(ds.corpus.texts),
             list(ds.queries.texts[:nq]),
-            truth[:nq],
+            vectors.truth_of(ds, k, metric)[:nq],
             metric,
             cases,
             dict(ds.corpus.attributes) if cases else {},
             None if judged is None else judged.subset(nq),
+            vectors.label,
+            vectors.agreement(ds, nq, metric),
         )
+
+
+@dataclass
+class _Vectors:
+    """One embedder configuration's corpus and query vectors of a dataset."""
+
+    embedder: Any  # an Embedder, or "precomputed" (the dataset's own query vectors)
+    corpus: np.ndarray
+    queries: np.ndarray
+    #: the corpus comes from another embedder than the queries (MiniLM's ``query_only``)
+    mixed: bool
+    label: str | None
+    re_embed: bool = False
+
+    @classmethod
+    def of(
+        cls, ds: Any, name: str, params: Mapping[str, Any], k: int, metric: str, re_embed: bool
+    ) -> _Vectors:
+        if name == "precomputed":
+            if params:
+                raise ConfigError(
+                    "embedder 'precomputed' takes no parameters: it reads the "
+                    "dataset's own query vectors"
+                )
+            return cls("precomputed", ds.vectors, ds.query_vectors_precomputed, False, None)
+        e = embedders.create(name, **params)
+        of_corpus = e.corpus_embedder if isinstance(e, EmbedsCorpusApart) else e
+        X = ds.corpus_vectors(of_corpus, re_embed=re_embed)
+        Q = ds.query_vectors(e, re_embed=re_embed)
+        about = e.describe() if isinstance(e, Describes) else None
+        return cls(e, X, Q, of_corpus is not e, config_label(name, about), re_embed)
+
+    def truth_of(self, ds: Any, k: int, metric: str, filters: QueryFilters | None = None) -> Any:
+        """The exact top ``k`` of every query (under ``filters``): over these very vectors when
+        the corpus and the queries come from two embedders, else the dataset's cached one."""
+        if self.mixed:
+            allowed = None if filters is None else filters.masks
+            return brute_force_neighbors(self.queries, self.corpus, k, metric, allowed=allowed)
+        if filters is not None:
+            return ds.exact_neighbors(k, embedder=self.embedder, metric=metric, filters=filters)
+        return ds.exact_neighbors(k, embedder=self.embedder, metric=metric, re_embed=self.re_embed)
+
+    def agreement(self, ds: Any, nq: int, metric: str) -> dict[str, Any] | None:
+        """:func:`top_k_agreement` of the first ``nq`` queries with the reference embedder's."""
+        e = self.embedder
+        ref = e.reference_embedder if isinstance(e, HasReferenceEmbedder) else None
+        if ref is None:
+            return None
+        theirs = (ds.query_vectors(ref)[:nq], ds.corpus_vectors(ref))
+        got = top_k_agreement((self.queries[:nq], self.corpus), theirs, metric)
+        return {"reference": "minilm torch", **got}
 
 
 def index_param_names(name: str, dim: int, metric: str) -> tuple[set[str], set[str]]:

@@ -88,9 +88,15 @@ def bytes_fields(
 
 
 def point_fields(data: SweepData, k: int, name: str, index: Any, build_s: float) -> dict[str, Any]:
-    """The fields of a sweep or scale record about ``index`` built on ``data`` (build, memory)."""
+    """The fields of a sweep or scale record about ``index`` built on ``data`` (build, memory),
+    and what embedded its vectors when an embedder did (``embedder``, ``embed_agreement``)."""
     record = index.build_record if isinstance(index, RecordsBuild) else None
-    return {
+    embedded = (
+        {"embedder": data.embedder, "embed_agreement": data.embed_agreement}
+        if data.embedder is not None
+        else {}
+    )
+    return embedded | {
         "dataset": data.name,
         "n": int(data.vectors.shape[0]),
         "dim": int(data.vectors.shape[1]),

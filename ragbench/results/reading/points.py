@@ -10,6 +10,7 @@ import numpy as np
 from ... import intervals
 from ..schema import IndexPoint, ScaleRecord, SweepRecord, need, read_struct
 from ..tables.cells import num
+from ..tables.embedded import agreement_text, by_embedder
 from ..tables.points import params_text
 from .common import SUGGESTED_REPEAT, ranking, step_text, us_text, within_noise
 from .isorecall import DEFAULT_TARGETS, Point, iso_recall_lines
@@ -241,10 +242,28 @@ def sweep_reading(records: Sequence[Mapping[str, Any] | SweepRecord]) -> list[st
 
     Points are only ever compared within one group: the indexes ranked at the
     best recall all of them reach, and each index's cheapest (lowest p50)
-    point reaching the recall target. Then what sweep times.
+    point reaching the recall target. Then what sweep times. Points of several
+    embedders (each on its own vectors) are read per embedder, each line named
+    by it, with what its vectors change against MiniLM on torch.
     """
     if not records:
         return []
+    groups = by_embedder(records)
+    if len(groups) > 1:
+        lines = []
+        for label, recs in groups:
+            own = _one_embedder_reading(recs)[:-1]  # the timing note once, at the end
+            agreement = agreement_text(read_struct(recs[0], SweepRecord).embed_agreement)
+            lines += [f"{label}: {agreement}"] if agreement else []
+            lines += [f"{label}: {line}" for line in own]
+        return lines + [_timing_note([read_struct(r, SweepRecord) for r in records])]
+    label, _ = groups[0]
+    agreement = agreement_text(read_struct(records[0], SweepRecord).embed_agreement)
+    return ([f"{label}: {agreement}"] if agreement else []) + _one_embedder_reading(records)
+
+
+def _one_embedder_reading(records: Sequence[Mapping[str, Any] | SweepRecord]) -> list[str]:
+    """:func:`sweep_reading` of points on one set of vectors; its last line is the timing note."""
     points = [read_struct(rec, SweepRecord) for rec in records]
     groups: dict[Group, list[SweepRecord]] = {}
     for r in points:

@@ -11,10 +11,11 @@ from typing import Any
 from ...errors import ConfigError, DatasetError
 from ..records import records_of
 from .diffs import diff_records_table
+from .embedded import sweep_tables
 from .frontier import frontier_table
 from .load import load_table
 from .markdown import flat_cell, flat_rows
-from .points import scale_table, sweep_table
+from .points import scale_table
 from .runs import compare_table
 from .stream import stream_table
 
@@ -69,7 +70,7 @@ def render(records: Sequence[Mapping[str, Any]], fmt: str = "table", *, stat: st
         parts = []
         for kind, draw in (
             ("run", lambda rs: compare_table(rs, stat=stat)),
-            ("sweep", sweep_table),
+            ("sweep", sweep_tables),
             ("scale", scale_table),
             ("load", load_table),
             ("stream", stream_table),
