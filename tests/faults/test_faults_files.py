@@ -25,6 +25,7 @@ import pytest
 
 import ragbench.files
 from ragbench.cli import main
+from ragbench.cli.bars import INTERVAL_ENV
 from ragbench.errors import ConfigError, DatasetError
 from ragbench.files import append_bytes, check_writable, read_regular
 from ragbench.results import records as records_mod
@@ -48,6 +49,13 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+@pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read the one error line a command prints; a command that runs past the
+    progress interval (10 s: a sweep on a busy machine) would print progress lines too."""
+    monkeypatch.setenv(INTERVAL_ENV, "3600")
 
 
 def one_line(err: str) -> str:

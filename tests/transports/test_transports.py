@@ -436,8 +436,11 @@ def test_missing_grpc_is_a_missing_dependency_error(monkeypatch: pytest.MonkeyPa
 # by the clock reads (~0.6 us here) when the thread is never descheduled. The
 # kernel's thread CPU clock also runs ahead of the monotonic clock now and then
 # (up to ~45 us in ~0.1% of 20,000 samples on a 2-core VM), so the typical
-# (median) excess is held to a few us and each sample only to a loose bound.
-TOLERANCE_NS = 5_000
+# (median) excess is held to a few us and each sample only to a loose bound. On a 2-core
+# machine at load 24 (a parallel test run beside other jobs) the median reached 5.1 us for
+# asgi: the bound is 20 us, still far below a CPU pair that brackets more than its wall pair
+# (decoding this payload alone takes hundreds of us).
+TOLERANCE_NS = 20_000
 OUTLIER_NS = 100_000
 
 
