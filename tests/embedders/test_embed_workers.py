@@ -73,6 +73,30 @@ def test_load_runs_the_runtime_in_every_worker_kind(kind: str, tmp_path: Path, c
     assert "minilm:onnx-int8+query-only" in rec["label"] or rec["label"] == "embed=onnx-int8"
 
 
+def test_load_puts_the_runtimes_side_by_side(tmp_path: Path, capsys) -> None:
+    """``load --embed-runtime torch,onnx-int8``: one curve per runtime, each record naming it."""
+    out = tmp_path / "load.jsonl"
+    argv = [
+        "load",
+        "--dataset",
+        "pydocs",
+        "--embed",
+        "minilm",
+        "--embed-runtime",
+        "torch,onnx-int8",
+    ]
+    argv += ["--set", "embed.query_only=true", "--set", 'retrieve.backend="flat"']
+    argv += ["--set", 'rerank.backend="none"', "--qps", "6", "--duration", "1", "--warmup", "2"]
+    argv += ["--worker-kind", "thread", "--workers", "1", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["label"] for r in recs] == ["embed=torch", "embed=onnx-int8"]
+    assert [r["config"]["embed"]["runtime"] for r in recs] == ["torch", "onnx-int8"]
+    assert all(r["completed"] > 0 and r["failed"] == 0 for r in recs)
+    shown = capsys.readouterr().out
+    assert "embed=torch" in shown and "embed=onnx-int8" in shown
+
+
 def test_the_fixtures_take_the_runtime(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
