@@ -129,8 +129,10 @@ class Request:
 
     __slots__ = ("_timer", "_index", "_row", "_last", "_token", "_queue", "attributes")
 
-    # Made by StageTimer.request(), which sets the slots itself (no __init__
-    # call: ~60 ns less per request): _timer; _index, the timer's stage index
+    # Made only by StageTimer.request(), which sets every slot itself, so no
+    # __init__ frame runs per request: an __init__ cost more than the run-to-run
+    # noise against the timer-handle target (docs/reference/performance-targets.md).
+    # _timer; _index, the timer's stage index
     # while the ``with`` is open, else _CLOSED; _row, None until entered;
     # attributes, what annotate() added (None: nothing) for the hook; _queue,
     # the row column of the stage begin() ends (0: none, or already done).
