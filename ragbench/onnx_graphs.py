@@ -17,11 +17,19 @@ to it: a truncated, corrupted or foreign file (another model's graph copied
 over the name) is exported again, never loaded. Every file is written to a
 temporary name carrying the writer's pid and moved into place; temporaries
 whose writer is gone (killed, or ended by the CLI's Ctrl-C grace) are removed
-before the next export. The int8 quantization runs in a child process in a
-private folder: ONNX Runtime's quantizer holds the GIL for most of a second at
-a time (Ctrl-C could not be answered) and writes ``<input>-inferred.onnx``
-beside its input (left behind when interrupted, and shared by two processes
-quantizing one graph); the child is killed on Ctrl-C and dies with its parent.
+before the next export.
+
+The export and the int8 quantization each run in a child process
+(``python -m ragbench.onnx_graphs``) working in a private folder: torch's
+exporter holds the GIL for up to 2 s at a time while it writes the graph, and
+ONNX Runtime's quantizer for most of a second, so in this process Ctrl-C could
+not be answered; the quantizer also writes ``<input>-inferred.onnx`` beside its
+input (left behind when interrupted, and shared by two processes quantizing one
+graph). The child ignores SIGINT, is killed when this process is interrupted or
+fails, and dies with it (``PR_SET_PDEATHSIG``); its folder is removed either
+way. The model reaches the exporting child as its configuration (JSON) and its
+weights (safetensors), never as a pickle; the child rebuilds the transformers
+class and loads the weights strictly.
 """
 
 from __future__ import annotations
@@ -61,8 +69,9 @@ __all__ = [
 ]
 
 ONNX_OPSET = 17
-#: Bumped when the export changes, so old cache entries are not reused.
-EXPORT_VERSION = 1
+#: Bumped when the export changes, so old cache entries are not reused
+#: (2: exported in a child, a returned output field wrapped by :func:`_returning`).
+EXPORT_VERSION = 2
 _CHUNK = 1 << 20
 
 
@@ -79,11 +88,14 @@ def onnxruntime() -> Any:
 class GraphSpec:
     """How to export one kind of model.
 
-    ``kind`` names the cache files; ``module`` is the ``torch.nn.Module`` to
-    trace; ``sample`` the example inputs (tensors, in ``inputs`` order);
-    ``inputs``/``outputs`` the graph's names; ``dynamic`` each name's dynamic
-    axes (``{name: {axis: label}}``); ``per_channel`` the int8 quantization's
-    weight scales (one per output channel, not one per tensor).
+    ``kind`` names the cache files; ``module`` is the transformers model to
+    trace (a ``PreTrainedModel``: the exporting child rebuilds it from its
+    class, configuration and weights); ``sample`` the example inputs (tensors,
+    in ``inputs`` order, passed by name); ``inputs``/``outputs`` the graph's
+    names; ``dynamic`` each name's dynamic axes (``{name: {axis: label}}``);
+    ``output`` the field of the model's output the graph returns (``None``:
+    the output as the model returns it); ``per_channel`` the int8
+    quantization's weight scales (one per output channel, not one per tensor).
     """
 
     kind: str
@@ -92,6 +104,8 @@ class GraphSpec:
     inputs: Sequence[str]
     outputs: Sequence[str]
     dynamic: dict[str, dict[int, str]]
+    #: the output field the graph returns (``"last_hidden_state"``), or the whole output
+    output: str | None = None
     #: int8 weights scaled per output channel rather than per tensor
     per_channel: bool = False
 
@@ -262,47 +276,86 @@ def _atomic(path: Path, write: Callable[[Path], None], suffix: str) -> None:
 
 
 def _export(torch: Any, spec: GraphSpec, path: Path) -> None:
-    """``torch.onnx.export`` (TorchScript exporter) of ``spec`` into ``path``."""
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
-        torch.onnx.export(
-            spec.module,
-            spec.sample,
-            str(path),
-            input_names=list(spec.inputs),
-            output_names=list(spec.outputs),
-            dynamic_axes=spec.dynamic,
-            opset_version=ONNX_OPSET,
-            dynamo=False,
-        )
+    """``torch.onnx.export`` (TorchScript exporter) of ``spec`` into ``path``, in a child.
+
+    The child gets the model's class and configuration (JSON), its weights and
+    the sample inputs (safetensors) in its private folder (see :func:`_in_child`).
+    """
+    from safetensors.torch import save_file, save_model  # installed with transformers
+
+    model = spec.module
+    cls = type(model)
+    if not cls.__module__.startswith("transformers.") or not hasattr(model, "config"):
+        raise TypeError(f"GraphSpec.module: a transformers model, not {cls.__qualname__}")
+
+    def inputs(work: Path) -> list[str]:
+        save_model(model, str(work / "model.safetensors"))
+        sample = {str(i): t.detach().contiguous() for i, t in enumerate(spec.sample)}
+        save_file(sample, str(work / "sample.safetensors"))
+        described = {
+            "class": f"{cls.__module__}:{cls.__qualname__}",
+            "config": model.config.to_dict(),
+            "attention": getattr(model.config, "_attn_implementation", None),
+            "output": spec.output,
+            "inputs": list(spec.inputs),
+            "outputs": list(spec.outputs),
+            "dynamic": {
+                n: {str(a): label for a, label in d.items()} for n, d in spec.dynamic.items()
+            },
+            "threads": int(torch.get_num_threads()),
+        }
+        _write_text(work / "spec.json", json.dumps(described, default=str))
+        return [str(work)]
+
+    _in_child("export", f"the {spec.kind} graph", path, inputs)
 
 
 def _quantize(source: Path, path: Path, per_channel: bool) -> None:
     """Dynamic int8 quantization of ``source``'s weights (``QInt8``) into ``path``, in a child.
 
-    The child works in a private folder beside ``path`` (a hard link of
-    ``source`` is its input, so the quantizer's ``-inferred.onnx`` lands
-    there), ignores SIGINT and is killed when this process is interrupted,
-    fails or dies (``PR_SET_PDEATHSIG``); the folder is removed either way.
+    The child's input is a hard link of ``source`` in its private folder, so
+    the quantizer's ``-inferred.onnx`` lands there (see :func:`_in_child`).
     """
     onnxruntime()  # a missing package is named here, not in the child
-    work = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temp_prefix("quantize"), suffix=".tmp.d"))
-    try:
-        src, out = work / "fp32.onnx", work / "int8.onnx"
+
+    def inputs(work: Path) -> list[str]:
+        src = work / "fp32.onnx"
         try:
             os.link(source, src)
         except OSError:  # a file system without hard links
             shutil.copyfile(source, src)
-        _run_child([str(src), str(out), "1" if per_channel else "0", str(os.getpid())])
+        return [str(src), "1" if per_channel else "0"]
+
+    _in_child("quantize", source.name, path, inputs)
+
+
+#: What each child verb does, for messages.
+_VERBS = {"export": "export", "quantize": "int8 quantization"}
+
+
+def _in_child(verb: str, what: str, path: Path, inputs: Callable[[Path], list[str]]) -> None:
+    """Run ``verb`` of ``what`` in a child process writing ``path``: its graph is moved into place.
+
+    A private folder beside ``path`` (named after this process, so a dead
+    writer's is removed by :func:`remove_stale`) gets the child's inputs
+    (``inputs(folder)`` returns its arguments) and its output; the folder is
+    removed either way. The child ignores SIGINT and is killed when this
+    process is interrupted, fails or dies (``PR_SET_PDEATHSIG``).
+    """
+    work = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temp_prefix(verb), suffix=".tmp.d"))
+    try:
+        out = work / "out.onnx"
+        args = inputs(work)
+        _run_child(verb, what, [str(os.getpid()), str(out), *args])
         os.replace(out, path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_child(args: list[str]) -> None:
-    """``python -m ragbench.onnx_graphs ARGS``; killed if waiting for it is interrupted."""
+def _run_child(verb: str, what: str, args: list[str]) -> None:
+    """``python -m ragbench.onnx_graphs VERB ARGS``; killed if waiting for it is interrupted."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ragbench.onnx_graphs", *args],
+        [sys.executable, "-m", "ragbench.onnx_graphs", verb, *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -314,11 +367,65 @@ def _run_child(args: list[str]) -> None:
         proc.kill()
         proc.wait()
         raise
-    if proc.returncode != 0:
+    if proc.returncode == 0:
+        return
+    if proc.returncode < 0:
+        why = f"its process {proc.pid} was killed by signal {-proc.returncode}"
+    else:
         lines = err.decode("utf-8", "replace").strip().splitlines() or ["(no message)"]
-        raise RagbenchError(
-            f"ONNX int8 quantization of {args[0]} failed (exit {proc.returncode}): {lines[-1]}"
+        why = f"exit {proc.returncode}: {lines[-1]}"
+    raise RagbenchError(f"ONNX {_VERBS[verb]} of {what} failed ({why}); nothing was cached")
+
+
+def _export_here(work: Path, dest: Path) -> None:
+    """The exporting child's work: the model rebuilt from ``work``'s files, exported to ``dest``."""
+    import importlib
+
+    import torch
+    from safetensors.torch import load_file, load_model
+
+    spec = json.loads((work / "spec.json").read_text(encoding="utf-8"))
+    module_name, _, name = spec["class"].partition(":")
+    if not module_name.startswith("transformers."):  # only a transformers class is rebuilt
+        raise SystemExit(f"not a transformers model: {spec['class']}")
+    cls = getattr(importlib.import_module(module_name), name)
+    config = cls.config_class.from_dict(spec["config"])
+    if spec["attention"]:
+        config._attn_implementation = spec["attention"]
+    torch.set_num_threads(max(1, int(spec["threads"])))
+    model = cls(config)
+    load_model(model, str(work / "model.safetensors"), strict=True)
+    model.eval()
+    sample = load_file(str(work / "sample.safetensors"))
+    inputs = list(spec["inputs"])
+    dynamic = {n: {int(a): label for a, label in d.items()} for n, d in spec["dynamic"].items()}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
+        torch.onnx.export(
+            _returning(torch, model, inputs, spec["output"]),
+            tuple(sample[str(i)] for i in range(len(sample))),
+            str(dest),
+            input_names=inputs,
+            output_names=list(spec["outputs"]),
+            dynamic_axes=dynamic,
+            opset_version=ONNX_OPSET,
+            dynamo=False,
         )
+
+
+def _returning(torch: Any, model: Any, inputs: list[str], field: str | None) -> Any:
+    """``model`` called with its inputs by name, returning its output's ``field`` (or all of it)."""
+
+    class Traced(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *tensors: Any) -> Any:
+            out = self.model(**dict(zip(inputs, tensors, strict=True)))
+            return out if field is None else getattr(out, field)
+
+    return Traced().eval()
 
 
 def _quantize_here(source: Path, path: Path, per_channel: bool) -> None:
@@ -335,9 +442,10 @@ def _quantize_here(source: Path, path: Path, per_channel: bool) -> None:
 
 
 def _child_main(argv: list[str]) -> None:
-    """Entry of the quantizing child: ``SOURCE DEST PER_CHANNEL(0|1) PARENT_PID``."""
+    """Entry of the child: ``export PARENT_PID DEST FOLDER`` or
+    ``quantize PARENT_PID DEST SOURCE PER_CHANNEL(0|1)``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it kills this child
-    source, dest, per_channel, parent = argv
+    verb, parent, dest, *rest = argv
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -345,7 +453,10 @@ def _child_main(argv: list[str]) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PDEATHSIG
         if os.getppid() != int(parent):  # the parent died before the call above
             os._exit(1)
-    _quantize_here(Path(source), Path(dest), per_channel == "1")
+    if verb == "export":
+        _export_here(Path(rest[0]), Path(dest))
+    else:
+        _quantize_here(Path(rest[0]), Path(dest), rest[1] == "1")
 
 
 if __name__ == "__main__":

