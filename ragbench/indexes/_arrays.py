@@ -6,6 +6,8 @@ The base classes are in :mod:`ragbench.indexes.base`.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -36,17 +38,37 @@ def batch_is_finite(q: np.ndarray) -> bool:
     return float(_min_reduce(q, axis=None)) > -INF and float(_max_reduce(q, axis=None)) < INF
 
 
-_MIN_BUILD_STEP = 10_000
+#: Seconds each add call of a chunked build aims to take. A library's add call does not
+#: return to Python inside itself, so Ctrl-C is answered between calls; a call's own cost
+#: (hnswlib starts and joins its threads, ~0.1 ms) stays ~0.1 % of the build.
+BUILD_CALL_S = 0.1
+#: Rows of a chunked build's first add call, before any call was timed: few, as a slow
+#: engine's rows can take milliseconds each (the chunks then double up to their size).
+FIRST_BUILD_CHUNK = 64
 
 
-def build_step(n: int) -> int:
-    """Rows per add call when an index is built in chunks to report progress.
+def build_chunks(n: int, call_s: float = BUILD_CALL_S) -> Iterator[tuple[int, int]]:
+    """Row ranges ``(start, stop)`` covering ``range(n)`` in order, one per add call of a build.
 
-    At least 10 000 rows, and at most 100 calls: a chunk takes long enough
-    that the calls' overhead and each call's thread start and join stay far
-    below the noise of a build; a corpus up to 10 000 rows is one call.
+    The first has :data:`FIRST_BUILD_CHUNK` rows; each next one is sized from
+    the time the last took (the caller's loop body between two ranges) to take
+    about ``call_s``, at most twice the last one's rows, at least one row. Every
+    backend that builds in chunks adds rows independently of how they are split,
+    so the index is the one a single call builds; the chunks report progress
+    and let Ctrl-C end a build within about ``call_s`` instead of after a
+    library call of any length (10 000-row calls took seconds on a loaded
+    machine, and Ctrl-C then ended ``scale`` only by the CLI's grace).
     """
-    return max(_MIN_BUILD_STEP, -(-n // 100))
+    start, rows = 0, min(n, FIRST_BUILD_CHUNK)
+    while start < n:
+        stop = min(n, start + rows)
+        t0 = time.perf_counter()
+        yield start, stop
+        took = time.perf_counter() - t0
+        done = stop - start
+        rows = min(2 * done, round(done * call_s / took)) if took > 0 else 2 * done
+        rows = max(1, rows)
+        start = stop
 
 
 def fix_padding(ids: np.ndarray, scores: np.ndarray) -> None:

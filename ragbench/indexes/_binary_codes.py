@@ -15,7 +15,7 @@ import numpy as np
 from .. import progress
 from ..errors import IndexFileError
 from ..validate import positive_int
-from ._arrays import F32, I64, batch_is_finite, build_step, fix_padding
+from ._arrays import F32, I64, batch_is_finite, build_chunks, fix_padding
 from ._trained_codes import SampledCodes
 from ._writes_and_filters import IdSpace
 from .base import LiveVectorIndex
@@ -76,11 +76,12 @@ class BinaryFlatIndex(SampledCodes, LiveVectorIndex):
             sync_threads()
             index = self._new_index()
             n = vectors.shape[0]
-            step = build_step(n) if isinstance(index, faiss.IndexBinaryFlat) else n
+            chunked = isinstance(index, faiss.IndexBinaryFlat)
+            chunks = build_chunks(n) if chunked else iter([(0, n)])
             with progress.task(f"building {self.name}", n, unit="vectors") as advance:
-                for start in range(0, n, step):
-                    index.add(self.codes(vectors[start : start + step]))
-                    advance(min(step, n - start))
+                for start, stop in chunks:  # Ctrl-C is answered between calls
+                    index.add(self.codes(vectors[start:stop]))
+                    advance(stop - start)
             self._set_index(index)
 
         self._timed_build(run)

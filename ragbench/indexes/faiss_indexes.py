@@ -65,7 +65,7 @@ from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
 from ..validate import bool_param, positive_int
-from ._arrays import F32, I64, INF, INT32_MAX, batch_is_finite, build_step, fix_padding
+from ._arrays import F32, I64, INF, INT32_MAX, batch_is_finite, build_chunks, fix_padding
 from ._faiss_layout import check_faiss_payload
 from ._fast_paths import faiss_one_query
 from ._writes_and_filters import IdSpace
@@ -291,15 +291,15 @@ class FaissVectorIndex(LiveVectorIndex):
             index = self._new_index(vectors)
             if not index.is_trained:
                 index.train(vectors)
-            # One add() per chunk reports progress; rows are added independently of each
-            # other (the same index as one call), except in HNSW, which orders each add()
-            # call's rows by level, so it gets one call.
-            step = build_step(vectors.shape[0]) if self.chunked_add else vectors.shape[0]
+            # One add() per chunk reports progress and answers Ctrl-C between calls; rows
+            # are added independently of each other (the same index as one call), except in
+            # HNSW, which orders each add() call's rows by level, so it gets one call.
             n = vectors.shape[0]
+            chunks = build_chunks(n) if self.chunked_add else iter([(0, n)])
             with progress.task(f"building {self.name}", n, unit="vectors") as advance:
-                for start in range(0, n, step):
-                    index.add(vectors[start : start + step])
-                    advance(min(step, n - start))
+                for start, stop in chunks:
+                    index.add(vectors[start:stop])
+                    advance(stop - start)
             self._set_index(index)
 
         self._timed_build(run)

@@ -75,7 +75,7 @@ from .. import progress
 from ..errors import IndexFileError
 from ..threads import get_threads
 from ..validate import positive_int as int_param
-from ._arrays import F32, I64, INF, INT32_MAX, batch_is_finite, build_step
+from ._arrays import F32, I64, INF, INT32_MAX, batch_is_finite, build_chunks
 from ._fast_paths import hnswlib_one_query
 from ._hnsw_layout import check_hnswlib_payload
 from ._writes_and_filters import IdSpace
@@ -242,12 +242,12 @@ class HnswIndex(LiveVectorIndex):
                 ef_construction=p["ef_construction"],
                 random_seed=p["seed"],
             )
-            # In chunks, to report progress: hnswlib inserts rows one by one in order, so
-            # this builds what one call does (exactly so on one thread).
-            n, step = vectors.shape[0], build_step(vectors.shape[0])
+            # In chunks, to report progress and answer Ctrl-C between calls: hnswlib inserts
+            # rows one by one in order, so this builds what one call does (exactly so on one
+            # thread).
+            n = vectors.shape[0]
             with progress.task(f"building {self.name}", n, unit="vectors") as advance:
-                for start in range(0, n, step):
-                    stop = min(n, start + step)
+                for start, stop in build_chunks(n):
                     rows = np.arange(start, stop)
                     index.add_items(vectors[start:stop], rows, num_threads=get_threads())
                     advance(stop - start)

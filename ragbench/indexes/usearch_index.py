@@ -126,10 +126,9 @@ class UsearchIndex(EngineIndex):
 
         def run() -> None:
             index = self._new_index()
-            n, step = vectors.shape[0], build_step(vectors.shape[0])
+            n = vectors.shape[0]
             with progress.task(f"building {self.name}", n, unit="vectors") as advance:
-                for start in range(0, n, step):
-                    stop = min(n, start + step)
+                for start, stop in build_chunks(n):  # Ctrl-C is answered between calls
                     keys = np.arange(start, stop, dtype=np.uint64)
                     index.add(keys, vectors[start:stop], threads=get_threads())
                     advance(stop - start)

@@ -18,6 +18,8 @@ from ragbench import datasets, embedders, indexes, progress
 from ragbench import threads as th
 from ragbench.cli import main
 from ragbench.cli.bars import PlainReporter, RichReporter, on_stderr
+from ragbench.indexes import _arrays as _common
+from ragbench.indexes._arrays import FIRST_BUILD_CHUNK, build_chunks
 
 
 class Recorder:
@@ -117,16 +119,40 @@ def test_chunked_build_reports_and_builds_the_same_index(
         chunked.build(vectors)
     (task,) = rec.tasks
     assert task["description"] == f"building {name}" and task["total"] == 25_000
-    assert task["steps"] == [10_000, 10_000, 5_000]
+    assert len(task["steps"]) > 1 and sum(task["steps"]) == 25_000
+    assert task["steps"][0] == FIRST_BUILD_CHUNK
     # the same index from one add call (on one thread hnswlib is deterministic)
     module = sys.modules[type(chunked).__module__]
-    monkeypatch.setattr(module, "build_step", lambda n: n)
+    monkeypatch.setattr(module, "build_chunks", lambda n: iter([(0, n)]))
     whole = indexes.create(name, dim=8, **params)
     whole.build(vectors)
     a_ids, a_scores = chunked.search(queries, k=10)
     b_ids, b_scores = whole.search(queries, k=10)
     np.testing.assert_array_equal(a_ids, b_ids)
     np.testing.assert_array_equal(a_scores, b_scores)
+
+
+def test_build_chunks_are_sized_to_the_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk is sized from the last call's time to take BUILD_CALL_S: a build answers
+    Ctrl-C between calls of ~0.1 s. Old code: 10 000-row calls whatever they took (seconds
+    for hnswlib at dim 256 on a loaded machine), and Ctrl-C ended `scale` only by the grace."""
+    clock = [0.0]
+    monkeypatch.setattr(_common.time, "perf_counter", lambda: clock[0])
+
+    def chunks(n: int, seconds_per_row: float) -> list[tuple[int, int]]:
+        got = []
+        for start, stop in build_chunks(n, call_s=0.1):
+            got.append((start, stop))
+            clock[0] += (stop - start) * seconds_per_row
+        assert got[0] == (0, min(n, FIRST_BUILD_CHUNK)) and got[-1][1] == n
+        assert all(a == b for (_, a), (b, _) in zip(got, got[1:], strict=False))  # no gap
+        return got
+
+    slow = [b - a for a, b in chunks(2_000, 0.01)]  # a slow engine: 10 ms a row
+    assert slow[1:-1] and all(size == 10 for size in slow[1:-1])  # 0.1 s of rows each
+    fast = [b - a for a, b in chunks(1_000_000, 1e-7)]  # a fast one grows at most 2x a call
+    assert fast[:4] == [FIRST_BUILD_CHUNK * 2**i for i in range(4)]
+    assert len(fast) < 40
 
 
 def test_numba_kernel_compile_reports_one_step() -> None:

@@ -138,6 +138,41 @@ def test_ctrl_c_ends_scale_during_a_build(
     _check(_ctrl_c(started, cmd, ready, tmp_path, env))
 
 
+_WOUND_DOWN = textwrap.dedent(
+    """
+    import atexit, os
+
+    if os.environ.get("WOUND_DOWN"):  # the exit handlers ran: not the grace timer's hard exit
+        atexit.register(lambda: open(os.environ["WOUND_DOWN"], "w").close())
+    """
+)
+
+
+def test_ctrl_c_during_a_slow_build_is_answered_between_add_calls(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """An hnswlib build whose 10 000-row add calls take seconds (dim 256, M 32,
+    ef_construction 400, one build thread). Old code: Ctrl-C waited for the add call, so the
+    CLI's 1.5 s grace ended the process (os._exit, no exit handlers). Now the build's calls
+    are sized to ~0.1 s, the KeyboardInterrupt comes between two and the command winds down."""
+    cmd = _cli("scale", "--n", "20k", "--dim", "256", "--index", "hnsw", "--queries", "50")
+    cmd += ["--build", "hnsw.M=32", "--build", "hnsw.ef_construction=400"]
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_WOUND_DOWN)
+    marker = tmp_path / "wound-down"
+
+    def ready(proc: subprocess.Popen[bytes], err: Path) -> bool:  # 1 s into the build
+        return "/20 000 vectors" in err.read_text() and time.sleep(1.0) is None
+
+    env = {
+        "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}",
+        "WOUND_DOWN": str(marker),
+        "RAGBENCH_PROGRESS_INTERVAL_S": "0.1",
+    }
+    _check(_ctrl_c(started, cmd, ready, tmp_path, env))
+    assert marker.exists(), "ended by the grace timer, not between two add calls"
+
+
 def test_ctrl_c_ends_minilm_embedding(
     tmp_path: Path, started: list[subprocess.Popen[bytes]]
 ) -> None:
