@@ -310,6 +310,7 @@ def test_stream_out_on_a_full_disk_says_what_was_not_saved(tmp_path: Path) -> No
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert "2 of 2 record(s) NOT saved to /dev/full" in lines[0]
+    assert lines[0].endswith("(No space left on device); none of them is in it"), lines[0]
     assert "deleted returned" in res.stdout  # the table is still printed
 
 

@@ -488,9 +488,11 @@ class RecordWriter:
         """One line saying which records could not be written and why; None when all were."""
         if self.write_error is None:
             return None
+        saved = len(self.records) - self.unsaved
+        kept = "none of them is in it" if not saved else f"the {saved} before the failure are in it"
         return (
             f"{self.unsaved} of {len(self.records)} record(s) NOT saved to {self.path} "
-            f"({self.write_error}); the file holds the {len(self.records) - self.unsaved} before"
+            f"({self.write_error}); {kept}"
         )
 
 
