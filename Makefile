@@ -51,8 +51,12 @@ RUN_COMPARE := compare --dataset pydocs --embed minilm --embed-runtime torch,onn
 run: $(VENV)/.embed check-no-cuda
 	$(VENV)/bin/ragbench $(RUN_COMPARE)
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist; 2 = this project's CI machine's
+# cores), each test file whole in one worker (--dist loadfile: a module's fixtures are built once).
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.dev check-no-cuda
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 bench: $(VENV)/.dev
 	$(PY) -m pytest bench -p no:cacheprovider -q -s

@@ -22,6 +22,21 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
         os.environ["RAGBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("ragbench-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _pytester_runs_outside_xdist(request: pytest.FixtureRequest) -> None:
+    """A pytester subprocess is a user's own pytest run, not one of this run's xdist workers.
+
+    ``make test`` runs the suite in two xdist workers; each sets ``PYTEST_XDIST_WORKER``,
+    which a pytester subprocess inherits, and pytest-benchmark then disables itself there
+    ("benchmarks are automatically disabled because xdist plugin is active") and writes no
+    ``--benchmark-json`` file.
+    """
+    if "pytester" in request.fixturenames:
+        mp = request.getfixturevalue("monkeypatch")
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            mp.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _shared_postgres():  # type: ignore[no-untyped-def]
     """Stop the PostgreSQL server tests/pgshared.py may have started."""
