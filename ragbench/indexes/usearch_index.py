@@ -49,7 +49,7 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, IndexFileError
 from ..threads import get_threads
-from ._arrays import I64, build_step
+from ._arrays import I64, build_chunks
 from ._embedded_engines import EngineIndex, check_graph_params, import_engine, pad_rows
 from ._fast_paths import usearch_one_query
 
