@@ -120,6 +120,24 @@ def test_an_empty_query_is_embedded_as_torch_embeds_it(runtime: str) -> None:
     assert emb.embed([]).shape == (0, 384)
 
 
+def test_a_query_runs_on_one_thread_that_does_not_spin() -> None:
+    """ONNX Runtime: one intra-op thread per request, spinning off (so it does not take the core
+    the index needs next); OpenVINO: one inference thread and the latency hint, fp32."""
+    emb = MiniLMEmbedder(runtime="onnx")
+    emb.embed(["one query"])
+    session = emb._forward._session(1)  # type: ignore[union-attr]  # the request path's
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 1 and options.inter_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+    ov = MiniLMEmbedder(runtime="openvino")
+    ov.embed(["one query"])
+    compiled = ov._forward._compiled.get(1)  # type: ignore[union-attr]
+    assert int(compiled.get_property("INFERENCE_NUM_THREADS")) == 1
+    assert str(compiled.get_property("PERFORMANCE_HINT")) in ("LATENCY", "PerformanceMode.LATENCY")
+    assert "float32" in str(compiled.get_property("INFERENCE_PRECISION_HINT"))  # not bf16
+
+
 def test_int8_record_names_the_cpu_int8_kernels() -> None:
     flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[1].split("\n", 1)[0].split()
     want = next((f for f in ("avx512_vnni", "avx_vnni") if f in flags), "none")
