@@ -134,6 +134,8 @@ def test_frontier_cli_on_a_beir_folder(capsys: pytest.CaptureFixture[str], tmp_p
     assert png.stat().st_size > 0
     code, again, _ = _cli(capsys, "report", str(out))
     assert code == 0 and "cheapest within 1 % of the best nDCG@10: " in again
+    # the title names the qrels by their folder, not the measuring machine's path
+    assert "(qrels/test.tsv)" in again and str(tmp_path) not in again
     # diff compares the run records (with intervals); the frontier record after them is their
     # summary, not a record to refuse (old code: "frontier record lacks field 'frontier'")
     code, table, err = _cli(capsys, "diff", str(out), str(out))

@@ -10,6 +10,7 @@ import msgspec
 from ...frontier import frontier_lines
 from ..schema import FrontierRecord, read_struct
 from .cells import text_table
+from .judged import short_qrels
 
 __all__ = ["frontier_table"]
 
@@ -36,7 +37,7 @@ def frontier_table(
         fields["points"] = [msgspec.structs.asdict(p) for p in rec.points or []]
         title = (
             f"frontier — {rec.dataset}: total before first token (ms, [95 % interval]) "
-            f"against nDCG@10 ({rec.qrels})"
+            f"against nDCG@10 ({short_qrels(rec.qrels) if rec.qrels else 'no qrels'})"
         )
         cols = [("configuration", "left"), ("p50 ms", "right"), ("p99 ms", "right")]
         cols += [("nDCG@10", "right"), ("Pareto", "left"), ("note", "left")]

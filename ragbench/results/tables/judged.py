@@ -23,6 +23,7 @@ __all__ = [
     "judged_columns",
     "judged_line",
     "judged_note",
+    "short_qrels",
 ]
 
 #: What a table says instead of empty answer-quality columns.
@@ -64,7 +65,7 @@ def _depth_text(judged: Sequence[JudgedAnswers]) -> str:
     )
 
 
-def _short(path: str) -> str:
+def short_qrels(path: str) -> str:
     """``/any/where/pydocs/qrels.tsv`` -> ``pydocs/qrels.tsv`` (a BEIR split: ``qrels/test.tsv``)."""
     parts = PurePath(path).parts
     return "/".join(parts[-2:]) if len(parts) > 2 else path
@@ -79,7 +80,7 @@ def judged_note(judged: Sequence[JudgedAnswers | None], dataset: str) -> str:
             "ran): recall is against exact search only"
         )
     # the dataset's folder and the file, not the measuring machine's absolute path
-    sources = sorted({_short(str(j.qrels)) for j in have if j.qrels})
+    sources = sorted({short_qrels(str(j.qrels)) for j in have if j.qrels})
     counts = sorted({f"{j.queries} of {j.measured}" for j in have})
     return (
         f"nDCG@10 (linear gain), MRR@10, R@100: against the judged answers in "
