@@ -126,6 +126,20 @@ def _row_key(p: SweepRecord, i: int, first: Mapping[str | None, int]) -> tuple[i
     return (first[p.index], line, float(value))
 
 
+def _labelled_build_keys(points: Sequence[SweepRecord]) -> dict[str, set[str]]:
+    """Per index, the build parameters its rows name: those that vary within its points (the
+    rest are in the records) and what ``--build`` set, even to one value (the label says what ran)."""
+    by_index: dict[str, list[SweepRecord]] = {}
+    for p in points:
+        by_index.setdefault(need(p.index, "index"), []).append(p)
+    varying: dict[str, set[str]] = {}
+    for name, pts in by_index.items():
+        keys = {k for p in pts for k in p.build or {}}
+        varying[name] = {k for k in keys if len({repr((p.build or {}).get(k)) for p in pts}) > 1}
+        varying[name] |= {k for p in pts for k in p.build_given or {}}
+    return varying
+
+
 def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: int = 400) -> str:
     """Sweep points, ★ on the Pareto-optimal ones (recall vs one-thread QPS).
 
@@ -146,16 +160,7 @@ def sweep_table(records: Sequence[Mapping[str, Any] | SweepRecord], *, width: in
         return filtered_sweep_table(filtered, width=width)
     r0 = points[0]
     flags = pareto([plain(r) for p, r in typed if p.strategy is None])
-    # name the build parameters that vary within an index's points; the rest are in the records
-    by_index: dict[str, list[SweepRecord]] = {}
-    for p in points:
-        by_index.setdefault(need(p.index, "index"), []).append(p)
-    varying: dict[str, set[str]] = {}
-    for name, pts in by_index.items():
-        keys = {k for p in pts for k in p.build or {}}
-        varying[name] = {k for k in keys if len({repr((p.build or {}).get(k)) for p in pts}) > 1}
-        # and what --build set, even to one value: the label says what ran
-        varying[name] |= {k for p in pts for k in p.build_given or {}}
+    varying = _labelled_build_keys(points)
     title = (
         f"sweep — {need(r0.dataset, 'dataset')} n={need(r0.n, 'n')} dim={need(r0.dim, 'dim')} "
         f"{need(r0.metric, 'metric')} k={need(r0.k, 'k')}; "
