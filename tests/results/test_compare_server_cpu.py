@@ -78,7 +78,9 @@ def test_compare_records_pgvectors_server_cpu_per_request(
     argv = ["compare", "--dataset", "synthetic", "--n", "2000", "--dim", "16", "--queries", "12"]
     argv += ["--index", "flat,pgvector+ef=20", "--rerank", "none", "--warmup", "2", "--cpu-time"]
     assert main([*argv, "--out", str(out)]) == 0
-    recs = {r["config"]["retrieve"]["backend"]: r for r in map(json.loads, out.read_text().splitlines())}
+    recs = {
+        r["config"]["retrieve"]["backend"]: r for r in map(json.loads, out.read_text().splitlines())
+    }
     pg = recs["pgvector"]
     assert len(pg["server_cpu_ns"]) == len(pg["samples_ns"]["retrieve"]) == 12
     assert sum(pg["server_cpu_ns"]) > 0 and pg["server_cpu_p50_us"] >= 0
