@@ -50,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from .settings.sources import FILTER_KEYS, check_filter_table
 from .errors import ConfigError, DatasetError
+from .settings.sources import FILTER_KEYS, check_filter_table
 
 __all__ = [
     "FILTER_KEYS",
