@@ -7,14 +7,17 @@ Phases:
   export's temporary file in the cache), ``--delays`` seconds after it appears;
 - ``scale-build``: ``ragbench scale --n 20k --dim 256 --index hnsw`` with ``M = 32`` and
   ``ef_construction = 400`` (one build thread), interrupted ``--delays`` seconds after the
-  20 000-row build's first progress line.
+  20 000-row build's first progress line;
+- ``cross-encoder``: ``ragbench run -c hashing --set rerank.backend=cross-encoder`` (torch,
+  random weights, 100 candidates a request), interrupted ``--delays`` seconds after its first
+  ``requests`` progress line (set-up done, the reranker scoring).
 
 SIGINT goes to the command's process group, as a terminal sends it. Each run prints the
 seconds from SIGINT to exit, the exit status, and what was left: processes of the group,
 and (``onnx-export``) files in the ONNX cache. ``--root`` runs another checkout's ragbench
 (an older commit, e.g. a ``git archive`` of it, to compare).
 
-Run: ``.venv/bin/python bench/interrupt_timing.py [--phases onnx-export,scale-build]
+Run: ``.venv/bin/python bench/interrupt_timing.py [--phases onnx-export,scale-build,cross-encoder]
 [--delays 0.5,2,4] [--root DIR]``. Not part of the test suite; figures are machine dependent
 (the 1-min load is printed with each run).
 """
@@ -38,11 +41,15 @@ SCALE = ["scale", "--n", "20k", "--dim", "256", "--index", "hnsw", "--queries", 
 SCALE += ["--build", "hnsw.M=32", "--build", "hnsw.ef_construction=400"]
 EXPORT = ["run", "-c", "hashing", "--queries", "4", "--set", "embed.backend=minilm"]
 EXPORT += ["--set", "embed.runtime=onnx", "--set", "embed.query_only=true"]
+RERANK = ["run", "-c", "hashing", "--queries", "50", "--set", "rerank.backend=cross-encoder"]
+COMMANDS = {"onnx-export": EXPORT, "scale-build": SCALE, "cross-encoder": RERANK}
 
 
 def _seen(phase: str, scratch: Path, err: Path) -> bool:
     if phase == "onnx-export":
         return any(scratch.glob("cache/onnx/*.tmp.onnx"))
+    if phase == "cross-encoder":
+        return "ragbench: requests " in err.read_text(errors="replace")
     return bool(re.search(r"building hnsw [0-9 ]*/20 000", err.read_text(errors="replace")))
 
 
@@ -51,7 +58,7 @@ def once(phase: str, root: Path, delay: float) -> str:
     scratch = Path(tempfile.mkdtemp(prefix="rb-interrupt-", dir="/tmp"))
     env = dict(os.environ, PYTHONPATH=str(root), RAGBENCH_CACHE_DIR=str(scratch / "cache"))
     env["RAGBENCH_PROGRESS_INTERVAL_S"] = "0.1"
-    argv = [sys.executable, "-m", "ragbench", *(EXPORT if phase == "onnx-export" else SCALE)]
+    argv = [sys.executable, "-m", "ragbench", *COMMANDS[phase]]
     err = scratch / "stderr.txt"
     with err.open("wb") as out:
         child = subprocess.Popen(
