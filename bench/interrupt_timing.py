@@ -10,14 +10,19 @@ Phases:
   20 000-row build's first progress line;
 - ``cross-encoder``: ``ragbench run -c hashing --set rerank.backend=cross-encoder`` (torch,
   random weights, 100 candidates a request), interrupted ``--delays`` seconds after its first
-  ``requests`` progress line (set-up done, the reranker scoring).
+  ``requests`` progress line (set-up done, the reranker scoring);
+- ``cross-encoder-build``: the same command, interrupted ``--delays`` seconds after
+  ``start()`` begins building the random-weight model (seen as a file a ``sitecustomize``
+  hook in the scratch folder touches when ``random_weights`` is entered; the build and the
+  weights' initialisation take seconds, the warm-up forward follows).
 
 SIGINT goes to the command's process group, as a terminal sends it. Each run prints the
 seconds from SIGINT to exit, the exit status, and what was left: processes of the group,
 and (``onnx-export``) files in the ONNX cache. ``--root`` runs another checkout's ragbench
 (an older commit, e.g. a ``git archive`` of it, to compare).
 
-Run: ``.venv/bin/python bench/interrupt_timing.py [--phases onnx-export,scale-build,cross-encoder]
+Run: ``.venv/bin/python bench/interrupt_timing.py [--phases onnx-export,scale-build,cross-encoder,
+cross-encoder-build]
 [--delays 0.5,2,4] [--root DIR]``. Not part of the test suite; figures are machine dependent
 (the 1-min load is printed with each run).
 """
@@ -42,12 +47,31 @@ SCALE += ["--build", "hnsw.M=32", "--build", "hnsw.ef_construction=400"]
 EXPORT = ["run", "-c", "hashing", "--queries", "4", "--set", "embed.backend=minilm"]
 EXPORT += ["--set", "embed.runtime=onnx", "--set", "embed.query_only=true"]
 RERANK = ["run", "-c", "hashing", "--queries", "50", "--set", "rerank.backend=cross-encoder"]
-COMMANDS = {"onnx-export": EXPORT, "scale-build": SCALE, "cross-encoder": RERANK}
+COMMANDS = {
+    "onnx-export": EXPORT,
+    "scale-build": SCALE,
+    "cross-encoder": RERANK,
+    "cross-encoder-build": RERANK,
+}
+BUILDING = """
+import os
+from ragbench.rerankers import cross_encoder
+
+_random_weights = cross_encoder.random_weights
+
+def building(*args):
+    open(os.environ["RB_BUILDING"], "w").close()
+    return _random_weights(*args)
+
+cross_encoder.random_weights = building
+"""
 
 
 def _seen(phase: str, scratch: Path, err: Path) -> bool:
     if phase == "onnx-export":
         return any(scratch.glob("cache/onnx/*.tmp.onnx"))
+    if phase == "cross-encoder-build":
+        return (scratch / "building").exists()
     if phase == "cross-encoder":
         return "ragbench: requests " in err.read_text(errors="replace")
     return bool(re.search(r"building hnsw [0-9 ]*/20 000", err.read_text(errors="replace")))
@@ -58,6 +82,11 @@ def once(phase: str, root: Path, delay: float) -> str:
     scratch = Path(tempfile.mkdtemp(prefix="rb-interrupt-", dir="/tmp"))
     env = dict(os.environ, PYTHONPATH=str(root), RAGBENCH_CACHE_DIR=str(scratch / "cache"))
     env["RAGBENCH_PROGRESS_INTERVAL_S"] = "0.1"
+    if phase == "cross-encoder-build":
+        (scratch / "site").mkdir()
+        (scratch / "site" / "sitecustomize.py").write_text(BUILDING)
+        env["PYTHONPATH"] = f"{scratch / 'site'}{os.pathsep}{root}"
+        env["RB_BUILDING"] = str(scratch / "building")
     argv = [sys.executable, "-m", "ragbench", *COMMANDS[phase]]
     err = scratch / "stderr.txt"
     with err.open("wb") as out:

