@@ -462,6 +462,7 @@ def test_server_options_hold_the_defaults() -> None:
     defaults = {option.keyword: option.default for option in SERVER_OPTIONS}
     assert defaults.pop("host") == "127.0.0.1" and defaults.pop("port") == 0
     assert defaults.pop("verbose") is False and defaults.pop("exit_on_stdin_eof") is False
+    assert defaults.pop("allow_remote") is False  # loopback only unless asked
     limits = {
         key: defaults.pop(key) for key in ("read_timeout_s", "max_body_bytes", "max_connections")
     }

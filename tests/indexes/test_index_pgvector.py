@@ -33,6 +33,7 @@ import ragbench as rb
 from ragbench.errors import ConfigError, DimensionError, IndexServerError, NotBuiltError
 from ragbench.indexes.pgvector import _server
 from ragbench.indexes.pgvector.dsn import redact, redact_message
+from ragbench.results.tables.notes import retrieve_parts_note
 from ragbench.timing import Parts
 
 N, DIM, NQ = 3000, 32, 20
@@ -428,9 +429,9 @@ def test_pipeline_config_dsn_reaches_pgvector_only() -> None:
         split = report.info["retrieve_parts"]
         assert split["server"]["p50_ns"] == int(np.median(parts[:, 1]))
         record = report.to_records()[0]
-        note = rb.rendering.retrieve_parts_note(record)
+        note = retrieve_parts_note(record)
         assert note is not None and "send" in note and "server" in note and "decode" in note
-        assert rb.rendering.retrieve_parts_note({"info": {}}) is None
+        assert retrieve_parts_note({"info": {}}) is None
         # and, in OpenTelemetry traces, three spans nested in the retrieve span
         trace = pipe.trace_of(pipe._records[0], wall[0], 1.0, False)
         spans = trace["inner"]["retrieve"]
