@@ -51,12 +51,14 @@ RUN_COMPARE := compare --dataset pydocs --embed minilm --embed-runtime torch,onn
 run: $(VENV)/.embed check-no-cuda
 	$(VENV)/bin/ragbench $(RUN_COMPARE)
 
-# The suite runs in TEST_WORKERS processes (pytest-xdist; 2 = this project's CI machine's
-# cores), each test file whole in one worker (--dist loadfile: a module's fixtures are built once).
-TEST_WORKERS ?= 2
+# The suite runs in this process (TEST_WORKERS=0); TEST_WORKERS=2 runs it in two pytest-xdist
+# worker processes, each test file whole in one worker (--dist loadfile: a module's fixtures are
+# built once). Two workers were not faster on the 2-core CI machine: 41 min at c108191 in a fresh
+# clone, each worker building the cold caches (ONNX exports, distillation) the other also builds.
+TEST_WORKERS ?= 0
 
 test: $(VENV)/.dev check-no-cuda
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) --durations=25
 
 bench: $(VENV)/.dev
 	$(PY) -m pytest bench -p no:cacheprovider -q -s
