@@ -160,8 +160,9 @@ def rb_index(request: pytest.FixtureRequest) -> Callable[..., Any]:
     saved under ``$RAGBENCH_CACHE_DIR/indexes``, keyed by backend, metric,
     dimension, rows, build parameters and library version plus the data's
     fingerprint, and the next session loads it (its ``build_record`` says
-    ``"cached": true``). ``cache=False`` builds in place with every pinned
-    thread, as :meth:`Index.build` does.
+    ``"cached": true``). ``--rb-no-index-cache`` builds that same reproducible
+    index every time, neither loading nor saving it. ``cache=False`` builds
+    in place with every pinned thread, as :meth:`Index.build` does.
     """
     session: dict[tuple[Any, ...], Any] = {}
     disk = not request.config.getoption("rb_no_index_cache")
@@ -180,10 +181,12 @@ def rb_index(request: pytest.FixtureRequest) -> Callable[..., Any]:
             dim = None if vectors is None else int(vectors.shape[1])
             index = indexes.create(name, dim=dim, metric=metric, **build)
             data = dataset.corpus.texts if vectors is None else vectors
-            if cache and disk:
+            if cache:
                 from .indexes import builds
 
-                index = builds.build(index, data, source=f"rb_index {dataset.name}").index
+                # --rb-no-index-cache keeps the reproducible build, only off the disk
+                source = f"rb_index {dataset.name}"
+                index = builds.build(index, data, source=source, cache=disk).index
             else:
                 index.build(data)
             session[key] = index

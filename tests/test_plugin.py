@@ -125,8 +125,11 @@ def test_rb_index_reuses_the_built_index_cache_across_sessions(
     assert (second["ids"], second["scores"]) == (first["ids"], first["scores"])
     assert list((tmp_path / "cache" / "indexes").glob("*/*.rbi"))
     # opting out: the session builds again, and the cache is left alone
+    # (the same reproducible one-thread build, so the same neighbours: a CI run on two threads
+    # once built another graph here)
     third, third_builds = _session(pytester, monkeypatch, "third", "--rb-no-index-cache")
     assert third_builds == 1 and third["ids"] == first["ids"]
+    assert third["record"]["cached"] is False and third["record"]["threads"] == 1
 
 
 def test_embed_runtime_takes_a_typed_config_too() -> None:

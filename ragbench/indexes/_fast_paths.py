@@ -205,11 +205,13 @@ def usearch_one_query(index: Any, queries: Any, k: Any, params: dict[str, Any]) 
             return None
         search_many, _, _, similarity, labels_ext = state
         keys, dist, counts = search_many(queries, k, False, 1)[:3]
+        if counts.item(0) != k:  # pads: usearch leaves their distances unset
+            return None
         if similarity:
             _subtract(_ONE, dist, dist)
         else:
             _negative(dist, dist)
-        if counts.item(0) != k or not -INF < dist.item(0) < INF:
+        if not -INF < dist.item(0) < INF:
             return None
         ids = keys.view(I64)  # usearch's uint64 keys are positions < 2**63
         return (ids if labels_ext is None else labels_ext[ids]), dist

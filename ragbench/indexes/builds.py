@@ -119,11 +119,14 @@ def _library_version(index: Any) -> str:
     return str(version()) if callable(version) else ""
 
 
-def build(index: Any, data: Any, *, fast: bool = False, source: str | None = None) -> Built:
+def build(
+    index: Any, data: Any, *, fast: bool = False, source: str | None = None, cache: bool = True
+) -> Built:
     """Build ``index`` on ``data`` (vectors or texts) as the module docstring says.
 
     Returns a :class:`Built` whose ``index`` is ``index`` itself, or an index
-    loaded from the cache (same backend, parameters and data).
+    loaded from the cache (same backend, parameters and data). ``cache=False``
+    builds the same reproducible index but neither loads nor saves it.
     """
     deterministic = not fast
     # only a build that is the same index twice is cached: one thread, and a backend that
@@ -131,7 +134,7 @@ def build(index: Any, data: Any, *, fast: bool = False, source: str | None = Non
     # A backend that says nothing (no DeclaresBuild) builds indexes of unknown determinism.
     promise = index.build_deterministic if isinstance(index, DeclaresBuild) else None
     same_twice = deterministic and bool(promise)
-    entry = _entry_dir(index, data, deterministic) if same_twice else None
+    entry = _entry_dir(index, data, deterministic) if same_twice and cache else None
     if entry is not None and entry.is_dir():
         loaded = _load_cached(index, data, entry)
         if loaded is not None:

@@ -61,8 +61,16 @@ def serving(app: Any) -> Iterator[str]:
     # loop="asyncio": with uvloop installed (chromadb's uvicorn[standard] brings it) uvicorn would
     # pick it, and libuv's millisecond loop clock lets an awaited sleep end up to 1 ms early by
     # perf_counter, which the stage lower bounds below would misread
+    # timeout_keep_alive: uvicorn's 5 s default closes a pooled connection the client may be
+    # reusing at that moment on a loaded host (a CI run read httpx.ReadError); ragbench's own
+    # server keeps them an hour (ragbench.transports.asgi_server)
     config = uvicorn.Config(
-        app, lifespan="on", log_level="warning", access_log=False, loop="asyncio"
+        app,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        loop="asyncio",
+        timeout_keep_alive=3600,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

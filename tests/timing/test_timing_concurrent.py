@@ -52,8 +52,16 @@ def serving(app: Any) -> Iterator[str]:
     port = sock.getsockname()[1]
     # loop="asyncio": uvicorn would pick uvloop when installed (chromadb brings it), whose
     # millisecond loop clock can end an awaited sleep up to 1 ms early by perf_counter
+    # timeout_keep_alive: uvicorn's 5 s default closes a pooled connection the client may be
+    # reusing at that moment on a loaded host (a CI run read httpx.ReadError); ragbench's own
+    # server keeps them an hour (ragbench.transports.asgi_server)
     config = uvicorn.Config(
-        app, lifespan="off", log_level="warning", access_log=False, loop="asyncio"
+        app,
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        loop="asyncio",
+        timeout_keep_alive=3600,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
