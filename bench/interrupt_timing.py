@@ -20,16 +20,17 @@ Phases:
 
 SIGINT goes to the command's process group, as a terminal sends it. Each run prints the
 seconds from SIGINT to exit, the exit status, and what was left: processes of the group,
-and files in the ONNX cache. ``--root`` runs another checkout's ragbench (an older commit,
-e.g. a ``git archive`` of it, to compare; ``--label`` names it in the record, by default
-the checkout's git revision). ``--out FILE`` appends one JSON line per interrupted run
+and files in the ONNX cache. ``--root`` runs another checkout's ragbench (``--label`` names
+it in the record, by default the checkout's git revision); ``--commit REV`` runs a
+``git archive`` of an older commit of this repository (the commit before a fix, to compare),
+made in a temporary folder and removed after. ``--out FILE`` appends one JSON line per interrupted run
 (schema ``ragbench.interrupt-timing/1``): the phase, the delay, the seconds to exit, the
 exit status, the processes and cache files left, the 1-min load average before and after,
 the code measured and the machine (``docs/findings/data/interrupt-timing.jsonl`` is one,
 rendered on the findings page ``2026-12-02-interrupt-timing.md``).
 
 Run: ``.venv/bin/python bench/interrupt_timing.py [--phases onnx-export,onnx-quantize,
-scale-build,cross-encoder,cross-encoder-build] [--delays 0.5,2,4] [--root DIR [--label TEXT]]
+scale-build,cross-encoder,cross-encoder-build] [--delays 0.5,2,4] [--root DIR [--label TEXT] | --commit REV]
 [--out FILE]``. Not part of the test suite; figures are machine dependent (the 1-min load is
 recorded with each run).
 """
@@ -162,6 +163,20 @@ def revision(root: Path) -> str:
     return rev + ("+dirty" if dirty else "")
 
 
+def archive(rev: str, into: Path) -> str:
+    """``git archive`` of this repository's ``rev`` unpacked into ``into``; its short hash."""
+    short = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "--verify", f"{rev}^{{commit}}"],
+        capture_output=True, text=True, timeout=10, check=True,
+    ).stdout.strip()  # fmt: skip
+    tar = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", short],
+        capture_output=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(into)], input=tar, timeout=120, check=True)
+    return short
+
+
 def machine() -> dict[str, Any]:
     """The CPU model, its vector flags and the usable cores (``ragbench.env``'s own fields)."""
     sys.path.insert(0, str(ROOT))
@@ -185,29 +200,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--phases", default="onnx-export,scale-build")
     parser.add_argument("--delays", default="0.5,2,4")
-    parser.add_argument("--root", type=Path, default=ROOT)
+    code = parser.add_mutually_exclusive_group()
+    code.add_argument("--root", type=Path, default=ROOT, help="the checkout to run")
+    code.add_argument("--commit", help="run a git archive of this commit of the repository")
     parser.add_argument("--label", help="the code measured, in the record (default: git rev)")
     parser.add_argument("--out", type=Path, help="append one JSON line per run to this file")
     args = parser.parse_args()
     unknown = [p for p in args.phases.split(",") if p not in COMMANDS]
     if unknown:
         parser.error(f"unknown phases {unknown}; known: {', '.join(COMMANDS)}")
-    label = args.label or revision(args.root)
-    host = machine()
-    for phase in args.phases.split(","):
-        for delay in (float(d) for d in args.delays.split(",")):
-            rec = once(phase, args.root, delay)
-            rec = {
-                "schema": SCHEMA,
-                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                **rec,
-                "code": label,
-                "env": {**host, "load_avg": rec["load_after"]},
-            }
-            print(line(rec), flush=True)
-            if args.out is not None:
-                with args.out.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(rec) + "\n")
+    with tempfile.TemporaryDirectory(prefix="rb-interrupt-code-") as tmp:
+        root = Path(tmp) if args.commit else args.root
+        label = args.label or (archive(args.commit, root) if args.commit else revision(root))
+        host = machine()
+        for phase in args.phases.split(","):
+            for delay in (float(d) for d in args.delays.split(",")):
+                run = once(phase, root, delay)
+                rec = {
+                    "schema": SCHEMA,
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    **run,
+                    "code": label,
+                    "env": {**host, "load_avg": run["load_after"]},
+                }
+                print(line(rec), flush=True)
+                if args.out is not None:
+                    with args.out.open("a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(rec) + "\n")
 
 
 if __name__ == "__main__":

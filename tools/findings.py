@@ -28,8 +28,9 @@ else:  # the package's own dependency on Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "docs" / "findings" / "commands.toml"
 DATA = ROOT / "docs" / "findings" / "data"
-#: A measuring script of this repository (``python tools/recipe_detection.py ...``).
-TOOL = re.compile(r"tools/[a-z_]+\.py")
+#: A measuring script of this repository (``python tools/recipe_detection.py ...``,
+#: ``python bench/interrupt_timing.py ...``).
+TOOL = re.compile(r"(?:tools|bench)/[a-z_]+\.py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ def load(manifest: Path = MANIFEST) -> dict[str, Finding]:
             if words[0] not in ("ragbench", "pytest") and not TOOL.fullmatch(tool):
                 raise ValueError(
                     f"{manifest}: {name}: commands start with ragbench, pytest or "
-                    "python tools/NAME.py"
+                    "python tools/NAME.py or bench/NAME.py"
                 )
             if not entry.get("stdout") and f"docs/findings/data/{name}" not in words:
                 raise ValueError(f"{manifest}: {name}: {cmd!r} does not write data/{name}")
