@@ -26,7 +26,7 @@ it in the record, by default the checkout's git revision); ``--commit REV`` runs
 made in a temporary folder and removed after. ``--out FILE`` appends one JSON line per interrupted run
 (schema ``ragbench.interrupt-timing/1``): the phase, the delay, the seconds to exit, the
 exit status, the processes and cache files left, the 1-min load average before and after,
-the code measured and the machine (``docs/findings/data/interrupt-timing.jsonl`` is one,
+the code measured (``code``; ``code_ref`` the ``--commit`` as given) and the machine (``docs/findings/data/interrupt-timing.jsonl`` is one,
 rendered on the findings page ``2026-12-02-interrupt-timing.md``).
 
 Run: ``.venv/bin/python bench/interrupt_timing.py [--phases onnx-export,onnx-quantize,
@@ -221,6 +221,7 @@ def main() -> None:
                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     **run,
                     "code": label,
+                    "code_ref": args.commit,
                     "env": {**host, "load_avg": run["load_after"]},
                 }
                 print(line(rec), flush=True)
