@@ -52,7 +52,7 @@ import pytest
 from _quick import Attempt, attempts, judge, pick, until_met
 
 import ragbench as rb
-from ragbench.codecs._common import WireHit, WireResult
+from ragbench.codecs._wire import WireHit, WireResult
 
 ROUNDS = pick(300, 60)
 CODECS = ["json", "orjson", "msgspec-json", "msgpack", "protobuf"]
@@ -339,8 +339,8 @@ def test_e2e_benchmark(benchmark, name: str) -> None:
 
 def _row_steps(result: rb.RetrievalResult) -> dict[str, Callable[[], object]]:
     """The row message's unavoidable library steps, each the cheapest way measured."""
-    from ragbench.codecs._common import new_hit, new_result
     from ragbench.codecs._pb import retrieval_pb2 as pb
+    from ragbench.codecs._wire import new_hit, new_result
 
     message_type = pb.RetrievalResult
     payload = rb.codecs.create("protobuf").encode(result)
@@ -392,8 +392,8 @@ def _columnar_steps(result: rb.RetrievalResult) -> dict[str, Callable[[], object
     from itertools import islice, repeat
     from operator import attrgetter
 
-    from ragbench.codecs._common import new_hit, new_result
     from ragbench.codecs._pb import retrieval_pb2 as pb
+    from ragbench.codecs._wire import new_hit, new_result
 
     message_type = pb.RetrievalResultColumns
     payload = rb.codecs.create("protobuf", shape="columnar").encode(result)

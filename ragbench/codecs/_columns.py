@@ -38,7 +38,7 @@ import msgspec
 from ..errors import ConfigError, DecodeError
 from ..types import Hit, RetrievalResult
 from . import SHAPES
-from ._common import (
+from ._wire import (
     _bytes,
     _double,
     _fields,

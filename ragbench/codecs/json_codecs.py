@@ -1,6 +1,6 @@
 """JSON codecs: the proto3 JSON mapping of ``ragbench.v1.RetrievalResult``.
 
-Three parsers/serializers, one document shape (see :mod:`ragbench.codecs._common`
+Three parsers/serializers, one document shape (see :mod:`ragbench.codecs._wire`
 for the mapping): ``json`` (the standard library), ``orjson`` and
 ``msgspec-json``. What they write, ``google.protobuf.json_format.Parse``
 accepts; what ``json_format.MessageToJson`` writes (lowerCamelCase or original
@@ -41,7 +41,7 @@ from ._columns import (
     result_from_columns,
     split_columns,
 )
-from ._common import (
+from ._wire import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     BaseCodec,
     WireResult,

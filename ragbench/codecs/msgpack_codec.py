@@ -18,7 +18,7 @@ import msgspec
 from ..errors import DecodeError, InputError
 from ..types import RetrievalResult
 from ._columns import WireColumns, check_shape, result_from_columns, split_columns
-from ._common import DEFAULT_MAX_PAYLOAD_BYTES, BaseCodec, WireResult, result_from_wire
+from ._wire import DEFAULT_MAX_PAYLOAD_BYTES, BaseCodec, WireResult, result_from_wire
 
 __all__ = ["MsgpackCodec"]
 

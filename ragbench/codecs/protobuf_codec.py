@@ -22,7 +22,7 @@ from typing import Any, Literal
 from ..errors import DecodeError, InputError
 from ..types import Hit, RetrievalResult
 from ._columns import check_shape, result_from_columns, split_columns
-from ._common import (
+from ._wire import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     BaseCodec,
     _new,

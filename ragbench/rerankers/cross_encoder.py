@@ -64,7 +64,7 @@ from ..hf import (
 )
 from ..validate import check_ids, check_k, check_metric, positive_int
 from . import CAVEAT_PREFIX
-from ._common import K_LIMIT, padded
+from ._contract import K_LIMIT, padded
 from .onnx_graph import INPUTS, cached_graph, onnxruntime, ort_session
 from .onnx_graph import ONNX_OPSET as ONNX_OPSET  # kept importable from here
 

@@ -12,7 +12,7 @@ from .. import progress
 from ..errors import ConfigError, DimensionError, NonFiniteError
 from ..threads import get_threads
 from ..validate import bad_id_error, bool_param, check_ids, check_k, int_arg, positive_int
-from ._common import K_LIMIT, BaseReranker, check_queries, check_query, check_vectors
+from ._contract import K_LIMIT, BaseReranker, check_queries, check_query, check_vectors
 
 __all__ = ["DEFAULT_PARALLEL_THRESHOLD", "NumbaReranker"]
 
@@ -118,7 +118,7 @@ class NumbaReranker(BaseReranker):
     """Exact rerank in one compiled pass: score each candidate row in place, keep the k best.
 
     ``rerank(query, candidate_ids, vectors, k)`` follows the contract of every
-    reranker (see ``ragbench.rerankers._common``): ids int64 ``(k,)`` and
+    reranker (see ``ragbench.rerankers._contract``): ids int64 ``(k,)`` and
     scores float32 ``(k,)``, best first, equal scores to the smaller id, ``-1``
     ids skipped, repeated ids counted once, padding id -1 with score -inf.
 

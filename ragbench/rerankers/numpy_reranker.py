@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..metrics import exact_scores
-from ._common import BaseReranker, padded
+from ._contract import BaseReranker, padded
 
 __all__ = ["NumpyReranker"]
 
 
 class NumpyReranker(BaseReranker):
-    """Reference implementation of the reranker contract (see ``_common``).
+    """Reference implementation of the reranker contract (see ``_contract``).
 
     Each call copies the candidate rows out of ``vectors`` (fancy indexing),
     scores them with one float32 matrix-vector product, selects with

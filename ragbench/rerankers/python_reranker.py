@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..metrics import exact_scores
-from ._common import BaseReranker, padded
+from ._contract import BaseReranker, padded
 
 __all__ = ["PythonReranker"]
 

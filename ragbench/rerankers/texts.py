@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics import exact_scores
-from ._common import PAD_SCORE
+from ._contract import PAD_SCORE
 from .numpy_reranker import NumpyReranker
 
 __all__ = ["exact_hit_scores", "start_text_reranker"]

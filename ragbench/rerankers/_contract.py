@@ -1,4 +1,4 @@
-"""What every reranker shares: input checks, the base class.
+"""The reranker contract as code: every backend's input checks, padding and base class.
 
 The contract (every backend):
 

@@ -1,5 +1,5 @@
-"""Pieces shared by the codecs: option checks, payload limits, fast value construction,
-the typed wire structs and the proto3 JSON mapping of :class:`RetrievalResult`.
+"""A :class:`RetrievalResult` on the wire, as every codec shares it: the typed wire structs,
+the proto3 JSON mapping, building the result back fast, payload limits and the base codec.
 
 The proto3 JSON mapping written by the JSON codecs (documented in
 ``protos/ragbench/v1/retrieval.proto``)::
