@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import codecs, embedders, errors, generators, indexes, rerankers, transports
+from . import _deprecated, codecs, embedders, errors, generators, indexes, rerankers, transports
 from .types import Hit, RetrievalResult
+
+_deprecated.install()  # the old import paths of moved modules keep working for one release
 
 if TYPE_CHECKING:
     from . import datasets, settings, timing
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "configs": ("ragbench.configs", None),  # deprecated: ragbench.settings (warns)
+    "configs": ("ragbench.configs", None),  # deprecated: ragbench.settings (_deprecated.MOVED)
     "settings": ("ragbench.settings", None),
     "datasets": ("ragbench.datasets", None),
     "timing": ("ragbench.timing", None),

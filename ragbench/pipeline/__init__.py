@@ -29,9 +29,7 @@ start-up and warm-up requests are timed as setup, never as request latency.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
-import warnings
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any
@@ -39,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .. import judged, threads
+from .._deprecated import moved_names
 from ..datasets import Dataset
 from ..errors import ConfigError, GeneratorError, NotBuiltError, RagbenchError, TransportError
 from ..otel import TraceExporter, check_available
@@ -69,46 +68,9 @@ __all__ = [
 ]
 
 #: Names ``ragbench.pipeline`` exported until its ``__all__`` was trimmed to what users call
-#: (issue 30), and the module each lives in. Still importable from here for one release, with a
-#: DeprecationWarning naming the new place; removed in the release after.
-MOVED = {
-    "NO_IDS": "context",
-    "RECORD_BYTES": "samples",
-    "TRACE_FLUSH_EVERY": "tracing",
-    "CacheStage": "cache",
-    "Embedding": "parts",
-    "freeze": "parts",
-    "far_fields": "samples",
-    "load_index": "build",
-    **dict.fromkeys(
-        (
-            "EmbedStage",
-            "FilteredRetrieveStage",
-            "GenerateStage",
-            "RerankStage",
-            "RetrieveStage",
-            "SerializeStage",
-            "TextRerankStage",
-            "TransportStage",
-            "TruncateStage",
-        ),
-        "stages",
-    ),
-}
-
-
-def __getattr__(name: str) -> Any:
-    """A moved name (:data:`MOVED`), with a DeprecationWarning saying where it lives now."""
-    where = MOVED.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"ragbench.pipeline.{name} is deprecated: import it from ragbench.pipeline.{where} "
-        "(it leaves ragbench.pipeline in the next release)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
+#: (issue 30) still import from here for one release, warning where they live now
+#: (:data:`ragbench._deprecated.MOVED` lists them).
+__getattr__ = moved_names(__name__)
 
 
 class Pipeline:

@@ -33,10 +33,7 @@ one release.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
-
+from .._deprecated import moved_names
 from .convert import convert as convert  # the function, as before (not the submodule)
 from .params import Params
 from .schema import config_schema
@@ -94,29 +91,6 @@ __all__ = [
 ]
 
 #: Names ``ragbench.settings`` exported until its ``__all__`` was trimmed to what users call
-#: (issue 30), and the module each lives in. Still importable from here for one release, with a
-#: DeprecationWarning naming the new place.
-MOVED = {
-    "MAX_COUNT": "tables",
-    "STAGES": "tables",
-    "Table": "tables",
-    "OPEN": "variants",
-    "TABLES": "variants",
-    "VARIANTS": "variants",
-    "parse": "variants",
-    "config_error": "convert",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """A moved name (:data:`MOVED`), with a DeprecationWarning saying where it lives now."""
-    where = MOVED.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"ragbench.settings.{name} is deprecated: import it from ragbench.settings.{where} "
-        "(it leaves ragbench.settings in the next release)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
+#: (issue 30) still import from here for one release, warning where they live now
+#: (:data:`ragbench._deprecated.MOVED` lists them).
+__getattr__ = moved_names(__name__)

@@ -135,7 +135,7 @@ class Filter(Table, frozen=True, rename={"from_": "from"}):
             raise ConfigError("selectivity must be a number in (0, 1], got None")
 
     def to_dict(self) -> dict[str, Any]:
-        """The table as :func:`ragbench.config.check_filter_table` returns it."""
+        """The table as :func:`ragbench.settings.sources.check_filter_table` returns it."""
         if self.from_ is not None:
             return {"from": self.from_}
         out: dict[str, Any] = msgspec.to_builtins(self)

@@ -38,10 +38,7 @@ child's life to its parent's).
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
-
+from .._deprecated import moved_names
 from .board import (
     COMPLETED,
     FAILED,
@@ -74,34 +71,6 @@ __all__ = [
 ]
 
 #: Names ``ragbench.workers`` exported until its ``__all__`` was trimmed to what users call
-#: (issue 30), and the module each lives in. Still importable from here for one release, with a
-#: DeprecationWarning naming the new place; removed in the release after.
-MOVED = {
-    "ClosedResult": "closed",
-    "ClosedRun": "closed",
-    "GRACE_NS": "board",
-    "OpenRun": "board",
-    "SPIN_NS": "board",
-    "STOP_GRACE_NS": "board",
-    "WORKER_ENV": "processes",
-    "pack_record": "processes",
-    "process_worker": "processes",
-    "run_closed_worker": "closed",
-    "run_open_worker": "board",
-    "split_clients": "closed",
-    "unpack_record": "processes",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """A moved name (:data:`MOVED`), with a DeprecationWarning saying where it lives now."""
-    where = MOVED.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"ragbench.workers.{name} is deprecated: import it from ragbench.workers.{where} "
-        "(it leaves ragbench.workers in the next release)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
+#: (issue 30) still import from here for one release, warning where they live now
+#: (:data:`ragbench._deprecated.MOVED` lists them).
+__getattr__ = moved_names(__name__)

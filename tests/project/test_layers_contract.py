@@ -34,7 +34,7 @@ NAMED = {
     3: {"results", "plots", "diff"},
     2: {"indexes", "rerankers", "codecs", "embedders", "transports", "generators", "prompt"}
     | {"datasets"},
-    1: {"errors", "types", "validate", "config", "threads", "timing", "metrics", "env"}
+    1: {"errors", "types", "validate", "settings", "threads", "timing", "metrics", "env"}
     | {"process"},
 }
 

@@ -6,22 +6,25 @@ is a change to this file that a reviewer sees; a test also fails when a public
 package is added without its list here, when a private module declares an
 ``__all__``, or when a listed name cannot be imported.
 
-Names that left a package keep working for one release through the package's
-``__getattr__``, with a DeprecationWarning naming their new place
-(``ragbench.pipeline.MOVED``).
+Modules and names that moved keep working for one release, with a DeprecationWarning naming
+their new place: ``ragbench._deprecated.MOVED`` lists them all, and the tests at the end of this
+file check every entry.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import re
 import sys
 import warnings
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import ragbench
+from ragbench._deprecated import MOVED, resolve
 
 PACKAGE = Path(ragbench.__file__).resolve().parent
 
@@ -188,19 +191,30 @@ def test_private_modules_declare_no_all() -> None:
     assert declaring == []
 
 
+def _moved_names(package: str) -> dict[str, str]:
+    """The names MOVED lists under the living ``package``: name -> new dotted path."""
+    prefix = package + "."
+    return {
+        old[len(prefix) :]: new
+        for old, new in MOVED.items()
+        if old.startswith(prefix) and "." not in old[len(prefix) :]
+    }
+
+
 def test_moved_workers_names_warn_and_still_work() -> None:
     import ragbench.workers as workers
     from ragbench.workers import board
 
-    assert "SPIN_NS" in workers.MOVED and "SPIN_NS" not in workers.__all__
+    moved_here = _moved_names("ragbench.workers")
+    assert "SPIN_NS" in moved_here and "SPIN_NS" not in workers.__all__
     with pytest.warns(DeprecationWarning, match=r"ragbench\.workers\.board"):
         moved = workers.SPIN_NS
     assert moved == board.SPIN_NS
-    for name, where in workers.MOVED.items():
+    for name, new in moved_here.items():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             value = getattr(workers, name)
-        assert value is getattr(importlib.import_module(f"ragbench.workers.{where}"), name)
+        assert value is resolve(new)
         assert [w.category for w in caught] == [DeprecationWarning], name
     with pytest.raises(AttributeError):
         _ = workers.no_such_name
@@ -210,15 +224,16 @@ def test_moved_pipeline_names_warn_and_still_work() -> None:
     import ragbench.pipeline as pipeline
     from ragbench.pipeline import stages
 
-    assert "EmbedStage" in pipeline.MOVED and "EmbedStage" not in pipeline.__all__
+    moved_here = _moved_names("ragbench.pipeline")
+    assert "EmbedStage" in moved_here and "EmbedStage" not in pipeline.__all__
     with pytest.warns(DeprecationWarning, match=r"ragbench\.pipeline\.stages"):
         moved = pipeline.EmbedStage
     assert moved is stages.EmbedStage
-    for name, where in pipeline.MOVED.items():
+    for name, new in moved_here.items():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             value = getattr(pipeline, name)
-        assert value is getattr(importlib.import_module(f"ragbench.pipeline.{where}"), name)
+        assert value is resolve(new)
         assert [w.category for w in caught] == [DeprecationWarning], name
     with pytest.raises(AttributeError):
         _ = pipeline.no_such_name
@@ -235,10 +250,15 @@ MOVED_MODULES = {
 }
 
 
-@pytest.mark.parametrize(("old", "new"), sorted(MOVED_MODULES.items()))
-def test_moved_modules_warn_and_give_the_new_ones(old: str, new: str) -> None:
+def _forget(old: str) -> None:
+    """Drop ``old`` and its submodules from sys.modules, so that importing it runs again."""
     for name in [m for m in sys.modules if m == old or m.startswith(old + ".")]:
         del sys.modules[name]
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED_MODULES.items()))
+def test_moved_modules_warn_and_give_the_new_ones(old: str, new: str) -> None:
+    _forget(old)
     with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: import {new}"):
         alias = importlib.import_module(old)
     moved = importlib.import_module(new)
@@ -250,3 +270,40 @@ def test_moved_modules_warn_and_give_the_new_ones(old: str, new: str) -> None:
             assert getattr(alias, name) is getattr(moved, name), name
     else:  # a module: the alias is the new module itself
         assert alias is moved
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
+def test_every_moved_path_still_imports_warns_and_gives_the_same_object(old: str, new: str) -> None:
+    """Each entry of ragbench._deprecated.MOVED: the old path works, warns, and is the new object."""
+    parent, _, name = old.rpartition(".")
+    target = resolve(new)
+    if not isinstance(target, ModuleType) and parent not in MOVED:
+        # a name that left a living package: each read warns, naming the new path
+        with pytest.warns(
+            DeprecationWarning, match=re.escape(f"{old} is deprecated: import {new}")
+        ):
+            assert getattr(importlib.import_module(parent), name) is target
+        return
+    if parent in MOVED:  # a name of a module that is gone: its stand-in has it
+        _forget(parent)
+        with pytest.warns(DeprecationWarning, match=re.escape(f"{parent} is deprecated")):
+            stand_in = importlib.import_module(parent)
+        assert getattr(stand_in, name) is target and name in stand_in.__all__
+        return
+    # a module that moved: the old path warns on import, naming the new one
+    _forget(old)
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{old} is deprecated: import {new}")):
+        alias = importlib.import_module(old)
+    if alias is not target:  # a stand-in: exactly the names listed under it, each the new object
+        listed = sorted(o.rpartition(".")[2] for o in MOVED if o.rpartition(".")[0] == old)
+        assert sorted(alias.__all__) == listed
+        for n in listed:
+            assert getattr(alias, n) is resolve(MOVED[f"{old}.{n}"]), n
+
+
+def test_old_paths_nothing_moved_to_still_fail() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("ragbench.no_such_module")
+    with pytest.raises(ModuleNotFoundError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        importlib.import_module("ragbench.rendering.no_such_module")
