@@ -22,17 +22,20 @@ SIGINT goes to the command's process group, as a terminal sends it. Each run pri
 seconds from SIGINT to exit, the exit status, and what was left: processes of the group,
 and files in the ONNX cache. ``--root`` runs another checkout's ragbench (``--label`` names
 it in the record, by default the checkout's git revision); ``--commit REV`` runs a
-``git archive`` of an older commit of this repository (the commit before a fix, to compare),
-made in a temporary folder and removed after. ``--out FILE`` appends one JSON line per interrupted run
-(schema ``ragbench.interrupt-timing/1``): the phase, the delay, the seconds to exit, the
-exit status, the processes and cache files left, the 1-min load average before and after,
-the code measured (``code``; ``code_ref`` the ``--commit`` as given) and the machine (``docs/findings/data/interrupt-timing.jsonl`` is one,
-rendered on the findings page ``2026-12-02-interrupt-timing.md``).
+``git archive`` of an older commit of this repository (the commit before a fix, to
+compare), made in a temporary folder and removed after.
+
+``--out FILE`` appends one JSON line per interrupted run (schema
+``ragbench.interrupt-timing/1``): the phase, the delay, the seconds to exit, the exit status
+and the command's last line on stderr, the processes and cache files left, the 1-min load
+average before and after, the code measured (``code``; ``code_ref`` the ``--commit`` as
+given) and the machine. ``docs/findings/data/interrupt-timing.jsonl`` is one, shown on the
+findings page ``docs/findings/2026-12-02-interrupt-timing.md``.
 
 Run: ``.venv/bin/python bench/interrupt_timing.py [--phases onnx-export,onnx-quantize,
-scale-build,cross-encoder,cross-encoder-build] [--delays 0.5,2,4] [--root DIR [--label TEXT] | --commit REV]
-[--out FILE]``. Not part of the test suite; figures are machine dependent (the 1-min load is
-recorded with each run).
+scale-build,cross-encoder,cross-encoder-build] [--delays 0.5,2,4] [--root DIR [--label
+TEXT] | --commit REV] [--out FILE]``. Not part of the test suite; figures are machine
+dependent (the 1-min load is recorded with each run).
 """
 
 from __future__ import annotations
@@ -128,11 +131,13 @@ def once(phase: str, root: Path, delay: float) -> dict[str, Any]:
         code = child.wait(timeout=120)
         took = time.monotonic() - t0
         time.sleep(0.5)
+        said = err.read_text(errors="replace").strip().splitlines()
         return {
             "phase": phase,
             "delay_s": delay,
             "seconds_to_exit": round(took, 3),
             "exit": code,
+            "last_line": said[-1] if said else "",
             "in_phase_at_signal": in_phase,
             "processes_left": [pid for pid in group if psutil.pid_exists(pid)],
             "cache_files_left": sorted(p.name for p in scratch.glob("cache/onnx*/*")),
