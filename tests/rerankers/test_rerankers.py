@@ -717,8 +717,12 @@ def test_numba_fast_path_and_dispatcher_agree(numba_warm: None) -> None:
         for bad in (50, -7):
             with pytest.raises(IdOutOfRangeError, match=f"id {bad} is out of range"):
                 split.rerank(q, np.r_[cand, bad], x, 5)
+            # all three read-only, as above: the types the dispatcher has just compiled the
+            # serial kernel for (read-only q and x with writable ids compiled it once more)
+            bad_ro = np.r_[cand, bad]
+            bad_ro.flags.writeable = False
             with pytest.raises(IdOutOfRangeError, match=f"id {bad} is out of range"):
-                split.rerank(q_ro, np.r_[cand, bad], x_ro, 5)
+                split.rerank(q_ro, bad_ro, x_ro, 5)
 
 
 # ---------------------------------------------------------------- python and none
