@@ -13,9 +13,8 @@ from __future__ import annotations
 import io
 import sys
 
-from ragbench import plots
 from ragbench.files import replace_bytes
-from ragbench.results import records
+from ragbench.results import plots, records
 
 
 def main(argv: list[str]) -> int:

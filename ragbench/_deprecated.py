@@ -87,6 +87,9 @@ MOVED: dict[str, str] = {
         "STATS compare_table fixed_line run_table setup_summary stopped_line",
     ),
     **_each("ragbench.rendering", f"{_TABLES}.stream", "stream_table"),
+    "ragbench.plots": "ragbench.results.plots",
+    "ragbench.rebuilds": "ragbench.results.rebuilds",
+    "ragbench.frontier": "ragbench.results.frontier",
     "ragbench.reading": "ragbench.results.reading",
     **_each("ragbench.reading", "ragbench.results.reading", "reading"),
     **_each(

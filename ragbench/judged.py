@@ -241,7 +241,7 @@ def merge_builds(
 ) -> dict[str, Any] | None:
     """The ``judged`` object of one configuration measured on several builds (``--rebuilds N``).
 
-    As recall over builds (:mod:`ragbench.rebuilds`): each measure is the mean of
+    As recall over builds (:mod:`ragbench.results.rebuilds`): each measure is the mean of
     the builds' means and its interval the envelope of the builds' intervals
     (where one build's lands); ``per_query`` is every build's values one after
     the other (``pool="concat"``: a run's pooled requests) or each query's mean

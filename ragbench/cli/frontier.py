@@ -114,7 +114,7 @@ def _fast(cfg: Config) -> Config:
 
 def _conclude(records: list[dict[str, Any]], opts: Any, writer: RecordWriter) -> None:
     """The frontier record (written after the runs), its table and lines, the chart."""
-    from ..frontier import frontier_fields
+    from ..results.frontier import frontier_fields
     from ..results.tables import render
     from .options import finish_outputs
 

@@ -285,7 +285,7 @@ def check_outputs(out: str | None = None, plot: str | None = None) -> None:
     if out:
         check_writable(out, "--out file")
     if plot:
-        from ..plots import chart_path
+        from ..results.plots import chart_path
 
         check_writable(chart_path(plot), "--plot chart")
 
@@ -303,7 +303,7 @@ def finish_outputs(
     if lost:
         failures.append(lost)
     if plot:
-        from ..plots import chart_path, plot_records
+        from ..results.plots import chart_path, plot_records
 
         try:
             echo(f"wrote {plot_records(records or [], plot)}")

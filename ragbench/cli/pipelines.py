@@ -251,7 +251,7 @@ def _rebuilt(
     Ctrl-C after some builds keeps them: their merged records are written (``rebuilds`` says
     how many, a caveat that the run was cut short) before the interrupt goes on.
     """
-    from ..rebuilds import merge_runs
+    from ..results.rebuilds import merge_runs
 
     n = opts["rebuilds"]
     runs = [measure_combinations(combos, opts, RecordWriter())]  # build 0: the one-build run's
@@ -274,8 +274,8 @@ def _rebuilt(
 
 
 def _seeded(cfg: Config, i: int) -> Config:
-    """``cfg`` with build ``i``'s ``[retrieve.build]`` (seed + i, :func:`ragbench.rebuilds.seeded_build`)."""
-    from ..rebuilds import seeded_build
+    """``cfg`` with build ``i``'s ``[retrieve.build]`` (seed + i, :func:`ragbench.results.rebuilds.seeded_build`)."""
+    from ..results.rebuilds import seeded_build
 
     return cfg.replace("retrieve", build=seeded_build(cfg.retrieve.backend, cfg.retrieve.build, i))
 

@@ -13,11 +13,17 @@ exactly like the run that wrote it. By concern:
 - :mod:`~ragbench.results.tables`: tables in ``table``/``md``/``csv``/``json`` from
   records (:func:`~ragbench.results.tables.render`);
 - :mod:`~ragbench.results.reading`: what the numbers mean, in a few sentences
-  (:func:`~ragbench.results.reading.reading`).
+  (:func:`~ragbench.results.reading.reading`);
+- :mod:`~ragbench.results.plots`: every chart of records (matplotlib, loaded when one is drawn);
+- :mod:`~ragbench.results.rebuilds`: a point measured on several builds of one index, merged
+  into one record (``--rebuilds N``);
+- :mod:`~ragbench.results.frontier`: the cheapest configuration at a given nDCG@10, read from
+  run records (``ragbench frontier``).
 
-Until issue 30 these were five top-level modules (``ragbench.records``,
-``record_schema``, ``report``, ``rendering``, ``reading``); the old names still
-import, with a DeprecationWarning, for one release.
+Until issue 30 these were top-level modules (``ragbench.records``, ``record_schema``,
+``report``, ``rendering``, ``reading``, ``plots``, ``rebuilds``, ``frontier``); the old
+names still import, with a DeprecationWarning, for one release
+(:data:`ragbench._deprecated.MOVED`).
 
 The names below load their module on first use, so importing this package
 costs nothing until one is used.

@@ -378,7 +378,7 @@ class FrontierRecord(Record, frozen=True):
     ``pareto_stat`` names the latency statistic of the Pareto set (p50); ``best``,
     ``cheapest`` (the lowest p50 within ``within`` of the best nDCG@10) and
     ``best_under_budget`` (the highest nDCG@10 with p99 <= ``p99_budget_ms``) are labels of
-    ``points``; ``cost_only`` the labels never ranked on quality (:mod:`ragbench.frontier`).
+    ``points``; ``cost_only`` the labels never ranked on quality (:mod:`ragbench.results.frontier`).
     """
 
     kind: Literal["frontier"] = "frontier"

@@ -10,7 +10,7 @@ from typing import Any
 from .. import indexes
 from ..executors import Executor, LocalExecutor, Unit
 from ..pipeline.capabilities import FilteredSearch
-from ..rebuilds import merge_builds
+from ..results.rebuilds import merge_builds
 from ..results.records import Collector, cliff_key, filter_cliffs, new_record
 from ..validate import positive_int
 from .data import SweepData, index_param_names
@@ -70,7 +70,7 @@ def sweep_unit(
     selectivity), yielded once the line is complete, with ``filter_cliff``.
     Builds are deterministic unless ``fast_build``; with ``rebuilds > 1`` the
     index is built that many times (seed, seed + 1, ...) and each point's
-    records of every build are merged (:func:`ragbench.rebuilds.merge_builds`),
+    records of every build are merged (:func:`ragbench.results.rebuilds.merge_builds`),
     yielded once the last build is measured.
     """
     opts: dict[str, Any] = {"k": k, "repeat": repeat, "strategies": strategies}

@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..metrics import recall_at_k
 from ..pipeline.capabilities import FiltersOnAttributes, filter_path
 from ..pipeline.samples import server_clock
-from ..rebuilds import recall_interval
+from ..results.rebuilds import recall_interval
 from ..timing import Stats, run_stages
 from ..validate import positive_int
 from .data import FilterCase, SweepData

@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import indexes, procstat, threads
 from ..errors import RagbenchError
-from ..rebuilds import seeded_build
+from ..results.rebuilds import seeded_build
 from .data import SweepData
 from .points import build_index
 

@@ -11,7 +11,7 @@ from .. import indexes, rerankers
 from ..indexes import builds
 from ..metrics import rerank_metric
 from ..pipeline.capabilities import CompressedCodes, FiltersOnAttributes, RecordsBuild
-from ..rebuilds import seeded_build
+from ..results.rebuilds import seeded_build
 from .data import SweepData
 
 __all__ = [

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..executors import Executor, LocalExecutor, Unit
-from ..rebuilds import merge_builds
+from ..results.rebuilds import merge_builds
 from ..results.records import Collector, new_record
 from ..validate import positive_int
 from .data import SweepData
@@ -83,7 +83,7 @@ def scale_unit(
 
     With ``rebuilds > 1`` the query parameter is tuned on the first build and
     the same point measured on each further build (seed + i), merged by
-    :func:`ragbench.rebuilds.merge_builds`.
+    :func:`ragbench.results.rebuilds.merge_builds`.
     """
     data = make()
     reranker = exact_reranker(data)

@@ -14,7 +14,7 @@ import pytest
 
 from ragbench import intervals
 from ragbench.indexes import builds
-from ragbench.rebuilds import seeded_build
+from ragbench.results.rebuilds import seeded_build
 from ragbench.results.records import read_records
 from ragbench.settings.params import HnswBuild
 

@@ -300,7 +300,7 @@ def test_a_pipeline_run_is_labelled_random_weights() -> None:
     assert back.caveats == rec["caveats"]
     assert back.to_record()["model_prompt_tokens"] == rec["model_prompt_tokens"]
 
-    from ragbench.plots import figure, pyplot
+    from ragbench.results.plots import figure, pyplot
 
     fig = figure([rec])
     try:

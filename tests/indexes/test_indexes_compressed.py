@@ -219,7 +219,7 @@ def test_sweep_reports_recall_before_after_and_bytes(tmp_path) -> None:
 
     table = render(recs)
     assert "recall p10" in table and "before rescore" in table and "+ 256" in table
-    from ragbench.plots import figure, pyplot
+    from ragbench.results.plots import figure, pyplot
 
     fig = figure(recs)
     try:

@@ -450,7 +450,7 @@ def test_compare_from_the_cli_labels_random_weights_and_keeps_recall(tmp_path: P
     assert report.returncode == 0, report.stderr
     assert "scores meaningless" in " ".join(report.stdout.split())
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
-    from ragbench.plots import figure, pyplot
+    from ragbench.results.plots import figure, pyplot
 
     fig = figure([ce, numba])
     try:

@@ -269,7 +269,7 @@ def test_diff_says_the_total_verdict_and_the_largest_sure_change() -> None:
 @pytest.mark.parametrize(("embed", "panels"), [(9_700_000, 2), (100_000, 1)])
 def test_the_chart_gets_a_panel_without_a_dominant_stage(embed: int, panels: int, tmp_path) -> None:
     pytest.importorskip("matplotlib")
-    from ragbench.plots import figure, pyplot
+    from ragbench.results.plots import figure, pyplot
 
     recs = [
         run_record(c, {**EVEN, "embed": embed, "serialize": s}, codec=c)

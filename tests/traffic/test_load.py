@@ -122,7 +122,7 @@ def _load_record(label: str, rate: float, p50: float, p99: float) -> dict:
 def test_load_records_plot_one_p50_and_one_p99_line_per_configuration(
     tmp_path: Path, capsys
 ) -> None:
-    from ragbench.plots import figure
+    from ragbench.results.plots import figure
     from ragbench.results.records import append_record
 
     recs = [

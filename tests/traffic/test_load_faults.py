@@ -275,7 +275,7 @@ def test_a_stopped_worker_ends_the_level_at_its_deadline_and_is_killed(started) 
 
 @pytest.mark.integration
 def test_a_worker_stopped_for_a_moment_marks_its_level_invalid(started, tmp_path: Path) -> None:
-    from ragbench.plots import figure
+    from ragbench.results.plots import figure
 
     # levels of 30 and 50 requests: one request started late is over their p99
     run = started(

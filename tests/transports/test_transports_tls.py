@@ -700,7 +700,7 @@ def test_compare_payload_axis_and_transport_settings(
 
 
 def test_payload_plot_panel_draws_one_line_per_transport_setting() -> None:
-    from ragbench.plots import figure, pyplot, transport_setting, varies_payload
+    from ragbench.results.plots import figure, pyplot, transport_setting, varies_payload
 
     def run(transport: dict[str, Any], k: int, emb: bool, nbytes: int, us: float) -> dict[str, Any]:
         return {

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from ...frontier import frontier_lines
+from ..frontier import frontier_lines
 from ..schema import FrontierRecord, read_struct
 from .cells import text_table
 from .judged import short_qrels

@@ -20,11 +20,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .errors import ConfigError, MissingDependencyError
-from .files import replace_bytes
-from .rerankers import CAVEAT_PREFIX
-from .results.reading.runs import dominant_stage
-from .results.records import (
+from ..errors import ConfigError, MissingDependencyError
+from ..files import replace_bytes
+from ..rerankers import CAVEAT_PREFIX
+from .reading.runs import dominant_stage
+from .records import (
     caveats_of,
     generator_kept_up,
     growth_exponents,
@@ -33,7 +33,7 @@ from .results.records import (
     pareto,
     records_of,
 )
-from .results.schema import (
+from .schema import (
     FrontierRecord,
     IndexPoint,
     LoadRecord,

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ragbench.cli import main
-from ragbench.frontier import best_under, cheapest_within, frontier_fields, frontier_lines
 from ragbench.rerankers import CAVEAT_PREFIX
+from ragbench.results.frontier import best_under, cheapest_within, frontier_fields, frontier_lines
 from ragbench.results.records import read_records
 
 

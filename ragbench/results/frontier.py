@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .rerankers import CAVEAT_PREFIX
+from ..rerankers import CAVEAT_PREFIX
 
 __all__ = [
     "COST_ONLY_RANDOM",

@@ -49,9 +49,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from . import indexes, intervals, judged
-from .results.report import Report
-from .timing import Stats
+from .. import indexes, intervals, judged
+from ..timing import Stats
+from .report import Report
 
 __all__ = ["merge_builds", "merge_runs", "recall_interval", "seeded_build"]
 
