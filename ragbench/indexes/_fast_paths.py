@@ -124,34 +124,38 @@ def faiss_one_query(index: Any, queries: Any, k: Any, params: dict[str, Any]) ->
         return (ids if labels_ext is None else labels_ext[ids]), scores
 
 
-def hnswlib_one_query(index: Any, queries: Any, k: Any, params: dict[str, Any]) -> Any:
+def hnswlib_one_query(index: Any, queries: Any, k: Any, ef: Any) -> Any:
     """hnswlib: one ``(1, dim)`` ip/l2 query to ``knn_query``, scores converted by a compiled loop.
 
-    State (``index._fast``): ``(knn_query, (1, dim), live, to_scores)``;
-    ``to_scores`` (:mod:`ragbench.indexes._hnsw_score_kernels`) converts the distances
-    in place with the same float32 operation the reference uses and returns
-    the best score. Taken only when hnswlib's ``ef`` already is the one the
-    reference would set (``max(ef, k)``); hnswlib raises when fewer than
-    ``k`` rows are reachable (the reference pads those). Ids are mapped with
-    the snapshot of the last add, read after the search: hnswlib adds beside
-    searches and may return rows of an add still running.
+    ``ef`` is the call's beam width as the caller passed it (the default
+    when none). State (``index._fast``, see ``HnswIndex._publish_fast``):
+    ``(knn_query, (1, dim), k_max, to_scores, ef_now)``. Taken only when the
+    call's ``ef`` is an ``int`` equal to the one set on hnswlib and ``k <=
+    k_max`` (no more than the rows nor than ``ef``), so hnswlib already has
+    the ``max(ef, k)`` the reference would set, and the ``ef`` is valid (a
+    search set it); an equal ``64.0`` or ``True`` goes to the reference,
+    which refuses it. ``to_scores`` (:mod:`ragbench.indexes._hnsw_score_kernels`)
+    converts the distances in place with the same float32 operation the
+    reference uses and returns the best score. hnswlib raises when fewer
+    than ``k`` rows are reachable (the reference pads those). Ids are mapped
+    with the snapshot of the last add, read after the search: hnswlib adds
+    beside searches and may return rows of an add still running.
 
-    Written out in one frame, the write gate entered inline (as
-    :meth:`WriteGate.__enter__` does) and the query parameters checked as
-    :func:`cached_query_params` does for hnsw's one parameter: on a small
-    graph hnswlib answers in ~15 µs, and each further Python call here cost
-    about a point of the 1.03× target (issue 30 item 4, measured).
+    Serves the index-wrapper target (1.03x hnswlib's ``knn_query``): after a
+    walk through the graph every object touched here is cold in cache, so
+    each step is the cheapest one that is exact. The write gate is entered
+    inline (as :meth:`WriteGate.__enter__` does); the dtype is compared by
+    identity, since numpy's float32 dtype is one object and any other
+    (swapped byte order, metadata) may go to the reference, where ``==``
+    runs numpy's dtype comparison (about 1 µs here, measured; issue 30).
     """
-    if type(queries) is not _ndarray or queries.dtype != F32 or type(k) is not int:
+    if (
+        type(queries) is not _ndarray
+        or queries.dtype is not F32
+        or type(k) is not int
+        or type(ef) is not int
+    ):
         return None
-    if not params:
-        ef = index._default_compiled
-    else:
-        # As cached_query_params: equal to the last parsed call, hence only
-        # ``ef``, and an int (an equal 64.0 or True goes to the reference).
-        last_params, ef = index._last_query
-        if params != last_params or type(params["ef"]) is not int:
-            return None
     gate = index._gate
     entries = gate.entries
     entries.append(None)
@@ -160,18 +164,16 @@ def hnswlib_one_query(index: Any, queries: Any, k: Any, params: dict[str, Any]) 
         gate.wait_enter()
     try:
         state = index._fast
-        if (
-            state is None
-            or queries.shape != state[1]
-            or not 0 < k <= state[2]
-            or max(ef, k) != index._ef
-        ):
+        if state is None:
+            return None
+        knn_query, shape, k_max, to_scores, ef_now = state
+        if ef != ef_now or not 0 < k <= k_max or queries.shape != shape:
             return None
         try:
-            labels, dist = state[0](queries, k)
+            labels, dist = knn_query(queries, k)
         except RuntimeError:
             return None
-        if not -INF < state[3](dist) < INF:
+        if not -INF < to_scores(dist) < INF:
             return None
         labels_ext = index._labels_ext
     finally:

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -84,7 +85,8 @@ from .base import LiveVectorIndex
 __all__ = ["HnswIndex"]
 
 _ndarray = np.ndarray
-
+#: ``search``'s ``ef`` when the caller passes none (``None`` is a bad ef and stays one).
+_NO_EF: Any = object()
 
 _SPACE = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
 
@@ -106,20 +108,30 @@ class HnswIndex(LiveVectorIndex):
         self._index: Any = None
         self._set_ef: Any = None
         self._ef = -1  # the ef set on hnswlib's index (it keeps one, not per call)
+        self._live = 0  # rows of the current id snapshot (see _on_space)
         self._similarity = metric != "l2"
         # ip/l2: compiled in-place distance-to-score conversion of one row
         # (ragbench.indexes._hnsw_score_kernels), loaded after build/load, outside the
         # build time; None for cosine (its query is checked before the search).
         self._to_scores: Any = None
-        # hnswlib_one_query's state for the current id snapshot (see _on_space),
-        # or None (cosine, or before the compiled conversion is loaded).
-        self._fast: tuple[Any, tuple[int, int], int, Any] | None = None
+        # hnswlib_one_query's state for the current id snapshot and ef (see
+        # _publish_fast), or None (cosine, before the compiled conversion is loaded
+        # or before the first search set an ef); published under _fast_lock.
+        self._fast: tuple[Any, tuple[int, int], int, Any, int] | None = None
+        self._fast_lock = threading.Lock()
         # labels_ext of the last add's id snapshot (None: ids are hnswlib's labels).
         self._labels_ext: np.ndarray | None = None
         self._init_live()
 
     def search(
-        self, queries: Any, k: int, *, filter: Any = None, strategy: Any = None, **params: Any
+        self,
+        queries: Any,
+        k: int,
+        *,
+        ef: Any = _NO_EF,
+        filter: Any = None,
+        strategy: Any = None,
+        **params: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of each query, optionally restricted to an allow-list.
 
@@ -129,8 +141,10 @@ class HnswIndex(LiveVectorIndex):
             filter, strategy: the allow-list and how to apply it, see
                 :mod:`ragbench.indexes.base` (``in-graph`` is hnswlib's
                 ``filter`` callable: the graph walk only returns allowed rows).
-            **params: ``ef``, the beam width for this call (int >= 1, default
-                64; see the module docstring); any other name raises
+            ef: the beam width for this call (int >= 1, default 64; see the
+                module docstring). Named rather than left to ``**params`` so
+                a call passing it builds no dict (the index-wrapper target).
+            **params: no other query parameter exists: any name raises
                 :class:`~ragbench.errors.ConfigError`.
 
         Returns:
@@ -142,10 +156,14 @@ class HnswIndex(LiveVectorIndex):
         does not. Searches run beside ``add`` (hnswlib allows it); only a
         resize of the graph's capacity and ``delete`` hold them off.
         """
-        if filter is None and strategy is None:
-            answer = hnswlib_one_query(self, queries, k, params)
+        if filter is None and strategy is None and not params:
+            answer = hnswlib_one_query(
+                self, queries, k, self._default_compiled if ef is _NO_EF else ef
+            )
             if answer is not None:
                 return answer  # type: ignore[no-any-return]
+        if ef is not _NO_EF:
+            params["ef"] = ef
         return super().search(queries, k, filter=filter, strategy=strategy, **params)
 
     def _caller_ids(self, pos: np.ndarray, space: IdSpace) -> np.ndarray:
@@ -155,9 +173,11 @@ class HnswIndex(LiveVectorIndex):
         return pos if ext is None else ext[pos]
 
     def _change_ef(self, ef: int) -> None:
-        """Set hnswlib's beam width (kept on the index, not per call)."""
-        self._set_ef(ef)
-        self._ef = ef
+        """Set hnswlib's beam width (kept on the index, not per call) and publish it."""
+        with self._fast_lock:
+            self._set_ef(ef)
+            self._ef = ef
+            self._publish_fast()
 
     def _queries(self, q: Any) -> np.ndarray:
         """Checked float32 ``(nq, dim)`` queries: NaN/inf, width, cosine zero rows.
@@ -269,7 +289,8 @@ class HnswIndex(LiveVectorIndex):
     def _set_index(self, index: Any) -> None:
         self._index = index
         self._set_ef = index.set_ef
-        self._ef = -1
+        with self._fast_lock:
+            self._ef = -1
         self._publish_built(int(index.get_current_count()))
 
     def _on_space(self, space: IdSpace | None) -> None:
@@ -277,10 +298,27 @@ class HnswIndex(LiveVectorIndex):
         if space is None:
             return
         self._labels_ext = space.labels_ext()
-        to_scores = self._to_scores
-        self._fast = None
-        if to_scores is not None:
-            self._fast = (self._index.knn_query, (1, self.dim), space.live, to_scores)
+        with self._fast_lock:
+            self._live = space.live
+            self._publish_fast()
+
+    def _publish_fast(self) -> None:
+        """Publish :func:`hnswlib_one_query`'s state: ``(knn_query, (1, dim), k_max, to_scores, ef)``.
+
+        ``ef`` is the beam width set on hnswlib now, and ``k_max`` the
+        largest ``k`` a call with that ``ef`` may ask for there: the rows of
+        the id snapshot, and no more than ``ef`` (the reference sets
+        ``max(ef, k)``). None for cosine, before the compiled conversion is
+        loaded and before a search set an ``ef``. Called under
+        ``_fast_lock`` by every change of ``ef`` or of the snapshot, so the
+        last state published always holds the ``ef`` hnswlib has.
+        """
+        ef, to_scores = self._ef, self._to_scores
+        if to_scores is None or ef < 1:
+            self._fast = None
+        else:
+            k_max = min(self._live, ef)
+            self._fast = (self._index.knn_query, (1, self.dim), k_max, to_scores, ef)
 
     # -- filtered search and writes (see ragbench.indexes.base) -----------------
 

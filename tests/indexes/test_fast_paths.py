@@ -31,12 +31,20 @@ from ragbench.indexes.base import LiveVectorIndex
 
 DIM, N = 16, 240
 
+
+def hnswlib_with_params(index: Any, queries: Any, k: Any, params: dict[str, Any]) -> Any:
+    """:func:`hnswlib_one_query` asked as ``HnswIndex.search`` asks it for these parameters."""
+    if set(params) - {"ef"}:
+        return None  # search leaves any other name to the reference, which refuses it
+    return hnswlib_one_query(index, queries, k, params.get("ef", index._default_compiled))
+
+
 #: backend -> (its fast path, its reference search, the query parameter it takes or None)
 FAMILIES: dict[str, tuple[Callable[..., Any], Callable[..., Any], str | None]] = {
     "flat": (faiss_one_query, LiveVectorIndex.search, None),
     "faiss-hnsw": (faiss_one_query, LiveVectorIndex.search, "ef"),
     "ivf": (faiss_one_query, LiveVectorIndex.search, "nprobe"),
-    "hnsw": (hnswlib_one_query, LiveVectorIndex.search, "ef"),
+    "hnsw": (hnswlib_with_params, LiveVectorIndex.search, "ef"),
     "usearch": (usearch_one_query, EngineIndex.search, "ef"),
     "qdrant-edge": (qdrant_one_query, EngineIndex.search, "ef"),
 }
@@ -107,7 +115,7 @@ def queries(draw: st.DrawFn) -> np.ndarray:
 def params_for(draw: st.DrawFn, name: str | None) -> dict[str, Any]:
     if name is None or draw(st.booleans()):
         return {}
-    return {name: draw(st.sampled_from([1, 2, 5, 16, 64, 300, 64.0]))}
+    return {name: draw(st.sampled_from([1, 2, 5, 16, 64, 300, 64.0, True, 0]))}
 
 
 CASES = [
@@ -138,6 +146,32 @@ def test_fast_path_answers_exactly_as_the_reference(
         assert same(("ok", *answer), want)
     # The public search is one or the other: the same outcome either way.
     assert same(outcome(lambda: index.search(q, k, **params)), want)
+
+
+@pytest.mark.parametrize(("name", "metric", "kind"), CASES)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fast_path_asked_first_answers_exactly_as_the_reference(
+    name: str, metric: str, kind: str, data: st.DataObject
+) -> None:
+    """The fast path asked before the reference, after a call with other parameters.
+
+    The test above lets the reference set the library's beam width first; here an earlier
+    call (a single query or a batch, another ``k``, other parameters) left its own, as in a
+    sweep over ``ef``: the fast path must step aside or answer what the reference answers."""
+    index = built(name, metric, kind)
+    fast, reference, param = FAMILIES[name]
+    earlier = corpus("spread")[: data.draw(st.sampled_from([1, 3]))] + np.float32(0.01)
+    earlier_params = params_for(data.draw, param)
+    outcome(lambda: reference(index, earlier, data.draw(st.integers(1, N)), **earlier_params))
+    q = data.draw(queries())
+    k = data.draw(st.integers(1, N + 2))
+    params = params_for(data.draw, param)
+    answer = fast(index, q, k, dict(params))
+    want = outcome(lambda: reference(index, q, k, **params))
+    if answer is not None:
+        assert want[0] == "ok", f"the fast path answered where the reference raised {want}"
+        assert same(("ok", *answer), want)
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
@@ -297,7 +331,7 @@ def test_a_short_answer_is_left_to_the_reference_without_reading_its_pads(
     rng = np.random.default_rng(11)
     for _ in range(200):
         q = rng.standard_normal((1, DIM)).astype(np.float32)
-        want = outcome(lambda: reference(index, q, N - 1))
+        want = outcome(lambda q=q: reference(index, q, N - 1))
         answer = fast(index, q, N - 1, {})
         if answer is not None:
             assert same(("ok", *answer), want)
