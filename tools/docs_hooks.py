@@ -29,6 +29,8 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
     <!-- gen: detection data/x.jsonl -->    ``tools/recipe_detection.py --summary --markdown``:
                                             A/A pairs passed, planted slowdowns caught per CI job
     <!-- gen: quick-margins data/x.jsonl -->  each quick bench gate's spread and tripwire (bench/_quick.py)
+    <!-- gen: interrupts data/x.jsonl -->   ``bench/interrupt_timing.py --out``: one row per
+                                            interrupted run, seconds from SIGINT to exit
 
 The comment is replaced when the site is built (``make docs``), so nothing generated is
 typed into a page. ``report`` paths are relative to the page's folder and runs
@@ -885,6 +887,52 @@ def quick_margins_markdown(page_dir: Path, args: str) -> str:
     )
 
 
+INTERRUPT_SCHEMA = "ragbench.interrupt-timing/1"
+#: A file of the ONNX cache no finished graph is: a writer's temporary (``*.tmp.onnx``, a
+#: quantization folder ``*.tmp.d``) or ONNX Runtime's side file ``<graph>-inferred.onnx``.
+STRAY_CACHE_FILE = re.compile(r"\.tmp\.|-inferred\.onnx$")
+
+
+def _interrupt_row(rec: dict[str, Any]) -> list[str]:
+    """One interrupted run: its phase, code, delay, seconds to exit, status, leftovers, load."""
+    code = f"`{rec['code_ref']}` ({rec['code']})" if rec.get("code_ref") else f"{rec['code']}"
+    delay = f"{rec['delay_s']:g}" + ("" if rec.get("in_phase_at_signal", True) else " (step over)")
+    procs, files = rec["processes_left"], rec["cache_files_left"]
+    stray = [f for f in files if STRAY_CACHE_FILE.search(f)]
+    left = [f"{len(procs)} processes"] if procs else []
+    left += [", ".join(f"`{f}`" for f in stray)] if stray else []
+    if len(files) > len(stray):  # graphs finished before SIGINT (the export's, for int8)
+        left = [*(left or ["nothing"]), f"{len(files) - len(stray)} finished cache files kept"]
+    before, after = rec["load_before"][0], rec["load_after"][0]
+    cores = (rec.get("env") or {}).get("cores") or 0
+    busy = " (busy)" if cores and max(before, after) >= cores else ""
+    said = rec.get("last_line")  # what a command that did not exit 130 said last
+    return [
+        f"`{rec['phase']}`",
+        code,
+        delay,
+        f"{rec['seconds_to_exit']:.2f}",
+        str(rec["exit"]) + (f": {rec['last_line']}" if rec["exit"] != 130 and said else ""),
+        "; ".join(left) or "nothing",
+        f"{before:.1f} → {after:.1f}{busy}",
+    ]
+
+
+def interrupts_markdown(page_dir: Path, args: str) -> str:
+    """The runs of a ``bench/interrupt_timing.py --out`` file (path relative to the page), in
+    its order: one row each, and the runs' time span under the table."""
+    (name,) = shlex.split(args)
+    lines = (page_dir / name).read_text(encoding="utf-8").splitlines()
+    recs = [json.loads(ln) for ln in lines if ln.strip()]
+    other = {r.get("schema") for r in recs} - {INTERRUPT_SCHEMA}
+    if not recs or other:
+        raise ValueError(f"interrupts: {name} holds no {INTERRUPT_SCHEMA} records only ({other})")
+    head = ["phase", "code", "delay s", "SIGINT to exit s", "exit status", "left behind"]
+    table = _table([*head, "1-min load before → after"], [_interrupt_row(r) for r in recs])
+    times = sorted(r["time"] for r in recs)
+    return table + f"\n\nFrom `{name}`: {len(recs)} runs from {times[0]} to {times[-1]} (UTC)."
+
+
 def search_after_markdown(page_dir: Path, args: str) -> str:
     """``bench/test_bench_search_after.py``'s ``--benchmark-json``: one row per engine, each
     condition's search p50 over back-to-back's with its 95 % interval (the bench's extra_info)."""
@@ -1120,6 +1168,8 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return detection_markdown(page_dir, args)
         if what == "quick-margins":
             return quick_margins_markdown(page_dir, args)
+        if what == "interrupts":
+            return interrupts_markdown(page_dir, args)
         if what == "source":
             return source_markdown(page_dir, args)
         if what == "plot":
@@ -1131,7 +1181,8 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
                 [
                     *("report", "report-text", "reading", "plot", "reproduce", "bench", "stats"),
                     "engines",
-                    *("search-after", "detection", "quick-margins", "source", *GENERATORS),
+                    *("search-after", "detection", "quick-margins", "interrupts", "source"),
+                    *GENERATORS,
                 ]
             )
             raise ValueError(f"unknown generated section {what!r}; known: {known}")

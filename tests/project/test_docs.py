@@ -325,6 +325,7 @@ DATA_MARKERS = (
     "search-after",
     "detection",
     "quick-margins",
+    "interrupts",
 )
 
 
@@ -355,7 +356,7 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
     for page in pages:
         text = page.read_text(encoding="utf-8")
         found = _page_markers(page)
-        data = {"report", "bench", "stats", "detection", "quick-margins"}
+        data = {"report", "bench", "stats", "detection", "quick-margins", "interrupts"}
         assert {w for w, _ in found} & data, f"{page.name}: no data"
         expanded = hooks.expand(text, page.parent, Path("/nonexistent"))
         hooks.PLOTS.clear()
@@ -382,6 +383,8 @@ def test_findings_tables_are_exactly_what_their_data_regenerates() -> None:
                 for gate, m in recorded.items():
                     row = f"| {gate} | {m.op} {m.target:.4g} |"
                     assert row in expanded, f"{page.name}: no row for {gate}"
+            elif what == "interrupts":
+                _check_interrupts_table(page.parent / args[0], expanded)
             elif what == "engines":
                 _check_engines_table(page.parent, args, expanded)
             elif what == "search-after":
@@ -432,6 +435,72 @@ def _quick_margins(path: Path) -> dict[str, object]:
     sys.modules.setdefault("_quick", module)
     spec.loader.exec_module(module)
     return dict(module.margins(path))
+
+
+def _check_interrupts_table(path: Path, expanded: str) -> None:
+    """Each interrupted run of the file has its row, in order: phase, delay, seconds, status."""
+    recs = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln]
+    assert recs, path
+    rows = [ln for ln in expanded.splitlines() if re.match(r"^\| `[a-z-]+` \|", ln)]
+    rows = [r for r in rows if r.split(" | ")[0].strip("| `") in {r["phase"] for r in recs}]
+    assert len(rows) == len(recs), f"{path.name}: {len(rows)} rows for {len(recs)} runs"
+    for rec, row in zip(recs, rows, strict=True):
+        cells = row.strip("| ").split(" | ")
+        assert cells[0] == f"`{rec['phase']}`" and rec["code"] in cells[1]
+        assert float(cells[2].split()[0]) == rec["delay_s"]
+        assert float(cells[3]) == pytest.approx(rec["seconds_to_exit"], abs=0.005)
+        assert cells[4].split(":")[0] == str(rec["exit"])
+        stray = [f for f in rec["cache_files_left"] if hooks.STRAY_CACHE_FILE.search(f)]
+        assert (cells[5].startswith("nothing")) == (not rec["processes_left"] and not stray)
+        for name in stray:
+            assert f"`{name}`" in cells[5]
+
+
+STRAY = hooks.STRAY_CACHE_FILE
+
+
+def test_interrupts_marker_rows_leftovers_and_busy_load(tmp_path: Path) -> None:
+    """bench/interrupt_timing.py's records as a table: what was left, the load, the old code."""
+    base = {
+        "schema": "ragbench.interrupt-timing/1",
+        "time": "2026-12-02T16:00:00Z",
+        "phase": "onnx-export",
+        "delay_s": 0.5,
+        "seconds_to_exit": 0.123,
+        "exit": 130,
+        "in_phase_at_signal": True,
+        "processes_left": [],
+        "cache_files_left": [],
+        "load_before": [0.4, 0.5, 0.5],
+        "load_after": [0.6, 0.5, 0.5],
+        "code": "aaaaaaaaaaaa",
+        "code_ref": None,
+        "env": {"cpu": "CPU", "cores": 2, "load_avg": [0.6, 0.5, 0.5]},
+    }
+    old = {**base, "time": "2026-12-02T16:05:00Z", "code": "bbbbbbbbbbbb", "code_ref": "x^"}
+    old |= {"seconds_to_exit": 1.8, "exit": -9, "in_phase_at_signal": False}
+    old |= {"last_line": "ragbench: killed"}
+    old |= {"processes_left": [41, 42], "cache_files_left": ["m.pid1.x.tmp.onnx", "m.onnx"]}
+    old |= {"load_before": [2.0, 1, 1], "load_after": [2.5, 1, 1]}
+    data = tmp_path / "i.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in (base, old)), encoding="utf-8")
+    table = hooks.expand("<!-- gen: interrupts i.jsonl -->", tmp_path)
+    rows = [ln.strip("| ").split(" | ") for ln in table.splitlines() if ln.startswith("| `")]
+    assert rows[0] == [
+        "`onnx-export`", "aaaaaaaaaaaa", "0.5", "0.12", "130", "nothing", "0.4 → 0.6",
+    ]  # fmt: skip
+    assert rows[1][1] == "`x^` (bbbbbbbbbbbb)" and rows[1][2] == "0.5 (step over)"
+    assert rows[1][3:5] == ["1.80", "-9: ragbench: killed"]  # the last line of another exit
+    # a finished graph (the export's, before an int8 quantization) is cached, not left behind
+    assert rows[1][5] == "2 processes; `m.pid1.x.tmp.onnx`; 1 finished cache files kept"
+    assert STRAY.search("m-inferred.onnx") and STRAY.search("quantize.pid3.ab.tmp.d")
+    assert not STRAY.search("m.onnx") and not STRAY.search("m.onnx.json")
+    assert rows[1][6] == "2.0 → 2.5 (busy)"  # at or above the record's 2 cores
+    assert "2 runs from 2026-12-02T16:00:00Z to 2026-12-02T16:05:00Z" in table
+    _check_interrupts_table(data, table)
+    data.write_text(json.dumps({**base, "schema": "ragbench.run/1"}) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="interrupt-timing/1"):
+        hooks.expand("<!-- gen: interrupts i.jsonl -->", tmp_path)
 
 
 def _check_search_after_table(page_dir: Path, args: list[str], expanded: str) -> None:
