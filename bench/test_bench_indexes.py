@@ -11,8 +11,10 @@
    one (pybind11 keyword matching alone costs ~3 µs cold), and with inline
    numpy code giving the wrapper's contract (finite check before the
    search, positional call, numpy's subtract for the scores, ids retyped to
-   int64), which the wrapper's repeat fast path beats (see
-   ``ragbench.indexes.hnswlib_index``). The "added"
+   int64): the host floor of the hnsw gates (``bench/_quick.py``), which
+   the wrapper's single-query fast path (``hnswlib_one_query`` in
+   ``ragbench/indexes/_fast_paths.py``) must not exceed where it misses
+   1.03×. The "added"
    figure is also measured on a 2 000-vector index, where the search itself
    is short and the fixed cost of the wrapper is not hidden in jitter.
    Batches (500 queries; flat 20): 3 repeats of 80 wrapper/raw pairs in

@@ -82,9 +82,18 @@ def cached_query_params(index: Any, params: dict[str, Any]) -> Any:
     return compiled
 
 
-def _one_float32_row(queries: Any, k: Any) -> bool:
-    """Whether the call is one the fast paths may take: a float32 array and an int ``k``."""
-    return type(queries) is _ndarray and queries.dtype == F32 and type(k) is int
+def fast_call_params(index: Any, queries: Any, k: Any, params: dict[str, Any]) -> Any:
+    """The guard of the faiss, usearch and Qdrant fast paths before they enter the write gate.
+
+    The call's compiled query parameters (:func:`cached_query_params`) when
+    the query is a float32 array and ``k`` an ``int``, else
+    :data:`NOT_CACHED`: the reference answers that call. Its shape and ``k``
+    against the rows are checked on the state, inside the gate. The dtype is
+    compared by identity, as in :func:`hnswlib_one_query`.
+    """
+    if type(queries) is not _ndarray or queries.dtype is not F32 or type(k) is not int:
+        return NOT_CACHED
+    return cached_query_params(index, params)
 
 
 def faiss_one_query(index: Any, queries: Any, k: Any, params: dict[str, Any]) -> Any:
@@ -97,21 +106,17 @@ def faiss_one_query(index: Any, queries: Any, k: Any, params: dict[str, Any]) ->
     infinity proves there is none and that the query is finite (module
     docstring; faiss sorts each row, pads last).
     """
-    if not _one_float32_row(queries, k):
-        return None
-    compiled = cached_query_params(index, params)
+    compiled = fast_call_params(index, queries, k, params)
     if compiled is NOT_CACHED:
         return None
     with index._gate:
         state = index._fast
-        if (
-            state is None
-            or queries.shape != state[2]
-            or not 0 < k <= state[3]
-            or not queries.flags.c_contiguous  # faiss reads the row as C memory
-        ):
+        if state is None:
             return None
-        search_c, swig_ptr, _, _, negate, labels_ext = state
+        search_c, swig_ptr, shape, live, negate, labels_ext = state
+        # faiss reads the row as C memory
+        if queries.shape != shape or not 0 < k <= live or not queries.flags.c_contiguous:
+            return None
         scores = _empty((1, k), F32)
         ids = _empty((1, k), I64)
         search_c(
@@ -145,9 +150,9 @@ def hnswlib_one_query(index: Any, queries: Any, k: Any, ef: Any) -> Any:
     walk through the graph every object touched here is cold in cache, so
     each step is the cheapest one that is exact. The write gate is entered
     inline (as :meth:`WriteGate.__enter__` does); the dtype is compared by
-    identity, since numpy's float32 dtype is one object and any other
-    (swapped byte order, metadata) may go to the reference, where ``==``
-    runs numpy's dtype comparison (about 1 µs here, measured; issue 30).
+    identity: numpy's float32 dtype is one object, any other (swapped byte
+    order, metadata) is left to the reference, and ``==`` would run numpy's
+    dtype comparison (about 1 µs here, profiled; issue 30).
     """
     if (
         type(queries) is not _ndarray
@@ -190,22 +195,21 @@ def usearch_one_query(index: Any, queries: Any, k: Any, params: dict[str, Any]) 
     reference's ``max(ef, k)``. ``k`` rows found and a finite best score:
     no pads and a finite query (module docstring), the reference's answer.
     """
-    if not _one_float32_row(queries, k):
-        return None
-    compiled = cached_query_params(index, params)
+    compiled = fast_call_params(index, queries, k, params)
     if compiled is NOT_CACHED:
         return None
     with index._gate:
         state = index._fast
+        if state is None:
+            return None
+        search_many, shape, live, similarity, labels_ext = state
         if (
-            state is None
-            or queries.shape != state[1]
-            or not 0 < k <= state[2]
+            queries.shape != shape
+            or not 0 < k <= live
             or not queries.flags.c_contiguous  # usearch reads the row as C memory
             or max(int(compiled), k) != index._ef
         ):
             return None
-        search_many, _, _, similarity, labels_ext = state
         keys, dist, counts = search_many(queries, k, False, 1)[:3]
         if counts.item(0) != k:  # pads: usearch leaves their distances unset
             return None
@@ -228,16 +232,16 @@ def qdrant_one_query(index: Any, queries: Any, k: Any, params: dict[str, Any]) -
     ids and scores are the reference's (``l2``: Qdrant's Euclidean distance,
     squared and negated).
     """
-    if not _one_float32_row(queries, k):
-        return None
-    compiled = cached_query_params(index, params)
+    compiled = fast_call_params(index, queries, k, params)
     if compiled is NOT_CACHED:
         return None
     with index._gate:
         state = index._fast
-        if state is None or queries.shape != state[3] or not 0 < k <= state[4]:
+        if state is None:
             return None
-        search, request, nearest, _, _, l2 = state
+        search, request, nearest, shape, live, l2 = state
+        if queries.shape != shape or not 0 < k <= live:
+            return None
         hits = search(request(query=nearest(queries.tolist()[0]), limit=k, params=compiled))
         if len(hits) != k or not -INF < hits[0].score < INF:
             return None
