@@ -90,6 +90,7 @@ MOVED: dict[str, str] = {
     "ragbench.plots": "ragbench.results.plots",
     "ragbench.rebuilds": "ragbench.results.rebuilds",
     "ragbench.frontier": "ragbench.results.frontier",
+    "ragbench.diff": "ragbench.results.diff",
     "ragbench.reading": "ragbench.results.reading",
     **_each("ragbench.reading", "ragbench.results.reading", "reading"),
     **_each(

@@ -42,6 +42,9 @@ PAGE = ROOT / "docs" / "how-to" / "comparing-runs.md"
 YAML_BLOCK = re.compile(r"^<!-- run -->\n```yaml\n(?P<code>.*?)^```$", re.M | re.S)
 BASE_SHA = re.compile(r"\$\{\{\s*github\.event\.pull_request\.base\.sha\s*\}\}")
 STAGE = "serialize"
+# the verdict rule: trials of another diff.py (another last commit) are counted apart; it was
+# ragbench/diff.py until it moved under results (the move is a new last commit: a new group)
+DIFF_PY = "ragbench/results/diff.py"
 SCHEMA = "ragbench.recipe-detection/1"
 
 # Appended to the head copy's ragbench/pipeline/stages.py: every serialize call spins until it
@@ -256,8 +259,8 @@ def pair_ratios(checkout: Path) -> dict[str, list[float]]:
 def provenance() -> dict[str, Any]:
     """The code copied (call it when copying): HEAD, diff.py's last commit, whether it had edits."""
     head = _git(ROOT, "rev-parse", "--short", "HEAD")
-    diff_commit = _git(ROOT, "log", "-1", "--format=%h", "--", "ragbench/diff.py")
-    dirty = bool(_git(ROOT, "status", "--porcelain", "--", "ragbench/diff.py"))
+    diff_commit = _git(ROOT, "log", "-1", "--format=%h", "--", DIFF_PY)
+    dirty = bool(_git(ROOT, "status", "--porcelain", "--", DIFF_PY))
     return {"checkout": head, "diff_py_commit": diff_commit, "diff_py_edited": dirty}
 
 

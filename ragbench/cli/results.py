@@ -223,7 +223,7 @@ def diff(
     out: str | None,
 ) -> None:
     """Is B faster or slower than A? Per stage and in total, with intervals; exit 1 on a sure regression."""
-    from .. import diff as diffing
+    from ..results import diff as diffing
 
     limit = _threshold(threshold)
     check_outputs(out=out)

@@ -31,7 +31,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 NAMED = {
     5: {"cli", "testing"},
     4: {"pipeline", "sweeps", "workers", "traffic", "executors"},
-    3: {"results", "diff"},
+    3: {"results"},
     2: {"indexes", "rerankers", "codecs", "embedders", "transports", "generators", "prompt"}
     | {"datasets"},
     1: {"errors", "types", "validate", "settings", "threads", "timing", "metrics", "env"}

@@ -5,7 +5,7 @@ work out "so what": which stage the time goes to, which of the things varied
 is faster and by how much *beyond the noise*, and whether a load level was
 beyond what the system (or the load generator) could do. Every function here
 takes records (the dicts of :mod:`ragbench.results.records`; :func:`diff_reading`
-takes :class:`ragbench.diff.DiffRow`-like rows) and returns lines of text;
+takes :class:`ragbench.results.diff.DiffRow`-like rows) and returns lines of text;
 nothing is typed in, every figure comes from the records:
 
 - :func:`run_reading` (``run``, ``compare``, run records in ``report``): the

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import intervals
-from ...diff import FASTER, SAME, SURE
+from ..diff import FASTER, SAME, SURE
 from ..schema import DiffRecord, need, read_struct
 from .common import SUGGESTED_REPEAT, Records
 
@@ -19,8 +19,8 @@ __all__ = [
 def diff_reading(rows: Iterable[Any]) -> list[str]:
     """The total's verdict per configuration, the largest sure stage change, and a noise warning.
 
-    ``rows`` are :class:`ragbench.diff.DiffRow` (``key``, ``part``, ``a``, ``b``,
-    ``ratio``, ``verdict``). The verdicts decide (:func:`ragbench.diff.verdict`,
+    ``rows`` are :class:`ragbench.results.diff.DiffRow` (``key``, ``part``, ``a``, ``b``,
+    ``ratio``, ``verdict``). The verdicts decide (:func:`ragbench.results.diff.verdict`,
     the one rule): a change is sure when its verdict is slower or faster, and
     only such a stage is named. The largest is the one that moved the most
     time (B - A), so a stage of a few ns doubling on a busy machine is not
