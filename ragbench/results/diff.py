@@ -54,10 +54,10 @@ from typing import Any
 
 import numpy as np
 
-from . import intervals
-from .errors import ConfigError, DatasetError
-from .results.records import iter_records, new_record, read_benchmark_runs
-from .results.schema import (
+from .. import intervals
+from ..errors import ConfigError, DatasetError
+from .records import iter_records, new_record, read_benchmark_runs
+from .schema import (
     FrontierRecord,
     IndexPoint,
     LoadRecord,
@@ -67,7 +67,7 @@ from .results.schema import (
     need,
     read_struct,
 )
-from .results.tables.cells import num, text_table
+from .tables.cells import num, text_table
 
 __all__ = [
     "FASTER",

@@ -350,7 +350,7 @@ def _write_side(path: Path, docs: list[dict[str, Any]], layout: str) -> None:
         path.write_text("".join(json.dumps(d, indent=4) for d in docs))
 
 
-SHIPPED = Path(__file__).resolve().parents[1] / "docs/findings/data/compare-pydocs.jsonl"
+SHIPPED = Path(__file__).resolve().parents[2] / "docs/findings/data/compare-pydocs.jsonl"
 
 
 @pytest.mark.parametrize(

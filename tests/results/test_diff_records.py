@@ -12,7 +12,7 @@ import pytest
 from ragbench.cli import main
 from ragbench.results.records import read_records
 
-SHIPPED = Path(__file__).resolve().parents[1] / "docs/findings/data/compare-pydocs.jsonl"
+SHIPPED = Path(__file__).resolve().parents[2] / "docs/findings/data/compare-pydocs.jsonl"
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
