@@ -163,7 +163,9 @@ def test_environment_names_are_found_and_every_one_is_described(tmp_path: Path) 
 #: A plain progress line (stderr not a terminal): step, done/total, unit, percent, time[, done].
 PROGRESS_LINE = re.compile(
     r"ragbench: (?P<step>.+?) (?P<done>[\d ]+)/(?P<total>[\d ]+) (?P<unit>\S+) "
-    r"\((?P<pct>\d+) %\), [\d.]+ s(?P<end>, done)?"
+    # the elapsed time: "8.4 s", "95 s", and from two minutes on "2 min 05 s" (a loaded host
+    # once took that long on a step, and the line was not recognised)
+    r"\((?P<pct>\d+) %\), (?:\d+ min \d\d|[\d.]+) s(?P<end>, done)?"
 )
 #: How both pages that describe progress word what a non-terminal stderr gets.
 NOT_A_TERMINAL = re.compile(
