@@ -42,6 +42,20 @@ while it opens or reads a loaded folder (``PanicException``, a
 ``BaseException``) becomes an ``IndexFileError`` as well. A file without the
 vector hash (saved by an older ragbench) is refused: rebuild it.
 
+Qdrant pre-allocates files and leaves them mostly zero: every segment's
+payload storage has a 32 MiB ``page_0.dat`` and 1 MiB ``tracker.dat``, and a
+shard keeps an empty appendable segment beside the optimized one, so a 300 x
+16 shard folder spans ~70 MB of which ~0.1 MB are written (the files are
+sparse on disk). The tar leaves out each file's zero tail when it is at least
+``_ZERO_TAIL`` bytes and records the file's size in the member's pax header
+(``RAGBENCH.size``); ``load`` unpacks the members and extends those files back
+to their size with ``os.truncate`` (sparse: zeros, no bytes written), so Qdrant
+opens a folder byte-for-byte the one saved. ``EdgeShard`` (qdrant-edge-py
+0.9.0) has no call that drops the empty segment or the pre-allocation: after
+``optimize`` the shard holds the indexed segment and an empty appendable one,
+and ``flush`` writes them as they are. A tar without these headers (an older
+ragbench's) unpacks as before.
+
 Threads: the shard's indexing pool gets ``ragbench.threads.get_threads()``
 threads (one for a deterministic build); its search pool gets the build
 parameter ``search_threads`` (default 1, at most 256: one query on one thread,
@@ -54,7 +68,9 @@ configuration to the unpacked shard; queries are sent one per ``search`` call.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import stat
 import tarfile
 from collections.abc import Callable
 from itertools import chain
@@ -70,7 +86,6 @@ from ._arrays import F32, I64
 from ._embedded_engines import (
     FolderEngineIndex,
     check_graph_params,
-    extract_tar,
     import_engine,
     in_new_folder,
     is_panic,
@@ -84,6 +99,12 @@ __all__ = ["QdrantEdgeIndex"]
 _BATCH = 1000
 #: rows per ``retrieve`` call when the stored vectors are hashed (bounds the Python lists)
 _HASH_BATCH = 4096
+#: a file's zero tail at least this long is left out of the saved tar (one disk block)
+_ZERO_TAIL = 4096
+#: the pax header of a member whose zero tail was left out: the file's full size
+_SIZE_KEY = "RAGBENCH.size"
+#: the largest size such a header may give (Qdrant's pre-allocated files are 32 MiB)
+_MAX_SIZE = 1 << 31
 _T = TypeVar("_T")
 
 
@@ -272,6 +293,12 @@ class QdrantEdgeIndex(FolderEngineIndex):
     def _flush(self) -> None:
         self._shard.flush()
 
+    def _payload(self) -> bytes:
+        if self._folder is None:
+            raise self._not_built()
+        self._flush()
+        return tar_without_zero_tails(os.path.join(self._folder, self.data_folder))
+
     def _payload_extra(self) -> dict[str, Any]:
         return {"vectors_sha256": vectors_sha256(self._shard, self.dim, self._n)}
 
@@ -307,7 +334,7 @@ class QdrantEdgeIndex(FolderEngineIndex):
 
     def _open_payload(self, payload: memoryview, folder: str) -> Any:
         try:
-            extract_tar(payload, folder)
+            extract_restoring_zero_tails(payload, folder)
         except (tarfile.TarError, OSError, ValueError) as exc:
             raise IndexFileError(f"qdrant-edge: the payload is not a shard folder: {exc}") from None
         path = os.path.join(folder, "shard")
@@ -316,6 +343,70 @@ class QdrantEdgeIndex(FolderEngineIndex):
             raise IndexFileError(f"qdrant-edge: the shard holds dim={size}, header dim={self.dim}")
         config = self._config()
         return _loaded_call("load the shard", lambda: _qdrant().EdgeShard.load(path, config))
+
+
+def tar_without_zero_tails(path: str) -> bytes:
+    """The folder ``path`` as an uncompressed tar (stored under its base name), zero tails left out.
+
+    A regular file whose last ``_ZERO_TAIL`` or more bytes are zero is stored
+    up to its last non-zero byte, with its size in the pax header ``_SIZE_KEY``.
+    """
+
+    def trim(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        if info.isfile() and _ZERO_TAIL <= info.size <= _MAX_SIZE:
+            end = _data_end(os.path.join(os.path.dirname(path), info.name), info.size)
+            if info.size - end >= _ZERO_TAIL:
+                info.pax_headers = {**info.pax_headers, _SIZE_KEY: str(info.size)}
+                info.size = end  # tarfile stores the file's first ``size`` bytes
+        return info
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(path, arcname=os.path.basename(path), filter=trim)
+    return buf.getvalue()
+
+
+def _data_end(path: str, size: int) -> int:
+    """Offset after the last non-zero byte of the file's first ``size`` bytes (0: all zero)."""
+    chunk = 1 << 20
+    with open(path, "rb") as fh:
+        end = size
+        while end > 0:
+            start = max(0, end - chunk)
+            fh.seek(start)
+            data = fh.read(end - start).rstrip(b"\0")
+            if data:
+                return start + len(data)
+            end = start
+    return 0
+
+
+def extract_restoring_zero_tails(payload: memoryview, folder: str) -> None:
+    """Unpack a tar of :func:`tar_without_zero_tails` into ``folder``, files back to full size.
+
+    Raises:
+        IndexFileError: a member's ``_SIZE_KEY`` is not a size from its stored
+            length to ``_MAX_SIZE``, or names no regular file inside ``folder``.
+    """
+    with tarfile.open(fileobj=io.BytesIO(bytes(payload)), mode="r:") as tar:
+        tar.extractall(folder, filter="data")  # no links out, no absolute names
+        for member in tar.getmembers():
+            want = member.pax_headers.get(_SIZE_KEY)
+            if want is None:
+                continue
+            size = int(want) if want.isdigit() else -1
+            if not member.isfile() or not member.size <= size <= _MAX_SIZE:
+                raise IndexFileError(
+                    f"qdrant-edge: member {member.name!r} of the payload gives a size "
+                    f"{want!r} it cannot have"
+                )
+            path = os.path.join(folder, member.name)
+            inside = os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep)
+            if not inside or not stat.S_ISREG(os.lstat(path).st_mode):
+                raise IndexFileError(
+                    f"qdrant-edge: member {member.name!r} of the payload is not a file of the shard"
+                )
+            os.truncate(path, size)  # the zeros left out, as a hole
 
 
 def _loaded_call(what: str, call: Callable[[], _T]) -> _T:

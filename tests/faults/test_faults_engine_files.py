@@ -222,6 +222,71 @@ def test_qdrant_edge_file_without_the_vector_hash_is_refused(
         rb.indexes.load(tmp_path / "old.index")
 
 
+def test_qdrant_edge_file_leaves_out_zero_preallocation_and_loads_the_same_folder(
+    tmp_path: Path,
+) -> None:
+    """A 300 x 16 file was 70 MB: Qdrant pre-allocates 32 MiB payload pages and 1 MiB trackers
+    (zeros, sparse on disk) in each of the shard's two segments, and the tar stored every byte."""
+    from ragbench.indexes import qdrant_edge_index
+    from ragbench.indexes.persist import read_index_file
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 16)).astype(np.float32)
+    q = rng.standard_normal((20, 16)).astype(np.float32)
+    index: Any = rb.indexes.create("qdrant-edge", dim=16, metric="l2")
+    index.build(x)
+    ids, scores = index.search(q, 10)
+    path = tmp_path / "q.index"
+    index.save(path, data=x)
+    _, payload = read_index_file(path)
+    with tarfile.open(fileobj=io.BytesIO(bytes(payload))) as tar:
+        members = len(tar.getmembers())
+    # what the index needs: the vectors and a level-0 graph of 2 * M four-byte links a point,
+    # each a few times over, and a tar's headers and padding (< 4 KiB a member)
+    need = x.nbytes + x.shape[0] * 2 * index.build_params["M"] * 4
+    assert len(payload) < 4 * need + 4096 * members
+
+    # unpacked, the folder is the saved one byte for byte (the zeros restored as holes)
+    qdrant_edge_index.extract_restoring_zero_tails(payload, str(tmp_path / "out"))
+    saved, out = Path(index._folder) / "shard", tmp_path / "out" / "shard"
+    files = sorted(p.relative_to(saved) for p in saved.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert all((saved / f).read_bytes() == (out / f).read_bytes() for f in files)
+    index.close()
+
+    loaded: Any = rb.indexes.load(path)
+    got_ids, got_scores = loaded.search(q, 10)
+    loaded.close()
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_array_equal(got_scores, scores)
+
+
+@pytest.mark.parametrize("size", [str(1 << 40), "-5", "4k"])
+def test_qdrant_edge_member_size_it_cannot_have_is_refused(
+    qdrant_file: tuple[Path, np.ndarray], tmp_path: Path, size: str
+) -> None:
+    """A zero tail's recorded size above the bound, or not a size, is an IndexFileError."""
+    path = tmp_path / "changed.index"
+    path.write_bytes(qdrant_file[0].read_bytes())
+
+    def resize(payload: bytes) -> bytes:
+        out = io.BytesIO()
+        with (
+            tarfile.open(fileobj=io.BytesIO(payload)) as src,
+            tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst,
+        ):
+            for member in src.getmembers():
+                data = src.extractfile(member) if member.isfile() else None
+                if member.name.endswith("/tracker.dat") and "RAGBENCH.size" in member.pax_headers:
+                    member.pax_headers = {**member.pax_headers, "RAGBENCH.size": size}
+                dst.addfile(member, data)
+        return out.getvalue()
+
+    rewrite_payload(path, resize)
+    with pytest.raises(IndexFileError, match="gives a size .* it cannot have"):
+        rb.indexes.load(path)
+
+
 def _nudge(data: bytes) -> bytes:
     """Bit 6 flipped in 50 bytes a third into the file (Lance's data: inside the vectors)."""
     out = bytearray(data)
