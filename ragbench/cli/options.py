@@ -35,9 +35,12 @@ __all__ = [
     "queries_option",
     "repeat_option",
     "set_option",
+    "parse_start_together",
     "set_pairs",
     "split_list",
+    "start_together_options",
     "threads_option",
+    "wait_to_start",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -129,6 +132,25 @@ def grid(pairs: Sequence[str], option: str) -> dict[str, list[Any]]:
             raise click.BadParameter(f"expected NAME=V1,V2,..., got {pair!r}", param_hint=option)
         out[name.strip()] = [parse_value(v) for v in split_list(values, option)]
     return out
+
+
+def parse_start_together(
+    value: str | None, option: str = "--start-together"
+) -> tuple[str, int] | None:
+    """``DIR:N`` → ``("DIR", N)`` with N a whole number >= 1; ``None`` → ``None``."""
+    if value is None:
+        return None
+    folder, sep, count = value.rpartition(":")
+    try:
+        n = int(count)
+    except ValueError:
+        n = 0
+    if not sep or not folder or n < 1:
+        raise click.BadParameter(
+            f"expected DIR:N (a folder and a whole number of processes >= 1), got {value!r}",
+            param_hint=option,
+        )
+    return folder, n
 
 
 # ---------------------------------------------------------------- options
@@ -242,6 +264,47 @@ def executor_options(fn: F) -> F:
         help="Where the work runs: local (this process, in order) or ray (Ray tasks or actors "
         "on a cluster, each asking for the pinned thread count in CPUs; needs ragbench[ray]).",
     )(fn)
+
+
+def start_together_options(fn: F) -> F:
+    """``--start-together DIR:N`` and ``--start-timeout``: begin timing with N other processes."""
+    from ..together import DEFAULT_TIMEOUT_S
+
+    fn = click.option(
+        "--start-timeout",
+        "start_timeout",
+        type=click.FloatRange(min=0, min_open=True, max=1e9),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        metavar="SECONDS",
+        help="With --start-together: stop (exit 2) after waiting this long for the others.",
+    )(fn)
+    return click.option(
+        "--start-together",
+        "start_together",
+        metavar="DIR:N",
+        help="Once set up (data loaded, indexes built), announce this process in folder DIR "
+        "(created if missing) and wait until N processes have, then warm up and time the "
+        "requests: the processes of a pair launched together time their requests together. "
+        "The record's start_together says how long it waited.",
+    )(fn)
+
+
+def wait_to_start(spec: tuple[str, int] | None, timeout_s: float) -> dict[str, Any] | None:
+    """Wait for ``--start-together``'s processes (a line on stderr before and after); what it waited."""
+    if spec is None:
+        return None
+    from ..together import start_together
+
+    folder, n = spec
+    click.echo(f"ragbench: waiting in {folder} for {n} processes to start together", err=True)
+    waited = start_together(folder, n, timeout_s)
+    click.echo(
+        f"ragbench: {waited['arrived']} processes arrived; started after waiting "
+        f"{waited['waited_s']:.2f} s",
+        err=True,
+    )
+    return waited
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from .options import (
     fast_build_option,
     finish_outputs,
     out_option,
+    parse_start_together,
     plot_option,
     progress,
     queries_option,
@@ -32,6 +33,8 @@ from .options import (
     repeat_option,
     set_option,
     set_pairs,
+    start_together_options,
+    wait_to_start,
 )
 
 if TYPE_CHECKING:
@@ -70,6 +73,7 @@ __all__ = ["compare", "measure_combinations", "run"]
 )
 @set_option()
 @fast_build_option()
+@start_together_options
 @plot_option("Write a PNG chart of the run's stages.")
 def run(
     config: str,
@@ -84,12 +88,15 @@ def run(
     payload_shape: str | None,
     overrides: Sequence[str],
     fast_build: bool | None,
+    start_together: str | None,
+    start_timeout: float,
     plot: str | None,
 ) -> None:
     """Run one pipeline: per-stage table and (with --out) a JSON record."""
     from .. import datasets
     from ..pipeline import Pipeline
 
+    together = parse_start_together(start_together)
     check_outputs(out, plot)
     cfg = read_config(config)
     extra = set_pairs(overrides)
@@ -112,10 +119,13 @@ def run(
         extra.setdefault("serialize", {})["shape"] = payload_shape
     with Pipeline.from_config(parse_config(merge(cfg, extra))) as pipe:  # checked once, here
         pipe.setup()
+        waited = wait_to_start(together, start_timeout)
         n, reps = pipe.config.run.queries, pipe.config.run.repeat
         with progress(n * reps, "requests") as advance:
             report = pipe.run(progress=advance)
     record = report.to_record()
+    if waited is not None:
+        record["start_together"] = waited
     echo(run_table(record))
     echo("\n".join(run_reading([record])))
     writer = RecordWriter(out)
@@ -125,8 +135,13 @@ def run(
         raise SystemExit(1)
 
 
-def _run_side_by_side(pipelines: Sequence[Pipeline], order: str, seed: int) -> list[Any]:
-    """Set every pipeline up (sharing built parts), warm each, run them interleaved; their reports."""
+def _run_side_by_side(
+    pipelines: Sequence[Pipeline], opts: Any
+) -> tuple[list[Any], dict[str, Any] | None]:
+    """Set every pipeline up (sharing built parts), warm each, run them interleaved.
+
+    Their reports, and what ``--start-together`` waited between the set-up and the warm-up.
+    """
     from ..pipeline import SharedParts, interleave
 
     shared = SharedParts()
@@ -136,6 +151,7 @@ def _run_side_by_side(pipelines: Sequence[Pipeline], order: str, seed: int) -> l
         for pipe in pipelines:
             pipe.setup(shared=shared)
             advance(1)
+    waited = wait_to_start(opts.get("together"), opts.get("start_timeout") or 0.0)
     run = pipelines[0].config.run
     n, reps = run.queries, run.repeat
     label = f"{len(pipelines)} runs × {n} requests × {reps} repetition(s), interleaved"
@@ -146,10 +162,10 @@ def _run_side_by_side(pipelines: Sequence[Pipeline], order: str, seed: int) -> l
             warmup=run.warmup,
             repeat=reps,
             progress=advance,
-            order=order,
-            seed=seed,
+            order=opts["order"],
+            seed=opts["order_seed"],
         )
-    return [p.report() for p in pipelines]
+    return [p.report() for p in pipelines], waited
 
 
 @click.command()
@@ -186,6 +202,7 @@ def _run_side_by_side(pipelines: Sequence[Pipeline], order: str, seed: int) -> l
 @fast_build_option()
 @rebuilds_option()
 @executor_options
+@start_together_options
 def compare(**opts: Any) -> None:
     """Run the cartesian product of the given backends side by side, interleaved, in one process.
 
@@ -198,9 +215,19 @@ def compare(**opts: Any) -> None:
 
     With --rebuilds N the whole comparison runs N times, build i with each index's
     seed + i, and each configuration's N runs are merged into one record.
+
+    With --start-together DIR:N the configurations are set up, then the process waits in
+    DIR until N processes (this one and the others launched with the same DIR:N) are set up
+    too, and all of them begin warming up and timing together.
     """
     if opts["executor"] != "ray" and opts["ray_address"] is not None:
         raise click.UsageError("--ray-address needs --executor ray")
+    opts["together"] = parse_start_together(opts["start_together"])
+    if opts["together"] is not None and (opts["executor"] == "ray" or opts["rebuilds"] > 1):
+        raise click.UsageError(
+            "--start-together is for one side-by-side run: not with --executor ray "
+            "or --rebuilds above 1"
+        )
     check_outputs(opts["out"], opts["plot"])
     run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     combos, varying = configurations(opts, run_over)
@@ -234,11 +261,13 @@ def measure_combinations(
             p.close()  # checked; each task makes its own
         return _run_as_tasks(combos, labels, opts, writer)
     try:
-        reports = _run_side_by_side(pipelines, opts["order"], opts["order_seed"])
+        reports, waited = _run_side_by_side(pipelines, opts)
     finally:
         for p in pipelines:
             p.close()
     records = [rec for r in reports for rec in r.to_records()]
+    if waited is not None:
+        records = [{**rec, "start_together": waited} for rec in records]
     writer.write_all(records)
     return records
 

@@ -164,6 +164,9 @@ class RunRecord(PipelineRecord, frozen=True):
     connection: dict[str, Obj] | None = None  # a new connection per request: its parts
     connection_ns: dict[str, list[int]] | None = None
     interleaved: bool | None = None  # False: each configuration in its own task
+    # --start-together DIR:N: the folder, N, processes arrived, announced and started (UTC),
+    # waited_s (between the set-up and the warm-up)
+    start_together: Obj | None = None
     cache_state: str | None = None  # "after-stages": each search inside its request
     # compare --rebuilds N: recall over N builds (seed + i), its spread and envelope interval
     rebuilds: int | None = None
