@@ -15,6 +15,9 @@ Each trial appends one JSON line to ``--out``; ``--summary FILE`` prints the cou
 job with fewer runs, for free). The trials of both kinds alternate, so the machine's load
 reaches both alike; each line records the load average before and after. ``--budget-min``
 bounds the wall time: no trial starts that the mean trial time says would end past it.
+``--start-together`` runs the job with ``ragbench compare --start-together`` added to its
+compare command (the two processes of a pair begin timing together once both are set up);
+each line then has ``"start_together": true`` and the summary counts those trials apart.
 ``tests/project/test_docs_blocks.py`` runs every marked YAML block of the docs, with small sizes,
 through :func:`make_origin` and :func:`run_job`.
 """
@@ -91,6 +94,23 @@ def design(steps: Sequence[Step]) -> str:
     script = "\n".join(step.script for step in steps)
     background = re.search(r"(?<![&>|])&(?![&>])", script)  # a lone &, not && or 2>&1
     return "side by side" if background else "alternated"
+
+
+#: ``--start-together``: where each pair's compare processes meet (``$i`` is the pair's number)
+START_TOGETHER = '--start-together "$head/.start-together/$i:2" '
+_OUT = '--out "$head/$2"'
+
+
+def started_together(steps: Sequence[Step]) -> list[Step]:
+    """The job with ``--start-together`` added to its compare command (both sides' ``bench``).
+
+    The two compare processes of pair ``i`` then meet in ``$head/.start-together/$i`` once set up
+    and time their requests together (``ragbench compare --start-together``).
+    """
+    count = sum(step.script.count(_OUT) for step in steps)
+    if count != 1:
+        raise ValueError(f"expected one compare command ending {_OUT!r} in the job, found {count}")
+    return [Step(s.name, s.env, s.script.replace(_OUT, START_TOGETHER + _OUT)) for s in steps]
 
 
 def steps_of(code: str) -> list[Step]:
@@ -289,6 +309,7 @@ def _trial(
     common = {
         "schema": SCHEMA,
         "design": design(steps),
+        "start_together": START_TOGETHER in steps[0].script,
         "kind": kind,
         "stage": STAGE,
         "queries": int(sizes["QUERIES"]),
@@ -309,6 +330,8 @@ def measure(args: argparse.Namespace) -> None:
     # SIGTERM unwinds like Ctrl-C: the running job's processes are ended, the folders removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     steps = ci_steps()
+    if args.start_together:
+        steps = started_together(steps)
     sizes = {**next(s.env for s in steps if s.env)}
     for key in ("runs", "queries", "repeat"):
         if getattr(args, key) is not None:
@@ -341,8 +364,9 @@ def summary(path: Path) -> list[dict[str, Any]]:
     for line in path.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
         diff_py = f"{rec['diff_py_commit']}{'+edits' if rec['diff_py_edited'] else ''}"
+        together = ", started together" if rec.get("start_together") else ""
         key = (
-            rec["design"],
+            rec["design"] + together,  # --start-together: another job, counted apart
             rec["runs"],
             rec["queries"],
             rec["repeat"],
@@ -431,6 +455,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=lambda s: [int(x) for x in s.split(",") if x],
         default=[],
         help="Also diff the first N runs of each side, e.g. 3,4.",
+    )
+    p.add_argument(
+        "--start-together",
+        action="store_true",
+        help="Run the job with compare --start-together (the two processes of a pair begin "
+        "timing together); each trial line says so and the summary counts it apart.",
     )
     p.add_argument("--budget-min", type=float, default=28.0, help="Wall-time bound, minutes.")
     args = p.parse_args(argv)

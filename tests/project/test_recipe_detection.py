@@ -98,3 +98,30 @@ def test_the_docs_marker_renders_the_counts_of_the_committed_results(tmp_path: P
     # the job the page shows was measured as it stands (its sizes changed: measure again)
     committed = ROOT / "docs" / "findings" / "data" / "recipe-detection.jsonl"
     assert "**this one**" in _tool().summary_markdown(committed)
+
+
+def test_start_together_adds_the_option_to_the_one_compare_command_and_counts_apart(
+    tmp_path: Path,
+) -> None:
+    """``--start-together``: both sides' compare processes meet per pair; its trials are another job."""
+    tool = _tool()
+    steps = tool.started_together(tool.ci_steps())
+    bench = next(s.script for s in steps if "bench()" in s.script)
+    assert bench.count('--start-together "$head/.start-together/$i:2" --out "$head/$2"') == 1
+    assert bench.count("bench ../base base.jsonl") == bench.count("bench . head.jsonl") == 2
+    assert tool.design(steps) == "side by side"
+    recs = [
+        _rec("aa", True),
+        _rec("planted", True),
+        {**_rec("planted", False), "start_together": True},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rows = {r["design"]: r for r in tool.summary(path)}
+    assert set(rows) == {"side by side", "side by side, started together"}
+    assert (rows["side by side"]["caught"], rows["side by side"]["planted_trials"]) == (1, 1)
+    together = rows["side by side, started together"]
+    assert (together["caught"], together["planted_trials"], together["aa_trials"]) == (0, 1, 0)
+    assert "| side by side, started together | 3 | 400 × 2 | 0 of 0 | 0 of 1 (20%) |" in (
+        tool.summary_markdown(path)
+    )
