@@ -336,7 +336,7 @@ def measure(args: argparse.Namespace) -> None:
     for key in ("runs", "queries", "repeat"):
         if getattr(args, key) is not None:
             sizes[key.upper()] = str(getattr(args, key))
-    start, took = time.monotonic(), []
+    start, took = time.monotonic(), list[float]()
     with tempfile.TemporaryDirectory(prefix="recipe-origin-") as tmp:
         origin = Path(tmp) / "origin"
         copied = provenance()  # the working tree as copied: others may be editing diff.py
