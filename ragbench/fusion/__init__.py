@@ -125,7 +125,7 @@ def reciprocal_rank_fusion(
     """Reciprocal rank fusion of two ranked id lists (see the module docstring).
 
     :func:`_fused`'s steps written out, for the target "at most 5 µs" (a call of ~5 µs, the
-    kernel ~3 of it): the shared helper's calls, its ``*args`` and keyword dtypes cost ~0.6 µs
+    kernel ~3 of it): the shared helper's calls, its ``*args`` and keyword dtypes cost ~0.3 µs
     a fusion (interleaved A/B, busy). ``tests/fusion/test_fusion.py`` checks, by property-based
     tests, that it returns exactly what :func:`reciprocal_rank_fusion_plain` returns.
     """

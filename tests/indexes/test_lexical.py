@@ -19,6 +19,8 @@ from collections import Counter
 import numpy as np
 import pgshared
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ragbench as rb
 from ragbench.cli import main
@@ -315,6 +317,42 @@ def test_bm25_numba_backend_answers_as_numpy() -> None:
     mask = np.zeros(len(CORPUS), dtype=bool)
     mask[[1, 6]] = True
     assert set(jit.search(["fox"], 3, filter=mask)[0][0].tolist()) == {1, 6, -1}
+
+
+_TANTIVY: list = []  # one index for every example (built on first use)
+
+
+def _tantivy_index():
+    if not _TANTIVY:
+        index = rb.indexes.create("tantivy")
+        index.build(CORPUS)
+        _TANTIVY.append(index)
+    return _TANTIVY[0]
+
+
+_QUERY_WORDS = sorted({w for t in CORPUS for w in tantivy_words(t)} | {"zebra", "the", "and"})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from(_QUERY_WORDS), max_size=6).map(" ".join) | st.text(max_size=30),
+    st.integers(1, len(CORPUS)),
+)
+def test_tantivy_fast_path_returns_what_the_plain_path_returns(query: str, k: int) -> None:
+    """One unfiltered query (``_search_one``, the measured fast path) gives exactly the
+    arrays of the plain per-query loop (``_search_each``): ids, scores, dtypes, shapes,
+    and the three timed parts are kept; full rows (k hits) and padded ones both."""
+    index = _tantivy_index()
+    plain_ids, plain_scores = index._search_each([query], k, None)
+    for call in (lambda: index._search_one(query, k), lambda: index.search([query], k)):
+        index._local.parts = None
+        ids, scores = call()
+        assert ids.dtype == plain_ids.dtype and scores.dtype == plain_scores.dtype
+        assert ids.shape == plain_ids.shape == (1, k)
+        assert ids.tolist() == plain_ids.tolist()
+        assert scores.tobytes() == plain_scores.tobytes()  # bit for bit, -inf pads too
+        parts = index.last_parts()
+        assert parts is not None and min(parts.ns) >= 0
 
 
 def test_tantivy_folder_goes_at_close_and_at_exit(tmp_path) -> None:
