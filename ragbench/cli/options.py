@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -137,7 +138,10 @@ def grid(pairs: Sequence[str], option: str) -> dict[str, list[Any]]:
 def parse_start_together(
     value: str | None, option: str = "--start-together"
 ) -> tuple[str, int] | None:
-    """``DIR:N`` → ``("DIR", N)`` with N a whole number >= 1; ``None`` → ``None``."""
+    """``DIR:N`` → ``("DIR", N)`` with N a whole number >= 1, DIR made; ``None`` → ``None``.
+
+    The folder is made here, before any work, so one that cannot be is one line and exit 2.
+    """
     if value is None:
         return None
     folder, sep, count = value.rpartition(":")
@@ -150,6 +154,12 @@ def parse_start_together(
             f"expected DIR:N (a folder and a whole number of processes >= 1), got {value!r}",
             param_hint=option,
         )
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot make the folder {folder!r} ({exc.strerror or exc})", param_hint=option
+        ) from None
     return folder, n
 
 
@@ -277,16 +287,16 @@ def start_together_options(fn: F) -> F:
         default=DEFAULT_TIMEOUT_S,
         show_default=True,
         metavar="SECONDS",
-        help="With --start-together: stop (exit 2) after waiting this long for the others.",
+        help="With --start-together: seconds to wait for the others before stopping (exit 2).",
     )(fn)
     return click.option(
         "--start-together",
         "start_together",
         metavar="DIR:N",
-        help="Once set up (data loaded, indexes built), announce this process in folder DIR "
-        "(created if missing) and wait until N processes have, then warm up and time the "
-        "requests: the processes of a pair launched together time their requests together. "
-        "The record's start_together says how long it waited.",
+        help="DIR:N, e.g. /tmp/pair1:2. Once set up (data loaded, indexes built), announce "
+        "this process in folder DIR (created if missing) and wait until N processes have, then "
+        "warm up and time the requests: the processes of a pair launched together time their "
+        "requests together. The record's start_together says how long it waited.",
     )(fn)
 
 

@@ -222,12 +222,12 @@ def compare(**opts: Any) -> None:
     """
     if opts["executor"] != "ray" and opts["ray_address"] is not None:
         raise click.UsageError("--ray-address needs --executor ray")
-    opts["together"] = parse_start_together(opts["start_together"])
-    if opts["together"] is not None and (opts["executor"] == "ray" or opts["rebuilds"] > 1):
+    if opts["start_together"] is not None and (opts["executor"] == "ray" or opts["rebuilds"] > 1):
         raise click.UsageError(
             "--start-together is for one side-by-side run: not with --executor ray "
             "or --rebuilds above 1"
         )
+    opts["together"] = parse_start_together(opts["start_together"])
     check_outputs(opts["out"], opts["plot"])
     run_over = {key: opts[key] for key in ("queries", "warmup", "repeat")}
     combos, varying = configurations(opts, run_over)

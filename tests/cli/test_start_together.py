@@ -190,6 +190,21 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path: Path, command: str, value:
     assert not (tmp_path / "meet").exists()
 
 
+def test_a_folder_that_cannot_be_made_is_refused_before_any_work(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder\n")
+    done = subprocess.run(
+        [str(EXE), *COMPARE, "--start-together", f"{tmp_path / 'file' / 'meet'}:2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "cannot make the folder" in lines[0], lines
+    assert "setting up" not in done.stderr
+
+
 @pytest.mark.parametrize("extra", [["--executor", "ray"], ["--rebuilds", "2"]])
 def test_compare_refuses_it_where_there_is_no_single_timed_phase(
     tmp_path: Path, extra: list[str]
@@ -206,3 +221,4 @@ def test_compare_refuses_it_where_there_is_no_single_timed_phase(
         "ragbench: error: --start-together is for one side-by-side run: not with "
         "--executor ray or --rebuilds above 1"
     ]
+    assert not (tmp_path / "meet").exists()
