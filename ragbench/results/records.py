@@ -10,7 +10,7 @@ Every result ragbench produces is a JSON-able dict with ``schema``, ``kind``,
     scale   ragbench.scale/1    ragbench.sweeps.scale_points    (index, corpus size)
     load    ragbench.load/1     ragbench.traffic.load_points    (configuration, offered rate)
     stream  ragbench.stream/1   ragbench.live_writes              stream checkpoint
-    diff    ragbench.diff/1     ragbench.diff.diff_records      compared (configuration, part)
+    diff    ragbench.diff/1     ragbench.results.diff.diff_records     compared (configuration, part)
 
 :func:`new_record` stamps a record of any kind the same way, so a sweep, scale
 or load record carries the environment whether or not it is ever written to a

@@ -686,7 +686,7 @@ def test_pareto_flags_match_the_pairwise_definition() -> None:
 def test_diff_pools_repetitions_in_linear_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ragbench import diff as diffing
+    from ragbench.results import diff as diffing
 
     copied = [0]
     real = np.concatenate
