@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ragbench import intervals
-from ragbench.results.diff import DiffRow, verdict
 from ragbench.results import reading
+from ragbench.results.diff import DiffRow, verdict
 from ragbench.results.report import Report
 from ragbench.settings import load_config
 
