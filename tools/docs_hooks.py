@@ -1004,12 +1004,15 @@ def engines_markdown(page_dir: Path, args: str) -> str:
 
 def _engine_columns(mems: list[dict[str, Any]]) -> list[str]:
     """:data:`ENGINE_COLUMNS`, the memory column named by how its rows were measured."""
+    from ragbench.procstat import METHOD, METHOD_COLD, OLD_METHODS
+
     methods = {m.get("memory_method") for m in mems}
-    name = (
-        "memory MB (PSS delta)"
-        if methods and methods <= {"pss-delta", "pss-delta-cold"}
-        else ("memory MB (each engine's own accounting)" if methods == {None} else "memory MB")
-    )
+    if methods and methods <= {METHOD, METHOD_COLD}:
+        name = "memory MB (PSS delta, new files)"
+    elif methods and methods <= OLD_METHODS:
+        name = "memory MB (PSS delta)"
+    else:
+        name = "memory MB (each engine's own accounting)" if methods == {None} else "memory MB"
     return [name if c == "memory MB" else c for c in ENGINE_COLUMNS]
 
 

@@ -179,7 +179,7 @@ class IndexPoint(IndexRecord, frozen=True):
     """The fields sweep and scale points share: the index, its data and its measured point."""
 
     memory_bytes: Num = None
-    memory_method: str | None = None  # "pss-delta" (ragbench.sweeps.memory); None: the engine's own
+    memory_method: str | None = None  # procstat.METHOD (sweeps.memory); None: the engine's own
     engine_bytes: Num = (
         None  # the index's own memory_bytes() (its serialized size, folder, relations)
     )

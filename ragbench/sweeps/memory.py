@@ -3,16 +3,26 @@
 The engines' own accountings disagree on what they count (a serialized
 index, a folder holding SQLite records, a table and its index relations on a
 server), so a column of them mixes definitions. Here every index is measured
-alike: the proportional set size (:func:`ragbench.procstat.resident_bytes`)
-of this process and every process below it (a database server ragbench
-started: its postmaster and backends, shared buffers counted once) is read
-before the build (or the load from the index cache) and after it plus one
-batch search of every query, the heap trimmed before each reading. The
-difference is ``memory_bytes``, with ``memory_method`` naming this method.
-Before the baseline a throw-away index of the same engine is built on a few
-rows and searched (:func:`_warm_engine`), so the engine library, its compiled
-kernels and thread pools are not counted; a server ragbench starts for the
-index (pgvector's own) is, whole: it exists for that index.
+alike: the mappings (:func:`ragbench.procstat.mappings`) of this process and
+every process below it (a database server ragbench started: its postmaster
+and backends) are read before the build (or the load from the index cache)
+and after it plus one batch search of every query, the heap trimmed before
+each reading. The difference (:func:`ragbench.procstat.held_bytes`) is
+``memory_bytes``, with ``memory_method`` naming this method
+(``pss-delta-new-files``): anonymous memory and shared memory by their
+proportional set size (PSS; a server's shared buffers, shared by its
+processes, counted once), and a file's mapped pages by their PSS only if the
+file was not mapped before the build. A file mapped before (libpython, libc,
+numpy's and the engine's ``.so`` files) counts only its copied-on-write
+pages: its PSS divides each page by the number of processes on the machine
+mapping it, so it moves when any other Python process starts or ends, and
+would move the difference with it (records before this method,
+``pss-delta``, counted it). Before the baseline a throw-away index of the
+same engine is built on a few rows and searched (:func:`_warm_engine`), so
+the engine library, its compiled kernels and thread pools are not counted; a
+server ragbench starts for the index (pgvector's own) is, whole: it exists
+for that index (its program's and libraries' pages by their PSS, which still
+depends on how many other processes on the machine map them).
 
 The build gets its own copy of the corpus vectors, made inside the measured
 window: an engine that keeps the caller's array instead of copying it keeps
@@ -38,10 +48,10 @@ from .points import build_index
 __all__ = ["built_with_memory"]
 
 
-def _resident() -> int | None:
+def _resident() -> procstat.Mappings | None:
     gc.collect()
     procstat.trim_heap()
-    return procstat.resident_bytes()
+    return procstat.mappings()
 
 
 def _touch(index: Any, data: SweepData, k: int) -> None:
@@ -114,7 +124,7 @@ def built_with_memory(
     if warm is not None:
         _close(warm)
     del warm
-    held = None if before is None or after is None else max(0, after - before)
+    held = None if before is None or after is None else max(0, procstat.held_bytes(before, after))
     fields = {
         "memory_bytes": held,
         "memory_method": (procstat.METHOD if warmed else procstat.METHOD_COLD)

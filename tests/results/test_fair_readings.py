@@ -28,7 +28,7 @@ def test_sweep_memory_is_one_method_for_every_engine(tmp_path: Path, capsys) -> 
     text = capsys.readouterr().out
     assert code == 0
     recs = _records(out)
-    assert {r["memory_method"] for r in recs} == {"pss-delta"}
+    assert {r["memory_method"] for r in recs} == {"pss-delta-new-files"}
     flat = next(r for r in recs if r["index"] == "flat")
     # the exact index holds the float vectors (4000 x 64 x 4 bytes; PSS is read in pages and
     # the heap moves a little: 0.8 of them at least), where its own accounting is the file
@@ -87,7 +87,7 @@ def test_pgvector_records_its_servers_cpu_per_query_and_its_memory(tmp_path: Pat
     (rec,) = _records(out)
     assert len(rec["server_cpu_ns"]) == 10 and sum(rec["server_cpu_ns"]) > 0
     assert rec["server_cpu_p50_us"] > 0
-    assert rec["memory_method"] == "pss-delta" and rec["memory_bytes"] > 0
+    assert rec["memory_method"] == "pss-delta-new-files" and rec["memory_bytes"] > 0
     assert " srv" in capsys.readouterr().out
 
 
@@ -213,9 +213,16 @@ def test_a_findings_page_on_two_machines_says_so(tmp_path: Path) -> None:
 
 def test_the_engines_table_names_its_memory_method_in_the_header() -> None:
     hooks = _hooks()
-    measured = hooks._engine_columns([{"memory_method": "pss-delta"}] * 2)
-    assert "memory MB (PSS delta)" in measured
+    measured = hooks._engine_columns([{"memory_method": "pss-delta-new-files"}] * 2)
+    assert "memory MB (PSS delta, new files)" in measured
+    whole = hooks._engine_columns([{"memory_method": "pss-delta"}] * 2)
+    assert "memory MB (PSS delta)" in whole  # committed records keep the method they were read by
     older = hooks._engine_columns([{"memory_bytes": 1}])
     assert "memory MB (each engine's own accounting)" in older
-    footer = hooks._memory_text([_point(memory_bytes=10, memory_method="pss-delta")])
+    footer = hooks._memory_text([_point(memory_bytes=10, memory_method="pss-delta-new-files")])
     assert footer.startswith("memory MB: PSS of ragbench's process and its child processes")
+    assert "files mapped in between" in footer
+    old = hooks._memory_text([_point(memory_bytes=10, memory_method="pss-delta")])
+    assert "every mapping whole (method pss-delta" in old
+    mixed = [_point(memory_bytes=1, memory_method=m) for m in ("pss-delta", "pss-delta-new-files")]
+    assert "MIXED methods" in hooks._memory_text(mixed)

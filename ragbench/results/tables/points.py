@@ -275,20 +275,22 @@ def memory_cell(p: IndexPoint) -> str:
 
 def memory_note(points: Sequence[IndexPoint]) -> str:
     """What ``memory MB`` is: one method for every row, or which rows are the engines' own."""
-    from ...procstat import METHOD_TEXT
+    from ...procstat import METHOD, METHOD_COLD, METHOD_TEXT, OLD_METHOD_TEXT, OLD_METHODS
 
     methods = {p.memory_method for p in points}
-    if methods <= {"pss-delta", "pss-delta-cold"}:
-        cold = sorted({str(p.index) for p in points if p.memory_method == "pss-delta-cold"})
-        also = (
-            f" ({', '.join(cold)}: no throw-away build on 2000 rows, so its library's one-time "
-            "memory is counted too)"
-            if cold
-            else ""
-        )
-        return (
-            f"memory MB: {METHOD_TEXT}{also}; + the float vectors re-scoring reads, where it does"
-        )
+    for known, text, cold_name in (
+        ({METHOD, METHOD_COLD}, METHOD_TEXT, METHOD_COLD),
+        (OLD_METHODS, OLD_METHOD_TEXT, "pss-delta-cold"),
+    ):
+        if methods <= known:
+            cold = sorted({str(p.index) for p in points if p.memory_method == cold_name})
+            also = (
+                f" ({', '.join(cold)}: no throw-away build on 2000 rows, so its library's "
+                "one-time memory is counted too)"
+                if cold
+                else ""
+            )
+            return f"memory MB: {text}{also}; + the float vectors re-scoring reads, where it does"
     if None in methods and len(methods) == 1:
         return (
             "memory MB: each engine's own accounting (records from before one method: serialized "
