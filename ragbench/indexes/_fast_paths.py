@@ -135,10 +135,10 @@ def hnswlib_one_query(index: Any, queries: Any, k: Any, ef: Any) -> Any:
     ``ef`` is the call's beam width as the caller passed it (the default
     when none). State (``index._fast``, see ``HnswIndex._publish_fast``):
     ``(knn_query, (1, dim), k_max, to_scores, ef_now)``. Taken only when the
-    call's ``ef`` is an ``int`` equal to the one set on hnswlib and ``k <=
-    k_max`` (no more than the rows nor than ``ef``), so hnswlib already has
-    the ``max(ef, k)`` the reference would set, and the ``ef`` is valid (a
-    search set it); an equal ``64.0`` or ``True`` goes to the reference,
+    call's ``max(ef, k)`` (``ef`` an ``int``) is the beam width set on
+    hnswlib and ``k <= k_max`` (no more than the rows nor than that width),
+    so hnswlib already has the ``max(ef, k)`` the reference would set, and
+    the ``ef`` is valid (a search set it); an equal ``64.0`` or ``True`` goes to the reference,
     which refuses it. ``to_scores`` (:mod:`ragbench.indexes._hnsw_score_kernels`)
     converts the distances in place with the same float32 operation the
     reference uses and returns the best score. hnswlib raises when fewer
@@ -172,7 +172,9 @@ def hnswlib_one_query(index: Any, queries: Any, k: Any, ef: Any) -> Any:
         if state is None:
             return None
         knn_query, shape, k_max, to_scores, ef_now = state
-        if ef != ef_now or not 0 < k <= k_max or queries.shape != shape:
+        # hnswlib has the reference's max(ef, k) (a k above ef is a request's usual
+        # candidate depth: 100 over the default 64), and k fits the rows and that beam
+        if (ef if ef > k else k) != ef_now or not 0 < k <= k_max or queries.shape != shape:
             return None
         try:
             labels, dist = knn_query(queries, k)

@@ -305,10 +305,9 @@ class HnswIndex(LiveVectorIndex):
     def _publish_fast(self) -> None:
         """Publish :func:`hnswlib_one_query`'s state: ``(knn_query, (1, dim), k_max, to_scores, ef)``.
 
-        ``ef`` is the beam width set on hnswlib now, and ``k_max`` the
-        largest ``k`` a call with that ``ef`` may ask for there: the rows of
-        the id snapshot, and no more than ``ef`` (the reference sets
-        ``max(ef, k)``). None for cosine, before the compiled conversion is
+        ``ef`` is the beam width set on hnswlib now (the reference sets
+        ``max(ef, k)``), and ``k_max`` the largest ``k`` a call may ask for
+        with it: the rows of the id snapshot, and no more than that width. None for cosine, before the compiled conversion is
         loaded and before a search set an ``ef``. Called under
         ``_fast_lock`` by every change of ``ef`` or of the snapshot, so the
         last state published always holds the ``ef`` hnswlib has.

@@ -335,3 +335,19 @@ def test_a_short_answer_is_left_to_the_reference_without_reading_its_pads(
         answer = fast(index, q, N - 1, {})
         if answer is not None:
             assert same(("ok", *answer), want)
+
+
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+def test_hnsw_fast_path_answers_a_candidate_depth_above_the_default_ef(metric: str) -> None:
+    """k = 100 over the default ef 64 (a request's usual candidate depth): the reference sets
+    hnswlib's beam to max(ef, k) = 100, and the next such call takes the fast path with the
+    reference's answer. A CI run found the pipeline's hnsw retrieve slower: every such call
+    went to the reference, whose ef (64) never equalled the beam hnswlib had (100)."""
+    index = built("hnsw", metric, "spread")
+    q = corpus("spread")[5:6] + np.float32(0.01)
+    want = outcome(lambda: index.search(q, 100))
+    answer = hnswlib_one_query(index, q, 100, 64)
+    assert answer is not None
+    assert same(("ok", *answer), want)
+    # an ef above k asks for another beam: left to the reference
+    assert hnswlib_one_query(index, q, 100, 128) is None
