@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _quick import Attempt, attempts, judge, need, pick, until_met
+from _quick import TRIPWIRES, Attempt, attempts, judge, need, pick, until_met
 
 import ragbench as rb
 from ragbench.rerankers._kernels import prefetch_row
@@ -477,6 +477,15 @@ def test_fixed_cost_at_100(benchmark, data, table) -> None:
     t = table[-1].value[100]
     _bench_numba(benchmark, data, 100)
     _record(benchmark, t, fixed_cost_ns=t["fixed"])
+    if TRIPWIRES:
+        # Quick mode (CI) prints it, and asserts it nowhere: on the AMD EPYC CI runs on, the
+        # same code read 3.1-3.3 us or 5.6-6.1 us from one attempt to the next (9dfa68e and
+        # 18ef043 alike, quiet, 2026-12-02), beyond the widest tripwire a gate may have (twice
+        # the target: bench/_quick.py MAX_MARGIN). The table's ratio gates still assert, and
+        # `make bench` asserts the 2.5 us target.
+        shown = " ".join(f"{_fixed(a.value):.3g}" for a in table)
+        print(f"\n[reported] fixed cost N=100 ns: attempts {shown} (target ≤ 2.5e+03)")
+        return
     _judge_table(table, "fixed cost N=100 ns")
 
 
