@@ -31,6 +31,9 @@ A page asks for generated Markdown with one HTML comment on a line of its own::
     <!-- gen: quick-margins data/x.jsonl -->  each quick bench gate's spread and tripwire (bench/_quick.py)
     <!-- gen: interrupts data/x.jsonl -->   ``bench/interrupt_timing.py --out``: one row per
                                             interrupted run, seconds from SIGINT to exit
+    <!-- gen: pg-interrupts data/x.jsonl -->  ``bench/pg_interrupt.py --out``: one row per phase
+                                            of pgvector's own server, the medians and ranges of
+                                            SIGINT to exit and to nothing left
 
 The comment is replaced when the site is built (``make docs``), so nothing generated is
 typed into a page. ``report`` paths are relative to the page's folder and runs
@@ -50,6 +53,7 @@ import math
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import traceback
@@ -1141,6 +1145,77 @@ GENERATORS: dict[str, Callable[[], str]] = {
 }
 
 
+PG_INTERRUPT_SCHEMA = "ragbench.pg-interrupt/1"
+#: What ``ragbench run`` was doing when ``bench/pg_interrupt.py`` sent SIGINT, by phase.
+PG_PHASES = {
+    "initdb": "`initdb` running",
+    "start": "the server just started (listening)",
+    "build": "`CREATE INDEX` running",
+}
+
+
+def _spread(values: list[float]) -> str:
+    """``median (min–max)`` of some seconds, or the one value of one run."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def _pg_interrupt_row(recs: list[dict[str, Any]]) -> list[str]:
+    """The runs of one phase on one code: medians and ranges of both times, statuses, load."""
+    first = recs[0]
+    doing = PG_PHASES.get(first["phase"], first["phase"])
+    if first["delay_s"]:
+        doing += f", SIGINT {first['delay_s']:g} s in"
+    clean = [r["seconds_to_nothing_left"] for r in recs if r["seconds_to_nothing_left"] is not None]
+    left = [item for r in recs for item in r["left"]]
+    gone = _spread(clean) if clean else "—"
+    if len(clean) < len(recs):
+        gone += f"; {len(recs) - len(clean)} of {len(recs)} runs left something"
+    statuses = sorted({r["exit"] for r in recs})
+    said = sorted({r["last_line"] for r in recs if r["exit"] != 130 and r.get("last_line")})
+    loads = [x for r in recs for x in (r["load_before"][0], r["load_after"][0])]
+    cores = (first.get("env") or {}).get("cores") or 0
+    busy = " (busy)" if cores and max(loads) >= cores else ""
+    return [
+        f"`{first['phase']}`",
+        doing,
+        f"{first['n']:,}".replace(",", " "),
+        first["code"],
+        str(len(recs)),
+        _spread([r["seconds_to_exit"] for r in recs]),
+        gone,
+        ", ".join(map(str, statuses)) + (f": {'; '.join(said)}" if said else ""),
+        ", ".join(f"`{x}`" for x in sorted(set(left))) or "nothing",
+        f"{min(loads):.1f}–{max(loads):.1f}{busy}",
+    ]
+
+
+def pg_interrupts_markdown(page_dir: Path, args: str) -> str:
+    """The runs of a ``bench/pg_interrupt.py --out`` file (path relative to the page): one row
+    per phase and code, in the file's order; the runs' time span and machine under the table."""
+    (name,) = shlex.split(args)
+    lines = (page_dir / name).read_text(encoding="utf-8").splitlines()
+    recs = [json.loads(ln) for ln in lines if ln.strip()]
+    other = {r.get("schema") for r in recs} - {PG_INTERRUPT_SCHEMA}
+    if not recs or other:
+        raise ValueError(
+            f"pg-interrupts: {name} holds no {PG_INTERRUPT_SCHEMA} records only ({other})"
+        )
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for rec in recs:
+        groups.setdefault((rec["phase"], rec["code"]), []).append(rec)
+    head = ["phase", "SIGINT sent during", "corpus rows", "code", "runs", "SIGINT to exit s"]
+    head += ["SIGINT to nothing left s", "exit status", "left behind", "1-min load"]
+    table = _table(head, [_pg_interrupt_row(g) for g in groups.values()])
+    times = sorted(r["time"] for r in recs)
+    hosts = sorted({f"{r['env']['cpu']}, {r['env']['cores']} cores" for r in recs if r.get("env")})
+    return table + (
+        f"\n\nMedian (min–max) over the runs. From `{Path(name).name}`: {len(recs)} runs from "
+        f"{times[0]} to {times[-1]} (UTC) on {'; '.join(hosts) or 'a machine not recorded'}."
+    )
+
+
 def markers(text: str) -> Iterator[re.Match[str]]:
     """Every ``<!-- gen: ... -->`` line of a page."""
     return MARKER.finditer(text)
@@ -1173,6 +1248,8 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
             return quick_margins_markdown(page_dir, args)
         if what == "interrupts":
             return interrupts_markdown(page_dir, args)
+        if what == "pg-interrupts":
+            return pg_interrupts_markdown(page_dir, args)
         if what == "source":
             return source_markdown(page_dir, args)
         if what == "plot":
@@ -1185,6 +1262,7 @@ def expand(text: str, page_dir: Path, site_page_dir: Path | None = None) -> str:
                     *("report", "report-text", "reading", "plot", "reproduce", "bench", "stats"),
                     "engines",
                     *("search-after", "detection", "quick-margins", "interrupts", "source"),
+                    "pg-interrupts",
                     *GENERATORS,
                 ]
             )

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -328,6 +329,7 @@ DATA_MARKERS = (
     "detection",
     "quick-margins",
     "interrupts",
+    "pg-interrupts",
 )
 
 
@@ -505,6 +507,101 @@ def test_interrupts_marker_rows_leftovers_and_busy_load(tmp_path: Path) -> None:
         hooks.expand("<!-- gen: interrupts i.jsonl -->", tmp_path)
 
 
+def _check_pg_interrupts_table(path: Path, expanded: str) -> None:
+    """Each phase and code of a ``bench/pg_interrupt.py`` file has its row: runs, both medians."""
+    recs = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln]
+    assert recs, path
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for rec in recs:
+        groups.setdefault((rec["phase"], rec["code"]), []).append(rec)
+    rows = [ln.strip("| ").split(" | ") for ln in expanded.splitlines() if ln.startswith("| `")]
+    assert len(rows) == len(groups), f"{path.name}: {len(rows)} rows for {len(groups)} phases"
+    for ((phase, code), runs), cells in zip(groups.items(), rows, strict=True):
+        assert cells[0] == f"`{phase}`" and cells[3] == code and cells[4] == str(len(runs))
+        exits = [r["seconds_to_exit"] for r in runs]
+        assert cells[5].split()[0] == f"{statistics.median(exits):.2f}"
+        clean = [r["seconds_to_nothing_left"] for r in runs]
+        if None in clean:
+            assert "left something" in cells[6]
+        else:
+            assert cells[6].split()[0] == f"{statistics.median(clean):.2f}"
+        assert cells[7].split(":")[0] == ", ".join(map(str, sorted({r["exit"] for r in runs})))
+        assert (cells[8] == "nothing") == (not any(r["left"] for r in runs))
+
+
+def test_pg_interrupts_marker_medians_leftovers_and_busy_load(tmp_path: Path) -> None:
+    """bench/pg_interrupt.py's records as a table: one row per phase, medians and ranges."""
+    base = {
+        "schema": "ragbench.pg-interrupt/1",
+        "time": "2026-12-02T20:00:00Z",
+        "phase": "initdb",
+        "delay_s": 0.0,
+        "n": 2000,
+        "seconds_to_exit": 0.1,
+        "seconds_to_nothing_left": 0.2,
+        "exit": 130,
+        "last_line": "ragbench: interrupted; records already written are kept",
+        "left": [],
+        "load_before": [0.4, 0.5, 0.5],
+        "load_after": [0.6, 0.5, 0.5],
+        "code": "aaaaaaaaaaaa",
+        "env": {"cpu": "CPU", "cores": 2, "load_avg": [0.6, 0.5, 0.5]},
+    }
+    slower = {**base, "seconds_to_exit": 0.5, "seconds_to_nothing_left": 0.9}
+    slowest = {**base, "time": "2026-12-02T20:01:00Z", "seconds_to_exit": 0.3}
+    slowest |= {"seconds_to_nothing_left": 0.4}
+    build = {**base, "time": "2026-12-02T20:02:00Z", "phase": "build", "delay_s": 1.0}
+    build |= {"n": 200_000, "seconds_to_exit": 1.2, "seconds_to_nothing_left": None, "exit": 1}
+    build |= {"last_line": "ragbench: boom", "left": ["process postgres", "folder ragbench-pg-x"]}
+    build |= {"load_before": [2.0, 1, 1], "load_after": [2.5, 1, 1]}
+    data = tmp_path / "p.jsonl"
+    recs = (base, slower, slowest, build)
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    table = hooks.expand("<!-- gen: pg-interrupts p.jsonl -->", tmp_path)
+    rows = [ln.strip("| ").split(" | ") for ln in table.splitlines() if ln.startswith("| `")]
+    assert rows[0] == [
+        "`initdb`", "`initdb` running", "2 000", "aaaaaaaaaaaa", "3", "0.30 (0.10–0.50)",
+        "0.40 (0.20–0.90)", "130", "nothing", "0.4–0.6",
+    ]  # fmt: skip
+    assert rows[1][1] == "`CREATE INDEX` running, SIGINT 1 s in" and rows[1][2] == "200 000"
+    # one run: its value; a run that left something says so, and names what, and its last line
+    assert rows[1][5:7] == ["1.20", "—; 1 of 1 runs left something"]
+    assert rows[1][7] == "1: ragbench: boom"
+    assert rows[1][8] == "`folder ragbench-pg-x`, `process postgres`"
+    assert rows[1][9] == "2.0–2.5 (busy)"  # at or above the record's 2 cores
+    assert "4 runs from 2026-12-02T20:00:00Z to 2026-12-02T20:02:00Z (UTC) on CPU, 2 cores" in table
+    _check_pg_interrupts_table(data, table)
+    data.write_text(json.dumps({**base, "schema": "ragbench.interrupt-timing/1"}) + "\n")
+    with pytest.raises(ValueError, match="pg-interrupt/1"):
+        hooks.expand("<!-- gen: pg-interrupts p.jsonl -->", tmp_path)
+
+
+def _sentences(text: str, about: str) -> list[str]:
+    """The sentences of a page's prose (outside code blocks) that mention ``about``."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    flat = " ".join(prose.split())
+    return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z`*(\[])", flat) if about in s]
+
+
+def test_vectordb_ctrl_c_times_are_the_committed_record_never_typed() -> None:
+    """vectordb.md's Ctrl-C times on pgvector's own server are rendered from its record."""
+    page = DOCS / "vectordb.md"
+    text = page.read_text(encoding="utf-8")
+    args = [a for what, a in _page_markers(page) if what == "pg-interrupts"]
+    assert args == [["findings/data/pg-interrupt.jsonl"]], args
+    data = page.parent / args[0][0]
+    expanded = hooks.expand(f"<!-- gen: pg-interrupts {args[0][0]} -->", page.parent)
+    _check_pg_interrupts_table(data, expanded)
+    phases = {json.loads(ln)["phase"] for ln in data.read_text(encoding="utf-8").splitlines() if ln}
+    assert phases == {"initdb", "start", "build"}
+    assert "<!-- gen: reproduce pg-interrupt.jsonl -->" in text
+    # no sentence about Ctrl-C or SIGINT types a measured time (or the grace) by hand
+    about = list(dict.fromkeys([*_sentences(text, "Ctrl-C"), *_sentences(text, "SIGINT")]))
+    assert about
+    typed = [f for sentence in about for f in _typed_figures(sentence)]
+    assert not typed, f"vectordb.md: typed Ctrl-C figures {typed}"
+
+
 def _check_search_after_table(page_dir: Path, args: list[str], expanded: str) -> None:
     """Each engine of the search-after bench has its row: back-to-back p50 and every ratio."""
     doc = json.loads((page_dir / args[0]).read_text(encoding="utf-8"))
@@ -666,7 +763,8 @@ def test_every_findings_file_has_one_command_entry_and_a_page() -> None:
             continue
         for what, args in _page_markers(page):
             for a in args:
-                if what in (*DATA_MARKERS, "report-text") and a.startswith("../findings/data/"):
+                shown = (page.parent / a).resolve().parent == (FINDINGS / "data").resolve()
+                if what in (*DATA_MARKERS, "report-text") and shown:
                     used.setdefault(Path(a).name, page.name)
     assert set(used) == set(findings)
     commands = [c for f in findings.values() for c in f.commands]
