@@ -79,17 +79,21 @@ def _finish(writer: RecordWriter, plot: str | None) -> None:
     "--param",
     "params",
     multiple=True,
-    metavar="NAME=V1,V2",
+    metavar="[INDEX.]NAME=V1,V2",
     help="Query parameter values, e.g. ef=16,32,64 or nprobe=1,4,16 or rescore=100,1000 "
-    "(repeatable). An index's recall knob (ef, nprobe, nprobes) not given here is chosen "
-    "per index on its build, dense near --recall-target (ragbench.sweeps.grid).",
+    "(repeatable): NAME goes to every index that takes it (refused when none does); "
+    "INDEX.NAME to that index alone, in place of NAME's values, e.g. --param ef=10,20,40 "
+    "--param lancedb.ef=20,40,80 (refused when INDEX does not take NAME). An index's recall "
+    "knob (ef, nprobe, nprobes) not given here is chosen per index on its build, dense near "
+    "--recall-target (ragbench.sweeps.grid).",
 )
 @click.option(
     "--build",
     "builds",
     multiple=True,
-    metavar="NAME=V1,V2",
-    help="Build parameter values, e.g. M=16,32 or nlist=256 (repeatable).",
+    metavar="[INDEX.]NAME=V1,V2",
+    help="Build parameter values, e.g. M=16,32 or nlist=256 or lancedb.index_type=ivf_hnsw_sq "
+    "(repeatable; INDEX.NAME as in --param).",
 )
 @k_option(default=10, help="Neighbours per query.")
 @queries_option(default=200, help="Queries measured per point.")
@@ -164,7 +168,9 @@ def sweep(
     """Recall vs latency frontier: the cartesian product of build × query parameters per index.
 
     Each (index, build parameters) is one unit of work: built once, measured at every
-    query-parameter point; with --executor ray each is a Ray task. With
+    query-parameter point. Several indexes are measured round by round (each one's n-th
+    point seconds after the others'), each on its own grid: the default one, or values
+    given per index (--param INDEX.NAME=...); with --executor ray each unit is a Ray task. With
     --filter-selectivity every point is also measured filtered, per strategy and
     selectivity, and each strategy's "filter cliff" is marked. With several embedders
     (--embed a,b, --embed-runtime a,b) the grid runs once per embedder on its own vectors.

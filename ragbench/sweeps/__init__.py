@@ -2,7 +2,9 @@
 
 Build parameters go to ``create``, query parameters to each ``search`` call;
 a sweep is the cartesian product of both per index, skipping parameters an
-index does not take. Every point is measured the same way:
+index does not take; a parameter named ``INDEX.NAME`` (``lancedb.ef``) is that
+index's alone, so engines with different knobs get their own values in one
+sweep (:func:`~ragbench.sweeps.data.grid_of`). Every point is measured the same way:
 
 - recall@k against exact search (tie-aware);
 - latency per query from one query per call on one thread (never a batch

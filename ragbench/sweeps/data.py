@@ -16,7 +16,15 @@ from ..errors import ConfigError
 from ..judged import Judgments
 from ..pipeline.capabilities import Describes, EmbedsCorpusApart, HasReferenceEmbedder
 
-__all__ = ["FilterCase", "SweepData", "check_grid", "index_param_names", "synthetic_data"]
+__all__ = [
+    "FilterCase",
+    "SweepData",
+    "check_grid",
+    "grid_of",
+    "index_param_names",
+    "split_scope",
+    "synthetic_data",
+]
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,28 @@ def index_param_names(name: str, dim: int, metric: str) -> tuple[set[str], set[s
     return set(probe.build_params), set(probe.query_params) | {"rescore"}
 
 
+def split_scope(key: str) -> tuple[str | None, str]:
+    """A grid key's (index it is scoped to, parameter name): ``lancedb.ef`` → ``("lancedb", "ef")``,
+    ``ef`` → ``(None, "ef")`` (every index that takes ``ef``)."""
+    index, dot, name = key.partition(".")
+    return (index, name) if dot else (None, key)
+
+
+def grid_of(index: str, takes: set[str], grid: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of ``grid`` the index ``index`` (which takes the parameters ``takes``) measures.
+
+    An unscoped key (``ef``) applies to every index that takes it; a key scoped to
+    one index (``lancedb.ef``) to that index only, in place of the unscoped one of
+    the same name. Keys keep the order they were given in.
+    """
+    out: dict[str, Any] = {}
+    for key, values in grid.items():
+        scope, name = split_scope(key)
+        if scope == index or (scope is None and name in takes and f"{index}.{name}" not in grid):
+            out[name] = values
+    return out
+
+
 def check_grid(
     index_names: Sequence[str],
     dim: int,
@@ -177,20 +207,36 @@ def check_grid(
     build_grid: Mapping[str, Any],
     query_grid: Mapping[str, Any],
 ) -> None:
-    """Raise :class:`ConfigError` for a grid parameter that none of the indexes takes."""
-    b_all: set[str] = set()
-    q_all: set[str] = set()
-    for name in index_names:
-        b, q = index_param_names(name, dim, metric)
-        b_all |= b
-        q_all |= q
-    for given, valid, what in ((build_grid, b_all, "build"), (query_grid, q_all, "query")):
-        bad = sorted(set(given) - valid)
-        if bad:
-            raise ConfigError(
-                f"{what} parameter {bad[0]!r} applies to none of {', '.join(index_names)}; "
-                f"valid: {', '.join(sorted(valid))}"
-            )
+    """Raise :class:`ConfigError` for a grid parameter no index it names takes.
+
+    An unscoped parameter (``ef``) must be taken by at least one of the indexes (the
+    others skip it); one scoped to an index (``lancedb.ef``, :func:`grid_of`) by that
+    index, which must be one of ``index_names``.
+    """
+    takes = {name: index_param_names(name, dim, metric) for name in index_names}
+    for i, (given, what) in enumerate(((build_grid, "build"), (query_grid, "query"))):
+        every = set().union(*(t[i] for t in takes.values()))
+        for key in given:
+            scope, name = split_scope(key)
+            if scope is None and name not in every:
+                raise ConfigError(
+                    f"{what} parameter {name!r} applies to none of {', '.join(index_names)}; "
+                    f"valid: {', '.join(sorted(every))}"
+                )
+            if scope is None:
+                continue
+            if not scope or not name:
+                raise ConfigError(f"{what} parameter {key!r}: expected NAME or INDEX.NAME")
+            if scope not in takes:
+                raise ConfigError(
+                    f"{what} parameter {key!r} is scoped to {scope!r}, which is not among "
+                    f"the indexes ({', '.join(index_names)})"
+                )
+            if name not in takes[scope][i]:
+                raise ConfigError(
+                    f"{what} parameter {key!r}: {scope} has no {what} parameter {name!r}; "
+                    f"valid: {', '.join(sorted(takes[scope][i]))}"
+                )
 
 
 def synthetic_data(n: int, *, dim: int, n_queries: int, seed: int, k: int) -> SweepData:

@@ -13,7 +13,7 @@ from ..pipeline.capabilities import FilteredSearch
 from ..results.rebuilds import merge_builds
 from ..results.records import Collector, cliff_key, filter_cliffs, new_record
 from ..validate import positive_int
-from .data import SweepData, index_param_names
+from .data import SweepData, grid_of, index_param_names
 from .grid import KNOBS, knob_of, next_value
 from .measure import measure
 from .memory import built_with_memory
@@ -29,10 +29,11 @@ def _grid_axes(
     build_grid: Mapping[str, Sequence[Any]],
     query_grid: Mapping[str, Sequence[Any]],
 ) -> tuple[list[tuple[str, list[Any]]], list[tuple[str, list[Any]]]]:
-    """The (parameter, values) axes of ``name``'s build and query grids (others skipped)."""
+    """The (parameter, values) axes of ``name``'s build and query grids: the parameters it
+    takes, a key scoped to it (``lancedb.ef``) in place of the unscoped one (:func:`grid_of`)."""
     build_names, query_names = index_param_names(name, dim, metric)
-    b_axes = [(p, list(v)) for p, v in build_grid.items() if p in build_names]
-    q_axes = [(p, list(v)) for p, v in query_grid.items() if p in query_names]
+    b_axes = [(p, list(v)) for p, v in grid_of(name, build_names, build_grid).items()]
+    q_axes = [(p, list(v)) for p, v in grid_of(name, query_names, query_grid).items()]
     return b_axes, q_axes
 
 
@@ -218,6 +219,12 @@ def sweep_points(
     Builds are deterministic unless ``fast_build``; ``rebuilds``: builds per
     (index, build params), merged per point (see :func:`sweep_unit`).
 
+    ``build_grid`` / ``query_grid``: parameter → values. An unscoped name (``ef``)
+    applies to every index that takes it; ``INDEX.NAME`` (``lancedb.ef``) to that index
+    alone, in place of the unscoped values (:func:`~ragbench.sweeps.data.grid_of`;
+    :func:`~ragbench.sweeps.data.check_grid` refuses a name no index it names takes).
+    So engines with different knobs get their own values in one sweep, interleaved.
+
     One unit of work per (index, build params) (:func:`sweep_unit`), run by
     ``executor``: in this process (the default), engines interleaved point by
     point (:func:`engines_round_robin`); on Ray, one task per unit; the data is shared
@@ -231,7 +238,7 @@ def sweep_points(
     for name in index_names:
         b_axes, q_axes = _grid_axes(name, dim, data.metric, build_grid, query_grid)
         queries = _combos(q_axes)
-        refine = _refines(name, dim, data.metric, query_grid)
+        refine = _refines(name, dim, data.metric, dict(q_axes))
         for build in _combos(b_axes):
             opts = {"k": k, "repeat": repeat, "strategies": list(strategies)}
             opts.update(recall_target=recall_target, recall_targets=recall_targets)
@@ -245,14 +252,15 @@ def sweep_points(
     return emit.records
 
 
-def _refines(name: str, dim: int, metric: str, query_grid: Mapping[str, Any]) -> bool:
-    """Whether ``name`` may take the default grid: it has a recall knob ``--param`` does not name.
+def _refines(name: str, dim: int, metric: str, own_grid: Mapping[str, Any]) -> bool:
+    """Whether ``name`` may take the default grid: it has a recall knob its own query grid
+    (``own_grid``, the axes :func:`_grid_axes` gave it) does not name.
 
     Which knob a build has is known once it is built (LanceDB's ``ef`` or ``nprobes``:
     :func:`ragbench.sweeps.grid.knob_of`); a knob ``--param`` names is measured as given.
     """
     _, query_names = index_param_names(name, dim, metric)
-    return bool(query_names.intersection(KNOBS).difference(query_grid))
+    return bool(query_names.intersection(KNOBS).difference(own_grid))
 
 
 #: Points a refined line is counted as in the progress total (its values are chosen as it runs).
@@ -307,7 +315,7 @@ def count_points(
         b_axes, q_axes = _grid_axes(name, dim, metric, build_grid, query_grid)
         probe = indexes.create(name, dim=dim, metric=metric) if selectivities else None
         per = 1 + selectivities * len(_usable_strategies(probe, strategies) if probe else [])
-        line = REFINED_ESTIMATE if _refines(name, dim, metric, query_grid) else 1
+        line = REFINED_ESTIMATE if _refines(name, dim, metric, dict(q_axes)) else 1
         lines = math.prod(len(v) for _, v in b_axes) * math.prod(len(v) for _, v in q_axes)
         total += lines * line * per
     return total
