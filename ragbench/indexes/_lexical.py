@@ -154,11 +154,32 @@ class LexicalIndex(BaseIndex):
             of a row is ``-1`` / ``-inf`` (a query of only stop words or
             unknown words: a row of pads).
         """
+        space = self._space
+        if (
+            not params
+            and type(queries) is list
+            and len(queries) == 1
+            and type(k) is int
+            and 0 < k <= self._n
+            and space is not None
+            and space.labels is None
+            and type(queries[0]) is str
+        ):
+            # A request's search (one text in a list, no filter, k an int in range, ids equal
+            # rows): every check of _search_checked holds, so none is repeated; the target
+            # "at most 1.05x the engine's own call" (docs/reference/performance-targets.md#lexical,
+            # bench/test_bench_lexical.py). Anything else, bad input too, takes the checked route.
+            return self._search_one(queries[0], k)
+        return self._search_checked(queries, k, params, space)
+
+    def _search_checked(
+        self, queries: Any, k: Any, params: dict[str, Any], space: IdSpace | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` with every check: the plain path, and each bad input's error."""
         allow = params.pop("filter", None)
         strategy = params.pop("strategy", None)
         if params:
             self._parse_query(params)
-        space = self._space
         if space is None:
             raise self._not_built()
         if strategy not in (None, "auto", "pre"):
@@ -179,6 +200,11 @@ class LexicalIndex(BaseIndex):
         self, texts: list[str], k: int, masks: list[np.ndarray] | None
     ) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
+
+    def _search_one(self, text: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """One unfiltered query whose ``k`` is checked: :meth:`_search_parts` of ``[text]``
+        unless a subclass writes it straight through (the same arrays, faster)."""
+        return self._search_parts([text], k, None)
 
     def _keep_parts(self, t0: int, t1: int, t2: int, t3: int) -> None:
         self._local.parts = (t1 - t0, t2 - t1, t3 - t2)

@@ -83,6 +83,7 @@ class TantivyIndex(LexicalIndex):
     ) -> None:
         super().__init__(dim, metric, **build_params)
         self._engine: Any = None  # (tantivy module, Index, schema, analyzer)
+        self._query_calls: Any = None  # (analyze, term_query, boolean_query, schema, Should)
         self._searcher: Any = None
         self._folder: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
@@ -129,6 +130,14 @@ class TantivyIndex(LexicalIndex):
         analyzer = self._analyzer(tv)
         index.register_tokenizer("ragbench", analyzer)
         self._engine = (tv, index, schema, analyzer)
+        # what a query is made of, looked up once (not per query or per word): ~50 ns each
+        self._query_calls = (
+            analyzer.analyze,
+            tv.Query.term_query,
+            tv.Query.boolean_query,
+            schema,
+            tv.Occur.Should,
+        )
         self._write(tv, texts, 0)
         words = sum(1 for t in texts if analyzer.analyze(t))
         return words
@@ -153,16 +162,13 @@ class TantivyIndex(LexicalIndex):
 
     def query_of(self, text: str) -> Any:
         """The Tantivy query of one text: the OR of its analyzed words, or ``None`` (no word)."""
-        tv, _, schema, analyzer = self._engine
-        words = analyzer.analyze(text)
+        analyze, term, any_of, schema, should = self._query_calls
+        words = analyze(text)
         if not words:
             return None
-        should = tv.Occur.Should
         if len(words) == 1:
-            return tv.Query.term_query(schema, "body", words[0])
-        return tv.Query.boolean_query(
-            [(should, tv.Query.term_query(schema, "body", w)) for w in words]
-        )
+            return term(schema, "body", words[0])
+        return any_of([(should, term(schema, "body", w)) for w in words])
 
     def _allowed(self, query: Any, mask: np.ndarray) -> Any:
         tv, _, schema, _ = self._engine
@@ -178,11 +184,12 @@ class TantivyIndex(LexicalIndex):
         return self._search_each(texts, k, masks)
 
     def _search_one(self, text: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_search_each` of one unfiltered query, written straight through: the measured
-        fast path of the target "``tantivy`` at most 1.05x its own searcher call"
-        (``bench/test_bench_lexical.py``). The loop's list of per-query arrays, its running sums
-        of the parts and the calls to ``_arrays`` and ``_padded`` cost ~2 % of a ~90 us search
-        (old/new interleaved call by call on pydocs, k 100, busy: new/old 0.92-1.01, median 0.98).
+        """:meth:`_search_each` of one unfiltered query whose ``k`` is checked, written straight
+        through: the measured fast path of the target "``tantivy`` at most 1.05x its own
+        searcher call" (docs/reference/performance-targets.md#lexical,
+        ``bench/test_bench_lexical.py``). When the k hits fill the row (a request's usual
+        case) the row is the hits' arrays, given their (1, k) shape in place: no list of
+        per-query arrays, no running sums of the parts, no ``_arrays``/``_padded`` calls.
         ``tests/indexes/test_lexical.py`` checks, by property-based tests, that it returns
         exactly what :meth:`_search_each` returns."""
         t0 = _perf()
@@ -193,11 +200,12 @@ class TantivyIndex(LexicalIndex):
         t2 = _perf()
         if len(hits) == k:  # nothing to pad: the arrays are the row
             hit_scores, addresses = zip(*hits, strict=True)
-            ids = np.fromiter(searcher.fast_field_values("pos", addresses), I64, k).reshape(1, k)
-            scores = np.fromiter(hit_scores, F32, k).reshape(1, k)
+            ids = np.fromiter(searcher.fast_field_values("pos", addresses), I64, k)
+            scores = np.fromiter(hit_scores, F32, k)
+            ids.shape = scores.shape = (1, k)
         else:
             ids, scores = _padded([_arrays(searcher, hits)], k)
-        self._keep_parts(t0, t1, t2, _perf())
+        self._local.parts = (t1 - t0, t2 - t1, _perf() - t2)
         return ids, scores
 
     def _search_each(
@@ -250,8 +258,9 @@ class TantivyIndex(LexicalIndex):
     # -- resources -----------------------------------------------------------------
 
     def close(self) -> None:
-        """Drop the engine and remove its temporary folder (a later ``build`` makes a new one)."""
-        self._engine = self._searcher = None
+        """Drop the engine and remove its temporary folder (a later ``build`` makes a new one);
+        a search until then is refused as on an index never built."""
+        self._engine = self._searcher = self._query_calls = self._space = None
         if self._cleanup is not None:
             self._cleanup()
             self._cleanup = None

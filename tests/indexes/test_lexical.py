@@ -28,6 +28,7 @@ from ragbench.errors import (
     ConfigError,
     IndexServerError,
     InputError,
+    NotBuiltError,
     UnsupportedOperationError,
 )
 from ragbench.timing import Parts
@@ -355,6 +356,116 @@ def test_tantivy_fast_path_returns_what_the_plain_path_returns(query: str, k: in
         assert parts is not None and min(parts.ns) >= 0
 
 
+_BM25: list = []  # one index for every example (built on first use)
+
+
+def _bm25_index():
+    if not _BM25:
+        index = rb.indexes.create("bm25")
+        index.build(CORPUS)
+        _BM25.append(index)
+    return _BM25[0]
+
+
+_BM25_WORDS = sorted({w for t in CORPUS for w in words(t)} | {"zebra", "the", "and"})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from(_BM25_WORDS), max_size=6).map(" ".join) | st.text(max_size=30),
+    st.integers(1, len(CORPUS)),
+)
+def test_bm25_fast_path_returns_what_the_plain_path_returns(query: str, k: int) -> None:
+    """One unfiltered query (``_search_one``, the measured fast path, which hands back bm25s's
+    own arrays when the k scores are all hits) gives exactly the arrays of the plain path
+    (``_search_parts``): ids, scores bit for bit, dtypes, shapes, C order; full rows, padded
+    rows and rows of pads; and a later search never changes an answer already returned."""
+    index = _bm25_index()
+    plain_ids, plain_scores = index._search_parts([query], k, None)
+    for call in (lambda: index._search_one(query, k), lambda: index.search([query], k)):
+        index._local.parts = None
+        ids, scores = call()
+        assert (ids.dtype, scores.dtype) == (plain_ids.dtype, plain_scores.dtype)
+        assert ids.shape == scores.shape == plain_ids.shape == (1, k)
+        assert ids.flags.c_contiguous and scores.flags.c_contiguous
+        assert ids.tolist() == plain_ids.tolist()
+        assert scores.tobytes() == plain_scores.tobytes()  # bit for bit, -inf pads too
+        parts = index.last_parts()
+        assert parts is not None and min(parts.ns) >= 0
+        kept = ids.copy(), scores.copy()
+        index.search(["fox brown dog"], k)
+        assert ids.tolist() == kept[0].tolist() and scores.tobytes() == kept[1].tobytes()
+
+
+_TEXT = st.sampled_from(["fox", "the brown fox", "", "the and", "東京 tokyo"]) | st.text(
+    max_size=12
+)
+_QUERIES = st.one_of(
+    _TEXT.map(lambda t: [t]),  # the common route
+    _TEXT,  # one string is one query
+    _TEXT.map(lambda t: (t,)),
+    st.lists(_TEXT, min_size=2, max_size=3),
+    st.just([]),
+    st.sampled_from([[b"fox"], [None], ["fox", 3], [["fox"]], 7, None, b"fox"]),
+)
+_KS = st.one_of(
+    st.integers(-1, len(CORPUS) + 1),
+    st.booleans(),
+    st.integers(1, len(CORPUS)).map(np.int64),
+    st.sampled_from([2.0, 2.5, "3", None]),
+)
+
+
+def _outcome(call):
+    """``("ok", ids list, scores bytes, dtypes)`` or ``("error", type, message)``."""
+    try:
+        ids, scores = call()
+    except Exception as exc:  # the checked route's errors are the outcome compared
+        return ("error", type(exc), str(exc))
+    return ("ok", ids.tolist(), scores.tobytes(), ids.dtype, scores.dtype, ids.shape)
+
+
+_ROUTE_EDGES = [
+    (["fox"], 2),  # the common route
+    ([b"fox"], 2),  # not a str
+    ([None], 2),
+    ("fox", 2),  # a str, not a list
+    (("fox",), 2),
+    (["fox"], True),  # a bool, not an int
+    (["fox"], np.int64(2)),
+    (["fox"], 0),
+    (["fox"], len(CORPUS) + 1),
+    (["fox"], 2.0),
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["bm25", "tantivy"]), _QUERIES, _KS)
+def test_search_answers_and_refuses_as_the_checked_route(name, queries, k) -> None:
+    """search() takes a request's search (one text in a list, no filter, k an int in range)
+    straight to ``_search_one`` without its checks: for every input it answers exactly what
+    the checked route answers, and refuses every bad input with the checked route's error
+    (type and message: a non-string query, k < 1, k too large, a bool or float k...)."""
+    _same_as_the_checked_route(name, queries, k)
+
+
+@pytest.mark.parametrize(("queries", "k"), _ROUTE_EDGES)
+@pytest.mark.parametrize("name", ["bm25", "tantivy"])
+def test_search_route_edges(name, queries, k) -> None:
+    """The inputs next to the common route (each fails one of its conditions) take the checked
+    route: the same answer, or the same ragbench error."""
+    _same_as_the_checked_route(name, queries, k)
+
+
+def _same_as_the_checked_route(name, queries, k) -> None:
+    index = _bm25_index() if name == "bm25" else _tantivy_index()
+    got = _outcome(lambda: index.search(queries, k))
+    want = _outcome(lambda: index._search_checked(queries, k, {}, index._space))
+    assert got == want
+    if got[0] == "error":
+        assert issubclass(got[1], rb.errors.RagbenchError), got
+
+
 def test_tantivy_folder_goes_at_close_and_at_exit(tmp_path) -> None:
     index = rb.indexes.create("tantivy")
     index.build(CORPUS)
@@ -362,6 +473,9 @@ def test_tantivy_folder_goes_at_close_and_at_exit(tmp_path) -> None:
     assert folder is not None and os.path.isdir(folder)
     index.close()
     assert not os.path.exists(folder)
+    for search in (lambda: index.search(["fox"], 1), lambda: index.search("fox", 1)):
+        with pytest.raises(NotBuiltError, match="call build"):  # was a TypeError of None
+            search()
     script = (
         "import ragbench as rb\n"
         "index = rb.indexes.create('tantivy')\n"
