@@ -124,20 +124,34 @@ def reciprocal_rank_fusion(
 ) -> Fused:
     """Reciprocal rank fusion of two ranked id lists (see the module docstring).
 
-    :func:`_fused`'s steps written out, for the target "at most 5 µs" (a call of ~5 µs, the
-    kernel ~3 of it): the shared helper's calls, its ``*args`` and keyword dtypes cost ~0.3 µs
-    a fusion (interleaved A/B, busy). ``tests/fusion/test_fusion.py`` checks, by property-based
-    tests, that it returns exactly what :func:`reciprocal_rank_fusion_plain` returns.
+    Written for the target "at most 5 µs" on two 100-candidate lists: int64 arrays (what the
+    indexes return) go to the kernel unchecked here, since its one compiled signature (1-D,
+    C-contiguous int64, read-only accepted) makes numba's dispatcher refuse anything else with
+    a ``TypeError``; such arrays (strided, 2-D) are then converted or refused by :func:`_ids`,
+    at the cost of the refusal (~0.2 ms). Other inputs (lists, other dtypes) are converted
+    first. ``tests/fusion/test_fusion.py`` checks, by property-based tests, that it returns
+    exactly what :func:`reciprocal_rank_fusion_plain` returns.
     """
-    a, b = _ids(first, "first"), _ids(second, "second")
-    k, n = _check_k_rrf(k_rrf), _limit(limit)
+    if type(k_rrf) is not float or not 0.0 <= k_rrf < math.inf:  # the default: no call
+        k_rrf = _check_k_rrf(k_rrf)
+    n = -1 if limit is None else _limit(limit)
+    a, b = first, second
+    if not (
+        type(a) is np.ndarray and type(b) is np.ndarray and a.dtype is _INT64 and b.dtype is _INT64
+    ):
+        a, b = _ids(a, "first"), _ids(b, "second")
     size = a.size + b.size
     out_ids, out_scores = np.empty(size, _INT64), np.empty(size, _FLOAT64)
-    m = _compiled().rrf(a, b, k, out_ids, out_scores)
+    try:
+        m = _rrf(a, b, k_rrf, out_ids, out_scores)
+    except TypeError:  # the kernel's signature refused them: 2-D, strided (InputError or a copy)
+        m = _rrf(_ids(a, "first"), _ids(b, "second"), k_rrf, out_ids, out_scores)
     if m < 0:
         _counted(m)  # raises
     if 0 < n < m:
         m = n
+    if m == size:
+        return out_ids, out_scores
     return out_ids[:m], out_scores[:m]
 
 
@@ -175,6 +189,17 @@ def _check_plain_ids(*lists: object) -> None:
 
 
 _KERNELS: list[ModuleType] = []
+
+
+def _first_rrf(*args: object) -> int:
+    """The RRF kernel's first call: imports it (numba) and puts it in :data:`_rrf`."""
+    global _rrf
+    _rrf = _compiled().rrf
+    return _rrf(*args)
+
+
+#: The RRF kernel, called by module global (no call to :func:`_compiled` per fusion).
+_rrf: Callable[..., int] = _first_rrf
 
 
 def _compiled() -> ModuleType:

@@ -11,12 +11,12 @@ How, and why it is exact:
   at least twice the candidates, linear probing), so a fusion is linear in the candidates;
   a sort of the ids would cost more than the rest (numba's argsort of 200 values takes several
   µs).
-- The lists are walked interleaved (first[0], second[0], first[1], ...), so entries are met
-  nearly in fused order and the closing insertion sort moves few of them. For RRF the entries
-  found in one list only are met exactly in fused order (their score falls with the place;
-  at the same place, the smaller id goes first: one swap); only the ones in both lists move
-  up, so those are sorted apart (a few dozen) and merged in (:func:`_order_rrf`), instead of
-  each being carried up the whole list.
+- RRF (:func:`rrf`) never sorts the entries found in one list only: their score falls with
+  the place, so walking the places in order (at one place, the smaller id first) lists them
+  best first. Only the entries in both lists (a few dozen) are sorted, apart, and merged in
+  from the back. The weighted sum (:func:`weighted`) walks the lists interleaved (first[0],
+  second[0], first[1], ...), so entries are met nearly in fused order, and closes with an
+  insertion sort.
 - Every fused score is the same IEEE expression the reference computes: a sum of two terms
   (commutative, so the order the lists are met in does not matter) or one weighted expression.
   The order is the reference's: score descending, then smaller id.
@@ -28,7 +28,7 @@ How, and why it is exact:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 _EMPTY = -1
 BAD_ID = -1  # a kernel's return value when an id is below -1
@@ -114,57 +114,130 @@ def _before(s, i, t, j):
 
 
 @njit(cache=True, nogil=True)
-def _order_rrf(ids, scores, bits, m, both_ids, both_scores):
-    """The first ``m`` entries best first, for RRF scores (see the module docstring).
-
-    The entries of one list keep their order, moved down over the gaps the others leave; the
-    others go to ``both_*``, are sorted there and merged in from the back.
-    """
-    ones = 0
-    both = 0
-    for j in range(m):
-        if bits[j] == 3:
-            both_ids[both] = ids[j]
-            both_scores[both] = scores[j]
-            both += 1
-        else:
-            ids[ones] = ids[j]
-            scores[ones] = scores[j]
-            ones += 1
-    _sort_best_first(ids, scores, ones)  # in order but for ties at one place: a swap each
-    _sort_best_first(both_ids, both_scores, both)
-    i, j = ones - 1, both - 1
-    for w in range(m - 1, -1, -1):  # the last place takes the later of the two lists' last
-        if j < 0:
-            break
-        if i >= 0 and not _before(scores[i], ids[i], both_scores[j], both_ids[j]):
-            ids[w] = ids[i]
-            scores[w] = scores[i]
-            i -= 1
-        else:
-            ids[w] = both_ids[j]
-            scores[w] = both_scores[j]
-            j -= 1
+def _next_single(alone, r):
+    """The first place from ``r`` on whose entry is in its list alone (``alone[r] == 1``)."""
+    while r < alone.size and alone[r] != 1:
+        r += 1
+    return r
 
 
 @njit(cache=True, nogil=True)
+def _head(ranked, r, k_rrf):
+    """(score, id) of place ``r`` of ``ranked`` (the reference's ``1 / (k_rrf + rank)``), or
+    (:data:`_DONE`, 0) past its end."""
+    if r < ranked.size:
+        return 1.0 / (k_rrf + (r + 1)), ranked[r]
+    return _DONE, 0
+
+
+#: An exhausted list's score in the merge: RRF scores are > 0, so it is never the best.
+_DONE = -1.0
+
+_IDS = types.Array(types.int64, 1, "C", readonly=True)  # takes writable arrays too
+_RRF_SIGNATURE = types.int64(
+    _IDS, _IDS, types.float64, types.Array(types.int64, 1, "C"), types.Array(types.float64, 1, "C")
+)
+
+
+@njit(_RRF_SIGNATURE, cache=True)
 def rrf(a, b, k_rrf, out_ids, out_scores):
-    """Reciprocal rank fusion of ``a`` and ``b`` into the output arrays; returns the count."""
-    n = a.size + b.size
-    work = np.empty(4 * n, dtype=np.int64)  # bits, places in a and b, ids found in both
-    bits, place_a, place_b, both_ids = work[:n], work[n : 2 * n], work[2 * n : 3 * n], work[3 * n :]
-    m = _collect(a, b, out_ids, bits, place_a, place_b)
-    if m < 0:
-        return m
-    for j in range(m):
-        s = 0.0
-        if bits[j] & 1:
-            s = s + 1.0 / (k_rrf + (place_a[j] + 1))
-        if bits[j] & 2:
-            s = s + 1.0 / (k_rrf + (place_b[j] + 1))
-        out_scores[j] = s
-    _order_rrf(out_ids, out_scores, bits, m, both_ids, np.empty(n, dtype=np.float64))
-    return m
+    """Reciprocal rank fusion of ``a`` and ``b`` into the output arrays; returns the count.
+
+    Compiled for the one signature above, so the dispatcher itself refuses (``TypeError``) any
+    other argument: a list, another dtype, 2-D, strided. The output arrays hold at least
+    ``a.size + b.size`` entries.
+
+    1. ``a`` into the table: each distinct id with its place; ``alone_a[r]`` is 1 at the first
+       place of each id, 0 at a pad or a repeat.
+    2. ``b`` through the table: an id of ``a`` met for the first time is in both lists; its
+       score goes to the end of the output (where the merge reaches it last, see 4) and its
+       place in ``a`` stops being alone. A new id goes in the table, alone in ``b``.
+    3. The entries in both lists are sorted (insertion sort: a few dozen).
+    4. Three runs merged best first into the output: the entries alone in ``a`` in place order
+       (their score falls with the place), those alone in ``b``, and the sorted ones in both.
+       The merge writes at ``w`` and reads the third run from ``size - both + j``; it has
+       written at most ``size - 2 * both`` single entries, so it never overwrites one unread.
+       At a ``k_rrf`` so large that two places round to the same score, a run's order by id
+       may be off: the merge notices an entry before the last written and sorts it all.
+    """
+    na, nb = a.size, b.size
+    size = na + nb
+    cap = _table_size(size)
+    mask = cap - 1
+    work = np.empty(2 * cap + size, dtype=np.int64)  # one allocation for all the scratch
+    keys, places = work[:cap], work[cap : 2 * cap]
+    alone_a, alone_b = work[2 * cap : 2 * cap + na], work[2 * cap + na :]
+    keys[:] = _EMPTY
+    for r in range(na):
+        i = a[r]
+        alone_a[r] = 0
+        if i < 0:
+            if i < -1:
+                return BAD_ID
+            continue
+        h = _place(keys, places, mask, i)
+        if keys[h] == _EMPTY:
+            keys[h] = i
+            places[h] = r
+            alone_a[r] = 1
+    both = 0
+    for r in range(nb):
+        i = b[r]
+        alone_b[r] = 0
+        if i < 0:
+            if i < -1:
+                return BAD_ID
+            continue
+        h = _place(keys, places, mask, i)
+        if keys[h] == _EMPTY:
+            keys[h] = i
+            places[h] = -1  # alone in b: a later repeat finds -1 and counts nothing
+            alone_b[r] = 1
+        elif places[h] >= 0:  # first met in a: in both lists
+            ra = places[h]
+            places[h] = -1
+            alone_a[ra] = 0
+            both += 1
+            out_ids[size - both] = i
+            out_scores[size - both] = 1.0 / (k_rrf + (ra + 1)) + 1.0 / (k_rrf + (r + 1))
+    first_both = size - both
+    _sort_best_first(out_ids[first_both:], out_scores[first_both:], both)
+    # the entries alone in a list, best first, place by place: at one place, a's first unless
+    # b has one alone there with a smaller id. Branch-free: each candidate is written, and
+    # kept (the next one written after it) only if it is alone in its list.
+    ones = 0
+    last = _DONE
+    ties = False
+    for r in range(max(na, nb)):
+        s = 1.0 / (k_rrf + (r + 1))  # the reference's 1 / (k_rrf + rank)
+        ties |= s == last
+        last = s
+        ia, keep_a = (a[r], alone_a[r]) if r < na else (0, 0)
+        ib, keep_b = (b[r], alone_b[r]) if r < nb else (0, 0)
+        b_first = keep_a & keep_b & (ib < ia)
+        out_ids[ones] = ib if b_first else ia
+        out_scores[ones] = s
+        ones += keep_a
+        if r < nb:  # (past b's end, no write: the last one may be at the array's end)
+            out_ids[ones] = ia if b_first else ib
+            out_scores[ones] = s
+            ones += keep_b
+    if ties:  # two places of one score: within it, order by id
+        _sort_best_first(out_ids, out_scores, ones)
+    # the entries in both lists merged in from the back
+    i, j = ones - 1, size - 1
+    for w in range(ones + both - 1, -1, -1):
+        if j < first_both:
+            break
+        if i >= 0 and not _before(out_scores[i], out_ids[i], out_scores[j], out_ids[j]):
+            out_ids[w] = out_ids[i]
+            out_scores[w] = out_scores[i]
+            i -= 1
+        else:
+            out_ids[w] = out_ids[j]
+            out_scores[w] = out_scores[j]
+            j -= 1
+    return ones + both
 
 
 @njit(cache=True, nogil=True)

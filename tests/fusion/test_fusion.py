@@ -28,13 +28,63 @@ def same(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray]
     assert got[1].tolist() == want[1].tolist()  # bit for bit, not approximately
 
 
+# k_rrf from 2**53 on: neighbouring places round to one score (a tie the kernel sorts by id)
+k_values = st.sampled_from([0.0, 1.0, 60.0, 0.5, 2.0**53, 1e17, 1e300])
+
+
 @settings(max_examples=300, deadline=None)
-@given(ids_lists, ids_lists, st.sampled_from([0.0, 1.0, 60.0, 0.5]), st.none() | st.integers(1, 30))
+@given(ids_lists, ids_lists, k_values, st.none() | st.integers(1, 30))
 def test_rrf_kernel_equals_plain(a: list[int], b: list[int], k: float, limit: int | None) -> None:
     same(
         reciprocal_rank_fusion(a, b, k_rrf=k, limit=limit),
         reciprocal_rank_fusion_plain(a, b, k_rrf=k, limit=limit),
     )
+
+
+def as_given(ids: list[int], form: str) -> np.ndarray:
+    """``ids`` as an int64 array the way a caller may hold it: writable, read-only, strided."""
+    if form == "strided":
+        arr = np.zeros(2 * len(ids), dtype=np.int64)
+        arr[::2] = ids
+        return arr[::2]
+    arr = np.array(ids, dtype=np.int64)
+    arr.flags.writeable = form != "read-only"
+    return arr
+
+
+forms = st.sampled_from(["writable", "read-only", "strided"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids_lists, ids_lists, forms, forms, k_values, st.none() | st.integers(1, 30))
+def test_rrf_arrays_of_any_layout_equal_plain(
+    a: list[int], b: list[int], form_a: str, form_b: str, k: float, limit: int | None
+) -> None:
+    first, second = as_given(a, form_a), as_given(b, form_b)
+    same(
+        reciprocal_rank_fusion(first, second, k_rrf=k, limit=limit),
+        reciprocal_rank_fusion_plain(a, b, k_rrf=k, limit=limit),
+    )
+
+
+def test_rrf_compiles_no_kernel_at_request_time() -> None:
+    """A read-only or strided array is fused by the one compiled kernel (loaded from numba's
+    cache with the module), not by a new specialisation compiled in the request (seconds)."""
+    from ragbench.fusion import _kernels
+
+    ids = np.arange(6, dtype=np.int64)
+    read_only = ids.copy()
+    read_only.flags.writeable = False
+    for first, second in [(ids, ids), (read_only, ids), (ids, read_only), (ids[::2], ids)]:
+        reciprocal_rank_fusion(first, second)
+    assert len(_kernels.rrf.signatures) == 1
+
+
+def test_rrf_ties_at_a_huge_k_are_ordered_by_id() -> None:
+    # 1 / (1e300 + rank) is one double for every rank: all five tie
+    ids, scores = reciprocal_rank_fusion([9, 3, 7], [8, 1], k_rrf=1e300)
+    assert ids.tolist() == [1, 3, 7, 8, 9]
+    assert scores.tolist() == [1 / (1e300 + 1)] * 5
 
 
 @st.composite
@@ -82,6 +132,16 @@ def test_one_side_empty_keeps_the_other_order() -> None:
 def test_repeats_count_once_at_the_first_place() -> None:
     ids, scores = reciprocal_rank_fusion([5, 5, 6], [], k_rrf=0)
     assert ids.tolist() == [5, 6] and scores.tolist() == [1.0, 1 / 3]
+    # in both lists, repeated in each: one entry, each list's first place
+    ids, scores = reciprocal_rank_fusion([5, 6, 5], [6, 5, 6, -1], k_rrf=0)
+    assert ids.tolist() == [5, 6] and scores.tolist() == [1.0 + 1 / 2, 1 / 2 + 1.0]
+
+
+def test_nothing_to_trim_returns_every_entry() -> None:
+    ids, scores = reciprocal_rank_fusion(np.array([4, 2]), np.array([7]), k_rrf=0)
+    assert ids.tolist() == [4, 7, 2] and scores.tolist() == [1.0, 1.0, 1 / 2]
+    ids, _ = reciprocal_rank_fusion(np.array([4, 2]), np.array([7]), limit=2)
+    assert ids.tolist() == [4, 7]
 
 
 @pytest.mark.parametrize(
@@ -94,6 +154,9 @@ def test_repeats_count_once_at_the_first_place() -> None:
         (lambda: reciprocal_rank_fusion([1], [2], limit=0), ConfigError, "limit"),
         (lambda: reciprocal_rank_fusion([1.5], [2]), InputError, "integer"),
         (lambda: reciprocal_rank_fusion([[1]], [2]), InputError, "1-D"),
+        (lambda: reciprocal_rank_fusion(np.ones((2, 2), np.int64), [2]), InputError, "1-D"),
+        (lambda: reciprocal_rank_fusion([1], np.array(2)), InputError, "1-D"),
+        (lambda: reciprocal_rank_fusion(np.array([1, -2]), np.array([2])), InputError, ">= 0"),
         (lambda: reciprocal_rank_fusion([1, -2], [2]), InputError, ">= 0"),
         (lambda: weighted_fusion([1], [float("nan")], [2], [1.0]), NonFiniteError, "finite"),
         (lambda: weighted_fusion([1, 2], [1.0], [2], [1.0]), InputError, "scores for 2 ids"),
