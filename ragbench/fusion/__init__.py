@@ -49,6 +49,7 @@ Fused = tuple["NDArray[np.int64]", "NDArray[np.float64]"]
 
 #: The dtypes the kernels take (numpy's own instances: an array of that type holds this one).
 _INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
+_empty = np.empty  # (a module global: ~0.05 µs less than np.empty's two lookups, per call)
 
 
 def _ids(ids: object, name: str) -> NDArray[np.int64]:
@@ -141,7 +142,7 @@ def reciprocal_rank_fusion(
     ):
         a, b = _ids(a, "first"), _ids(b, "second")
     size = a.size + b.size
-    out_ids, out_scores = np.empty(size, _INT64), np.empty(size, _FLOAT64)
+    out_ids, out_scores = _empty(size, _INT64), _empty(size, _FLOAT64)
     try:
         m = _rrf(a, b, k_rrf, out_ids, out_scores)
     except TypeError:  # the kernel's signature refused them: 2-D, strided (InputError or a copy)
