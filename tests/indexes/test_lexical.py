@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -464,6 +465,41 @@ def _same_as_the_checked_route(name, queries, k) -> None:
     assert got == want
     if got[0] == "error":
         assert issubclass(got[1], rb.errors.RagbenchError), got
+
+
+def test_lexical_ab_reads_two_trees_and_refuses_different_answers(tmp_path) -> None:
+    """bench/lexical_ab.py (the A/B behind issue 31's commits) times two source trees in one
+    process: a copy of this tree answers as this one and gets its ratios printed; a copy whose
+    bm25 has another k1 answers differently and is refused before anything is timed."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.join(root, "bench", "lexical_ab.py")
+    same, other = tmp_path / "same", tmp_path / "other"
+    for tree in (same, other):
+        shutil.copytree(
+            os.path.join(root, "ragbench"),
+            tree / "ragbench",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    bm25_py = other / "ragbench" / "indexes" / "bm25_index.py"
+    bm25_py.write_text(bm25_py.read_text().replace('"k1": 1.5,', '"k1": 0.9,', 1))
+
+    def ab(tree):
+        return subprocess.run(
+            [sys.executable, script, "bm25", "--old", str(tree), "--rounds", "2", "--queries", "5"],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        )  # fmt: skip
+
+    done = ab(same)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "new/old" in done.stdout
+        and "new/raw" in done.stdout
+        and "2 rounds x 5 queries" in done.stdout
+    )
+    refused = ab(other)
+    assert (
+        refused.returncode != 0 and "answer" in refused.stderr and "differently" in refused.stderr
+    )
 
 
 def test_tantivy_folder_goes_at_close_and_at_exit(tmp_path) -> None:
