@@ -28,8 +28,11 @@ def same(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray]
     assert got[1].tolist() == want[1].tolist()  # bit for bit, not approximately
 
 
-# k_rrf from 2**53 on: neighbouring places round to one score (a tie the kernel sorts by id)
-k_values = st.sampled_from([0.0, 1.0, 60.0, 0.5, 2.0**53, 1e17, 1e300])
+# k_rrf from 2**53 on: neighbouring places round to one score (a tie the kernel sorts by id);
+# the kernel sorts from k_rrf + rank = 2**40 on, so both sides of that bound are drawn
+k_values = st.sampled_from(
+    [0.0, 1.0, 60.0, 0.5, 2.0**40 - 70.5, 2.0**40 - 30, 2.0**53, 1e17, 1e300]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -78,6 +81,18 @@ def test_rrf_compiles_no_kernel_at_request_time() -> None:
     for first, second in [(ids, ids), (read_only, ids), (ids, read_only), (ids[::2], ids)]:
         reciprocal_rank_fusion(first, second)
     assert len(_kernels.rrf.signatures) == 1
+
+
+@pytest.mark.parametrize("k_rrf", [0.0, 0.5, 1.0, 60.0, 1e6 + 0.1, 2.0**39 + 0.3, 2.0**40 - 1001.7])
+def test_no_two_ranks_share_a_score_below_the_kernels_sorting_bound(k_rrf: float) -> None:
+    """Below ``_DISTINCT_RANKS`` the kernel writes the single-list entries in place order
+    without sorting them: that needs every rank's ``1 / (k_rrf + rank)`` to be distinct."""
+    from ragbench.fusion._kernels import _DISTINCT_RANKS
+
+    ranks = np.arange(1, 1001, dtype=np.float64)
+    assert k_rrf + ranks[-1] < _DISTINCT_RANKS
+    scores = 1.0 / (k_rrf + ranks)  # the reference's expression, elementwise
+    assert (np.diff(scores) < 0).all()
 
 
 def test_rrf_ties_at_a_huge_k_are_ordered_by_id() -> None:
