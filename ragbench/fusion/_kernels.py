@@ -11,9 +11,10 @@ How, and why it is exact:
   at least twice the candidates, linear probing), so a fusion is linear in the candidates;
   a sort of the ids would cost more than the rest (numba's argsort of 200 values takes several
   µs).
-- RRF (:func:`rrf`) never sorts the entries found in one list only: their score falls with
+- RRF (:func:`rrf`) does not sort the entries found in one list only: their score falls with
   the place, so walking the places in order (at one place, the smaller id first) lists them
-  best first. Only the entries in both lists (a few dozen) are sorted, apart, and merged in
+  best first (unless ``k_rrf`` is so large that neighbouring places can share a score:
+  :data:`_DISTINCT_RANKS`). Only the entries in both lists (a few dozen) are sorted, apart, and merged in
   from the back. The weighted sum (:func:`weighted`) walks the lists interleaved (first[0],
   second[0], first[1], ...), so entries are met nearly in fused order, and closes with an
   insertion sort.
