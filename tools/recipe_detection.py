@@ -15,9 +15,10 @@ Each trial appends one JSON line to ``--out``; ``--summary FILE`` prints the cou
 job with fewer runs, for free). The trials of both kinds alternate, so the machine's load
 reaches both alike; each line records the load average before and after. ``--budget-min``
 bounds the wall time: no trial starts that the mean trial time says would end past it.
-``--start-together`` runs the job with ``ragbench compare --start-together`` added to its
-compare command (the two processes of a pair begin timing together once both are set up);
-each line then has ``"start_together": true`` and the summary counts those trials apart.
+The page's job pins both processes of a pair to one CPU (``taskset``) and starts their timed
+phases together (``ragbench compare --start-together``); ``--two-cpus`` and ``--apart`` run the
+earlier designs without one or both, measured beside it: each line says its ``design`` and
+``start_together``, and the summary counts each design apart.
 ``tests/project/test_docs_blocks.py`` runs every marked YAML block of the docs, with small sizes,
 through :func:`make_origin` and :func:`run_job`.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -90,27 +92,47 @@ def ci_steps(page: Path = PAGE) -> list[Step]:
 
 
 def design(steps: Sequence[Step]) -> str:
-    """How the job runs the two sides: at the same time (a ``&`` job) or one after the other."""
+    """How the job runs the two sides: at the same time (a ``&`` job) or one after the other,
+    and, when it pins them with ``taskset``, on one CPU (both processes of a pair share it)."""
     script = "\n".join(step.script for step in steps)
     background = re.search(r"(?<![&>|])&(?![&>])", script)  # a lone &, not && or 2>&1
-    return "side by side" if background else "alternated"
+    how = "side by side" if background else "alternated"
+    return how + " on one CPU" if re.search(r"\btaskset\b", script) else how
 
 
-#: ``--start-together``: where each pair's compare processes meet (``$i`` is the pair's number)
+def job_name(steps: Sequence[Step]) -> str:
+    """The job as the summary names it: its :func:`design`, and whether pairs start together."""
+    together = any(START_TOGETHER in step.script for step in steps)
+    return design(steps) + (", started together" if together else "")
+
+
+#: The page's job starts each pair's timed phases together with this option (``$i``: the pair)
 START_TOGETHER = '--start-together "$head/.start-together/$i:2" '
-_OUT = '--out "$head/$2"'
+#: ... and pins both processes of a pair to one CPU with this prefix
+PINNED = 'taskset -c "$cpu" '
 
 
-def started_together(steps: Sequence[Step]) -> list[Step]:
-    """The job with ``--start-together`` added to its compare command (both sides' ``bench``).
+def variant(steps: Sequence[Step], *, pinned: bool = True, together: bool = True) -> list[Step]:
+    """The page's job, or an earlier design of it measured beside it.
 
-    The two compare processes of pair ``i`` then meet in ``$head/.start-together/$i`` once set up
-    and time their requests together (``ragbench compare --start-together``).
+    ``pinned=False`` drops the ``taskset`` that puts both processes of a pair on one CPU (each
+    then runs where the kernel puts it); ``together=False`` drops ``--start-together`` (each
+    process times its requests as soon as it is set up). The page's job must hold both, once.
     """
-    count = sum(step.script.count(_OUT) for step in steps)
-    if count != 1:
-        raise ValueError(f"expected one compare command ending {_OUT!r} in the job, found {count}")
-    return [Step(s.name, s.env, s.script.replace(_OUT, START_TOGETHER + _OUT)) for s in steps]
+    script = "\n".join(step.script for step in steps)
+    for part in (PINNED, START_TOGETHER):
+        if script.count(part) != 1:
+            raise ValueError(
+                f"expected {part.strip()!r} once in the page's job, found {script.count(part)}"
+            )
+    drop = [part for part, keep in ((PINNED, pinned), (START_TOGETHER, together)) if not keep]
+    out = []
+    for step in steps:
+        text = step.script
+        for part in drop:
+            text = text.replace(part, "")
+        out.append(Step(step.name, step.env, text))
+    return out
 
 
 def steps_of(code: str) -> list[Step]:
@@ -329,9 +351,7 @@ def measure(args: argparse.Namespace) -> None:
     """Run ``args.trials`` A/A and planted trials alternately, appending to ``args.out``."""
     # SIGTERM unwinds like Ctrl-C: the running job's processes are ended, the folders removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    steps = ci_steps()
-    if args.start_together:
-        steps = started_together(steps)
+    steps = variant(ci_steps(), pinned=not args.two_cpus, together=not args.apart)
     sizes = {**next(s.env for s in steps if s.env)}
     for key in ("runs", "queries", "repeat"):
         if getattr(args, key) is not None:
@@ -382,6 +402,10 @@ def summary(path: Path) -> list[dict[str, Any]]:
         if lows:
             pick = min if rec["kind"] == "planted" else max
             g.setdefault(f"{rec['kind']}_low", []).append(pick(lows))
+        if rec["kind"] == "aa":  # each A/A pair's head / base: how far two equal runs drift
+            g.setdefault("aa_pairs", []).extend(
+                r for per_index in (rec.get("pair_ratios") or {}).values() for r in per_index
+            )
         g["when"].append(rec["when"])
         g["s"].append(rec["seconds"])
         g[rec["kind"]][0] += rec["passed"]
@@ -405,6 +429,8 @@ def summary(path: Path) -> list[dict[str, Any]]:
             "median_s": statistics.median(g["s"]),  # the whole job's (a prefix: of its job)
             "planted_low_min": min(g.get("planted_low") or [float("nan")]),
             "aa_low_max": max(g.get("aa_low") or [float("nan")]),
+            "aa_pair_min": min(g.get("aa_pairs") or [float("nan")]),
+            "aa_pair_max": max(g.get("aa_pairs") or [float("nan")]),
             "first": min(g["when"]),
             "last": max(g["when"]),
             "diff_py": diff_py,
@@ -413,16 +439,23 @@ def summary(path: Path) -> list[dict[str, Any]]:
     ]
 
 
+def _spread(row: Mapping[str, Any]) -> str:
+    """The A/A pair ratios' range, or a dash for trials recorded before pairs were kept."""
+    low, high = row["aa_pair_min"], row["aa_pair_max"]
+    return "—" if math.isnan(low) else f"{low:.2f}–{high:.2f}"
+
+
 def summary_markdown(path: Path) -> str:
     """:func:`summary` as a Markdown table (the docs site's ``<!-- gen: detection FILE -->``)."""
     header = "| job | runs per side | queries × repeat | A/A pairs passed | "
     header += "planted slowdown caught | load average (1 min) | job wall time (median) | "
     header += "low end of the stage's interval: lowest planted, highest A/A | "
+    header += "A/A pairs' head/base ratios: lowest–highest | "
     header += "measured (UTC) | diff.py | the page's job |"
-    lines = [header, "| " + " | ".join("---" for _ in range(11)) + " |"]
+    lines = [header, "| " + " | ".join("---" for _ in range(12)) + " |"]
     steps = ci_steps()
     sizes = next(s.env for s in steps if s.env)
-    page_job = (design(steps), *(int(sizes[k]) for k in ("RUNS", "QUERIES", "REPEAT")))
+    page_job = (job_name(steps), *(int(sizes[k]) for k in ("RUNS", "QUERIES", "REPEAT")))
     for r in summary(path):
         of = f" (the first {r['runs']} of {r['prefix_of']})" if r["prefix_of"] else ""
         job = (r["design"], r["runs"], r["queries"], r["repeat"])
@@ -433,7 +466,7 @@ def summary_markdown(path: Path) -> str:
             f"{r['caught']} of {r['planted_trials']} ({r['slowdown']:.0%}) | "
             f"{r['load_min']:.1f}–{r['load_max']:.1f} | {r['median_s'] / 60:.1f} min"
             f"{' (its job)' if r['prefix_of'] else ''} | "
-            f"{r['planted_low_min']:.3f} / {r['aa_low_max']:.3f} | "
+            f"{r['planted_low_min']:.3f} / {r['aa_low_max']:.3f} | {_spread(r)} | "
             f"{r['first'][:16].replace('T', ' ')}–{r['last'][11:16]} | `{r['diff_py']}` | "
             f"{mine} |"
         )
@@ -457,10 +490,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Also diff the first N runs of each side, e.g. 3,4.",
     )
     p.add_argument(
-        "--start-together",
+        "--two-cpus",
         action="store_true",
-        help="Run the job with compare --start-together (the two processes of a pair begin "
-        "timing together); each trial line says so and the summary counts it apart.",
+        help="An earlier design: the job without its taskset (the two processes of a pair on "
+        "whichever CPUs the kernel picks). Each trial line says its design; counted apart.",
+    )
+    p.add_argument(
+        "--apart",
+        action="store_true",
+        help="An earlier design: the job without compare --start-together (each process times "
+        "its requests as soon as it is set up). Counted apart.",
     )
     p.add_argument("--budget-min", type=float, default=28.0, help="Wall-time bound, minutes.")
     args = p.parse_args(argv)

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,13 +27,18 @@ def _tool() -> ModuleType:
 def test_the_documented_job_runs_each_pair_at_once_and_diffs_them_paired() -> None:
     tool = _tool()
     steps = tool.ci_steps()
-    assert tool.design(steps) == "side by side"
+    # both processes of a pair pinned to one CPU, their timed phases started together
+    assert tool.design(steps) == "side by side on one CPU"
+    assert tool.job_name(steps) == "side by side on one CPU, started together"
     assert {"RUNS", "QUERIES", "REPEAT"} <= set(steps[0].env)
     assert "ragbench diff base.jsonl head.jsonl --paired" in steps[-1].script
     at_once = [tool.Step("b", {}, "for i in 1 2; do a & b; wait; done")]
     assert tool.design(at_once) == "side by side"
     one_then_other = "for i in 1 2; do a 2>&1 && b >&2; done"
     assert tool.design([tool.Step("b", {}, one_then_other)]) == "alternated"
+    pinned = "for i in 1 2; do taskset -c 0 a & taskset -c 0 b; wait; done"
+    assert tool.design([tool.Step("b", {}, pinned)]) == "side by side on one CPU"
+    assert tool.job_name([tool.Step("b", {}, "a & b; wait")]) == "side by side"
 
 
 def _rec(kind: str, passed: bool, runs: int = 3, prefix_of: int | None = None) -> dict:
@@ -78,7 +85,21 @@ def test_the_summary_counts_each_job_size_apart(tmp_path: Path) -> None:
     assert "| side by side | 2 (the first 2 of 3) | 400 × 2 | 0 of 1 | 0 of 0 (0%) | " in table
     assert "| 2.0–9.5 | 4.0 min (its job) |" in table  # a prefix: the job it is cut from
     # the nearest the stage's interval came to the threshold: a planted miss's 1.1, an A/A's 0.95
-    assert "| 2.0 min | 1.100 / 0.950 |" in table
+    assert "| 2.0 min | 1.100 / 0.950 | — |" in table  # no pair ratios recorded: a dash
+
+
+def test_the_summary_shows_how_far_the_a_a_pairs_drifted(tmp_path: Path) -> None:
+    """The A/A pairs' lowest and highest head/base ratio over every index; planted ones ignored."""
+    recs = [
+        {**_rec("aa", True), "pair_ratios": {"hnsw": [0.98, 1.03], "lsh": [0.99, 1.01]}},
+        {**_rec("aa", True), "pair_ratios": {"hnsw": [0.62, 1.0], "lsh": [1.0, 1.42]}},
+        {**_rec("planted", True), "pair_ratios": {"hnsw": [1.2, 3.5], "lsh": [0.1, 1.2]}},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (row,) = _tool().summary(path)
+    assert (row["aa_pair_min"], row["aa_pair_max"]) == (0.62, 1.42)
+    assert "| 1.150 / 0.950 | 0.62–1.42 |" in _tool().summary_markdown(path)
 
 
 def test_the_docs_marker_renders_the_counts_of_the_committed_results(tmp_path: Path) -> None:
@@ -100,16 +121,25 @@ def test_the_docs_marker_renders_the_counts_of_the_committed_results(tmp_path: P
     assert "**this one**" in _tool().summary_markdown(committed)
 
 
-def test_start_together_adds_the_option_to_the_one_compare_command_and_counts_apart(
+def test_the_earlier_designs_drop_the_pinning_or_the_start_barrier_and_count_apart(
     tmp_path: Path,
 ) -> None:
-    """``--start-together``: both sides' compare processes meet per pair; its trials are another job."""
+    """``--two-cpus``/``--apart``: the page's job without its taskset or --start-together."""
     tool = _tool()
-    steps = tool.started_together(tool.ci_steps())
-    bench = next(s.script for s in steps if "bench()" in s.script)
-    assert bench.count('--start-together "$head/.start-together/$i:2" --out "$head/$2"') == 1
+    page = tool.ci_steps()
+    assert tool.variant(page) == page
+    two_cpus = tool.variant(page, pinned=False)
+    assert tool.job_name(two_cpus) == "side by side, started together"
+    apart = tool.variant(page, together=False)
+    assert tool.job_name(apart) == "side by side on one CPU"
+    old = tool.variant(page, pinned=False, together=False)
+    assert tool.job_name(old) == "side by side"
+    bench = next(s.script for s in old if "bench()" in s.script)
+    assert "taskset" not in bench and "--start-together" not in bench
+    assert '"$head/.venv/bin/python" -m ragbench compare' in bench
     assert bench.count("bench ../base base.jsonl") == bench.count("bench . head.jsonl") == 2
-    assert tool.design(steps) == "side by side"
+    with pytest.raises(ValueError, match="taskset"):  # not the page's job: nothing to drop
+        tool.variant(old)
     recs = [
         _rec("aa", True),
         _rec("planted", True),
