@@ -49,7 +49,8 @@ Fused = tuple["NDArray[np.int64]", "NDArray[np.float64]"]
 
 #: The dtypes the kernels take (numpy's own instances: an array of that type holds this one).
 _INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
-_empty = np.empty  # (a module global: ~0.05 µs less than np.empty's two lookups, per call)
+# module globals: a lookup each instead of two (np.empty: ~0.05 µs a call)
+_empty, _ARRAY, _INF = np.empty, np.ndarray, math.inf
 
 
 def _ids(ids: object, name: str) -> NDArray[np.int64]:
@@ -133,13 +134,11 @@ def reciprocal_rank_fusion(
     first. ``tests/fusion/test_fusion.py`` checks, by property-based tests, that it returns
     exactly what :func:`reciprocal_rank_fusion_plain` returns.
     """
-    if type(k_rrf) is not float or not 0.0 <= k_rrf < math.inf:  # the default: no call
+    if type(k_rrf) is not float or not 0.0 <= k_rrf < _INF:  # the default: no call
         k_rrf = _check_k_rrf(k_rrf)
     n = -1 if limit is None else _limit(limit)
     a, b = first, second
-    if not (
-        type(a) is np.ndarray and type(b) is np.ndarray and a.dtype is _INT64 and b.dtype is _INT64
-    ):
+    if not (type(a) is _ARRAY and type(b) is _ARRAY and a.dtype is _INT64 and b.dtype is _INT64):
         a, b = _ids(a, "first"), _ids(b, "second")
     size = a.size + b.size
     out_ids, out_scores = _empty(size, _INT64), _empty(size, _FLOAT64)
