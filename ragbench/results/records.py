@@ -58,6 +58,7 @@ __all__ = [
     "filter_cliffs",
     "generator_kept_up",
     "growth_exponents",
+    "knee_walks",
     "knees",
     "load_level",
     "jsonable",
@@ -614,22 +615,42 @@ def generator_kept_up(rec: Readable) -> bool:
 
 
 def knees(records: Sequence[Mapping[str, Any]], slo_ms: float) -> dict[str, float | None]:
-    """Per configuration label: the highest load whose p99 (failures counted at the timeout) meets ``slo_ms``.
+    """Per configuration label: its knee, the highest load meeting ``slo_ms`` (:func:`knee_walks`)."""
+    return {label: walk[0] for label, walk in knee_walks(records, slo_ms).items()}
 
-    Levels are walked upwards and the walk stops at the first one that
-    misses the objective; ``None`` when even the lowest misses it.
+
+def knee_walks(
+    records: Sequence[Mapping[str, Any]], slo_ms: float
+) -> dict[str, tuple[float | None, list[float]]]:
+    """Per configuration label: ``(knee, unsure)``, the knee and the levels under it whose p99
+    was over ``slo_ms`` only within its own noise.
+
+    Levels are walked upwards. A level *surely misses* the objective when its p99 (failures
+    counted at the timeout) is over it and either a request failed (timed out, rejected,
+    failed) or the low end of its p99's bootstrap interval is over it too; the walk stops
+    there. A level over the objective whose interval reaches back under it (a p99 of 50
+    requests is nearly their maximum: one slow request moves it) does not stop the walk: it
+    is listed in ``unsure``, never a knee. The knee is the highest level at or under the
+    objective before the first sure miss; ``None`` when none is.
     """
     by: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
         if r.get("kind") == "load":
             by.setdefault(str(r["label"]), []).append(r)
-    out: dict[str, float | None] = {}
+    out: dict[str, tuple[float | None, list[float]]] = {}
     for label, recs in by.items():
-        knee = None
+        knee, unsure = None, []
         for r in sorted(recs, key=load_level):
             p99 = r.get("response_all_p99_us")
-            if p99 is None or p99 != p99 or p99 > slo_ms * 1e3:
+            if p99 is None or p99 != p99:
                 break
-            knee = load_level(r)
-        out[label] = knee
+            if p99 <= slo_ms * 1e3:
+                knee = load_level(r)
+                continue
+            failures = sum(int(r.get(f) or 0) for f in ("timed_out", "rejected", "failed"))
+            ci = r.get("response_p99_us_ci")
+            if failures or not ci or ci[0] > slo_ms * 1e3:
+                break
+            unsure.append(load_level(r))
+        out[label] = (knee, [u for u in unsure if knee is not None and u < knee])
     return out

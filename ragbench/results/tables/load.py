@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..records import generator_kept_up, knees, load_level
+from ..records import generator_kept_up, knee_walks, load_level
 from ..schema import LoadRecord, need, read_struct
 from .cells import ms, ms_with_ci, num, pct_cell, text_table
 from .judged import JUDGED_HEADS, judged_cells, judged_note
@@ -133,7 +133,7 @@ def _load_notes(levels: Sequence[LoadRecord]) -> list[str]:
         at_level: dict[tuple[Any, float | None], LoadRecord] = {
             (r.label, load_level(r)): r for r in reversed(levels)
         }
-        for label, knee in knees([plain(r) for r in levels], slo).items():
+        for label, (knee, unsure) in knee_walks([plain(r) for r in levels], slo).items():
             at = at_level.get((label, knee))
             good = (
                 f", goodput there {num(at.goodput_qps)} QPS"
@@ -141,6 +141,8 @@ def _load_notes(levels: Sequence[LoadRecord]) -> list[str]:
                 else ""
             )
             where = f"{num(knee)} {unit}" if knee is not None else "below the lowest level offered"
+            if unsure:
+                good += "; " + "; ".join(_unsure(at_level[(label, u)], unit) for u in unsure)
             notes.append(f"knee of {label} (p99 ≤ {num(slo)} ms, failures included): {where}{good}")
     for r in levels:
         if not generator_kept_up(r):
@@ -153,6 +155,16 @@ def _load_notes(levels: Sequence[LoadRecord]) -> list[str]:
                 f"not keep up ({why}): the {r.label} row measures the client, not the system"
             )
     return notes
+
+
+def _unsure(r: LoadRecord, unit: str) -> str:
+    """A level under the knee whose p99 was over the objective within its own interval."""
+    lo, hi = need(r.response_p99_us_ci, "response_p99_us_ci")
+    return (
+        f"over it at {num(load_level(r))} {unit} only within the noise "
+        f"(p99 {ms(need(r.response_all_p99_us, 'response_all_p99_us'))} ms, "
+        f"95 % interval {ms(lo)}–{ms(hi)} ms)"
+    )
 
 
 #: Marks a load level whose load generator did not keep up (tables).
