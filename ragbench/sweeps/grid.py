@@ -17,11 +17,12 @@ measures (:func:`next_value`):
 2. **Refinement**: for each target, the two measured values around it (the
    largest under it and the smallest at or above it, in the knob's order) are
    split at their geometric mean while their recalls differ by more than
-   :data:`BRACKET` and the values are not adjacent integers.
+   :data:`BRACKET` or the larger value is more than :data:`SPREAD` times the
+   smaller, and the values are not adjacent integers.
 
 So each target the frontier reaches is bracketed by two points at most
-:data:`BRACKET` apart in recall (unless the knob's integer steps are coarser
-than that), and the iso-recall reading (:mod:`ragbench.results.reading.isorecall`)
+:data:`BRACKET` apart in recall and :data:`SPREAD` apart in the knob (unless
+the knob's integer steps are coarser than that), and the iso-recall reading (:mod:`ragbench.results.reading.isorecall`)
 interpolates between them; a target the index never reaches stays "not
 reached" (nothing is extrapolated). At most :data:`MAX_POINTS` points per
 line. Recall is a property of the build and the queries, not of the clock, so
@@ -35,10 +36,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BRACKET", "CAP", "KNOBS", "MAX_POINTS", "PLATEAU", "Knob", "knob_of", "next_value"]
+__all__ = [
+    "BRACKET",
+    "CAP",
+    "KNOBS",
+    "MAX_POINTS",
+    "PLATEAU",
+    "SPREAD",
+    "Knob",
+    "knob_of",
+    "next_value",
+]
 
 #: Largest recall gap the default grid leaves between the two points around each target.
 BRACKET = 0.02
+#: Largest ratio of knob values the default grid leaves between the two points around each
+#: target. Near the top of the frontier recall rises ever less per step while latency keeps
+#: rising with the knob, so two points close in recall can be far apart in latency, and the
+#: straight line between them overstates the latency at a target near the flat end (the
+#: pydocs sweep's ef 20 and 40 bracketed recall 0.99 within BRACKET; tests/sweeps/
+#: test_sweep_grid.py plants such a curve and measures the error).
+SPREAD = 1.5
 #: Recall gain under which two doublings in a row end the coarse pass.
 PLATEAU = 0.001
 #: Points one line of the default grid measures at most.
@@ -121,7 +139,7 @@ def _split(values: list[int], measured: Mapping[int, float], target: float) -> i
     if hi is None or hi == values[0]:
         return None  # not reached, or below the grid: nothing to split
     lo = values[values.index(hi) - 1]
-    if measured[hi] - measured[lo] <= BRACKET or hi - lo <= 1:
+    if hi - lo <= 1 or (measured[hi] - measured[lo] <= BRACKET and hi <= SPREAD * lo):
         return None
     mid = round(math.sqrt(lo * hi))
     return min(max(mid, lo + 1), hi - 1)

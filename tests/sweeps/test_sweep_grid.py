@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,36 @@ def test_one_sweep_interleaves_lancedb_and_chroma_with_the_others_on_one_build_e
     assert first["lancedb"]["query"] == {"nprobes": 10, "refine_factor": 2, "ef": 20}
     assert first["hnsw"]["query"] == {"ef": 10} and first["chroma"]["query"] == {"ef": 10}
     assert {r["grid_knob"] for r in recs} == {"ef"}
+
+
+def _saturating(ef: int) -> float:
+    """Recall that rises steeply, then flattens (as pydocs' hnswlib did: 0.99 passed between
+    ef 20 and 40, both within 0.02 of it): 1 - 0.2 * 0.88^ef."""
+    return 1.0 - 0.2 * 0.88**ef
+
+
+def test_two_points_close_in_recall_but_far_apart_in_the_knob_are_split() -> None:
+    measured = _walk(_saturating, Knob("ef", 10, 1000))
+    for target in TARGETS:
+        values = sorted(measured)
+        hi = next(v for v in values if measured[v] >= target)
+        lo = values[values.index(hi) - 1]
+        assert measured[hi] - measured[lo] <= BRACKET
+        assert hi <= grid.SPREAD * lo or hi - lo <= 1  # not a doubling apart any more
+
+
+def test_the_split_brings_the_interpolated_latency_at_099_close_to_the_truth() -> None:
+    """Latency linear in ef (as a graph walk's roughly is): the line between the doubling
+    grid's points around 0.99 overstates it; the refined grid's points read it closely."""
+    truth = math.log(0.01 / 0.2) / math.log(0.88)  # the ef where the curve crosses 0.99
+
+    def read(measured: dict[int, float]) -> float:
+        return at_recall(
+            [Point(r, float(ef), float(ef)) for ef, r in measured.items()], 0.99
+        ).p50_us
+
+    coarse = {v: _saturating(v) for v in (10, 20, 40)}
+    assert coarse[40] - coarse[20] <= BRACKET < coarse[20] - coarse[10]  # 0.99: no split before
+    refined = _walk(_saturating, Knob("ef", 10, 1000))
+    assert abs(read(coarse) - truth) / truth > 0.15  # the straight line across a doubling
+    assert abs(read(refined) - truth) / truth < 0.05
