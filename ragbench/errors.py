@@ -54,6 +54,7 @@ __all__ = [
     "NotBuiltError",
     "RagbenchError",
     "RecordError",
+    "StartTimeoutError",
     "TransportError",
     "UnknownBackendError",
     "UnsupportedConfigError",
@@ -157,6 +158,10 @@ class GeneratorError(RagbenchError, RuntimeError):
 
 class WorkerFault(RagbenchError, RuntimeError):
     """A load worker died or hung during a load level; the level's record says which."""
+
+
+class StartTimeoutError(RagbenchError, TimeoutError):
+    """Processes told to start together (``--start-together DIR:N``) did not all arrive in time."""
 
 
 class MissingDependencyError(RagbenchError, ImportError):

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import RagbenchError
+from .errors import ConfigError, StartTimeoutError
 
 __all__ = ["DEFAULT_TIMEOUT_S", "announced", "start_together"]
 
@@ -66,18 +66,20 @@ def start_together(
 
     Returns what a record keeps: the folder, the number of processes, when this one
     announced itself and when it started (UTC, ISO 8601), and the seconds it waited.
-    Raises :class:`~ragbench.errors.RagbenchError` naming how many arrived when
+    Raises :class:`~ragbench.errors.StartTimeoutError` naming how many arrived when
     ``timeout_s`` passes first; the process's own file is then removed (also on Ctrl-C).
+    :class:`~ragbench.errors.ConfigError`: ``processes`` under 1, or a folder this process
+    cannot announce itself in.
     """
     if processes < 1:
-        raise ValueError(f"processes must be >= 1, got {processes}")
+        raise ConfigError(f"start together: processes must be >= 1, got {processes}")
     where = Path(folder)
     began, at = time.monotonic(), _now()  # before the announcement others may see
     try:
         where.mkdir(parents=True, exist_ok=True)
         mine = _announce(where)
     except OSError as exc:
-        raise RagbenchError(
+        raise ConfigError(
             f"cannot announce this process in {where} to start together: {exc.strerror or exc}"
         ) from None
     released = False
@@ -88,7 +90,7 @@ def start_together(
                 released = True
                 break
             if time.monotonic() - began >= timeout_s:
-                raise RagbenchError(
+                raise StartTimeoutError(
                     f"waited {timeout_s:g} s in {where} for {processes} processes to start "
                     f"together; {arrived} arrived (this one included)"
                 )

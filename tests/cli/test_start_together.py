@@ -222,3 +222,19 @@ def test_compare_refuses_it_where_there_is_no_single_timed_phase(
         "--executor ray or --rebuilds above 1"
     ]
     assert not (tmp_path / "meet").exists()
+
+
+def test_the_library_call_raises_its_own_errors(tmp_path: Path) -> None:
+    """A service calling ragbench.together directly gets a class per cause, not the base one."""
+    from ragbench.errors import ConfigError, StartTimeoutError
+    from ragbench.together import start_together
+
+    with pytest.raises(StartTimeoutError, match="1 arrived") as caught:
+        start_together(tmp_path / "meet", 2, timeout_s=0.2)
+    assert isinstance(caught.value, TimeoutError)
+    assert list((tmp_path / "meet").iterdir()) == []  # its announcement withdrawn
+    with pytest.raises(ConfigError, match="processes must be >= 1"):
+        start_together(tmp_path / "meet", 0)
+    (tmp_path / "file").write_text("not a folder\n")
+    with pytest.raises(ConfigError, match="cannot announce"):
+        start_together(tmp_path / "file" / "meet", 1)

@@ -60,7 +60,7 @@ EXPORTS: dict[str, list[str]] = {
         "ConfigError", "DatasetError", "DecodeError", "DimensionError", "GeneratorError",
         "IdOutOfRangeError", "IndexFileError", "IndexServerError", "InputError", "KTooLargeError",
         "MissingDependencyError", "NonFiniteError", "NotBuiltError", "RagbenchError", "RecordError",
-        "TransportError", "UnknownBackendError", "UnsupportedConfigError",
+        "StartTimeoutError", "TransportError", "UnknownBackendError", "UnsupportedConfigError",
         "UnsupportedOperationError", "WorkerFault",
     ],
     "ragbench.fusion": [
