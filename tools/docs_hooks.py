@@ -805,8 +805,18 @@ def _engine_row(
     else:
         built = _num(float((rec.get("setup_s") or {}).get("index_build", float("nan"))))
     mem = _memory_of(rec, sweeps)
+    from ragbench.results.tables.notes import index_family
+
+    ran = (rec.get("config") or {}).get("retrieve") or {}  # what the run asked for
+    index_info = (rec.get("info") or {}).get("index") or {}  # what it built
+    family = index_family(
+        str(ran.get("backend") or index_info.get("backend")),
+        ran.get("build") or index_info.get("params"),
+        ran.get("search"),
+    )
     return [
         f"`{rec.get('label')}`",
+        family,
         f"{rec['recall_at_k']:.3f}",
         f"{rec['recall_p10']:.2f}",
         _zero_of(rec),
@@ -830,6 +840,7 @@ def _zero_of(rec: dict[str, Any]) -> str:
 #: The columns of :func:`engines_markdown`.
 ENGINE_COLUMNS = [
     "index",
+    "index family",
     "recall@10 mean",
     "recall@10 p10",
     "requests at recall 0",

@@ -16,6 +16,7 @@ __all__ = [
     "connection_note",
     "filter_note",
     "hardware_note",
+    "index_family",
     "record_caveats",
     "typed",
     "llm_note",
@@ -279,3 +280,67 @@ def build_note(records: Sequence[Mapping[str, Any] | Record]) -> str:
     elif any(r.recall_ci for r in points):
         text += "; recall ±: 95 % bootstrap interval over queries"
     return text
+
+
+#: What each backend's index is, in a few words, for the tables that set engines side by side
+#: (a "graph" engine beside an IVF one is not one kind of index). A backend whose kind depends on
+#: a build parameter maps that parameter's values (``default``: the value when the build does
+#: not give it); tests/results/test_index_family.py checks every registered backend has an
+#: entry and every default is the backend's own, so a new backend adds its line here.
+FAMILIES: dict[str, str | tuple[str, dict[str, str]]] = {
+    "flat": "exact scan",
+    "hnsw": "HNSW graph",
+    "faiss-hnsw": "HNSW graph",
+    "ivf": "IVF lists",
+    "lsh": "LSH binary codes, exact scan",
+    "minhash-lsh": "MinHash LSH buckets",
+    "ivfpq": "IVF lists, PQ codes",
+    "ivfpq-fs": "IVF lists, 4-bit PQ codes",
+    "ivf-sq8": "IVF lists, 8-bit scalar codes",
+    "hnsw-sq": "HNSW graph, 8-bit scalar codes",
+    "hnsw-fp16": "HNSW graph, float16 vectors",
+    "binary-flat": "binary codes, exact scan",
+    "binary-hnsw": "HNSW graph, binary codes",
+    "usearch": "HNSW graph",
+    "qdrant-edge": "HNSW graph",
+    "chroma": "HNSW graph",
+    "pgvector": (
+        "index",
+        {"default": "hnsw", "hnsw": "HNSW graph", "ivfflat": "IVF lists", "flat": "exact scan"},
+    ),
+    "lancedb": (
+        "index_type",
+        {
+            "default": "flat",
+            "flat": "exact scan",
+            "ivf_flat": "IVF partitions",
+            "ivf_pq": "IVF partitions, PQ codes",
+            "ivf_sq": "IVF partitions, scalar codes",
+            "ivf_hnsw_sq": "IVF partitions, an HNSW graph in each, scalar codes",
+            "ivf_hnsw_pq": "IVF partitions, an HNSW graph in each, PQ codes",
+        },
+    ),
+    "bm25": "BM25 inverted index",
+    "tantivy": "BM25 inverted index",
+    "pg-fts": "PostgreSQL full-text GIN index",
+    "hybrid": "dense and lexical, fused",
+    "pg-hybrid": "dense and lexical, fused",
+}
+
+
+def index_family(
+    backend: str, build: Mapping[str, Any] | None = None, search: Mapping[str, Any] | None = None
+) -> str:
+    """What kind of index ``backend`` built with ``build`` and searched with ``search`` is, e.g.
+    ``"HNSW graph"``, or ``"IVF partitions, an HNSW graph in each, scalar codes; re-scored on
+    the full vectors"`` for LanceDB's ``ivf_hnsw_sq`` searched with ``refine_factor`` > 0 (a
+    run record's ``config.retrieve`` backend/build/search; a sweep point's index/build/query).
+    A backend without an entry in :data:`FAMILIES` reads as its own name."""
+    entry = FAMILIES.get(backend, backend)
+    if isinstance(entry, tuple):
+        key, kinds = entry
+        value = (build or {}).get(key, kinds["default"])
+        entry = kinds.get(str(value), f"{backend} {key}={value}")
+    if ((search or {}).get("refine_factor") or 0) > 0:
+        entry += "; re-scored on the full vectors"
+    return entry
