@@ -113,6 +113,28 @@ class BaseCodec:
             )
         return size
 
+    def library_round_trip(self, result: RetrievalResult) -> Callable[[], object]:
+        """A call running the library's own encode and decode of ``result``'s payload, on the
+        native objects the library takes and gives (a dict tree, typed structs, a protobuf
+        message) built beforehand: what the codec costs without ragbench's result objects,
+        checks and error wrapping. ``compare``'s reading sets its ratios beside the stages'
+        (:func:`ragbench.pipeline.samples.codec_library_ns`); ``bench/test_bench_codecs.py``
+        times the same two calls as its ``floor``."""
+        codec: Any = self  # every subclass has encode(); BaseCodec itself declares none
+        encode, decode = self._library_calls(result, codec.encode(result))
+
+        def round_trip() -> object:
+            encode()
+            return decode()
+
+        return round_trip
+
+    def _library_calls(
+        self, result: RetrievalResult, payload: bytes
+    ) -> tuple[Callable[[], object], Callable[[], object]]:
+        """The library's encode and decode calls of :meth:`library_round_trip`."""
+        raise NotImplementedError(f"codec {self.name!r} does not name its library calls")
+
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} name={self.name!r} max_payload_bytes={self.max_payload_bytes}>"

@@ -159,6 +159,14 @@ class StdlibJsonCodec(_JsonCodec):
                 raise
             raise self._input_error(exc) from None
 
+    def _library_calls(
+        self, result: RetrievalResult, payload: bytes
+    ) -> tuple[Callable[[], object], Callable[[], object]]:
+        tree, encoder, decoder = self._json_tree(result), self._encoder, self._decoder
+        return (lambda: encoder.encode(tree).encode("utf-8")), (
+            lambda: decoder.decode(str(payload, "utf-8"))
+        )
+
     def decode(self, payload: bytes | bytearray | memoryview) -> RetrievalResult:
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
         self._check_payload(payload)
@@ -204,6 +212,12 @@ class OrjsonCodec(_JsonCodec):
             if isinstance(exc, InputError):
                 raise
             raise self._input_error(exc) from None
+
+    def _library_calls(
+        self, result: RetrievalResult, payload: bytes
+    ) -> tuple[Callable[[], object], Callable[[], object]]:
+        tree, dumps, loads = self._json_tree(result), self._dumps, self._loads
+        return (lambda: dumps(tree)), (lambda: loads(payload))
 
     def decode(self, payload: bytes | bytearray | memoryview) -> RetrievalResult:
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
@@ -255,6 +269,17 @@ class MsgspecJsonCodec(_JsonCodec):
             if isinstance(exc, InputError):
                 raise
             raise self._input_error(exc) from None
+
+    def _library_calls(
+        self, result: RetrievalResult, payload: bytes
+    ) -> tuple[Callable[[], object], Callable[[], object]]:
+        # the typed structs the decoder gives are what the encoder writes natively
+        structs, encode, decode = (
+            self._typed.decode(payload),
+            self._encoder.encode,
+            self._typed.decode,
+        )
+        return (lambda: encode(structs)), (lambda: decode(payload))
 
     def decode(self, payload: bytes | bytearray | memoryview) -> RetrievalResult:
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""

@@ -62,6 +62,17 @@ class MsgpackCodec(BaseCodec):
                 "float (score) and bytes or None (embedding)"
             ) from None
 
+    def _library_calls(
+        self, result: RetrievalResult, payload: bytes
+    ) -> tuple[Callable[[], object], Callable[[], object]]:
+        # the typed structs the decoder gives are what the encoder writes natively
+        structs, encode, decode = (
+            self._decoder.decode(payload),
+            self._encoder.encode,
+            self._decoder.decode,
+        )
+        return (lambda: encode(structs)), (lambda: decode(payload))
+
     def decode(self, payload: bytes | bytearray | memoryview) -> RetrievalResult:
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
         self._check_payload(payload)

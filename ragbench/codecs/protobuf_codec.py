@@ -17,6 +17,7 @@ counts, embedding sizes; see :mod:`ragbench.codecs._columns`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Literal
 
 from ..errors import DecodeError, InputError
@@ -88,6 +89,14 @@ class ProtobufCodec(BaseCodec):
             self.decode = self._decode_columns  # type: ignore[method-assign]
         self._pb_decode_error = PbDecodeError
         self._unknown_fields = UnknownFieldSet
+
+    def _library_calls(
+        self, result: RetrievalResult, payload: bytes
+    ) -> tuple[Callable[[], object], Callable[[], object]]:
+        # the message the payload parses to is what a service fills and serializes
+        parse = self._columns_from_string if self.shape == "columnar" else self._from_string
+        message = parse(payload)
+        return message.SerializeToString, (lambda: parse(payload))
 
     def _input_error(self, exc: Exception) -> InputError:
         return InputError(

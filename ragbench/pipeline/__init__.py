@@ -52,7 +52,7 @@ from .capabilities import Closes, InProcess
 from .context import STAGES, RequestContext, RequestRecord
 from .interleaving import interleave
 from .parts import Components, SharedParts
-from .stages import Stage
+from .stages import SerializeStage, Stage
 
 #: What users call: the pipeline, the stage order and the request types a custom stage or a
 #: driver reads (tests/project/test_public_api.py pins this list). The building blocks live in the
@@ -132,6 +132,7 @@ class Pipeline:
         self._otel = otel
         self._traced = 0  # this run's records already exported as traces
         self._judgments: tuple[Dataset, judged.Judgments | None] | None = None  # by dataset
+        self._codec_library: dict[str, Any] | None = None  # measured once, at the first report
         self._traces: tracing.RequestTraces | None = None
         if otel is None and self.config.run.otel:
             check_available()  # a missing extra fails now, like any bad config
@@ -500,12 +501,34 @@ class Pipeline:
                 **samples.with_retrieve_parts(self.info, recs),
                 **samples.embed_parts(recs),
                 **self._rerank_recall(recs),
+                **self.codec_library(),
             },
             cache_events=list(self.cache_events),
             error=self.error,
             repetition=self.repetitions(),
             judged=self.judged(recs),
         )
+
+    def codec_library(self) -> dict[str, Any]:
+        """``{"codec_library_ns": [...]}``: the codec's library calls alone
+        (:meth:`~ragbench.codecs._wire.BaseCodec.library_round_trip`) on the payload of the
+        first query's exact top k, as the serialize stage builds it, timed back to back
+        (:func:`samples.library_round_trip_ns`), once per pipeline, outside every request;
+        ``{}`` for a codec that does not name its library calls."""
+        if self._codec_library is None:
+            self._codec_library = {}
+            codec = self.components.codec
+            stage = next((s for s in self._stages if isinstance(s, SerializeStage)), None)
+            if stage is not None and self.dataset is not None:
+                queries, rows = self.dataset.queries, self.built.truth[0]
+                scores = np.linspace(1.0, 0.5, rows.size, dtype=np.float32)  # best first
+                result = stage.result(queries.ids[0], queries.texts[0], rows, scores)
+                try:
+                    call = codec.library_round_trip(result)  # type: ignore[attr-defined]
+                except (AttributeError, NotImplementedError):  # a codec of another project
+                    return self._codec_library
+                self._codec_library = {"codec_library_ns": samples.library_round_trip_ns(call)}
+        return self._codec_library
 
     def recall(
         self, records: Sequence[RequestRecord] | None = None, *, final: bool = False

@@ -6,6 +6,7 @@ lists and the names of the stages that made them; nothing is timed here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -232,3 +233,22 @@ def connection_ns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray] | N
     """:func:`ragbench.transports.connection_columns` of the records, as int64 arrays."""
     columns = connection_columns([r.far for r in records])
     return None if columns is None else {k: np.asarray(v, np.int64) for k, v in columns.items()}
+
+
+def library_round_trip_ns(
+    call: Callable[[], object], rounds: int = 41, batch: int = 10
+) -> list[float]:
+    """Nanoseconds per call of ``call`` (a codec's
+    :meth:`~ragbench.codecs._wire.BaseCodec.library_round_trip`), after one call: ``rounds``
+    figures, each the mean of ``batch`` calls back to back (hot caches). A run record keeps
+    them as ``info["codec_library_ns"]``, and ``compare``'s reading ranks the codecs on them
+    beside the serialize + deserialize stages."""
+    clock = time.perf_counter_ns
+    call()
+    out = []
+    for _ in range(rounds):
+        t0 = clock()
+        for _ in range(batch):
+            call()
+        out.append((clock() - t0) / batch)
+    return out

@@ -291,9 +291,18 @@ class SerializeStage:
         self._vectors = vectors if with_embeddings else None
 
     def __call__(self, ctx: RequestContext) -> None:
+        ctx.payload = self._encode(
+            self.result(ctx.query_id, ctx.query, ctx.hit_ids, ctx.hit_scores)
+        )
+
+    def result(
+        self, query_id: str, query: str, rows: np.ndarray, scores: np.ndarray
+    ) -> RetrievalResult:
+        """The :class:`RetrievalResult` this stage encodes for the corpus ``rows`` found with
+        ``scores`` (a negative row is no hit): ids, texts, metadata and vectors as configured."""
         ids, texts, meta, vectors = self._ids, self._texts, self._meta, self._vectors
         hits = []
-        for i, s in zip(ctx.hit_ids.tolist(), ctx.hit_scores.tolist(), strict=True):
+        for i, s in zip(rows.tolist(), scores.tolist(), strict=True):
             if i < 0:
                 continue
             hits.append(
@@ -305,7 +314,7 @@ class SerializeStage:
                     vectors[i].tobytes() if vectors is not None else None,
                 )
             )
-        ctx.payload = self._encode(RetrievalResult(ctx.query_id, ctx.query, hits))
+        return RetrievalResult(query_id, query, hits)
 
 
 class TransportStage:

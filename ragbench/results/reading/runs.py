@@ -184,17 +184,34 @@ def _axis_lines(
         lines.append(f"WARNING: the {plural}' differences are within noise; {how}")
     if what == "codec":
         lines.append(CODEC_NOTE)
+        lines += _library_line(by)
     return lines
 
 
 #: What a codec ranking measures (the reading says it under every codec ranking).
 CODEC_NOTE = (
-    "codec: measured as ragbench's serialize + deserialize stages, as a pipeline runs them "
-    "(building its payload objects, its checks, and the library call), work every codec "
-    "shares, so the ratio is that of the stages, not of the libraries' own round trips: "
-    "`bench/test_bench_codecs.py` times the library calls alone on the same payload (its "
-    "`floor` and `hand` baselines), where the ratio between codecs can be much larger"
+    "codec: the line above is ragbench's serialize + deserialize stages, as a pipeline runs "
+    "them (building its payload objects, its checks, and the library call: work every codec "
+    "shares), so its ratios are the stages', not the libraries' own round trips"
 )
+
+
+def _library_line(by: Mapping[str, Sequence[RunRecord]]) -> list[str]:
+    """The codecs ranked on their library calls alone (each record's ``codec_library_ns``),
+    when every record has them."""
+    levels = {}
+    for name, rs in by.items():
+        got = [(r.info or {}).get("codec_library_ns") for r in rs]
+        if not all(got):
+            return []
+        levels[name] = (np.concatenate([np.asarray(g, dtype=np.float64) for g in got]), None)
+    steps = ranking(levels, "p50")
+    return [
+        "codec, the library calls alone (its own encode + decode of one request's payload on "
+        "native objects built beforehand, back to back, outside the requests; "
+        "`bench/test_bench_codecs.py` times the same as its floor): "
+        + ", ".join(step_text(*step) for step in steps)
+    ]
 
 
 def _varied(
