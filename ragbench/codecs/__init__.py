@@ -3,7 +3,10 @@
 Every codec turns a :class:`ragbench.RetrievalResult` into bytes and back:
 ``codec.decode(codec.encode(r)) == r``. Bad payloads raise
 :class:`ragbench.errors.DecodeError`. The built-in codecs take
-``shape="row" | "columnar"`` (:data:`SHAPES`): the schema message they write.
+``shape="row" | "columnar"`` (:data:`SHAPES`): the schema message they write, and
+``library_round_trip(result)``: a call running the library's own encode and decode of the
+payload on native objects built beforehand (not part of the protocol: a codec of another
+project need not have it).
 """
 
 from __future__ import annotations
