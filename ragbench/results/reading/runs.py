@@ -274,7 +274,8 @@ def _model_note(records: Sequence[RunRecord]) -> str:
         example = f" (retrieve p50 here: {', '.join(parts)})"
     return (
         f"note: the embed stage ({', '.join(embedders)}) runs a model's forward pass before every "
-        "retrieval and leaves the CPU caches full of its own data, so the index is read cold"
+        "retrieval, and a search right after other work reads slower than back to back (its "
+        "caches cold, or its core paused: bench/test_bench_search_after.py)"
         f"{example}; `ragbench sweep` times search calls alone, back to back, with hot caches, "
         "and reads lower"
     )
