@@ -52,7 +52,7 @@ from .capabilities import Closes, InProcess
 from .context import STAGES, RequestContext, RequestRecord
 from .interleaving import interleave
 from .parts import Components, SharedParts
-from .stages import SerializeStage, Stage
+from .stages import Stage
 
 #: What users call: the pipeline, the stage order and the request types a custom stage or a
 #: driver reads (tests/project/test_public_api.py pins this list). The building blocks live in the
@@ -516,6 +516,9 @@ class Pipeline:
         (:func:`samples.library_round_trip_ns`), once per pipeline, outside every request;
         ``{}`` for a codec that does not name its library calls."""
         if self._codec_library is None:
+            # imported here: ragbench.pipeline.SerializeStage is a moved name that warns
+            from .stages import SerializeStage
+
             self._codec_library = {}
             codec = self.components.codec
             stage = next((s for s in self._stages if isinstance(s, SerializeStage)), None)
