@@ -135,6 +135,15 @@ class BaseCodec:
         """The library's encode and decode calls of :meth:`library_round_trip`."""
         raise NotImplementedError(f"codec {self.name!r} does not name its library calls")
 
+
+def struct_calls(
+    encode: Callable[[Any], bytes], decode: Callable[[bytes], Any], payload: bytes
+) -> tuple[Callable[[], object], Callable[[], object]]:
+    """``_library_calls`` of a msgspec codec: its typed decoder's structs are what its encoder
+    writes natively, so the encode call writes the structs ``payload`` decodes to."""
+    structs = decode(payload)
+    return (lambda: encode(structs)), (lambda: decode(payload))
+
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} name={self.name!r} max_payload_bytes={self.max_payload_bytes}>"

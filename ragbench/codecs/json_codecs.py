@@ -49,6 +49,7 @@ from ._wire import (
     result_from_json_obj,
     result_from_wire,
     scores_all_finite,
+    struct_calls,
 )
 
 __all__ = ["MsgspecJsonCodec", "OrjsonCodec", "StdlibJsonCodec"]
@@ -273,13 +274,7 @@ class MsgspecJsonCodec(_JsonCodec):
     def _library_calls(
         self, result: RetrievalResult, payload: bytes
     ) -> tuple[Callable[[], object], Callable[[], object]]:
-        # the typed structs the decoder gives are what the encoder writes natively
-        structs, encode, decode = (
-            self._typed.decode(payload),
-            self._encoder.encode,
-            self._typed.decode,
-        )
-        return (lambda: encode(structs)), (lambda: decode(payload))
+        return struct_calls(self._encoder.encode, self._typed.decode, payload)
 
     def decode(self, payload: bytes | bytearray | memoryview) -> RetrievalResult:
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""

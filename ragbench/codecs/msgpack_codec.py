@@ -18,7 +18,13 @@ import msgspec
 from ..errors import DecodeError, InputError
 from ..types import RetrievalResult
 from ._columns import WireColumns, check_shape, result_from_columns, split_columns
-from ._wire import DEFAULT_MAX_PAYLOAD_BYTES, BaseCodec, WireResult, result_from_wire
+from ._wire import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    BaseCodec,
+    WireResult,
+    result_from_wire,
+    struct_calls,
+)
 
 __all__ = ["MsgpackCodec"]
 
@@ -65,13 +71,7 @@ class MsgpackCodec(BaseCodec):
     def _library_calls(
         self, result: RetrievalResult, payload: bytes
     ) -> tuple[Callable[[], object], Callable[[], object]]:
-        # the typed structs the decoder gives are what the encoder writes natively
-        structs, encode, decode = (
-            self._decoder.decode(payload),
-            self._encoder.encode,
-            self._decoder.decode,
-        )
-        return (lambda: encode(structs)), (lambda: decode(payload))
+        return struct_calls(self._encoder.encode, self._decoder.decode, payload)
 
     def decode(self, payload: bytes | bytearray | memoryview) -> RetrievalResult:
         """Parse a payload; :class:`DecodeError` if malformed, of another schema or too large."""
