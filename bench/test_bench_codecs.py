@@ -671,3 +671,32 @@ def test_payload_shapes() -> None:
 
 if __name__ == "__main__":  # python bench/test_bench_codecs.py: the shape tables only
     shape_tables()
+
+
+# --- the serialize stage's own per-hit work (issue 27) ----------------------------------------
+
+
+def test_serialize_result_fast_path() -> None:
+    """SerializeStage.result (hits by Hit.unchecked) against result_plain (the dataclasses' own
+    constructors) on pydocs rows, k = 10 and 100, interleaved: the fast path must not be slower
+    (a tripwire; the printed ratio is the figure). tests/pipeline/test_serialize_result.py holds
+    the two to the same result."""
+    from ragbench.pipeline.stages import SerializeStage
+
+    ds = rb.datasets.load("pydocs")
+    vectors = np.zeros((len(ds.corpus.ids), 4), dtype=np.float32)
+    stage = SerializeStage(rb.codecs.create("json"), ds, vectors, False, True)
+    for k in (10, 100):
+        rows = np.arange(k, dtype=np.int64) * 7
+        scores = np.linspace(1.0, 0.5, k, dtype=np.float32)
+        t = interleaved(
+            {
+                "fast": lambda r=rows, s=scores: stage.result("q", "query", r, s),
+                "plain": lambda r=rows, s=scores: stage.result_plain("q", "query", r, s),
+            }
+        )
+        print(
+            f"\nserialize result k={k}: fast {t['fast']:.2f} µs, plain {t['plain']:.2f} µs, "
+            f"fast / plain {t['fast'] / t['plain']:.3f}"
+        )
+        assert t["fast"] < t["plain"] * 1.05, t

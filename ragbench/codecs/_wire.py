@@ -52,31 +52,12 @@ _set_score = _slot_setter(Hit, "score")
 _set_text = _slot_setter(Hit, "text")
 _set_metadata = _slot_setter(Hit, "metadata")
 _set_embedding = _slot_setter(Hit, "embedding")
-_set_query_id = _slot_setter(RetrievalResult, "query_id")
-_set_query = _slot_setter(RetrievalResult, "query")
-_set_hits = _slot_setter(RetrievalResult, "hits")
 
 
-def new_hit(
-    doc_id: str, score: float, text: str, metadata: dict[str, str], embedding: bytes | None
-) -> Hit:
-    """A :class:`Hit` from already validated fields (no ``__post_init__``)."""
-    hit: Hit = _new(Hit)
-    _set_doc_id(hit, doc_id)
-    _set_score(hit, score)
-    _set_text(hit, text)
-    _set_metadata(hit, metadata)
-    _set_embedding(hit, embedding)
-    return hit
-
-
-def new_result(query_id: str, query: str, hits: list[Hit]) -> RetrievalResult:
-    """A :class:`RetrievalResult` from already validated fields."""
-    result: RetrievalResult = _new(RetrievalResult)
-    _set_query_id(result, query_id)
-    _set_query(result, query)
-    _set_hits(result, hits)
-    return result
+#: A :class:`Hit` from already validated fields (no ``__post_init__``).
+new_hit = Hit.unchecked
+#: A :class:`RetrievalResult` from already validated fields.
+new_result = RetrievalResult.unchecked
 
 
 class BaseCodec:

@@ -299,21 +299,46 @@ class SerializeStage:
         self, query_id: str, query: str, rows: np.ndarray, scores: np.ndarray
     ) -> RetrievalResult:
         """The :class:`RetrievalResult` this stage encodes for the corpus ``rows`` found with
-        ``scores`` (a negative row is no hit): ids, texts, metadata and vectors as configured."""
+        ``scores`` (a negative row is no hit): ids, texts, metadata and vectors as configured.
+
+        The measured fast path of issue 27's "trim ragbench's own per-hit object work": the
+        fields come from the loaded dataset (checked when it was read) and the index's float
+        scores, so each hit is made by :meth:`Hit.unchecked` (no frozen ``__init__``, no
+        ``__post_init__``). ``tests/pipeline/test_serialize_result.py`` holds it, by
+        property-based tests, to exactly what :meth:`result_plain` makes."""
         ids, texts, meta, vectors = self._ids, self._texts, self._meta, self._vectors
-        hits = []
+        hit = Hit.unchecked
+        hits: list[Hit] = []
+        append = hits.append
         for i, s in zip(rows.tolist(), scores.tolist(), strict=True):
-            if i < 0:
-                continue
-            hits.append(
-                Hit(
-                    ids[i],
-                    s,
-                    texts[i],
-                    meta[i] if meta is not None else {},
-                    vectors[i].tobytes() if vectors is not None else None,
+            if i >= 0:
+                append(
+                    hit(
+                        ids[i],
+                        s,
+                        texts[i],
+                        meta[i] if meta is not None else {},
+                        vectors[i].tobytes() if vectors is not None else None,
+                    )
                 )
+        return RetrievalResult.unchecked(query_id, query, hits)
+
+    def result_plain(
+        self, query_id: str, query: str, rows: np.ndarray, scores: np.ndarray
+    ) -> RetrievalResult:
+        """:meth:`result` through the dataclasses' own constructors (the reference path)."""
+        ids, texts, meta, vectors = self._ids, self._texts, self._meta, self._vectors
+        hits = [
+            Hit(
+                ids[i],
+                s,
+                texts[i],
+                meta[i] if meta is not None else {},
+                vectors[i].tobytes() if vectors is not None else None,
             )
+            for i, s in zip(rows.tolist(), scores.tolist(), strict=True)
+            if i >= 0
+        ]
         return RetrievalResult(query_id, query, hits)
 
 
