@@ -99,8 +99,13 @@ class LexicalIndex(BaseIndex):
     def last_parts(self) -> Parts | None:
         """This thread's last search as :class:`~ragbench.timing.Parts` named by
         :attr:`part_names` (ns), or ``None``."""
-        ns: tuple[int, int, int] | None = getattr(self._local, "parts", None)
-        return None if ns is None else Parts(self.part_names, ns)
+        # kept as the four stamps around the three parts: the search stores them as they are
+        # (no arithmetic on the request's path), the differences are taken here
+        stamps: tuple[int, int, int, int] | None = getattr(self._local, "parts", None)
+        if stamps is None:
+            return None
+        t0, t1, t2, t3 = stamps
+        return Parts(self.part_names, (t1 - t0, t2 - t1, t3 - t2))
 
     def info(self) -> dict[str, Any]:
         """:meth:`BaseIndex.info` plus ``search_parts`` (the names of ``last_parts``) and
@@ -207,7 +212,7 @@ class LexicalIndex(BaseIndex):
         return self._search_parts([text], k, None)
 
     def _keep_parts(self, t0: int, t1: int, t2: int, t3: int) -> None:
-        self._local.parts = (t1 - t0, t2 - t1, t3 - t2)
+        self._local.parts = (t0, t1, t2, t3)
 
     # -- writes: none (a subclass that has them declares WritableIndex) --------------
 

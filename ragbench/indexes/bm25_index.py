@@ -217,7 +217,7 @@ class Bm25Index(LexicalIndex):
             else:
                 ids, out = pads(1, k)
                 _put_hits(ids[0], out[0], docs[0], scores[0])
-        self._local.parts = (t1 - t0, t2 - t1, _perf() - t2)
+        self._local.parts = (t0, t1, t2, _perf())  # the stamps: last_parts() subtracts
         return ids, out
 
     def memory_bytes(self) -> int:

@@ -205,7 +205,7 @@ class TantivyIndex(LexicalIndex):
             ids.shape = scores.shape = (1, k)
         else:
             ids, scores = _padded([_arrays(searcher, hits)], k)
-        self._local.parts = (t1 - t0, t2 - t1, _perf() - t2)
+        self._local.parts = (t0, t1, t2, _perf())  # the stamps: last_parts() subtracts
         return ids, scores
 
     def _search_each(
