@@ -99,7 +99,8 @@ class BaseCodec:
         native objects the library takes and gives (a dict tree, typed structs, a protobuf
         message) built beforehand: what the codec costs without ragbench's result objects,
         checks and error wrapping. ``compare``'s reading sets its ratios beside the stages'
-        (:func:`ragbench.pipeline.samples.codec_library_ns`); ``bench/test_bench_codecs.py``
+        (a run record's ``info.codec_library_ns``, from
+        :func:`ragbench.pipeline.samples.library_round_trip_ns`); ``bench/test_bench_codecs.py``
         times the same two calls as its ``floor``."""
         codec: Any = self  # every subclass has encode(); BaseCodec itself declares none
         encode, decode = self._library_calls(result, codec.encode(result))
